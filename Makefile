@@ -1,0 +1,47 @@
+# Every target creates .venv first when it is missing, so any of them works on a fresh clone.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+EXTRAS := test,dev,demo,motor,server
+# pymongo eras exercised by `make test-compat`: oldest supported, middle, last without native
+# backpressure, first with it, newest.
+COMPAT_VERSIONS ?= 4.9.2 4.13.2 4.16.0 4.17.0 4.20.0
+
+.PHONY: install test test-compat lint format demo bench spec-test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
+	touch $@
+
+install: $(VENV)/.installed
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest
+
+test-compat: $(VENV)/.installed
+	PYTHON=$(PYTHON) bash scripts/test-compat.sh $(COMPAT_VERSIONS)
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy --strict backpressure
+
+format: $(VENV)/.installed
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+demo: $(VENV)/.installed
+	$(BIN)/python -m backpressure.demo $(DEMO_ARGS)
+
+bench: $(VENV)/.installed
+	$(BIN)/python -m backpressure.bench $(BENCH_ARGS)
+
+spec-test: $(VENV)/.installed
+	$(BIN)/python -m pytest tests/spec
+
+clean:
+	rm -rf $(VENV) .venv-compat build *.egg-info .pytest_cache .mypy_cache .ruff_cache

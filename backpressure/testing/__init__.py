@@ -1,0 +1,1 @@
+"""Testing tools: an embedded MongoDB-compatible server with fail points and rate limiters."""

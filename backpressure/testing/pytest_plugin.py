@@ -1,0 +1,1 @@
+"""pytest fixtures that start the embedded server on ephemeral ports."""

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the whole pytest suite once per supported pymongo era, each in its own virtualenv under
+# .venv-compat/, with Motor 3.7 installed beside it. Every era runs even if an earlier one fails;
+# the script exits non-zero if any failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+failed=()
+for version in "$@"; do
+    env=".venv-compat/pymongo-$version"
+    if [ ! -x "$env/bin/python" ]; then
+        "$PYTHON" -m venv "$env" && "$env/bin/python" -m pip install -q --upgrade pip || { failed+=("$version(venv)"); continue; }
+    fi
+    if [ ! -f "$env/.installed" ] || [ pyproject.toml -nt "$env/.installed" ]; then
+        "$env/bin/python" -m pip install -q -e '.[test,motor,server]' "pymongo==$version" \
+            && touch "$env/.installed" || { failed+=("$version(install)"); continue; }
+    fi
+    echo "=== pymongo $version ($("$env/bin/python" -c 'import motor; print("motor", motor.version)'))"
+    if ! "$env/bin/python" -m pytest -q -p no:cacheprovider; then
+        failed+=("$version")
+    fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "test-compat: FAILED for pymongo ${failed[*]}"
+    exit 1
+fi
+echo "test-compat: all eras passed ($*)"
