@@ -1,0 +1,36 @@
+"""Per-client backpressure state shared by every pymongo adapter."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from backpressure.decision import RetryController
+from backpressure.events import RetryListener
+from backpressure.operation import OperationRetries
+from backpressure.policy import Policy
+
+LOGGER = logging.getLogger("backpressure")
+
+STATE_ATTRIBUTE = "_backpressure_state"
+"""Name of the attribute that holds a client's `ClientState` while backpressure is enabled."""
+
+
+@dataclass
+class ClientState:
+    """What one enabled client carries: its controller (policy + budget) and its listeners."""
+
+    controller: RetryController
+    listeners: tuple[RetryListener, ...] = ()
+    logger: logging.Logger = field(default=LOGGER)
+
+    @property
+    def policy(self) -> Policy:
+        """The policy this client retries with."""
+        return self.controller.policy
+
+    def new_operation(self, operation: str) -> OperationRetries:
+        """Start the retry bookkeeping of one operation (one call of the retry loop)."""
+        return OperationRetries(
+            self.controller, operation, listeners=self.listeners, logger=self.logger
+        )
