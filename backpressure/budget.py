@@ -1,0 +1,198 @@
+"""The per-client retry budget: a thread-safe token bucket and its disabled twin.
+
+Theory of operation: the bucket starts full (``capacity`` tokens).  Every retry takes
+``retry_cost`` tokens and is refused when fewer are left; a first-try success deposits
+``success_deposit``, a successful retry ``success_deposit + retry_cost``, and a retry that fails
+without the overload label ``failure_deposit``.  Tokens never go below 0 nor above ``capacity``.
+A ``threading.Lock`` guards only the arithmetic (never a sleep, an await or I/O), so one bucket
+serves threads, Motor's executor and the event loop alike.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    from backpressure.policy import Policy
+
+__all__ = ["NullBudget", "RetryBudget", "budget_for"]
+
+
+def _amount(name: str, value: float, *, positive: bool = False) -> float:
+    """Validate a token amount and return it as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number (int or float), got {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+    return number
+
+
+class RetryBudget:
+    """A thread-safe token bucket limiting overload retries for one client."""
+
+    def __init__(
+        self,
+        capacity: float = 1000.0,
+        *,
+        success_deposit: float = 0.1,
+        retry_cost: float = 1.0,
+        failure_deposit: float = 1.0,
+    ) -> None:
+        """Create a full bucket; every amount must be finite and >= 0 (capacity > 0)."""
+        self._capacity = _amount("capacity", capacity, positive=True)
+        self._success_deposit = _amount("success_deposit", success_deposit)
+        self._retry_cost = _amount("retry_cost", retry_cost)
+        self._failure_deposit = _amount("failure_deposit", failure_deposit)
+        self._tokens = self._capacity
+        self._granted = 0
+        self._refused = 0
+        self._lock = threading.Lock()
+
+    @property
+    def capacity(self) -> float:
+        """Maximum (and initial) number of tokens."""
+        return self._capacity
+
+    @property
+    def retry_cost(self) -> float:
+        """Tokens taken by one retry."""
+        return self._retry_cost
+
+    @property
+    def tokens(self) -> float:
+        """Tokens currently available."""
+        with self._lock:
+            return self._tokens
+
+    @property
+    def granted(self) -> int:
+        """Number of ``try_acquire`` calls that succeeded."""
+        with self._lock:
+            return self._granted
+
+    @property
+    def refused(self) -> int:
+        """Number of ``try_acquire`` calls that were refused."""
+        with self._lock:
+            return self._refused
+
+    def try_consume(self, n: float) -> bool:
+        """Take ``n`` tokens if that many are available; return whether they were taken."""
+        amount = _amount("n", n)
+        with self._lock:
+            if self._tokens >= amount:
+                self._tokens -= amount
+                return True
+            return False
+
+    def deposit(self, n: float) -> None:
+        """Add ``n`` tokens, never going above capacity."""
+        amount = _amount("n", n)
+        with self._lock:
+            self._tokens = min(self._capacity, self._tokens + amount)
+
+    def try_acquire(self) -> bool:
+        """Take ``retry_cost`` tokens for one retry; return False (and count it) if too few."""
+        with self._lock:
+            if self._tokens >= self._retry_cost:
+                self._tokens -= self._retry_cost
+                self._granted += 1
+                return True
+            self._refused += 1
+            return False
+
+    def record_success(self, *, retried: bool) -> None:
+        """Deposit ``success_deposit`` (plus ``retry_cost`` when the success was a retry)."""
+        amount = self._success_deposit + (self._retry_cost if retried else 0.0)
+        with self._lock:
+            self._tokens = min(self._capacity, self._tokens + amount)
+
+    def record_non_overload_failure(self) -> None:
+        """Deposit ``failure_deposit`` for a retry that failed without the overload label."""
+        with self._lock:
+            self._tokens = min(self._capacity, self._tokens + self._failure_deposit)
+
+    def __repr__(self) -> str:
+        """Show tokens and capacity."""
+        return f"RetryBudget(tokens={self.tokens!r}, capacity={self._capacity!r})"
+
+
+class NullBudget:
+    """The disabled budget: always grants, never runs out (``tokens`` is infinite)."""
+
+    def __init__(self) -> None:
+        """Create the null budget with zeroed counters."""
+        self._granted = 0
+        self._refused = 0
+        self._lock = threading.Lock()
+
+    @property
+    def capacity(self) -> float:
+        """Always infinite."""
+        return math.inf
+
+    @property
+    def retry_cost(self) -> float:
+        """Always 0: retries cost nothing."""
+        return 0.0
+
+    @property
+    def tokens(self) -> float:
+        """Always infinite."""
+        return math.inf
+
+    @property
+    def granted(self) -> int:
+        """Number of ``try_acquire`` calls (all granted)."""
+        with self._lock:
+            return self._granted
+
+    @property
+    def refused(self) -> int:
+        """Always 0."""
+        return self._refused
+
+    def try_consume(self, n: float) -> bool:
+        """Always True (``n`` is still validated)."""
+        _amount("n", n)
+        return True
+
+    def deposit(self, n: float) -> None:
+        """Do nothing (``n`` is still validated)."""
+        _amount("n", n)
+
+    def try_acquire(self) -> bool:
+        """Always True."""
+        with self._lock:
+            self._granted += 1
+        return True
+
+    def record_success(self, *, retried: bool) -> None:
+        """Do nothing."""
+
+    def record_non_overload_failure(self) -> None:
+        """Do nothing."""
+
+    def __repr__(self) -> str:
+        """Name the null budget."""
+        return "NullBudget()"
+
+
+Budget = Union[RetryBudget, NullBudget]
+"""Either kind of budget."""
+
+
+def budget_for(policy: Policy) -> Budget:
+    """Return a fresh RetryBudget built from ``policy``, or a NullBudget when it is disabled."""
+    if not policy.budget_enabled:
+        return NullBudget()
+    return RetryBudget(
+        policy.budget_capacity,
+        success_deposit=policy.budget_success_deposit,
+        retry_cost=policy.budget_retry_cost,
+        failure_deposit=policy.budget_failure_deposit,
+    )

@@ -1,0 +1,123 @@
+"""The retry decision: given an error, a retry number and a deadline, retry after a delay or stop.
+
+Theory of operation (checks in this order, the first that fails decides):
+
+1. the error must carry both ``SystemOverloadedError`` and ``RetryableError``  -> NOT_RETRYABLE
+2. the caller must allow retries (retryReads/retryWrites)                      -> RETRIES_DISABLED
+3. ``retry_number <= policy.max_retries``                                      -> ATTEMPTS_EXHAUSTED
+4. the jittered delay must end before the deadline (no token is taken first)    -> DEADLINE
+5. the budget must grant one retry                                             -> BUDGET_EMPTY
+
+Otherwise the answer is ``Retry(retry_number, delay, retarget)``.  The controller never sleeps;
+the driver does.
+"""
+
+from __future__ import annotations
+
+import enum
+import random as _random
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Union
+
+from backpressure.backoff import backoff_delay
+from backpressure.budget import Budget, budget_for
+from backpressure.labels import is_overload, is_retryable_overload, server_base_backoff
+from backpressure.policy import Policy
+
+__all__ = ["Decision", "GiveUp", "Retry", "RetryController", "StopReason"]
+
+
+class StopReason(enum.Enum):
+    """Why an overload error is not retried."""
+
+    NOT_RETRYABLE = "not retryable"
+    RETRIES_DISABLED = "retries disabled"
+    ATTEMPTS_EXHAUSTED = "attempts exhausted"
+    BUDGET_EMPTY = "retry budget empty"
+    DEADLINE = "deadline would be exceeded"
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Retry after ``delay`` seconds; ``retarget`` asks to avoid the server that failed."""
+
+    retry_number: int
+    delay: float
+    retarget: bool
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """Stop retrying and raise the last error."""
+
+    reason: StopReason
+
+
+Decision = Union[Retry, GiveUp]
+"""What ``RetryController.decide`` returns."""
+
+
+class RetryController:
+    """Decides overload retries and keeps the budget accounting for one client."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        budget: Optional[Budget] = None,
+        random: Callable[[], float] = _random.random,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Create a controller; ``budget`` defaults to ``budget_for(policy)``."""
+        self.policy: Policy = policy
+        """The policy in force."""
+        self.budget: Budget = budget_for(policy) if budget is None else budget
+        """The shared retry budget."""
+        self._random = random
+        self._clock = clock
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The injected monotonic clock."""
+        return self._clock
+
+    def decide(
+        self,
+        *,
+        retry_number: int,
+        error: BaseException,
+        deadline: Optional[float] = None,
+        retries_allowed: bool = True,
+        now: Optional[float] = None,
+    ) -> Decision:
+        """Return ``Retry`` or ``GiveUp`` for retry ``retry_number`` (1 for the first retry).
+
+        ``deadline`` and ``now`` are on the controller's clock; ``now`` defaults to ``clock()``.
+        A token is taken only when the answer is ``Retry``.
+        """
+        policy = self.policy
+        if not is_retryable_overload(error):
+            return GiveUp(StopReason.NOT_RETRYABLE)
+        if not retries_allowed:
+            return GiveUp(StopReason.RETRIES_DISABLED)
+        if retry_number > policy.max_retries:
+            return GiveUp(StopReason.ATTEMPTS_EXHAUSTED)
+        hint = server_base_backoff(error) if policy.honour_server_backoff else None
+        delay = backoff_delay(policy, retry_number, self._random(), hint)
+        if deadline is not None:
+            current = self._clock() if now is None else now
+            if current + delay > deadline:
+                return GiveUp(StopReason.DEADLINE)
+        if not self.budget.try_acquire():
+            return GiveUp(StopReason.BUDGET_EMPTY)
+        return Retry(retry_number=retry_number, delay=delay, retarget=policy.retarget)
+
+    def record_success(self, *, retried: bool) -> None:
+        """Account for a successful operation (``retried``: it succeeded on a retry)."""
+        self.budget.record_success(retried=retried)
+
+    def record_failure(self, error: BaseException, *, retried: bool) -> None:
+        """Account for a failed attempt: a failed retry without the overload label refunds."""
+        if retried and not is_overload(error):
+            self.budget.record_non_overload_failure()

@@ -1,0 +1,149 @@
+"""Error labels and the one place that classifies errors as overload errors.
+
+The server marks load-shed requests with the ``SystemOverloadedError`` label; when the request is
+safe to send again it adds ``RetryableError`` too.  Everything else in the package asks this module
+instead of looking at labels itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional
+
+from pymongo.errors import PyMongoError
+
+__all__ = [
+    "NO_WRITES_PERFORMED",
+    "RETRYABLE",
+    "RETRYABLE_WRITE",
+    "SYSTEM_OVERLOADED",
+    "add_overload_labels",
+    "error_labels",
+    "has_no_writes_performed",
+    "is_overload",
+    "is_retryable_overload",
+    "server_base_backoff",
+]
+
+SYSTEM_OVERLOADED = "SystemOverloadedError"
+"""Label the server puts on errors caused by overload (load shedding)."""
+
+RETRYABLE = "RetryableError"
+"""Label meaning the operation may safely be sent again, whatever its kind."""
+
+NO_WRITES_PERFORMED = "NoWritesPerformed"
+"""Label meaning the failed attempt wrote nothing (the previous error is the one to report)."""
+
+RETRYABLE_WRITE = "RetryableWriteError"
+"""Label of the classic retryable-writes mechanism."""
+
+# Largest server hint we accept, in milliseconds (one day); larger values are treated as garbage.
+_MAX_SERVER_BACKOFF_MS = 86_400_000.0
+
+
+def _labels_of(exc: object) -> set[str]:
+    """Return the string labels stored on one PyMongoError, tolerating odd internals."""
+    if not isinstance(exc, PyMongoError):
+        return set()
+    raw: Any = getattr(exc, "_error_labels", None)
+    if raw is None or isinstance(raw, (str, bytes)) or not isinstance(raw, Iterable):
+        return set()
+    try:
+        return {label for label in raw if isinstance(label, str)}
+    except Exception:  # a broken container must not break classification
+        return set()
+
+
+def error_labels(exc: BaseException) -> frozenset[str]:
+    """Return the error labels of ``exc`` (empty for anything that is not a PyMongoError).
+
+    For a ``ClientBulkWriteException`` the labels of its top-level ``error`` are included too.
+    """
+    labels = _labels_of(exc)
+    inner = _bulk_inner_error(exc)
+    if inner is not None and inner is not exc:
+        labels |= _labels_of(inner)
+    return frozenset(labels)
+
+
+def _bulk_inner_error(exc: BaseException) -> Optional[PyMongoError]:
+    """Return the top-level ``error`` of a ClientBulkWriteException if it is a PyMongoError."""
+    try:
+        from pymongo.errors import ClientBulkWriteException
+    except ImportError:  # pragma: no cover - pymongo < 4.9 lacks it
+        return None
+    if not isinstance(exc, ClientBulkWriteException):
+        return None
+    try:
+        inner = exc.error
+    except Exception:
+        return None
+    return inner if isinstance(inner, PyMongoError) else None
+
+
+def is_overload(exc: BaseException) -> bool:
+    """Return True if ``exc`` carries the ``SystemOverloadedError`` label."""
+    return SYSTEM_OVERLOADED in error_labels(exc)
+
+
+def is_retryable_overload(exc: BaseException) -> bool:
+    """Return True if ``exc`` carries both ``SystemOverloadedError`` and ``RetryableError``."""
+    labels = error_labels(exc)
+    return SYSTEM_OVERLOADED in labels and RETRYABLE in labels
+
+
+def has_no_writes_performed(exc: BaseException) -> bool:
+    """Return True if ``exc`` carries the ``NoWritesPerformed`` label."""
+    return NO_WRITES_PERFORMED in error_labels(exc)
+
+
+def _valid_ms(value: object) -> Optional[float]:
+    """Return ``value`` as milliseconds if it is a positive, finite, sane real number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        ms = float(value)
+    except (OverflowError, ValueError):
+        return None
+    if not math.isfinite(ms) or ms <= 0 or ms > _MAX_SERVER_BACKOFF_MS:
+        return None
+    return ms
+
+
+def server_base_backoff(exc: BaseException) -> Optional[float]:
+    """Return the server's ``baseBackoffMS`` hint in **seconds**, or None when absent or invalid.
+
+    The hint is read from ``exc.details`` (a mapping, as on OperationFailure) or from pymongo's
+    ``_base_backoff_ms`` (pymongo >= 4.18).  Only positive, finite int/float values (not bool) up
+    to one day are accepted; anything else is ignored.  Never raises.
+    """
+    try:
+        candidates: list[object] = []
+        sources: list[BaseException] = [exc]
+        inner = _bulk_inner_error(exc)
+        if inner is not None and inner is not exc:
+            sources.append(inner)
+        for source in sources:
+            details = getattr(source, "details", None)
+            if isinstance(details, Mapping):
+                candidates.append(details.get("baseBackoffMS"))
+            candidates.append(getattr(source, "_base_backoff_ms", None))
+        for value in candidates:
+            ms = _valid_ms(value)
+            if ms is not None:
+                return ms / 1000.0
+    except Exception:
+        return None
+    return None
+
+
+def add_overload_labels(exc: BaseException) -> None:
+    """Add ``SystemOverloadedError`` and ``RetryableError`` to a PyMongoError (idempotent).
+
+    Other exceptions are left untouched.
+    """
+    if isinstance(exc, PyMongoError):
+        for label in (SYSTEM_OVERLOADED, RETRYABLE):
+            if not exc.has_error_label(label):
+                exc._add_error_label(label)

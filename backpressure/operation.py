@@ -1,0 +1,231 @@
+"""Per-operation retry state shared by every pymongo adapter (sync, async and native).
+
+Theory of operation: an adapter creates one ``OperationRetries`` per operation and calls
+``attempt_started(server)`` before each attempt, then either ``succeeded()`` or
+``failed(error, ...)``.  ``failed`` asks the controller, does the budget accounting, logs, notifies
+listeners and returns ``Retry`` (the adapter sleeps ``delay`` and tries again) or ``GiveUp`` (the
+adapter raises the error, which now carries a :class:`~backpressure.events.RetrySummary`).
+Nothing here sleeps or does I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Optional
+
+from backpressure.decision import Decision, GiveUp, Retry, RetryController, StopReason
+from backpressure.events import (
+    Address,
+    GiveUpEvent,
+    RetryEvent,
+    RetryListener,
+    RetrySummary,
+    attach_summary,
+)
+from backpressure.labels import error_labels, is_overload
+
+__all__ = ["OperationRetries"]
+
+_LOGGER = logging.getLogger("backpressure")
+
+
+def _error_code(error: BaseException) -> Optional[int]:
+    """Return the integer server error code of ``error``, if any."""
+    try:
+        code = getattr(error, "code", None)
+    except Exception:
+        return None
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def _describe(error: BaseException) -> str:
+    """Describe an error for a log line: class, code and labels."""
+    parts = [type(error).__name__]
+    code = _error_code(error)
+    if code is not None:
+        parts.append(f"code {code}")
+    labels = sorted(error_labels(error))
+    if labels:
+        parts.append("labels " + "+".join(labels))
+    return ", ".join(parts)
+
+
+def _format_server(server: Optional[Address]) -> str:
+    """Format an address as ``host:port``."""
+    return "unknown server" if server is None else f"{server[0]}:{server[1]}"
+
+
+class OperationRetries:
+    """Retry bookkeeping for one operation: attempts, servers, backoff, events, logs."""
+
+    def __init__(
+        self,
+        controller: RetryController,
+        operation: str,
+        *,
+        listeners: Sequence[RetryListener] = (),
+        logger: logging.Logger = _LOGGER,
+    ) -> None:
+        """Start tracking ``operation`` (a command name) under ``controller``."""
+        self._controller = controller
+        self._operation = operation
+        self._listeners = tuple(listeners)
+        self._logger = logger
+        self._attempts = 0
+        self._retries = 0
+        self._total_backoff = 0.0
+        self._servers: list[Address] = []
+        self._current_server: Optional[Address] = None
+        self._stop_reason: Optional[StopReason] = None
+
+    @property
+    def controller(self) -> RetryController:
+        """The client's controller."""
+        return self._controller
+
+    @property
+    def operation(self) -> str:
+        """The operation (command) name."""
+        return self._operation
+
+    @property
+    def attempts(self) -> int:
+        """Attempts started so far."""
+        return self._attempts
+
+    @property
+    def retries(self) -> int:
+        """Retries granted so far."""
+        return self._retries
+
+    @property
+    def total_backoff(self) -> float:
+        """Sum of the granted retry delays, in seconds."""
+        return self._total_backoff
+
+    @property
+    def servers(self) -> tuple[Address, ...]:
+        """Servers tried, in order, without duplicates."""
+        return tuple(self._servers)
+
+    @property
+    def stop_reason(self) -> Optional[StopReason]:
+        """Why retrying stopped, or None while it has not."""
+        return self._stop_reason
+
+    def summary(self) -> RetrySummary:
+        """Return the summary of what happened so far."""
+        return RetrySummary(
+            attempts=self._attempts,
+            total_backoff=self._total_backoff,
+            servers=self.servers,
+            stop_reason=self._stop_reason,
+        )
+
+    def attempt_started(self, server: Optional[Address]) -> None:
+        """Record the start of an attempt on ``server`` (None when unknown)."""
+        self._attempts += 1
+        self._current_server = server
+        if server is not None and server not in self._servers:
+            self._servers.append(server)
+
+    def succeeded(self) -> None:
+        """Record success and deposit tokens (more when it succeeded on a retry)."""
+        self._stop_reason = None
+        self._controller.record_success(retried=self._retries > 0)
+
+    def failed(
+        self,
+        error: BaseException,
+        *,
+        deadline: Optional[float] = None,
+        retries_allowed: bool = True,
+        now: Optional[float] = None,
+    ) -> Decision:
+        """Record a failed attempt and return ``Retry`` or ``GiveUp``.
+
+        A ``GiveUp`` for an error unrelated to overload on an operation that was never retried is
+        logged at DEBUG only and not reported to listeners: it is not a backpressure event.
+        """
+        self._controller.record_failure(error, retried=self._retries > 0)
+        decision = self._controller.decide(
+            retry_number=self._retries + 1,
+            error=error,
+            deadline=deadline,
+            retries_allowed=retries_allowed,
+            now=now,
+        )
+        if isinstance(decision, Retry):
+            self._on_retry(error, decision)
+        else:
+            self._on_give_up(error, decision)
+        return decision
+
+    def _on_retry(self, error: BaseException, decision: Retry) -> None:
+        """Account for, log and announce a granted retry."""
+        self._retries += 1
+        self._total_backoff += decision.delay
+        attempt = max(self._attempts, 1)
+        self._logger.info(
+            "retrying %s after attempt %d in %.3fs on %s: %s",
+            self._operation,
+            attempt,
+            decision.delay,
+            _format_server(self._current_server),
+            _describe(error),
+        )
+        event = RetryEvent(
+            operation=self._operation,
+            attempt=attempt,
+            delay=decision.delay,
+            server=self._current_server,
+            error_code=_error_code(error),
+            error_labels=tuple(sorted(error_labels(error))),
+            retarget=decision.retarget,
+            budget_tokens=self._controller.budget.tokens,
+        )
+        for listener in self._listeners:
+            try:
+                listener.retried(event)
+            except Exception:
+                self._logger.exception("backpressure retry listener %r failed", listener)
+
+    def _on_give_up(self, error: BaseException, decision: GiveUp) -> None:
+        """Log, announce and attach the summary when retrying stops."""
+        self._stop_reason = decision.reason
+        attach_summary(error, self.summary())
+        unrelated = (
+            decision.reason is StopReason.NOT_RETRYABLE
+            and self._retries == 0
+            and not is_overload(error)
+        )
+        if unrelated:
+            self._logger.debug(
+                "not retrying %s: %s (%s)", self._operation, decision.reason.value, _describe(error)
+            )
+            return
+        level = logging.WARNING if decision.reason is StopReason.BUDGET_EMPTY else logging.INFO
+        self._logger.log(
+            level,
+            "giving up %s after %d attempt(s) on %s, %.3fs total backoff: %s (%s)",
+            self._operation,
+            max(self._attempts, 1),
+            ", ".join(_format_server(s) for s in self._servers) or "unknown server",
+            self._total_backoff,
+            decision.reason.value,
+            _describe(error),
+        )
+        event = GiveUpEvent(
+            operation=self._operation,
+            attempts=max(self._attempts, 1),
+            reason=decision.reason,
+            total_backoff=self._total_backoff,
+            servers=self.servers,
+            error_code=_error_code(error),
+        )
+        for listener in self._listeners:
+            try:
+                listener.gave_up(event)
+            except Exception:
+                self._logger.exception("backpressure retry listener %r failed", listener)

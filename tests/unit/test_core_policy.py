@@ -1,0 +1,174 @@
+"""Unit tests for backpressure.policy: validation, presets and resolve_policy."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import pytest
+from pymongo.errors import ConfigurationError
+
+from backpressure.policy import (
+    CURRENT_SPEC,
+    DEFAULT_POLICY,
+    DRAFT,
+    PRESETS,
+    InvalidPolicyError,
+    Policy,
+    resolve_policy,
+)
+
+
+def test_draft_defaults() -> None:
+    """DRAFT has the draft spec's numbers."""
+    assert DRAFT.name == "draft"
+    assert DRAFT.max_retries == 5
+    assert DRAFT.base_backoff == 0.1
+    assert DRAFT.max_backoff == 10.0
+    assert DRAFT.backoff_multiplier == 2.0
+    assert DRAFT.first_retry_exponent == 0
+    assert DRAFT.budget_enabled
+    assert DRAFT.budget_capacity == 1000.0
+    assert DRAFT.budget_success_deposit == 0.1
+    assert DRAFT.budget_retry_cost == 1.0
+    assert DRAFT.budget_failure_deposit == 1.0
+    assert DRAFT.honour_server_backoff
+    assert DRAFT.retarget
+    assert DRAFT.respect_retry_options
+    assert DEFAULT_POLICY is DRAFT
+
+
+def test_current_spec() -> None:
+    """CURRENT_SPEC: two retries, exponent from 1, no bucket, no retargeting."""
+    assert CURRENT_SPEC.name == "current"
+    assert CURRENT_SPEC.max_retries == 2
+    assert CURRENT_SPEC.first_retry_exponent == 1
+    assert not CURRENT_SPEC.budget_enabled
+    assert not CURRENT_SPEC.retarget
+    assert CURRENT_SPEC.honour_server_backoff
+
+
+def test_presets_read_only() -> None:
+    """PRESETS maps the two names and cannot be modified."""
+    assert dict(PRESETS) == {"draft": DRAFT, "current": CURRENT_SPEC}
+    with pytest.raises(TypeError):
+        PRESETS["x"] = DRAFT  # type: ignore[index]
+
+
+def test_frozen_and_replace() -> None:
+    """Policies are frozen; replace derives a validated copy."""
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        DRAFT.max_retries = 3  # type: ignore[misc]
+    three = DRAFT.replace(max_retries=3, name="three")
+    assert three.max_retries == 3
+    assert three.name == "three"
+    assert DRAFT.max_retries == 5
+    with pytest.raises(InvalidPolicyError):
+        DRAFT.replace(max_retries=-1)
+
+
+def test_int_accepted_for_float_fields() -> None:
+    """Float fields accept ints."""
+    policy = Policy(base_backoff=1, max_backoff=20, budget_capacity=10)
+    assert policy.max_backoff == 20
+
+
+def test_error_is_configuration_error() -> None:
+    """InvalidPolicyError is a pymongo ConfigurationError."""
+    assert issubclass(InvalidPolicyError, ConfigurationError)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_retries", -1),
+        ("max_retries", 101),
+        ("max_retries", 2.0),
+        ("max_retries", True),
+        ("max_retries", "2"),
+        ("max_retries", None),
+        ("first_retry_exponent", -1),
+        ("first_retry_exponent", 65),
+        ("first_retry_exponent", False),
+        ("first_retry_exponent", 1.5),
+        ("base_backoff", -0.1),
+        ("base_backoff", math.nan),
+        ("base_backoff", math.inf),
+        ("base_backoff", True),
+        ("base_backoff", "0.1"),
+        ("max_backoff", 0.05),
+        ("max_backoff", math.inf),
+        ("max_backoff", -1.0),
+        ("backoff_multiplier", 0.5),
+        ("backoff_multiplier", math.nan),
+        ("backoff_multiplier", False),
+        ("budget_capacity", 0),
+        ("budget_capacity", -5.0),
+        ("budget_capacity", math.inf),
+        ("budget_capacity", True),
+        ("budget_success_deposit", -0.1),
+        ("budget_success_deposit", math.nan),
+        ("budget_retry_cost", -1),
+        ("budget_retry_cost", "1"),
+        ("budget_failure_deposit", -1.0),
+        ("budget_failure_deposit", math.inf),
+        ("budget_enabled", 1),
+        ("budget_enabled", "yes"),
+        ("honour_server_backoff", None),
+        ("retarget", 0),
+        ("respect_retry_options", "true"),
+        ("name", 5),
+    ],
+)
+def test_invalid_field(field: str, value: Any) -> None:
+    """Each invalid field value raises InvalidPolicyError naming the field and the value."""
+    with pytest.raises(InvalidPolicyError) as info:
+        Policy(**{field: value})
+    message = str(info.value)
+    assert field in message
+    assert repr(value) in message
+
+
+def test_valid_edges() -> None:
+    """Boundary values are accepted."""
+    Policy(max_retries=0)
+    Policy(max_retries=100)
+    Policy(first_retry_exponent=64)
+    Policy(base_backoff=0, max_backoff=0)
+    Policy(backoff_multiplier=1)
+    Policy(budget_success_deposit=0, budget_retry_cost=0, budget_failure_deposit=0)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        (False, None),
+        (True, DRAFT),
+        ("draft", DRAFT),
+        ("DRAFT", DRAFT),
+        ("default", DRAFT),
+        ("current", CURRENT_SPEC),
+        ("Current-Spec", CURRENT_SPEC),
+        (" current ", CURRENT_SPEC),
+    ],
+)
+def test_resolve_policy(value: Any, expected: Policy | None) -> None:
+    """resolve_policy maps switches and names to presets."""
+    assert resolve_policy(value) is expected
+
+
+def test_resolve_policy_passes_policy_through() -> None:
+    """A Policy resolves to itself."""
+    custom = Policy(max_retries=1)
+    assert resolve_policy(custom) is custom
+
+
+@pytest.mark.parametrize("value", ["aggressive", "", 1, 0, 2.5, {"max_retries": 1}, ["draft"]])
+def test_resolve_policy_rejects(value: Any) -> None:
+    """Other values raise InvalidPolicyError naming backpressure and the allowed values."""
+    with pytest.raises(InvalidPolicyError, match="backpressure") as info:
+        resolve_policy(value)
+    assert "'draft'" in str(info.value)
+    assert "'current'" in str(info.value)
