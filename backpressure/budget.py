@@ -6,6 +6,9 @@ Theory of operation: the bucket starts full (``capacity`` tokens).  Every retry 
 without the overload label ``failure_deposit``.  Tokens never go below 0 nor above ``capacity``.
 A ``threading.Lock`` guards only the arithmetic (never a sleep, an await or I/O), so one bucket
 serves threads, Motor's executor and the event loop alike.
+
+Tokens are counted internally as integer nano-tokens, so ten deposits of 0.1 make exactly one
+token and concurrent acquires and deposits of equal size cancel exactly (no float drift).
 """
 
 from __future__ import annotations
@@ -31,6 +34,22 @@ def _amount(name: str, value: float, *, positive: bool = False) -> float:
     return number
 
 
+_SCALE = 10**9  # internal units per token
+_LARGE = 1e290  # above this, amount * _SCALE would overflow a float
+
+
+def _units(amount: float) -> int:
+    """Convert a validated token amount to internal integer units."""
+    if amount >= _LARGE:
+        return int(amount) * _SCALE
+    return round(amount * _SCALE)
+
+
+def _tokens(units: int) -> float:
+    """Convert internal units back to tokens (correctly rounded)."""
+    return units / _SCALE
+
+
 class RetryBudget:
     """A thread-safe token bucket limiting overload retries for one client."""
 
@@ -47,7 +66,11 @@ class RetryBudget:
         self._success_deposit = _amount("success_deposit", success_deposit)
         self._retry_cost = _amount("retry_cost", retry_cost)
         self._failure_deposit = _amount("failure_deposit", failure_deposit)
-        self._tokens = self._capacity
+        self._cap_units = _units(self._capacity)
+        self._cost_units = _units(self._retry_cost)
+        self._success_units = _units(self._success_deposit)
+        self._failure_units = _units(self._failure_deposit)
+        self._units = self._cap_units
         self._granted = 0
         self._refused = 0
         self._lock = threading.Lock()
@@ -66,7 +89,7 @@ class RetryBudget:
     def tokens(self) -> float:
         """Tokens currently available."""
         with self._lock:
-            return self._tokens
+            return _tokens(self._units)
 
     @property
     def granted(self) -> int:
@@ -82,24 +105,22 @@ class RetryBudget:
 
     def try_consume(self, n: float) -> bool:
         """Take ``n`` tokens if that many are available; return whether they were taken."""
-        amount = _amount("n", n)
+        amount = _units(_amount("n", n))
         with self._lock:
-            if self._tokens >= amount:
-                self._tokens -= amount
+            if self._units >= amount:
+                self._units -= amount
                 return True
             return False
 
     def deposit(self, n: float) -> None:
         """Add ``n`` tokens, never going above capacity."""
-        amount = _amount("n", n)
-        with self._lock:
-            self._tokens = min(self._capacity, self._tokens + amount)
+        self._add(_units(_amount("n", n)))
 
     def try_acquire(self) -> bool:
         """Take ``retry_cost`` tokens for one retry; return False (and count it) if too few."""
         with self._lock:
-            if self._tokens >= self._retry_cost:
-                self._tokens -= self._retry_cost
+            if self._units >= self._cost_units:
+                self._units -= self._cost_units
                 self._granted += 1
                 return True
             self._refused += 1
@@ -107,14 +128,16 @@ class RetryBudget:
 
     def record_success(self, *, retried: bool) -> None:
         """Deposit ``success_deposit`` (plus ``retry_cost`` when the success was a retry)."""
-        amount = self._success_deposit + (self._retry_cost if retried else 0.0)
-        with self._lock:
-            self._tokens = min(self._capacity, self._tokens + amount)
+        self._add(self._success_units + (self._cost_units if retried else 0))
 
     def record_non_overload_failure(self) -> None:
         """Deposit ``failure_deposit`` for a retry that failed without the overload label."""
+        self._add(self._failure_units)
+
+    def _add(self, units: int) -> None:
+        """Add ``units`` under the lock, clamped to capacity."""
         with self._lock:
-            self._tokens = min(self._capacity, self._tokens + self._failure_deposit)
+            self._units = min(self._cap_units, self._units + units)
 
     def __repr__(self) -> str:
         """Show tokens and capacity."""

@@ -33,7 +33,9 @@ def test_current_ceilings() -> None:
     ("policy", "ceilings"), [(DRAFT, DRAFT_CEILINGS), (CURRENT_SPEC, CURRENT_CEILINGS)]
 )
 @pytest.mark.parametrize("jitter", [0.0, 0.5, 0.999])
-def test_delay_is_jitter_times_ceiling(policy: Policy, ceilings: list[float], jitter: float) -> None:
+def test_delay_is_jitter_times_ceiling(
+    policy: Policy, ceilings: list[float], jitter: float
+) -> None:
     """The delay is jitter times the ceiling for every retry."""
     delays = [backoff_delay(policy, n, jitter) for n in range(1, len(ceilings) + 1)]
     assert delays == pytest.approx([jitter * c for c in ceilings])

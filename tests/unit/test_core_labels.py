@@ -191,3 +191,27 @@ def test_module_exports() -> None:
     """Every name in __all__ exists."""
     for name in labels.__all__:
         assert hasattr(labels, name)
+
+
+class _BadLabels:
+    """A label container whose iteration fails half-way."""
+
+    def __iter__(self) -> Any:
+        """Yield one label, then fail."""
+        yield SYSTEM_OVERLOADED
+        raise RuntimeError("corrupt")
+
+
+def test_label_iteration_failure() -> None:
+    """A label container that raises while iterated yields no labels."""
+    exc = PyMongoError("x")
+    exc._error_labels = _BadLabels()  # type: ignore[assignment]
+    assert error_labels(exc) == frozenset()
+
+
+def test_bulk_error_property_raising() -> None:
+    """A ClientBulkWriteException whose details break is classified without raising."""
+    exc = ClientBulkWriteException({"error": None}, verbose=False)
+    exc._OperationFailure__details = None  # type: ignore[attr-defined]
+    assert error_labels(exc) == frozenset()
+    assert server_base_backoff(exc) is None
