@@ -99,8 +99,8 @@ class Policy:
     """Deprioritize the server that returned the overload error."""
     respect_retry_options: bool = True
     """retryReads/retryWrites gate overload retries (runCommand needs both)."""
-    name: str = "custom"
-    """Label for logs and reprs; presets are named "draft" and "current"."""
+    name: str = dataclasses.field(default="custom", compare=False)
+    """Label for logs and reprs (not compared); presets are named "draft" and "current"."""
 
     def __post_init__(self) -> None:
         """Validate every field; raise InvalidPolicyError naming the first bad one."""

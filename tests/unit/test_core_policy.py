@@ -68,6 +68,14 @@ def test_frozen_and_replace() -> None:
         DRAFT.replace(max_retries=-1)
 
 
+def test_name_not_compared() -> None:
+    """The name is a label: equal settings are equal policies with equal hashes."""
+    assert Policy() == DRAFT
+    assert hash(Policy()) == hash(DRAFT)
+    assert DRAFT.replace(name="mine") == DRAFT
+    assert CURRENT_SPEC != DRAFT
+
+
 def test_int_accepted_for_float_fields() -> None:
     """Float fields accept ints."""
     policy = Policy(base_backoff=1, max_backoff=20, budget_capacity=10)
