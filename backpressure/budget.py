@@ -66,7 +66,7 @@ class RetryBudget:
         self._success_deposit = _amount("success_deposit", success_deposit)
         self._retry_cost = _amount("retry_cost", retry_cost)
         self._failure_deposit = _amount("failure_deposit", failure_deposit)
-        self._cap_units = _units(self._capacity)
+        self._cap_units = max(1, _units(self._capacity))
         self._cost_units = _units(self._retry_cost)
         self._success_units = _units(self._success_deposit)
         self._failure_units = _units(self._failure_deposit)
