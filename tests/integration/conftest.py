@@ -1,0 +1,244 @@
+"""Shared helpers for the integration tests: command and retry recorders, client factories.
+
+Tests are written once as ``async def`` and run for both flavours through the ``flavour``
+fixture: :func:`resolve` awaits a value only when it is awaitable, so the same body drives a sync
+``MongoClient`` (calls return results; the embedded server runs in its own thread) and an
+``AsyncMongoClient`` (calls return coroutines).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Awaitable, Iterator, Sequence
+from typing import Any, Callable, Optional, TypeVar, Union
+
+import pytest
+from pymongo import monitoring
+
+from backpressure.events import GiveUpEvent, RetryEvent
+from backpressure.labels import RETRYABLE, SYSTEM_OVERLOADED
+
+T = TypeVar("T")
+
+OVERLOAD_CODE = 462
+"""IngressRequestRateLimitExceeded, the server's overload error code."""
+
+FLAVOURS = ("sync", "async")
+"""Client flavours every adapter test runs with."""
+
+
+async def resolve(value: Union[T, Awaitable[T]]) -> T:
+    """Await ``value`` if it is awaitable (async client), else return it (sync client)."""
+    if inspect.isawaitable(value):
+        return await value  # type: ignore[no-any-return]
+    return value
+
+
+async def to_list(cursor: Any) -> list[Any]:
+    """Exhaust a sync or async cursor into a list."""
+    if hasattr(cursor, "__aiter__"):
+        return [doc async for doc in cursor]
+    return list(cursor)
+
+
+def overload_fail_point(
+    commands: Sequence[str],
+    times: Optional[int] = None,
+    *,
+    labels: Sequence[str] = (SYSTEM_OVERLOADED, RETRYABLE),
+    code: int = OVERLOAD_CODE,
+    extra: Optional[dict[str, Any]] = None,
+    app_name: Optional[str] = None,
+) -> dict[str, Any]:
+    """Build a ``failCommand`` fail point that fails ``commands`` with an overload error.
+
+    ``times=None`` means always on; ``extra`` adds fields to ``data`` (e.g. ``closeConnection``).
+    """
+    data: dict[str, Any] = {
+        "failCommands": list(commands),
+        "errorCode": code,
+        "errorLabels": list(labels),
+    }
+    if app_name is not None:
+        data["appName"] = app_name
+    if extra:
+        data.update(extra)
+    mode: Any = "alwaysOn" if times is None else {"times": times}
+    return {"configureFailPoint": "failCommand", "mode": mode, "data": data}
+
+
+class CommandRecorder(monitoring.CommandListener):
+    """A pymongo CommandListener that keeps every event (thread-safe), hello/auth excluded."""
+
+    IGNORED = frozenset(
+        {"hello", "ismaster", "isMaster", "saslStart", "saslContinue", "endSessions"}
+    )
+
+    def __init__(self) -> None:
+        """Start empty."""
+        self._lock = threading.Lock()
+        self.started_log: list[monitoring.CommandStartedEvent] = []
+        self.succeeded_log: list[monitoring.CommandSucceededEvent] = []
+        self.failed_log: list[monitoring.CommandFailedEvent] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        """Record a started event."""
+        if event.command_name not in self.IGNORED:
+            with self._lock:
+                self.started_log.append(event)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        """Record a succeeded event."""
+        if event.command_name not in self.IGNORED:
+            with self._lock:
+                self.succeeded_log.append(event)
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        """Record a failed event."""
+        if event.command_name not in self.IGNORED:
+            with self._lock:
+                self.failed_log.append(event)
+
+    def started_commands(self, name: Optional[str] = None) -> list[dict[str, Any]]:
+        """Return the command documents started (only those named ``name`` when given)."""
+        with self._lock:
+            return [
+                dict(e.command) for e in self.started_log if name is None or e.command_name == name
+            ]
+
+    def started_events(self, name: str) -> list[monitoring.CommandStartedEvent]:
+        """Return the started events of command ``name``."""
+        with self._lock:
+            return [e for e in self.started_log if e.command_name == name]
+
+    def started_names(self) -> list[str]:
+        """Return the names of the commands started, in order."""
+        with self._lock:
+            return [e.command_name for e in self.started_log]
+
+    def failed_names(self) -> list[str]:
+        """Return the names of the commands that failed, in order."""
+        with self._lock:
+            return [e.command_name for e in self.failed_log]
+
+    def addresses(self, name: str) -> list[tuple[str, int]]:
+        """Return the server address of each started ``name`` command."""
+        with self._lock:
+            return [
+                (str(e.connection_id[0]), int(e.connection_id[1]))
+                for e in self.started_log
+                if e.command_name == name
+            ]
+
+    def reset(self) -> None:
+        """Forget everything recorded so far."""
+        with self._lock:
+            self.started_log.clear()
+            self.succeeded_log.clear()
+            self.failed_log.clear()
+
+
+class RetryRecorder:
+    """A backpressure RetryListener that keeps every event (thread-safe)."""
+
+    def __init__(self) -> None:
+        """Start empty."""
+        self._lock = threading.Lock()
+        self.retries: list[RetryEvent] = []
+        self.give_ups: list[GiveUpEvent] = []
+
+    def retried(self, event: RetryEvent) -> None:
+        """Record a retry."""
+        with self._lock:
+            self.retries.append(event)
+
+    def gave_up(self, event: GiveUpEvent) -> None:
+        """Record a give-up."""
+        with self._lock:
+            self.give_ups.append(event)
+
+    @property
+    def delays(self) -> list[float]:
+        """The delay of every retry, in order."""
+        with self._lock:
+            return [e.delay for e in self.retries]
+
+
+class ClientFactory:
+    """Builds clients of one flavour and closes them all at teardown."""
+
+    def __init__(self, flavour: str) -> None:
+        """Create a factory for ``flavour`` ("sync" or "async")."""
+        self.flavour = flavour
+        self._clients: list[Any] = []
+
+    @property
+    def is_async(self) -> bool:
+        """True for the async flavour."""
+        return self.flavour == "async"
+
+    def track(self, client: T) -> T:
+        """Close ``client`` at teardown."""
+        self._clients.append(client)
+        return client
+
+    def plain(self, uri: str, **kwargs: Any) -> Any:
+        """A stock pymongo client of this flavour (short timeouts)."""
+        import pymongo
+
+        kwargs.setdefault("serverSelectionTimeoutMS", 3000)
+        if self.is_async:
+            return self.track(pymongo.AsyncMongoClient(uri, **kwargs))
+        return self.track(pymongo.MongoClient(uri, **kwargs))
+
+    def backpressure(self, uri: str, **kwargs: Any) -> Any:
+        """A ``backpressure.MongoClient`` / ``AsyncMongoClient`` of this flavour."""
+        import backpressure
+
+        kwargs.setdefault("serverSelectionTimeoutMS", 3000)
+        if self.is_async:
+            return self.track(backpressure.AsyncMongoClient(uri, **kwargs))
+        return self.track(backpressure.MongoClient(uri, **kwargs))
+
+    async def close_all(self) -> None:
+        """Close every tracked client."""
+        while self._clients:
+            await resolve(self._clients.pop().close())
+
+
+@pytest.fixture(params=FLAVOURS)
+def flavour(request: pytest.FixtureRequest) -> str:
+    """Run the test once with a sync and once with an async client."""
+    return str(request.param)
+
+
+@pytest.fixture
+async def clients(flavour: str) -> Any:
+    """A ClientFactory for the current flavour; its clients are closed after the test."""
+    factory = ClientFactory(flavour)
+    yield factory
+    await factory.close_all()
+
+
+@pytest.fixture
+def commands() -> CommandRecorder:
+    """A fresh CommandRecorder to pass as ``event_listeners=[commands]``."""
+    return CommandRecorder()
+
+
+@pytest.fixture
+def retries() -> RetryRecorder:
+    """A fresh RetryRecorder to pass as a backpressure listener."""
+    return RetryRecorder()
+
+
+@pytest.fixture
+def no_jitter() -> Callable[[], float]:
+    """A random source pinned to 0 (no backoff sleeps)."""
+    return lambda: 0.0
+
+
+def pairs(items: Sequence[T]) -> Iterator[tuple[T, T]]:
+    """Yield consecutive pairs of ``items``."""
+    return zip(items, items[1:])
