@@ -1,0 +1,134 @@
+"""Feature detection of the installed pymongo: which retry machinery and calling conventions exist.
+
+Everything here is detected from pymongo's code (attributes, signatures), never from version
+strings, so an unknown future release is classified by what it actually offers.  Per-client
+checks (:func:`client_has_native_backpressure`, :func:`should_retry_is_awaited`) look at the
+client object itself and are what the adapters use; the module-level flags describe the
+installed pymongo and are what tests gate on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any, Optional
+
+import pymongo
+import pymongo.common
+
+__all__ = [
+    "ASYNC_SHOULD_RETRY_AWAITED",
+    "BACKOFF_TAKES_BASE",
+    "HAS_ASYNC_CLIENT",
+    "HAS_NATIVE_BACKPRESSURE",
+    "OPTION_ATTRIBUTES",
+    "PYMONGO_VERSION",
+    "client_has_native_backpressure",
+    "is_async_client",
+    "should_retry_is_awaited",
+]
+
+
+def _version_tuple() -> tuple[int, ...]:
+    """Return the numeric leading part of ``pymongo.version_tuple`` (e.g. ``(4, 20, 0)``)."""
+    numbers: list[int] = []
+    for part in pymongo.version_tuple:
+        if not isinstance(part, int):
+            break
+        numbers.append(part)
+    return tuple(numbers)
+
+
+PYMONGO_VERSION: tuple[int, ...] = _version_tuple()
+"""The installed pymongo version as a tuple of ints (for messages and reports, not for gating)."""
+
+
+def _import(name: str) -> Optional[Any]:
+    """Import a module by name, or return None when it does not exist."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def _native_retry_policy_classes() -> tuple[Optional[type], Optional[type]]:
+    """Return pymongo's (sync, async) ``_RetryPolicy`` classes, or None where absent."""
+    shared = _import("pymongo.helpers_shared")
+    shared_cls = getattr(shared, "_RetryPolicy", None) if shared is not None else None
+    sync_helpers = _import("pymongo.synchronous.helpers")
+    async_helpers = _import("pymongo.asynchronous.helpers")
+    sync_cls = getattr(sync_helpers, "_RetryPolicy", None) if sync_helpers is not None else None
+    async_cls = getattr(async_helpers, "_RetryPolicy", None) if async_helpers else None
+    sync_cls = sync_cls or shared_cls
+    async_cls = async_cls or shared_cls
+    return (
+        sync_cls if isinstance(sync_cls, type) else None,
+        async_cls if isinstance(async_cls, type) else None,
+    )
+
+
+_SYNC_POLICY, _ASYNC_POLICY = _native_retry_policy_classes()
+
+OPTION_ATTRIBUTES: tuple[str, str] = (
+    "_ClientOptions__max_adaptive_retries",
+    "_ClientOptions__enable_overload_retargeting",
+)
+"""Private attributes behind the two ``ClientOptions`` overload-retry properties."""
+
+
+def _options_support_adaptive_retries() -> bool:
+    """Return True if pymongo knows maxAdaptiveRetries and enableOverloadRetargeting."""
+    from pymongo.client_options import ClientOptions
+
+    validators = getattr(pymongo.common, "URI_OPTIONS_VALIDATOR_MAP", {})
+    return (
+        "maxadaptiveretries" in validators
+        and "enableoverloadretargeting" in validators
+        and isinstance(getattr(ClientOptions, "max_adaptive_retries", None), property)
+        and isinstance(getattr(ClientOptions, "enable_overload_retargeting", None), property)
+    )
+
+
+HAS_NATIVE_BACKPRESSURE: bool = _SYNC_POLICY is not None and _options_support_adaptive_retries()
+"""pymongo has its own overload retry loop (``client._retry_policy``, ``maxAdaptiveRetries``)."""
+
+BACKOFF_TAKES_BASE: bool = _SYNC_POLICY is not None and "base_backoff" in (
+    inspect.signature(_SYNC_POLICY.backoff).parameters
+)
+"""The native loop calls ``backoff(attempt, base_backoff)`` (server baseBackoffMS handed over)."""
+
+ASYNC_SHOULD_RETRY_AWAITED: bool = _ASYNC_POLICY is not None and (
+    inspect.iscoroutinefunction(_ASYNC_POLICY.should_retry)
+)
+"""The async native loop awaits ``should_retry`` (so our replacement must be ``async def``)."""
+
+HAS_ASYNC_CLIENT: bool = _import("pymongo.asynchronous.mongo_client") is not None
+"""pymongo ships ``AsyncMongoClient``."""
+
+
+def is_async_client(client: object) -> bool:
+    """Return True for a pymongo ``AsyncMongoClient`` (not for Motor, whose delegate is sync)."""
+    module = _import("pymongo.asynchronous.mongo_client")
+    cls = getattr(module, "AsyncMongoClient", None) if module is not None else None
+    return isinstance(cls, type) and isinstance(client, cls)
+
+
+def client_has_native_backpressure(client: object) -> bool:
+    """Return True if this client object runs pymongo's native overload retry loop."""
+    options = getattr(client, "options", None)
+    return (
+        HAS_NATIVE_BACKPRESSURE
+        and hasattr(client, "_retry_policy")
+        and hasattr(options, "max_adaptive_retries")
+        and all(hasattr(options, attr) for attr in OPTION_ATTRIBUTES)
+    )
+
+
+def should_retry_is_awaited(native_policy: object) -> bool:
+    """Return True if the loop owning ``native_policy`` awaits its ``should_retry``.
+
+    The convention is taken from the policy object pymongo built for that client: the loop and
+    its own policy always agree.
+    """
+    method = getattr(native_policy, "should_retry", None)
+    return method is not None and inspect.iscoroutinefunction(method)
