@@ -93,12 +93,12 @@ HAS_NATIVE_BACKPRESSURE: bool = _SYNC_POLICY is not None and _options_support_ad
 """pymongo has its own overload retry loop (``client._retry_policy``, ``maxAdaptiveRetries``)."""
 
 BACKOFF_TAKES_BASE: bool = _SYNC_POLICY is not None and "base_backoff" in (
-    inspect.signature(_SYNC_POLICY.backoff).parameters
+    inspect.signature(getattr(_SYNC_POLICY, "backoff")).parameters  # noqa: B009
 )
 """The native loop calls ``backoff(attempt, base_backoff)`` (server baseBackoffMS handed over)."""
 
 ASYNC_SHOULD_RETRY_AWAITED: bool = _ASYNC_POLICY is not None and (
-    inspect.iscoroutinefunction(_ASYNC_POLICY.should_retry)
+    inspect.iscoroutinefunction(getattr(_ASYNC_POLICY, "should_retry", None))
 )
 """The async native loop awaits ``should_retry`` (so our replacement must be ``async def``)."""
 
