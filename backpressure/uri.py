@@ -1,0 +1,217 @@
+"""Our URI and keyword options: backpressure, maxAdaptiveRetries, enableOverloadRetargeting.
+
+Theory of operation: the client classes take these options out of the URI and the keyword
+arguments before pymongo sees them, so pymongo < 4.17 never meets an option it does not know and
+pymongo >= 4.17 gets its own two options only in the form the adapter chooses.  As in pymongo, an
+invalid value in a URI is reported with a ``UserWarning`` and ignored (``warn=False`` raises
+instead), while an invalid keyword argument raises :class:`~backpressure.policy.InvalidPolicyError`
+naming the option and the allowed values.  ``maxAdaptiveRetries`` overrides ``Policy.max_retries``
+and ``enableOverloadRetargeting`` overrides ``Policy.retarget``.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Mapping
+from typing import Any, Optional, Union
+from urllib.parse import unquote_plus
+
+from backpressure.policy import InvalidPolicyError, Policy, resolve_policy
+
+__all__ = [
+    "BACKPRESSURE",
+    "ENABLE_OVERLOAD_RETARGETING",
+    "MAX_ADAPTIVE_RETRIES",
+    "MAX_ADAPTIVE_RETRIES_LIMIT",
+    "OPTION_NAMES",
+    "apply_overrides",
+    "parse_backpressure_options",
+    "split_backpressure_kwargs",
+    "validate_option",
+]
+
+BACKPRESSURE = "backpressure"
+"""Switch: ``true``/``false`` or a preset name (``draft``, ``current``); a ``Policy`` as kwarg."""
+
+MAX_ADAPTIVE_RETRIES = "maxAdaptiveRetries"
+"""Overload retries after the first attempt; overrides ``Policy.max_retries``."""
+
+ENABLE_OVERLOAD_RETARGETING = "enableOverloadRetargeting"
+"""Deprioritize the overloaded server on retry; overrides ``Policy.retarget``."""
+
+OPTION_NAMES: tuple[str, str, str] = (
+    BACKPRESSURE,
+    MAX_ADAPTIVE_RETRIES,
+    ENABLE_OVERLOAD_RETARGETING,
+)
+"""Canonical names of the options this module owns."""
+
+MAX_ADAPTIVE_RETRIES_LIMIT = 100
+"""Largest accepted ``maxAdaptiveRetries`` (the largest ``Policy.max_retries``)."""
+
+# Lower-cased spellings accepted for each option (pymongo also accepts snake_case keywords).
+_SPELLINGS: Mapping[str, str] = {
+    "backpressure": BACKPRESSURE,
+    "maxadaptiveretries": MAX_ADAPTIVE_RETRIES,
+    "max_adaptive_retries": MAX_ADAPTIVE_RETRIES,
+    "enableoverloadretargeting": ENABLE_OVERLOAD_RETARGETING,
+    "enable_overload_retargeting": ENABLE_OVERLOAD_RETARGETING,
+}
+_URI_BOOLEANS = {"true": True, "false": False}
+
+
+def _canonical(key: str) -> Optional[str]:
+    """Return the canonical name of one of our options, or None for any other key."""
+    return _SPELLINGS.get(key.lower())
+
+
+def _validate_max_adaptive_retries(value: object, *, from_uri: bool) -> int:
+    """Return ``value`` as an int in 0..100 or raise InvalidPolicyError."""
+    allowed = f"an integer from 0 to {MAX_ADAPTIVE_RETRIES_LIMIT}"
+    number: Optional[int] = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str):
+        try:
+            number = int(value.strip())
+        except ValueError:
+            number = None
+    if number is None or not 0 <= number <= MAX_ADAPTIVE_RETRIES_LIMIT:
+        where = "URI option" if from_uri else "option"
+        raise InvalidPolicyError(
+            f"The value of {where} {MAX_ADAPTIVE_RETRIES} must be {allowed}, got {value!r}"
+        )
+    return number
+
+
+def _validate_retargeting(value: object, *, from_uri: bool) -> bool:
+    """Return ``value`` as a bool (``'true'``/``'false'`` accepted) or raise InvalidPolicyError."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value in _URI_BOOLEANS:
+        return _URI_BOOLEANS[value]
+    where = "URI option" if from_uri else "option"
+    raise InvalidPolicyError(
+        f"The value of {where} {ENABLE_OVERLOAD_RETARGETING} must be 'true' or 'false'"
+        f"{'' if from_uri else ' (or a bool)'}, got {value!r}"
+    )
+
+
+def _validate_switch(value: object, *, from_uri: bool) -> Union[bool, Policy]:
+    """Return the ``backpressure`` value as a bool or a Policy, or raise InvalidPolicyError."""
+    if from_uri and isinstance(value, str) and value.strip().lower() in _URI_BOOLEANS:
+        return _URI_BOOLEANS[value.strip().lower()]
+    if isinstance(value, (str, bool, Policy)) or value is None:
+        try:
+            policy = resolve_policy(value)
+        except InvalidPolicyError:
+            policy = None
+        else:
+            return False if policy is None else policy
+    allowed = (
+        "'true', 'false', 'draft' or 'current'"
+        if from_uri
+        else "a bool, a Policy, 'draft' or 'current'"
+    )
+    where = "URI option" if from_uri else "option"
+    raise InvalidPolicyError(
+        f"The value of {where} {BACKPRESSURE} must be {allowed}, got {value!r}"
+    )
+
+
+def validate_option(name: str, value: object, *, from_uri: bool = False) -> Any:
+    """Validate one of our options and return its normalized value.
+
+    Args:
+        name: any accepted spelling (``maxAdaptiveRetries``, ``max_adaptive_retries``, ...).
+        value: the raw value (a string when it comes from a URI).
+        from_uri: the value comes from a connection string (wording of the error).
+
+    Raises:
+        InvalidPolicyError: the value is invalid; the message names the option and what is
+            allowed.
+        KeyError: ``name`` is not one of our options.
+    """
+    canonical = _canonical(name)
+    if canonical == MAX_ADAPTIVE_RETRIES:
+        return _validate_max_adaptive_retries(value, from_uri=from_uri)
+    if canonical == ENABLE_OVERLOAD_RETARGETING:
+        return _validate_retargeting(value, from_uri=from_uri)
+    if canonical == BACKPRESSURE:
+        return _validate_switch(value, from_uri=from_uri)
+    raise KeyError(name)
+
+
+def parse_backpressure_options(uri: str, *, warn: bool = True) -> tuple[str, dict[str, Any]]:
+    """Take our options out of a connection string.
+
+    Returns the URI without them and a dict of their validated values keyed by canonical name
+    (``backpressure`` -> bool or Policy, ``maxAdaptiveRetries`` -> int,
+    ``enableOverloadRetargeting`` -> bool).  Other options are left untouched, in order.
+
+    Args:
+        uri: a ``mongodb://`` or ``mongodb+srv://`` connection string.
+        warn: report invalid values with a ``UserWarning`` and ignore them (pymongo's
+            behaviour for URI options); when False, raise instead.
+
+    Raises:
+        InvalidPolicyError: an option value is invalid and ``warn`` is False.
+    """
+    head, sep, query = uri.partition("?")
+    if not sep or not query:
+        return uri, {}
+    delimiter = ";" if ";" in query and "&" not in query else "&"
+    kept: list[str] = []
+    found: dict[str, Any] = {}
+    seen: set[str] = set()
+    for item in re.split("[&;]", query):
+        key, _, raw = item.partition("=")
+        canonical = _canonical(key)
+        if canonical is None:
+            kept.append(item)
+            continue
+        if canonical in seen and warn:
+            warnings.warn(f"Duplicate URI option '{key}'.", UserWarning, stacklevel=2)
+        seen.add(canonical)
+        try:
+            found[canonical] = validate_option(canonical, unquote_plus(raw), from_uri=True)
+        except InvalidPolicyError as exc:
+            if not warn:
+                raise
+            found.pop(canonical, None)
+            warnings.warn(str(exc), UserWarning, stacklevel=2)
+    if not seen:
+        return uri, {}
+    remaining = delimiter.join(kept)
+    return (head + "?" + remaining if remaining else head), found
+
+
+def split_backpressure_kwargs(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split keyword arguments into (pymongo's, ours validated by canonical name).
+
+    Raises:
+        InvalidPolicyError: one of our options has an invalid value, or is given twice under
+            different spellings.
+    """
+    rest: dict[str, Any] = {}
+    ours: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        canonical = _canonical(key)
+        if canonical is None:
+            rest[key] = value
+            continue
+        if canonical in ours:
+            raise InvalidPolicyError(f"option {canonical} given more than once")
+        ours[canonical] = validate_option(canonical, value)
+    return rest, ours
+
+
+def apply_overrides(policy: Policy, options: Mapping[str, Any]) -> Policy:
+    """Return ``policy`` with ``maxAdaptiveRetries``/``enableOverloadRetargeting`` applied."""
+    changes: dict[str, Any] = {}
+    if MAX_ADAPTIVE_RETRIES in options:
+        changes["max_retries"] = int(options[MAX_ADAPTIVE_RETRIES])
+    if ENABLE_OVERLOAD_RETARGETING in options:
+        changes["retarget"] = bool(options[ENABLE_OVERLOAD_RETARGETING])
+    return policy.replace(**changes) if changes else policy
