@@ -1,0 +1,197 @@
+"""The embedded server's data and command engine.
+
+The transport (``server.py``) answers handshake, diagnostics and fail-point commands itself and
+hands every other command to ``Engine.execute``. The engine keeps one shared data store (mongomock)
+for all members of a topology, the open cursors, the logical sessions with their retryable-write
+records, and the transactions with their private workspaces. Command families live in
+``engine_crud``, ``engine_cursors``, ``engine_ddl`` and ``engine_bulk``; sessions and
+transactions in ``engine_sessions``.
+
+Call an ``Engine`` from one thread only (the server's event-loop thread): mongomock is not
+thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from backpressure.testing import (
+    engine_bulk,
+    engine_crud,
+    engine_cursors,
+    engine_ddl,
+    engine_sessions,
+)
+from backpressure.testing.engine_base import (
+    CODE_NAMES,
+    CommandContext,
+    CommandError,
+    Handler,
+    Request,
+)
+from backpressure.testing.engine_cursors import CursorRegistry
+from backpressure.testing.engine_sessions import (
+    TRANSIENT,
+    SessionRegistry,
+    Transaction,
+    is_transaction_command,
+    session_key,
+)
+from backpressure.testing.engine_store import DataStore
+
+__all__ = ["CODE_NAMES", "CommandContext", "CommandError", "Engine"]
+
+_RETRYABLE_WRITES = frozenset({"insert", "update", "delete", "findAndModify", "bulkWrite"})
+
+_ALLOWED_IN_TRANSACTION = frozenset(
+    {
+        "find",
+        "getMore",
+        "killCursors",
+        "aggregate",
+        "distinct",
+        "insert",
+        "update",
+        "delete",
+        "findAndModify",
+        "bulkWrite",
+        "create",
+        "createIndexes",
+        "commitTransaction",
+        "abortTransaction",
+    }
+)
+
+_ALIASES = {"findandmodify": "findAndModify", "collstats": "collStats", "dbstats": "dbStats"}
+
+
+class Engine:
+    """Shared data store and command semantics for all members of one topology.
+
+    Call only from the event-loop thread.
+    """
+
+    WRITE_COMMANDS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "insert",
+            "update",
+            "delete",
+            "findAndModify",
+            "create",
+            "drop",
+            "createIndexes",
+            "dropIndexes",
+            "dropDatabase",
+            "renameCollection",
+            "bulkWrite",
+            "commitTransaction",
+            "abortTransaction",
+        }
+    )
+    """Commands a secondary must reject (aggregate with ``$out``/``$merge``: see ``is_write``)."""
+
+    HANDLERS: ClassVar[Mapping[str, Handler]] = {
+        **engine_crud.HANDLERS,
+        **engine_cursors.HANDLERS,
+        **engine_ddl.HANDLERS,
+        **engine_bulk.HANDLERS,
+        **engine_sessions.HANDLERS,
+    }
+    """Command name to implementation."""
+
+    def __init__(self) -> None:
+        """Create an engine with no data, cursors or sessions."""
+        self.store = DataStore()
+        self.cursors = CursorRegistry()
+        self.sessions = SessionRegistry()
+
+    def reset(self) -> None:
+        """Drop all data, cursors, sessions and transactions."""
+        self.store = DataStore()
+        self.cursors.clear()
+        self.sessions.clear()
+
+    @classmethod
+    def command_name(cls, body: Mapping[str, Any]) -> str:
+        """Return the canonical command name of a body (its first key, aliases resolved)."""
+        name = next(iter(body), "")
+        return _ALIASES.get(name, name)
+
+    @classmethod
+    def is_write(cls, name: str, body: Mapping[str, Any]) -> bool:
+        """Return True if the command writes (a secondary must reject it)."""
+        name = _ALIASES.get(name, name)
+        if name in cls.WRITE_COMMANDS:
+            return True
+        if name == "aggregate":
+            pipeline = body.get("pipeline")
+            if isinstance(pipeline, list) and pipeline and isinstance(pipeline[-1], Mapping):
+                return next(iter(pipeline[-1]), "") in ("$out", "$merge")
+        return False
+
+    def in_transaction(self, body: dict[str, Any]) -> bool:
+        """True if this command belongs to a running (or starting) multi-document transaction."""
+        if not is_transaction_command(body):
+            return False
+        if body.get("startTransaction") is True:
+            return True
+        txn = self.sessions.find(body)
+        return txn is not None and txn.state in ("in_progress", "committed")
+
+    def txn_stats(self) -> list[dict[str, Any]]:
+        """Per (lsid id, txnNumber): ``{lsid, txnNumber, attempts, applied}``."""
+        return self.sessions.stats()
+
+    def execute(self, db: str, body: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        """Run one command and return its reply (``ok: 1``); failures raise ``CommandError``."""
+        name = self.command_name(body)
+        handler = self.HANDLERS.get(name)
+        if handler is None:
+            raise CommandError(59, f"no such command: '{name}'", "CommandNotFound")
+        req = Request(name, db, body, ctx, self.store, self.cursors, self.sessions)
+        if is_transaction_command(body):
+            return self._in_transaction(req, handler)
+        self.sessions.note(body)
+        if name in ("commitTransaction", "abortTransaction"):
+            if "txnNumber" in body:
+                raise CommandError(251, f"{name} requires autocommit: false", labels=(TRANSIENT,))
+            raise CommandError(72, f"{name} must be run within a transaction")
+        if name in _RETRYABLE_WRITES and body.get("txnNumber") is not None:
+            if session_key(body.get("lsid")) is None:
+                raise CommandError(72, "Transaction number requires a session ID")
+            return self.sessions.retryable_write(body, lambda: handler(req))
+        return handler(req)
+
+    def _in_transaction(self, req: Request, handler: Handler) -> dict[str, Any]:
+        if req.name not in _ALLOWED_IN_TRANSACTION:
+            raise CommandError(263, f"Cannot run '{req.name}' in a multi-document transaction.")
+        if req.body.get("startTransaction") is True and req.name in (
+            "commitTransaction",
+            "abortTransaction",
+        ):
+            raise CommandError(
+                251, "Cannot start a transaction with commit or abort", labels=(TRANSIENT,)
+            )
+        txn = self.sessions.enter(req.body, req.name, self.store)
+        if req.name == "commitTransaction":
+            self.sessions.commit(txn, req.body["lsid"], self.store)
+            return {"ok": 1.0}
+        if req.name == "abortTransaction":
+            self.sessions.abort(txn)
+            return {"ok": 1.0}
+        req.store = txn.workspace
+        req.txn = txn
+        try:
+            reply = handler(req)
+        except CommandError:
+            self._abort_quietly(txn)
+            raise
+        if reply.get("writeErrors"):
+            self._abort_quietly(txn)
+        return reply
+
+    @staticmethod
+    def _abort_quietly(txn: Transaction) -> None:
+        if txn.state == "in_progress":
+            txn.state = "aborted"

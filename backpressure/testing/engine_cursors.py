@@ -1,0 +1,331 @@
+"""Read commands that return cursors: find, aggregate, getMore, killCursors.
+
+Results are computed eagerly (test collections are small) and kept in a ``ServerCursor`` that
+hands them out batch by batch. Change-stream cursors never return events but carry a
+``postBatchResumeToken`` in every batch, which is all drivers need to open and close them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from bson.int64 import Int64
+
+from backpressure.testing.engine_base import (
+    CommandError,
+    Handler,
+    Request,
+    collection_name,
+    opt_bool,
+    opt_document,
+    opt_int,
+)
+from backpressure.testing.engine_store import DataStore, guard
+
+__all__ = ["HANDLERS", "CursorRegistry", "ServerCursor", "cursor_reply", "run_find"]
+
+DEFAULT_FIRST_BATCH = 101
+"""mongod's default size of a first batch."""
+
+
+@dataclass
+class ServerCursor:
+    """An open cursor: its namespace and the documents not yet returned."""
+
+    cursor_id: int
+    """The id the client uses in getMore / killCursors."""
+    ns: str
+    """The namespace ``db.collection`` the cursor belongs to."""
+    docs: list[dict[str, Any]]
+    """Documents not yet returned."""
+    change_stream: bool = False
+    """True for a change stream (never exhausted, carries a resume token)."""
+    lsid_key: Any = None
+    """The id of the session that opened the cursor, if any."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Additional fields of the ``cursor`` sub-document."""
+
+    def next_batch(self, size: Optional[int]) -> list[dict[str, Any]]:
+        """Remove and return up to ``size`` documents (all remaining when ``size`` is falsy)."""
+        take = len(self.docs) if not size else min(size, len(self.docs))
+        batch, self.docs = self.docs[:take], self.docs[take:]
+        return batch
+
+    @property
+    def exhausted(self) -> bool:
+        """True when nothing is left to return."""
+        if self.change_stream:
+            return False
+        return not self.docs
+
+
+class CursorRegistry:
+    """The open cursors of one engine."""
+
+    def __init__(self) -> None:
+        """Start with no cursors."""
+        self._cursors: dict[int, ServerCursor] = {}
+        self._ids = itertools.count(1_000_001)
+        self._resume = itertools.count(1)
+
+    def __len__(self) -> int:
+        """Return the number of open cursors."""
+        return len(self._cursors)
+
+    def open(
+        self,
+        ns: str,
+        docs: list[dict[str, Any]],
+        first_batch_size: Optional[int],
+        *,
+        single_batch: bool = False,
+        change_stream: bool = False,
+        lsid_key: Any = None,
+    ) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
+        """Register a result set and return (cursor id or 0, first batch, extra cursor fields)."""
+        cursor = ServerCursor(
+            next(self._ids), ns, docs, change_stream=change_stream, lsid_key=lsid_key
+        )
+        size = DEFAULT_FIRST_BATCH if first_batch_size is None else first_batch_size
+        batch = [] if size == 0 and not single_batch else cursor.next_batch(size)
+        if change_stream:
+            cursor.extra["postBatchResumeToken"] = self.resume_token()
+        if single_batch or cursor.exhausted:
+            return 0, batch, cursor.extra
+        self._cursors[cursor.cursor_id] = cursor
+        return cursor.cursor_id, batch, cursor.extra
+
+    def get(self, cursor_id: int) -> Optional[ServerCursor]:
+        """Return an open cursor by id."""
+        return self._cursors.get(cursor_id)
+
+    def close(self, cursor_id: int) -> bool:
+        """Forget a cursor; return True if it was open."""
+        return self._cursors.pop(cursor_id, None) is not None
+
+    def close_for_sessions(self, keys: set[Any]) -> None:
+        """Close the cursors opened by the given sessions (or every cursor if ``keys`` is empty)."""
+        for cursor_id, cursor in list(self._cursors.items()):
+            if not keys or cursor.lsid_key in keys:
+                del self._cursors[cursor_id]
+
+    def close_namespace(self, ns: str) -> None:
+        """Close the cursors of one namespace (after a drop or rename)."""
+        for cursor_id, cursor in list(self._cursors.items()):
+            if cursor.ns == ns:
+                del self._cursors[cursor_id]
+
+    def clear(self) -> None:
+        """Close every cursor."""
+        self._cursors.clear()
+
+    def resume_token(self) -> dict[str, Any]:
+        """Return a fresh, increasing change-stream resume token."""
+        return {"_data": f"82{next(self._resume):030X}"}
+
+
+def cursor_reply(
+    cursor_id: int, ns: str, batch: list[dict[str, Any]], key: str, extra: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Build ``{cursor: {id, ns, firstBatch|nextBatch, ...}, ok: 1}``."""
+    cursor: dict[str, Any] = {key: batch, "id": Int64(cursor_id), "ns": ns}
+    cursor.update(extra)
+    return {"cursor": cursor, "ok": 1.0}
+
+
+def _session_key(req: Request) -> Any:
+    lsid = req.body.get("lsid")
+    return lsid.get("id") if isinstance(lsid, Mapping) else None
+
+
+def _sort_spec(value: Any) -> Optional[list[tuple[str, int]]]:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise CommandError(14, "Expected field sort to be of type object")
+    spec: list[tuple[str, int]] = []
+    for key, direction in value.items():
+        if isinstance(direction, Mapping):  # {$meta: ...}: ignored, mongomock cannot sort on it
+            continue
+        if direction not in (1, -1):
+            raise CommandError(15974, f"Illegal key in $sort specification: {key}: {direction}")
+        spec.append((key, int(direction)))
+    return spec or None
+
+
+def run_find(
+    store: DataStore, db: str, coll: str, body: Mapping[str, Any], filter_field: str = "filter"
+) -> list[dict[str, Any]]:
+    """Run a find-shaped query (filter, sort, projection, skip, limit) through mongomock."""
+    query = opt_document(body, filter_field) or {}
+    projection = opt_document(body, "projection")
+    sort = _sort_spec(body.get("sort"))
+    skip = opt_int(body, "skip", 0) or 0
+    limit = abs(opt_int(body, "limit", 0) or 0)
+    if skip < 0:
+        raise CommandError(51024, "BSON field 'skip' value must be >= 0, actual value " + str(skip))
+    if not store.exists(db, coll):
+        return []
+    collection = store.collection(db, coll)
+    docs: list[dict[str, Any]] = guard(
+        lambda: list(
+            collection.find(query, projection=projection, sort=sort, skip=skip, limit=limit)
+        )
+    )
+    return docs
+
+
+def _find(req: Request) -> dict[str, Any]:
+    coll = collection_name(req)
+    batch_size = opt_int(req.body, "batchSize")
+    if batch_size is not None and batch_size < 0:
+        raise CommandError(51024, "BSON field 'batchSize' value must be >= 0")
+    limit = opt_int(req.body, "limit", 0) or 0
+    single = opt_bool(req.body, "singleBatch") or limit < 0
+    docs = run_find(req.store, req.db, coll, req.body)
+    ns = f"{req.db}.{coll}"
+    if limit and batch_size:
+        batch_size = min(batch_size, abs(limit))
+    cursor_id, batch, extra = req.cursors.open(
+        ns, docs, batch_size, single_batch=single, lsid_key=_session_key(req)
+    )
+    return cursor_reply(cursor_id, ns, batch, "firstBatch", extra)
+
+
+def _get_more(req: Request) -> dict[str, Any]:
+    cursor_id = req.body.get("getMore")
+    if isinstance(cursor_id, bool) or not isinstance(cursor_id, int):
+        raise CommandError(14, "Field 'getMore' must be of type long in: getMore")
+    coll = collection_name(req, "collection")
+    batch_size = opt_int(req.body, "batchSize")
+    cursor = req.cursors.get(int(cursor_id))
+    if cursor is None:
+        raise CommandError(43, f"cursor id {cursor_id} not found")
+    ns = f"{req.db}.{coll}"
+    if cursor.ns != ns:
+        raise CommandError(
+            13,
+            f"Requested getMore on namespace '{ns}', but cursor belongs to a different "
+            f"namespace {cursor.ns}",
+        )
+    batch = cursor.next_batch(batch_size)
+    if cursor.change_stream:
+        cursor.extra["postBatchResumeToken"] = req.cursors.resume_token()
+    returned_id = cursor.cursor_id
+    if cursor.exhausted:
+        req.cursors.close(cursor.cursor_id)
+        returned_id = 0
+    return cursor_reply(returned_id, ns, batch, "nextBatch", cursor.extra)
+
+
+def _kill_cursors(req: Request) -> dict[str, Any]:
+    collection_name(req)
+    ids = req.body.get("cursors")
+    if not isinstance(ids, list):
+        raise CommandError(14, "Field 'cursors' must be of type array in: killCursors")
+    killed: list[Any] = []
+    not_found: list[Any] = []
+    for cursor_id in ids:
+        (killed if req.cursors.close(int(cursor_id)) else not_found).append(cursor_id)
+    return {
+        "cursorsKilled": killed,
+        "cursorsNotFound": not_found,
+        "cursorsAlive": [],
+        "cursorsUnknown": [],
+        "ok": 1.0,
+    }
+
+
+def _aggregate(req: Request) -> dict[str, Any]:
+    pipeline = req.body.get("pipeline")
+    if not isinstance(pipeline, list) or not all(isinstance(s, Mapping) for s in pipeline):
+        raise CommandError(14, "'pipeline' option must be specified as an array")
+    cursor_opts = opt_document(req.body, "cursor")
+    if cursor_opts is None and not opt_bool(req.body, "explain"):
+        raise CommandError(9, "The 'cursor' option is required, except for aggregate with explain")
+    batch_size = opt_int(cursor_opts or {}, "batchSize")
+    target = req.body.get("aggregate")
+    first = next(iter(pipeline[0]), "") if pipeline else ""
+    if first == "$changeStream":
+        coll = "$cmd.aggregate" if target == 1 else collection_name(req)
+        ns = f"{req.db}.{coll}"
+        cursor_id, batch, extra = req.cursors.open(
+            ns, [], batch_size, change_stream=True, lsid_key=_session_key(req)
+        )
+        return cursor_reply(cursor_id, ns, batch, "firstBatch", extra)
+    if target == 1:
+        docs = _database_aggregate(req, pipeline)
+        ns = f"{req.db}.$cmd.aggregate"
+    else:
+        coll = collection_name(req)
+        ns = f"{req.db}.{coll}"
+        docs = _collection_aggregate(req, coll, pipeline)
+    if pipeline and next(iter(pipeline[-1]), "") in ("$out", "$merge"):
+        docs = []
+    cursor_id, batch, extra = req.cursors.open(ns, docs, batch_size, lsid_key=_session_key(req))
+    return cursor_reply(cursor_id, ns, batch, "firstBatch", extra)
+
+
+def _collection_aggregate(req: Request, coll: str, pipeline: list[Any]) -> list[dict[str, Any]]:
+    last = next(iter(pipeline[-1]), "") if pipeline else ""
+    if last == "$merge":
+        raise CommandError(238, "$merge is not supported by the embedded server")
+    if last == "$out":
+        out = pipeline[-1]["$out"]
+        if isinstance(out, Mapping):
+            if out.get("db", req.db) != req.db:
+                raise CommandError(238, "$out to another database is not supported")
+            pipeline = [*pipeline[:-1], {"$out": out.get("coll")}]
+        elif not isinstance(out, str):
+            raise CommandError(14, "$out must be a string or a document")
+        if req.txn is not None:
+            raise CommandError(263, "$out cannot be used in a transaction")
+    if not req.store.exists(req.db, coll) and last != "$out":
+        return []
+    return list(guard(lambda: req.store.aggregate(req.db, coll, pipeline)))
+
+
+def _database_aggregate(req: Request, pipeline: list[Any]) -> list[dict[str, Any]]:
+    first = next(iter(pipeline[0]), "") if pipeline else ""
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    if first == "$listLocalSessions":
+        docs = [{"_id": dict(lsid), "lastUse": now} for lsid in req.sessions.known_lsids()]
+    elif first == "$currentOp":
+        docs = [
+            {
+                "type": "op",
+                "active": True,
+                "op": "command",
+                "ns": f"{req.db}.$cmd.aggregate",
+                "command": {k: v for k, v in req.body.items() if k != "lsid"},
+                "connectionId": req.ctx.connection_id,
+                "appName": req.ctx.app_name or "",
+                "currentOpTime": now.isoformat(),
+            }
+        ]
+    elif first == "$documents":
+        docs = list(pipeline[0]["$documents"])
+    else:
+        raise CommandError(
+            238, f"database-level aggregate stage {first or '(none)'} is not supported"
+        )
+    rest = pipeline[1:]
+    if not rest or not docs:
+        return docs
+    scratch = DataStore()
+    scratch.collection("scratch", "docs").insert_many(docs)
+    result: list[dict[str, Any]] = guard(lambda: scratch.aggregate("scratch", "docs", rest))
+    return result
+
+
+HANDLERS: dict[str, Handler] = {
+    "find": _find,
+    "getMore": _get_more,
+    "killCursors": _kill_cursors,
+    "aggregate": _aggregate,
+}
+"""Command name to handler."""
