@@ -1,0 +1,96 @@
+"""The mutable state of one embedded member and of each of its client connections (no I/O)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+from backpressure.testing.failpoints import FailCommand
+from backpressure.testing.parameters import ServerParameters
+from backpressure.testing.ratelimit import AdmissionLimiter
+from backpressure.testing.stats import ConnectionRecord, MemberStats
+from backpressure.testing.topology import Member, Topology
+
+if TYPE_CHECKING:
+    from backpressure.testing.engine import Engine
+
+__all__ = ["CONTROL_APP_NAME", "ConnectionState", "MemberState"]
+
+CONTROL_APP_NAME = "backpressure-embedded-control"
+"""appName of the control connections of ``EmbeddedServer``: exempt from fail points, limiters
+and statistics so that helpers keep working whatever a test injected."""
+
+
+@dataclass
+class ConnectionState:
+    """What the server knows about one client connection."""
+
+    record: ConnectionRecord
+    """The statistics record (also holds the handshake)."""
+    compression: list[str] = field(default_factory=list)
+    """Compressors negotiated in the handshake."""
+    control: bool = False
+    """True for an ``EmbeddedServer`` control connection."""
+
+    @property
+    def connection_id(self) -> int:
+        """The server-side connection id."""
+        return self.record.connection_id
+
+    @property
+    def app_name(self) -> Optional[str]:
+        """The handshake's appName."""
+        return self.record.app_name
+
+
+class MemberState:
+    """Parameters, fail point, limiters and statistics of one member."""
+
+    def __init__(
+        self,
+        member: Member,
+        topology: Topology,
+        engine: Engine,
+        start_parameters: Mapping[str, Any],
+    ) -> None:
+        """Build the member's state from its start-up parameters."""
+        self.member = member
+        self.topology = topology
+        self.engine = engine
+        self.start_parameters = dict(start_parameters)
+        self.parameters = ServerParameters(start_parameters)
+        self.fail_command = FailCommand()
+        self.request_limiter = AdmissionLimiter(self.parameters.request_limiter())
+        self.connection_limiter = AdmissionLimiter(self.parameters.connection_limiter())
+        self.stats = MemberStats()
+        self.started = time.monotonic()
+        self.requests = 0
+        """Requests handled since start (control connections included)."""
+        self.cpu_seconds = 0.0
+        """Thread CPU time spent handling requests since start."""
+        self.total_connections = 0
+        """Connections accepted since start."""
+
+    def apply_parameters(self) -> None:
+        """Push the current parameter values into the limiters."""
+        self.request_limiter.apply(self.parameters.request_limiter())
+        self.connection_limiter.apply(self.parameters.connection_limiter())
+
+    def reset(self) -> None:
+        """Fail point off, parameters and limiters back to start-up settings, counters zeroed."""
+        self.fail_command.disable()
+        self.parameters = ServerParameters(self.start_parameters)
+        self.request_limiter.apply(self.parameters.request_limiter())
+        self.connection_limiter.apply(self.parameters.connection_limiter())
+        self.request_limiter.bucket.refill_to_capacity()
+        self.connection_limiter.bucket.refill_to_capacity()
+        self.request_limiter.reset_counters()
+        self.connection_limiter.reset_counters()
+        self.stats.reset()
+
+    def close(self) -> None:
+        """Release every limiter waiter."""
+        self.request_limiter.close()
+        self.connection_limiter.close()

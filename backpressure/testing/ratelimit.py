@@ -1,0 +1,212 @@
+"""Token buckets for the embedded server's ingress limiters, with an optional FIFO wait queue.
+
+Theory of operation: a :class:`TokenBucket` refills at ``rate`` tokens per second up to
+``capacity = rate * burst_seconds`` (at least one token) and starts full. An
+:class:`AdmissionLimiter` wraps one bucket with mongod's admission rules: disabled admits
+everything; otherwise a request takes a token, or waits in a FIFO queue of at most
+``max_queue_depth`` entries (0 = reject at once), or is rejected. The waiting is the only
+asyncio part: one pump task hands out tokens to waiters in arrival order. Time comes from an
+injected clock so the buckets can be tested as timelines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from typing import Any, Callable
+
+__all__ = ["AdmissionLimiter", "LimiterSettings", "TokenBucket"]
+
+Clock = Callable[[], float]
+
+UNLIMITED_RATE = 2**31 - 1
+"""mongod's default admission rate (INT32_MAX)."""
+
+
+class TokenBucket:
+    """A refilling token bucket; the caller owns all synchronisation (one event loop)."""
+
+    def __init__(self, rate: float, burst_seconds: float, *, clock: Clock = time.monotonic) -> None:
+        """Create a full bucket holding ``rate * burst_seconds`` tokens (at least one)."""
+        self._clock = clock
+        self.rate = float(rate)
+        self.capacity = _capacity(rate, burst_seconds)
+        self._tokens = self.capacity
+        self._stamp = clock()
+
+    def reconfigure(self, rate: float, burst_seconds: float) -> None:
+        """Change rate and capacity, keeping the tokens already earned (clipped to capacity)."""
+        self._refill()
+        self.rate = float(rate)
+        self.capacity = _capacity(rate, burst_seconds)
+        self._tokens = min(self._tokens, self.capacity)
+
+    def refill_to_capacity(self) -> None:
+        """Fill the bucket completely (used when a limiter is switched on)."""
+        self._tokens = self.capacity
+        self._stamp = self._clock()
+
+    @property
+    def tokens(self) -> float:
+        """Tokens available now."""
+        self._refill()
+        return self._tokens
+
+    def try_acquire(self) -> bool:
+        """Take one token if available."""
+        self._refill()
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+    def seconds_until_token(self) -> float:
+        """How long until one token is available (0 when one is)."""
+        self._refill()
+        if self._tokens >= 1.0:
+            return 0.0
+        return (1.0 - self._tokens) / self.rate
+
+    def _refill(self) -> None:
+        now = self._clock()
+        elapsed = max(0.0, now - self._stamp)
+        self._stamp = now
+        if self._tokens < self.capacity:
+            self._tokens = min(self.capacity, self._tokens + elapsed * self.rate)
+
+
+def _capacity(rate: float, burst_seconds: float) -> float:
+    if rate <= 0 or burst_seconds <= 0:
+        raise ValueError("rate and burst_seconds must be positive")
+    product = rate * burst_seconds
+    return max(1.0, product) if math.isfinite(product) else math.inf
+
+
+class LimiterSettings:
+    """The mutable settings of one limiter (mirrors mongod's server parameters)."""
+
+    def __init__(
+        self,
+        enabled: bool = False,
+        rate: float = UNLIMITED_RATE,
+        burst_seconds: float = math.inf,
+        max_queue_depth: int = 0,
+    ) -> None:
+        """Store the settings; defaults are mongod's (disabled, unlimited)."""
+        self.enabled = enabled
+        self.rate = rate
+        self.burst_seconds = burst_seconds
+        self.max_queue_depth = max_queue_depth
+
+    def copy(self) -> LimiterSettings:
+        """Return an independent copy."""
+        return LimiterSettings(self.enabled, self.rate, self.burst_seconds, self.max_queue_depth)
+
+
+class AdmissionLimiter:
+    """An ingress limiter: token bucket, FIFO queue, mongod's admission counters."""
+
+    def __init__(self, settings: LimiterSettings, *, clock: Clock = time.monotonic) -> None:
+        """Apply ``settings`` (copied) with a full bucket."""
+        self._clock = clock
+        self.settings = settings.copy()
+        self.bucket = TokenBucket(settings.rate, settings.burst_seconds, clock=clock)
+        self._waiters: deque[asyncio.Future[bool]] = deque()
+        self._pump: asyncio.Task[None] | None = None
+        self.attempted = 0
+        """Requests that went through the limiter (admitted, queued or rejected)."""
+        self.successful = 0
+        """Requests admitted, immediately or after waiting."""
+        self.rejected = 0
+        """Requests rejected because the queue was full."""
+        self.exempted = 0
+        """Requests that bypassed the limiter."""
+
+    def apply(self, settings: LimiterSettings) -> None:
+        """Install new settings; switching on refills the bucket, switching off frees waiters."""
+        was_enabled = self.settings.enabled
+        self.settings = settings.copy()
+        self.bucket.reconfigure(settings.rate, settings.burst_seconds)
+        if settings.enabled and not was_enabled:
+            self.bucket.refill_to_capacity()
+        if not settings.enabled:
+            self._release_all()
+
+    @property
+    def queued(self) -> int:
+        """Requests currently waiting for a token."""
+        return sum(1 for w in self._waiters if not w.done())
+
+    def record_exempt(self) -> None:
+        """Count a request that bypassed the limiter."""
+        self.exempted += 1
+
+    def try_admit(self) -> bool | None:
+        """Admit (True), reject (False), or ``None``: the caller must :meth:`wait` in the queue."""
+        if not self.settings.enabled:
+            return True
+        self.attempted += 1
+        if not self._waiters and self.bucket.try_acquire():
+            self.successful += 1
+            return True
+        if self.queued >= self.settings.max_queue_depth:
+            self.rejected += 1
+            return False
+        return None
+
+    async def wait(self) -> None:
+        """Wait in the FIFO queue until a token is handed over (after ``try_admit`` said None)."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.ensure_future(self._run_pump())
+        await future
+        self.successful += 1
+
+    async def admit(self) -> bool:
+        """Admit or reject one request, waiting in the queue when allowed."""
+        decision = self.try_admit()
+        if decision is None:
+            await self.wait()
+            return True
+        return decision
+
+    def reset_counters(self) -> None:
+        """Zero the admission counters."""
+        self.attempted = self.successful = self.rejected = self.exempted = 0
+
+    def close(self) -> None:
+        """Stop the pump task and release every waiter."""
+        self._release_all()
+        if self._pump is not None:
+            self._pump.cancel()
+            self._pump = None
+
+    def status(self) -> dict[str, Any]:
+        """The ``serverStatus`` section for this limiter."""
+        return {
+            "attemptedAdmissions": self.attempted,
+            "successfulAdmissions": self.successful,
+            "rejectedAdmissions": self.rejected,
+            "exemptedAdmissions": self.exempted,
+            "totalAvailableTokens": float(self.bucket.tokens),
+            "queued": self.queued,
+        }
+
+    def _release_all(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(True)
+
+    async def _run_pump(self) -> None:
+        while self._waiters:
+            if self._waiters[0].done():
+                self._waiters.popleft()
+                continue
+            if self.bucket.try_acquire():
+                self._waiters.popleft().set_result(True)
+                continue
+            await asyncio.sleep(max(0.001, self.bucket.seconds_until_token()))

@@ -1,0 +1,110 @@
+"""mongod's error-label rules and the error replies the transport builds itself.
+
+mongod computes labels from the error code and the command's context: ``RetryableWriteError`` for
+retryable codes on retryable writes (``txnNumber`` outside a transaction, or commit/abort),
+``TransientTransactionError`` for transient errors inside a transaction, and the overload labels
+for code 462. A fail point's ``errorLabels`` replaces all of them (an empty list suppresses them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from backpressure.testing.engine_base import CODE_NAMES
+
+__all__ = [
+    "RATE_LIMITED_ERRMSG",
+    "RETRYABLE_CODES",
+    "error_reply",
+    "in_transaction",
+    "is_retryable_write",
+    "mongod_labels",
+    "rate_limited_reply",
+]
+
+RETRYABLE_CODES = frozenset(
+    {6, 7, 89, 91, 134, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 10058}
+)
+"""mongod's ``RetriableError`` category, as the retryable-writes spec lists it."""
+
+_TRANSIENT_CODES = frozenset({24, 112, 267, 13388, 249, 246})
+"""WriteConflict, LockTimeout, PreparedTransactionInProgress, StaleConfig, stale versions."""
+
+_OVERLOAD_CODES = frozenset({462})
+"""Codes mongod labels ``SystemOverloadedError`` + ``RetryableError``."""
+
+_NO_SUCH_TRANSACTION = 251
+_COMMIT_OR_ABORT = frozenset({"commitTransaction", "abortTransaction"})
+
+RATE_LIMITED_ERRMSG = "Rate limiter 'ingressRequestRateLimiter' rate exceeded"
+"""The ``errmsg`` of a request-limiter rejection."""
+
+
+def in_transaction(body: Mapping[str, Any]) -> bool:
+    """True for a command that runs inside a multi-document transaction."""
+    return "txnNumber" in body and body.get("autocommit") is False
+
+
+def is_retryable_write(name: str, body: Mapping[str, Any]) -> bool:
+    """True when mongod would treat the command as a retryable write attempt."""
+    if name in _COMMIT_OR_ABORT:
+        return True
+    return "txnNumber" in body and "autocommit" not in body
+
+
+def mongod_labels(
+    code: int, name: str, body: Mapping[str, Any], *, write_concern_error: bool = False
+) -> list[str]:
+    """The labels mongod computes for ``code`` raised by command ``name`` with ``body``."""
+    labels: list[str] = []
+    commit_or_abort = name in _COMMIT_OR_ABORT
+    if in_transaction(body) and not commit_or_abort:
+        if code in RETRYABLE_CODES or code in _TRANSIENT_CODES or code == _NO_SUCH_TRANSACTION:
+            labels.append("TransientTransactionError")
+    elif commit_or_abort:
+        if code == _NO_SUCH_TRANSACTION and not write_concern_error:
+            labels.append("TransientTransactionError")
+        if code in RETRYABLE_CODES:
+            labels.append("RetryableWriteError")
+    elif is_retryable_write(name, body) and code in RETRYABLE_CODES:
+        labels.append("RetryableWriteError")
+    if code in _OVERLOAD_CODES:
+        labels += ["SystemOverloadedError", "RetryableError"]
+    return labels
+
+
+def error_reply(
+    code: int,
+    errmsg: str,
+    *,
+    name: str,
+    body: Mapping[str, Any],
+    labels: Optional[list[str] | tuple[str, ...]] = None,
+    code_name: Optional[str] = None,
+) -> dict[str, Any]:
+    """An ``ok: 0`` reply; ``labels=None`` computes mongod's labels."""
+    reply: dict[str, Any] = {
+        "ok": 0.0,
+        "errmsg": errmsg,
+        "code": code,
+        "codeName": code_name or CODE_NAMES.get(code, "UnknownError"),
+    }
+    final = mongod_labels(code, name, body) if labels is None else list(labels)
+    if final:
+        reply["errorLabels"] = final
+    return reply
+
+
+def rate_limited_reply(allow_retries: bool) -> dict[str, Any]:
+    """The request limiter's rejection (``RetryableError`` only when retries are allowed)."""
+    labels = (
+        ["SystemOverloadedError", "RetryableError"] if allow_retries else ["SystemOverloadedError"]
+    )
+    return {
+        "ok": 0.0,
+        "errmsg": RATE_LIMITED_ERRMSG,
+        "code": 462,
+        "codeName": "IngressRequestRateLimitExceeded",
+        "errorLabels": labels,
+    }

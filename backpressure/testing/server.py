@@ -1,0 +1,467 @@
+"""The embedded server's asyncio transport (accept, frame, admit, fail, dispatch, reply) and CLI.
+
+Theory of operation: a :class:`Deployment` binds one listening socket per member on one event
+loop; all members share one engine. Each connection is one coroutine that handles its requests
+in order, so a blocked command (``blockConnection``, a queued admission) sleeps without stalling
+other connections. A request goes through these steps:
+
+1. framing (``wire.py``); a malformed or oversized message closes only that connection;
+2. the first hello records the handshake (appName, compressors) for statistics and fail points;
+3. the ingress request limiter (hellos and control commands are exempt, see ``commands.py``);
+4. the ``failCommand`` fail point: block, then close, then error (``failpoints.py``);
+5. server-level commands (``commands.py``), else role checks and ``Engine.execute``;
+6. reply decoration: ``writeConcernError`` from the fail point, ``baseBackoffMS`` on overload
+   errors, ``$clusterTime``/``operationTime`` for replica sets and sharded clusters.
+
+Any exception while handling a command becomes an ``InternalError`` reply, never a crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from backpressure.testing.commands import (
+    ADMIN_COMMANDS,
+    ADMIN_ONLY,
+    HELLO_COMMANDS,
+    RATE_LIMIT_EXEMPT,
+    SECONDARY_ALWAYS_OK,
+)
+from backpressure.testing.engine_base import CommandContext, CommandError
+from backpressure.testing.failpoints import FailAction, canonical_command_name
+from backpressure.testing.member import CONTROL_APP_NAME, ConnectionState, MemberState
+from backpressure.testing.parameters import start_parameters
+from backpressure.testing.replies import (
+    error_reply,
+    is_retryable_write,
+    mongod_labels,
+    rate_limited_reply,
+)
+from backpressure.testing.stats import CommandCounters, ConnectionRecord
+from backpressure.testing.topology import DEFAULT_MEMBERS, TOPOLOGIES, Member, Topology
+from backpressure.testing.wire import (
+    HEADER_SIZE,
+    Request,
+    WireError,
+    pack_reply,
+    parse_header,
+    parse_request,
+)
+
+if TYPE_CHECKING:
+    from backpressure.testing.engine import Engine
+
+__all__ = ["Deployment", "main"]
+
+log = logging.getLogger("backpressure.testing.server")
+
+_SECONDARY_OK_FLAG = 4  # OP_QUERY flag bit 2
+_SUPPORTED_COMPRESSORS = ("zlib",)
+
+
+def _default_engine() -> Engine:
+    from backpressure.testing.engine import Engine
+
+    return Engine()
+
+
+class _Close(Exception):
+    """Raised inside request handling to drop the connection without a reply."""
+
+
+class Deployment:
+    """All members of one emulated topology, served from the current event loop."""
+
+    def __init__(
+        self,
+        topology: str = "standalone",
+        members: Optional[int] = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        parameters: Optional[Mapping[str, Any]] = None,
+        max_wire_version: int = 25,
+        server_version: str = "8.2.0",
+        engine_factory: Callable[[], Engine] = _default_engine,
+    ) -> None:
+        """Describe the deployment; :meth:`start` binds the ports."""
+        count = DEFAULT_MEMBERS.get(topology, 1) if members is None else members
+        self.roles = Topology.roles(topology, count)
+        self.kind = topology
+        self.host = host
+        self.port = port
+        self.parameters = dict(parameters or {})
+        self.max_wire_version = max_wire_version
+        self.server_version = server_version
+        self.engine = engine_factory()
+        self.states: list[MemberState] = []
+        self.topology: Optional[Topology] = None
+        self._servers: list[asyncio.AbstractServer] = []
+        self._connections: set[asyncio.Task[None]] = set()
+        self._next_connection_id = 1
+        self._next_request_id = 1
+
+    @property
+    def uri(self) -> str:
+        """The connection string of the whole topology (after :meth:`start`)."""
+        if self.topology is None:
+            raise RuntimeError("the deployment is not started")
+        return self.topology.uri()
+
+    async def start(self) -> None:
+        """Bind every member's port and start accepting connections."""
+        bound: list[int] = []
+        try:
+            for index in range(len(self.roles)):
+                port = self.port + index if self.port else 0
+                server = await asyncio.start_server(
+                    self._make_acceptor(index), self.host, port, reuse_address=True
+                )
+                self._servers.append(server)
+                bound.append(server.sockets[0].getsockname()[1])
+        except BaseException:
+            await self.stop()
+            raise
+        members = [
+            Member(i, self.host, p, role) for i, (p, role) in enumerate(zip(bound, self.roles))
+        ]
+        self.topology = Topology(
+            self.kind,
+            members,
+            max_wire_version=self.max_wire_version,
+            server_version=self.server_version,
+        )
+        self.states = [MemberState(m, self.topology, self.engine, self.parameters) for m in members]
+        log.info("serving %s topology at %s", self.kind, self.topology.uri())
+
+    async def stop(self) -> None:
+        """Close the listeners and every client connection."""
+        for server in self._servers:
+            server.close()
+        tasks = list(self._connections)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()
+        for state in self.states:
+            state.close()
+        await asyncio.sleep(0)
+
+    def _make_acceptor(
+        self, index: int
+    ) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any]:
+        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            self._connections.add(task)
+            try:
+                await self._serve_connection(index, reader, writer)
+            except asyncio.CancelledError:  # stop() cancels connections; end quietly
+                pass
+            finally:
+                self._connections.discard(task)
+
+        return accept
+
+    async def _serve_connection(
+        self, index: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if not self.states:  # a client raced the start-up
+            writer.close()
+            return
+        state = self.states[index]
+        peer = writer.get_extra_info("peername")
+        remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        try:
+            if not await state.connection_limiter.admit():
+                state.stats.connections_rejected += 1
+                log.debug(
+                    "%s: connection from %s rejected by the limiter", state.member.address, remote
+                )
+                return
+            conn = ConnectionState(ConnectionRecord(self._next_connection_id, remote))
+            self._next_connection_id += 1
+            state.total_connections += 1
+            state.stats.connections[conn.connection_id] = conn.record
+            try:
+                await self._read_loop(state, conn, reader, writer)
+            finally:
+                conn.record.closed_at = time.time()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def _read_loop(
+        self,
+        state: MemberState,
+        conn: ConnectionState,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        while True:
+            header_bytes = await reader.readexactly(HEADER_SIZE)
+            try:
+                header = parse_header(header_bytes)
+                payload = await reader.readexactly(header.length - HEADER_SIZE)
+                started = time.thread_time()
+                request = parse_request(header, payload)
+            except WireError as exc:
+                log.warning(
+                    "%s: closing connection %d from %s: %s",
+                    state.member.address,
+                    conn.connection_id,
+                    conn.record.remote,
+                    exc,
+                )
+                return
+            state.cpu_seconds += time.thread_time() - started
+            try:
+                reply = await self._handle(state, conn, request)
+            except _Close:
+                return
+            if request.more_to_come:
+                continue
+            started = time.thread_time()
+            data = pack_reply(request, reply, self._next_request_id)
+            self._next_request_id += 1
+            state.cpu_seconds += time.thread_time() - started
+            writer.write(data)
+            await writer.drain()
+
+    async def _handle(
+        self, state: MemberState, conn: ConnectionState, request: Request
+    ) -> dict[str, Any]:
+        started = time.thread_time()
+        state.requests += 1
+        name = canonical_command_name(request.command_name)
+        if name in HELLO_COMMANDS and conn.record.handshake is None:
+            self._record_handshake(state, conn, request.body)
+        counters = None if conn.control else state.stats.command(name)
+        if counters is not None:
+            counters.received += 1
+            conn.record.commands += 1
+        reply: Optional[dict[str, Any]] = None
+        action: Optional[FailAction] = None
+        if not conn.control:
+            limiter = state.request_limiter
+            if name in RATE_LIMIT_EXEMPT:
+                if limiter.settings.enabled:
+                    limiter.record_exempt()
+            else:
+                decision = limiter.try_admit()
+                if decision is None:
+                    state.cpu_seconds += time.thread_time() - started
+                    await limiter.wait()
+                    started = time.thread_time()
+                elif not decision:
+                    reply = rate_limited_reply(state.parameters.allow_retries)
+                    assert counters is not None
+                    counters.rejected += 1
+            if reply is None and name != "configureFailPoint":
+                action = state.fail_command.evaluate(name, conn.app_name)
+        if action is not None:
+            if action.block_ms:
+                state.cpu_seconds += time.thread_time() - started
+                await asyncio.sleep(action.block_ms / 1000.0)
+                started = time.thread_time()
+            if action.close_connection:
+                if counters is not None:
+                    counters.failed += 1
+                raise _Close
+            if action.error_code is not None:
+                reply = error_reply(
+                    action.error_code,
+                    action.errmsg,
+                    name=name,
+                    body=request.body,
+                    labels=action.error_labels,
+                )
+        if reply is None:
+            reply = self._execute(state, conn, request, name)
+            if action is not None and action.write_concern_error is not None:
+                _attach_write_concern_error(reply, action.write_concern_error, name, request.body)
+        self._decorate(state, reply, counters)
+        state.cpu_seconds += time.thread_time() - started
+        return reply
+
+    def _record_handshake(
+        self, state: MemberState, conn: ConnectionState, body: dict[str, Any]
+    ) -> None:
+        handshake = {k: v for k, v in body.items() if k != "$db"}
+        conn.record.handshake = handshake
+        client = body.get("client")
+        application = client.get("application") if isinstance(client, Mapping) else None
+        app_name = application.get("name") if isinstance(application, Mapping) else None
+        conn.record.app_name = app_name if isinstance(app_name, str) else None
+        offered = body.get("compression")
+        if isinstance(offered, list):
+            conn.compression = [c for c in offered if c in _SUPPORTED_COMPRESSORS]
+        if conn.record.app_name == CONTROL_APP_NAME:
+            conn.control = True
+            state.stats.connections.pop(conn.connection_id, None)
+
+    def _execute(
+        self, state: MemberState, conn: ConnectionState, request: Request, name: str
+    ) -> dict[str, Any]:
+        body = request.body
+        try:
+            if name in ADMIN_ONLY and request.db != "admin":
+                raise CommandError(13, f"{name} may only be run against the admin database.")
+            handler = ADMIN_COMMANDS.get(name)
+            if handler is not None:
+                return handler(state, conn, request.db, body)
+            self._check_role(state, request, name)
+            ctx = CommandContext(
+                connection_id=conn.connection_id,
+                app_name=conn.app_name,
+                role=state.member.role,
+                max_wire_version=self.max_wire_version,
+            )
+            return self.engine.execute(request.db, body, ctx)
+        except CommandError as exc:
+            reply = exc.to_reply()
+            if not exc.labels:
+                labels = mongod_labels(exc.code, name, body)
+                if labels:
+                    reply["errorLabels"] = labels
+            return reply
+        except Exception as exc:
+            log.exception("%s: command %r failed", state.member.address, name)
+            return error_reply(1, f"{type(exc).__name__}: {exc}", name=name, body=body, labels=[])
+
+    def _check_role(self, state: MemberState, request: Request, name: str) -> None:
+        if state.member.role != "secondary" or name in SECONDARY_ALWAYS_OK:
+            return
+        if self.engine.is_write(name, request.body):
+            raise CommandError(10107, "not primary", "NotWritablePrimary")
+        read_pref = request.body.get("$readPreference")
+        mode = read_pref.get("mode") if isinstance(read_pref, Mapping) else None
+        secondary_ok = (mode not in (None, "primary")) or bool(
+            request.query_flags & _SECONDARY_OK_FLAG
+        )
+        if not secondary_ok:
+            raise CommandError(
+                13435, "not primary and secondaryOk=false", "NotPrimaryNoSecondaryOk"
+            )
+
+    def _decorate(
+        self, state: MemberState, reply: dict[str, Any], counters: Optional[CommandCounters]
+    ) -> None:
+        if not reply.get("ok"):
+            if counters is not None:
+                counters.failed += 1
+            backoff = state.parameters.base_backoff_ms
+            if backoff > 0 and "SystemOverloadedError" in reply.get("errorLabels", ()):
+                reply["baseBackoffMS"] = backoff
+        topology = state.topology
+        if topology.gossips_cluster_time:
+            now = topology.clock.tick()
+            reply["$clusterTime"] = topology.clock.gossip(now)
+            reply["operationTime"] = now
+
+
+def _attach_write_concern_error(
+    reply: dict[str, Any], wce: Mapping[str, Any], name: str, body: Mapping[str, Any]
+) -> None:
+    """Add the fail point's ``writeConcernError`` to a successful reply, with mongod's labels."""
+    if not reply.get("ok"):
+        return
+    error = {k: v for k, v in wce.items() if k != "errorLabels"}
+    reply["writeConcernError"] = error
+    labels = wce.get("errorLabels")
+    if labels is None:
+        code = error.get("code")
+        labels = (
+            mongod_labels(int(code), name, body, write_concern_error=True)
+            if isinstance(code, int) and is_retryable_write(name, body)
+            else []
+        )
+    if labels:
+        existing = list(reply.get("errorLabels", []))
+        reply["errorLabels"] = existing + [x for x in labels if x not in existing]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m backpressure.testing.server",
+        description="Embedded MongoDB-compatible test server with fail points and rate limiters.",
+    )
+    parser.add_argument("--topology", choices=TOPOLOGIES, default="standalone")
+    parser.add_argument("--members", type=int, default=None, help="default: 1 / 3 / 2")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="first port; 0 = ephemeral")
+    parser.add_argument("--rate-limit", type=float, default=None, metavar="OPS_PER_SEC")
+    parser.add_argument("--burst-seconds", type=float, default=1.0)
+    parser.add_argument("--queue-depth", type=int, default=0)
+    parser.add_argument("--base-backoff-ms", type=int, default=None)
+    parser.add_argument(
+        "--connection-rate-limit", type=float, default=None, metavar="CONNS_PER_SEC"
+    )
+    parser.add_argument("--connection-burst-seconds", type=float, default=1.0)
+    parser.add_argument("--connection-queue-depth", type=int, default=0)
+    parser.add_argument("--max-wire-version", type=int, default=25)
+    parser.add_argument("--server-version", default="8.2.0")
+    parser.add_argument("--log-level", default="INFO")
+    return parser
+
+
+async def _serve_until_signalled(deployment: Deployment) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await deployment.start()
+    try:
+        print(f"READY {deployment.uri}", flush=True)
+        await stop.wait()
+        log.info("signal received, shutting down")
+    finally:
+        await deployment.stop()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the server until SIGINT/SIGTERM; print ``READY <uri>`` once every member listens."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        params = start_parameters(
+            rate_limit=args.rate_limit,
+            burst_seconds=args.burst_seconds,
+            queue_depth=args.queue_depth,
+            base_backoff_ms=args.base_backoff_ms,
+            connection_rate_limit=args.connection_rate_limit,
+            connection_burst_seconds=args.connection_burst_seconds,
+            connection_queue_depth=args.connection_queue_depth,
+        )
+        deployment = Deployment(
+            args.topology,
+            args.members,
+            host=args.host,
+            port=args.port,
+            parameters=params,
+            max_wire_version=args.max_wire_version,
+            server_version=args.server_version,
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(_serve_until_signalled(deployment))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""MongoDB wire protocol framing for the embedded server: parse requests, pack replies (no I/O).
+
+Theory of operation: the transport reads a 16-byte header, checks the declared length against
+``maxMessageSizeBytes`` with :func:`parse_header`, reads the rest and hands it to
+:func:`parse_request`, which returns a :class:`Request` or raises :class:`WireError`. Replies are
+packed with :func:`pack_reply` in the form the request expects (OP_MSG, OP_REPLY for a legacy
+OP_QUERY, wrapped in OP_COMPRESSED when the request was compressed).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import bson
+from bson.codec_options import CodecOptions
+from bson.errors import BSONError
+
+__all__ = [
+    "HEADER_SIZE",
+    "MAX_MESSAGE_SIZE_BYTES",
+    "OP_COMPRESSED",
+    "OP_MSG",
+    "OP_QUERY",
+    "OP_REPLY",
+    "Header",
+    "Request",
+    "WireError",
+    "pack_msg",
+    "pack_reply",
+    "parse_header",
+    "parse_reply",
+    "parse_request",
+]
+
+OP_REPLY = 1
+OP_QUERY = 2004
+OP_COMPRESSED = 2012
+OP_MSG = 2013
+
+HEADER_SIZE = 16
+MAX_MESSAGE_SIZE_BYTES = 48_000_000
+
+CHECKSUM_PRESENT = 1 << 0
+MORE_TO_COME = 1 << 1
+EXHAUST_ALLOWED = 1 << 16
+_KNOWN_MSG_FLAGS = CHECKSUM_PRESENT | MORE_TO_COME | EXHAUST_ALLOWED
+
+NOOP_COMPRESSOR_ID = 0
+ZLIB_COMPRESSOR_ID = 2
+
+_HEADER = struct.Struct("<iiii")
+_INT32 = struct.Struct("<i")
+_UINT32 = struct.Struct("<I")
+_COMPRESSED = struct.Struct("<iiB")
+_REPLY_PREFIX = struct.Struct("<iqii")
+_QUERY_TAIL = struct.Struct("<ii")
+
+_CODEC: CodecOptions[dict[str, Any]] = CodecOptions()
+
+
+class WireError(Exception):
+    """A request that cannot be parsed; the server closes the connection that sent it."""
+
+
+@dataclass(frozen=True)
+class Header:
+    """The standard 16-byte message header."""
+
+    length: int
+    request_id: int
+    response_to: int
+    op_code: int
+
+
+@dataclass(frozen=True)
+class Request:
+    """One decoded client request."""
+
+    request_id: int
+    op_code: int
+    db: str
+    body: dict[str, Any]
+    more_to_come: bool = False
+    exhaust_allowed: bool = False
+    compressor_id: Optional[int] = None
+    query_flags: int = 0
+
+    @property
+    def legacy(self) -> bool:
+        """True for an OP_QUERY command, which expects an OP_REPLY."""
+        return self.op_code == OP_QUERY
+
+    @property
+    def command_name(self) -> str:
+        """The first key of the command document."""
+        return next(iter(self.body), "")
+
+
+def parse_header(data: bytes, max_size: int = MAX_MESSAGE_SIZE_BYTES) -> Header:
+    """Decode a message header and check that its length is plausible."""
+    if len(data) != HEADER_SIZE:
+        raise WireError(f"short header: {len(data)} bytes")
+    length, request_id, response_to, op_code = _HEADER.unpack(data)
+    if length <= HEADER_SIZE or length > max_size:
+        raise WireError(f"bad message length {length} (max {max_size})")
+    return Header(length, request_id, response_to, op_code)
+
+
+def parse_request(header: Header, payload: bytes) -> Request:
+    """Decode the payload that followed ``header`` into a :class:`Request`."""
+    if len(payload) != header.length - HEADER_SIZE:
+        raise WireError("payload does not match the declared length")
+    if header.op_code == OP_COMPRESSED:
+        op_code, payload, compressor_id = _decompress(payload)
+        if op_code == OP_COMPRESSED:
+            raise WireError("nested OP_COMPRESSED")
+    else:
+        op_code, compressor_id = header.op_code, None
+    if op_code == OP_MSG:
+        return _parse_msg(header.request_id, payload, compressor_id)
+    if op_code == OP_QUERY:
+        return _parse_query(header.request_id, payload, compressor_id)
+    raise WireError(f"unsupported opcode {op_code}")
+
+
+def pack_msg(doc: Mapping[str, Any], request_id: int, response_to: int, *, flags: int = 0) -> bytes:
+    """Pack an OP_MSG holding one kind-0 section."""
+    payload = _UINT32.pack(flags) + b"\x00" + bson.encode(doc)
+    return _HEADER.pack(HEADER_SIZE + len(payload), request_id, response_to, OP_MSG) + payload
+
+
+def pack_reply(request: Request, doc: Mapping[str, Any], request_id: int) -> bytes:
+    """Pack ``doc`` as the reply ``request`` expects (OP_REPLY or OP_MSG, compressed alike)."""
+    if request.legacy:
+        payload = _REPLY_PREFIX.pack(0, 0, 0, 1) + bson.encode(doc)
+        op_code = OP_REPLY
+    else:
+        payload = _UINT32.pack(0) + b"\x00" + bson.encode(doc)
+        op_code = OP_MSG
+    if request.compressor_id is None:
+        return _HEADER.pack(HEADER_SIZE + len(payload), request_id, request.request_id, op_code) + (
+            payload
+        )
+    zlib_used = request.compressor_id == ZLIB_COMPRESSOR_ID
+    body = zlib.compress(payload) if zlib_used else payload
+    wrapped = _COMPRESSED.pack(op_code, len(payload), request.compressor_id) + body
+    return (
+        _HEADER.pack(HEADER_SIZE + len(wrapped), request_id, request.request_id, OP_COMPRESSED)
+        + wrapped
+    )
+
+
+def parse_reply(header: Header, payload: bytes) -> dict[str, Any]:
+    """Decode a server reply (OP_MSG or OP_REPLY, possibly compressed) into its document."""
+    if header.op_code == OP_COMPRESSED:
+        op_code, payload, _ = _decompress(payload)
+    else:
+        op_code = header.op_code
+    if op_code == OP_MSG:
+        if len(payload) < 5 or payload[4] != 0:
+            raise WireError("OP_MSG reply without a leading kind-0 section")
+        size = _bson_length(payload, 5)
+        return _decode_one(payload[5 : 5 + size], "OP_MSG reply")
+    if op_code == OP_REPLY:
+        size = _bson_length(payload, _REPLY_PREFIX.size)
+        return _decode_one(payload[_REPLY_PREFIX.size : _REPLY_PREFIX.size + size], "OP_REPLY")
+    raise WireError(f"unexpected reply opcode {op_code}")
+
+
+def _decompress(payload: bytes) -> tuple[int, bytes, int]:
+    if len(payload) < _COMPRESSED.size:
+        raise WireError("short OP_COMPRESSED")
+    op_code, size, compressor_id = _COMPRESSED.unpack_from(payload)
+    data = payload[_COMPRESSED.size :]
+    if compressor_id == ZLIB_COMPRESSOR_ID:
+        try:
+            data = zlib.decompress(data)
+        except zlib.error as exc:
+            raise WireError(f"bad zlib data: {exc}") from None
+    elif compressor_id != NOOP_COMPRESSOR_ID:
+        raise WireError(f"unsupported compressor id {compressor_id}")
+    if len(data) != size:
+        raise WireError("uncompressed size mismatch")
+    return op_code, data, compressor_id
+
+
+def _decode_one(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        return bson.decode(data, _CODEC)
+    except (BSONError, ValueError, IndexError, struct.error) as exc:
+        raise WireError(f"bad BSON in {what}: {exc}") from None
+
+
+def _bson_length(payload: bytes, offset: int) -> int:
+    if offset + 4 > len(payload):
+        raise WireError("truncated BSON document")
+    size: int = _INT32.unpack_from(payload, offset)[0]
+    if size < 5 or offset + size > len(payload):
+        raise WireError(f"bad BSON document length {size}")
+    return size
+
+
+def _parse_msg(request_id: int, payload: bytes, compressor_id: int | None) -> Request:
+    if len(payload) < 5:
+        raise WireError("short OP_MSG")
+    flags: int = _UINT32.unpack_from(payload)[0]
+    if flags & 0xFFFF & ~_KNOWN_MSG_FLAGS:
+        raise WireError(f"unknown required OP_MSG flag bits {flags:#x}")
+    end = len(payload) - (4 if flags & CHECKSUM_PRESENT else 0)
+    offset = 4
+    body: dict[str, Any] | None = None
+    sequences: dict[str, list[dict[str, Any]]] = {}
+    while offset < end:
+        kind = payload[offset]
+        offset += 1
+        if kind == 0:
+            size = _bson_length(payload, offset)
+            if body is not None:
+                raise WireError("more than one kind-0 section")
+            body = _decode_one(payload[offset : offset + size], "OP_MSG body")
+            offset += size
+        elif kind == 1:
+            offset = _parse_sequence(payload, offset, end, sequences)
+        else:
+            raise WireError(f"unknown OP_MSG section kind {kind}")
+    if offset != end:
+        raise WireError("OP_MSG sections overrun the message")
+    if body is None:
+        raise WireError("OP_MSG without a kind-0 section")
+    for identifier, docs in sequences.items():
+        if identifier in body:
+            raise WireError(f"field {identifier!r} is both in the body and a document sequence")
+        body[identifier] = docs
+    db = body.get("$db")
+    if not isinstance(db, str) or not db:
+        raise WireError("OP_MSG body without $db")
+    return Request(
+        request_id=request_id,
+        op_code=OP_MSG,
+        db=db,
+        body=body,
+        more_to_come=bool(flags & MORE_TO_COME),
+        exhaust_allowed=bool(flags & EXHAUST_ALLOWED),
+        compressor_id=compressor_id,
+    )
+
+
+def _parse_sequence(
+    payload: bytes, offset: int, end: int, sequences: dict[str, list[dict[str, Any]]]
+) -> int:
+    if offset + 4 > end:
+        raise WireError("truncated document sequence")
+    size: int = _INT32.unpack_from(payload, offset)[0]
+    seq_end = offset + size
+    if size < 5 or seq_end > end:
+        raise WireError(f"bad document sequence length {size}")
+    name_end = payload.find(b"\x00", offset + 4, seq_end)
+    if name_end < 0:
+        raise WireError("document sequence identifier is not terminated")
+    try:
+        identifier = payload[offset + 4 : name_end].decode("utf-8")
+    except UnicodeDecodeError:
+        raise WireError("document sequence identifier is not UTF-8") from None
+    if identifier in sequences:
+        raise WireError(f"duplicate document sequence {identifier!r}")
+    docs: list[dict[str, Any]] = []
+    pos = name_end + 1
+    while pos < seq_end:
+        doc_size = _bson_length(payload, pos)
+        if pos + doc_size > seq_end:
+            raise WireError("document overruns its sequence")
+        docs.append(_decode_one(payload[pos : pos + doc_size], f"sequence {identifier!r}"))
+        pos += doc_size
+    sequences[identifier] = docs
+    return seq_end
+
+
+def _parse_query(request_id: int, payload: bytes, compressor_id: int | None) -> Request:
+    if len(payload) < 4:
+        raise WireError("short OP_QUERY")
+    flags: int = _INT32.unpack_from(payload)[0]
+    name_end = payload.find(b"\x00", 4)
+    if name_end < 0:
+        raise WireError("OP_QUERY collection name is not terminated")
+    namespace = payload[4:name_end].decode("utf-8", "replace")
+    offset = name_end + 1 + _QUERY_TAIL.size
+    size = _bson_length(payload, offset)
+    query = _decode_one(payload[offset : offset + size], "OP_QUERY")
+    db, _, collection = namespace.partition(".")
+    if collection != "$cmd" or not db:
+        raise WireError(f"OP_QUERY on {namespace!r}: only commands on <db>.$cmd are supported")
+    inner = query.get("$query")
+    body = dict(inner) if isinstance(inner, dict) else query
+    return Request(
+        request_id=request_id,
+        op_code=OP_QUERY,
+        db=db,
+        body=body,
+        compressor_id=compressor_id,
+        query_flags=flags,
+    )
