@@ -1,0 +1,347 @@
+"""The public switch: ``enable``/``disable`` for existing clients, and client classes with options.
+
+``enable`` works on a ``pymongo.MongoClient``, a ``pymongo.AsyncMongoClient`` or a Motor
+``AsyncIOMotorClient`` (on its sync ``delegate``), per client: other clients in the process are
+unaffected.  It installs the adapter that fits the client: the native adapter
+(:mod:`backpressure._native`) when pymongo has its own overload retry loop (4.17+), else the
+backport (:mod:`backpressure._backport`, pymongo 4.9-4.16).
+
+The client classes accept every pymongo argument plus ``backpressure`` (``True``, ``False``,
+``"draft"``, ``"current"`` or a :class:`~backpressure.policy.Policy`), ``backpressure_listeners``,
+``maxAdaptiveRetries`` and ``enableOverloadRetargeting``; the last two (and ``backpressure``)
+are also read from the connection string (see :mod:`backpressure.uri`).  With
+``backpressure=False`` they are stock pymongo clients.
+"""
+
+from __future__ import annotations
+
+import random as _random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
+
+import pymongo
+
+from backpressure import _compat
+from backpressure._state import STATE_ATTRIBUTE, ClientState
+from backpressure.budget import Budget
+from backpressure.decision import RetryController
+from backpressure.events import RetryListener
+from backpressure.policy import InvalidPolicyError, Policy, resolve_policy
+from backpressure.uri import (
+    BACKPRESSURE,
+    ENABLE_OVERLOAD_RETARGETING,
+    MAX_ADAPTIVE_RETRIES,
+    apply_overrides,
+    parse_backpressure_options,
+    split_backpressure_kwargs,
+    validate_option,
+)
+
+if TYPE_CHECKING:
+    from bson.codec_options import TypeRegistry
+
+__all__ = [
+    "AsyncMongoClient",
+    "MongoClient",
+    "budget",
+    "disable",
+    "enable",
+    "is_enabled",
+    "state",
+]
+
+C = TypeVar("C")
+_DocumentType = TypeVar("_DocumentType", bound="Mapping[str, Any]")
+
+PolicySetting = Union[bool, str, Policy, None]
+"""What ``enable`` and the ``backpressure`` option accept."""
+
+
+class _Unset:
+    """Marker for "argument not given"."""
+
+    def __repr__(self) -> str:
+        """Show the marker."""
+        return "<unset>"
+
+
+_UNSET: Any = _Unset()
+
+
+def _pymongo_client(client: Any) -> Any:
+    """Return the pymongo client behind ``client`` (Motor's ``delegate``), or raise TypeError."""
+    delegate = getattr(client, "delegate", None)
+    if isinstance(delegate, pymongo.MongoClient):
+        return delegate
+    if isinstance(client, pymongo.MongoClient) or _compat.is_async_client(client):
+        return client
+    raise TypeError(
+        "backpressure works with pymongo.MongoClient, pymongo.AsyncMongoClient and "
+        f"motor's AsyncIOMotorClient, not {type(client).__name__}"
+    )
+
+
+def _adapter(target: Any) -> ModuleType:
+    """Return the adapter module for ``target``: native (pymongo 4.17+) or the backport."""
+    if _compat.client_has_native_backpressure(target):
+        from backpressure import _native
+
+        return _native
+    try:
+        from backpressure import _backport
+    except ImportError as exc:  # pragma: no cover - the backport ships with the package
+        raise RuntimeError(
+            "backpressure: pymongo "
+            + ".".join(map(str, _compat.PYMONGO_VERSION))
+            + " has no native overload retries and the backport (backpressure._backport) "
+            "could not be imported"
+        ) from exc
+    return _backport
+
+
+def enable(
+    client: C,
+    policy: PolicySetting = True,
+    *,
+    listeners: Sequence[RetryListener] = (),
+    random: Optional[Callable[[], float]] = None,
+) -> C:
+    """Make ``client`` retry overload errors with ``policy``; return ``client``.
+
+    Enabling an enabled client replaces its policy, budget and listeners.  ``policy`` False or
+    None disables it.
+
+    Args:
+        client: a ``pymongo.MongoClient``, ``pymongo.AsyncMongoClient`` or Motor
+            ``AsyncIOMotorClient``.
+        policy: True (the draft spec), a preset name ("draft", "current") or a Policy.
+        listeners: receive a RetryEvent per retry and a GiveUpEvent per give-up.
+        random: jitter source in [0, 1) (tests pin it); defaults to ``random.random``.
+
+    Raises:
+        InvalidPolicyError: ``policy`` is not a valid setting.
+        TypeError: ``client`` is not a supported client.
+    """
+    resolved = resolve_policy(policy)
+    if resolved is None:
+        return disable(client)
+    target = _pymongo_client(client)
+    controller = RetryController(resolved, random=_random.random if random is None else random)
+    new_state = ClientState(controller, tuple(listeners))
+    _adapter(target).install(target, new_state)
+    setattr(target, STATE_ATTRIBUTE, new_state)
+    return client
+
+
+def disable(client: C) -> C:
+    """Give ``client`` back its stock retry behaviour (no-op when not enabled); return it."""
+    target = _pymongo_client(client)
+    if getattr(target, STATE_ATTRIBUTE, None) is None:
+        return client
+    _adapter(target).uninstall(target)
+    vars(target).pop(STATE_ATTRIBUTE, None)
+    return client
+
+
+def state(client: Any) -> Optional[ClientState]:
+    """Return the backpressure state of ``client``, or None when it is not enabled."""
+    value = getattr(_pymongo_client(client), STATE_ATTRIBUTE, None)
+    return value if isinstance(value, ClientState) else None
+
+
+def is_enabled(client: Any) -> bool:
+    """Return True if backpressure is enabled on ``client``."""
+    return state(client) is not None
+
+
+def budget(client: Any) -> Optional[Budget]:
+    """Return the retry budget (token bucket) of ``client``, or None when not enabled."""
+    current = state(client)
+    return None if current is None else current.controller.budget
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """Constructor arguments with our options taken out."""
+
+    host: Any
+    kwargs: dict[str, Any]
+    policy: Optional[Policy]
+    listeners: tuple[RetryListener, ...]
+
+
+def _clean_host(host: Any) -> tuple[Any, dict[str, Any]]:
+    """Take our options out of ``host`` (a URI or a list of URIs/hosts)."""
+    if isinstance(host, str):
+        return parse_backpressure_options(host)
+    if isinstance(host, (list, tuple)):
+        options: dict[str, Any] = {}
+        cleaned: list[Any] = []
+        for item in host:
+            if isinstance(item, str):
+                item, found = parse_backpressure_options(item)
+                options.update(found)
+            cleaned.append(item)
+        return type(host)(cleaned), options
+    return host, {}
+
+
+def _prepare(
+    host: Any,
+    kwargs: dict[str, Any],
+    setting: Any,
+    listeners: Sequence[RetryListener],
+    *,
+    is_async: bool,
+) -> _Prepared:
+    """Resolve our options (kwargs over URI) and build pymongo's arguments.
+
+    Raises:
+        InvalidPolicyError: an invalid keyword value.
+    """
+    host, uri_options = _clean_host(host)
+    rest, kw_options = split_backpressure_kwargs(kwargs)
+    options = {**uri_options, **kw_options}
+    if setting is not _UNSET:
+        options[BACKPRESSURE] = validate_option(BACKPRESSURE, setting)
+    switch = options.get(BACKPRESSURE, True)
+    policy = resolve_policy(switch)
+    if policy is not None:
+        policy = apply_overrides(policy, options)
+    if not isinstance(listeners, Sequence) or isinstance(listeners, (str, bytes)):
+        raise InvalidPolicyError(
+            f"backpressure_listeners must be a sequence of RetryListener, got {listeners!r}"
+        )
+    if _compat.HAS_NATIVE_BACKPRESSURE:
+        # pymongo's own options: the user's values stay the client's "original" ones.
+        for name in (MAX_ADAPTIVE_RETRIES, ENABLE_OVERLOAD_RETARGETING):
+            if name in options:
+                rest[name] = options[name]
+    elif policy is not None:
+        from backpressure import _backport
+
+        rest.update(_backport.client_kwargs(is_async=is_async))
+    return _Prepared(host, rest, policy, tuple(listeners))
+
+
+class MongoClient(pymongo.MongoClient[_DocumentType]):
+    """``pymongo.MongoClient`` with overload-aware retries (on unless ``backpressure=False``)."""
+
+    def __init__(
+        self,
+        host: Optional[Union[str, Sequence[str]]] = None,
+        port: Optional[int] = None,
+        document_class: Optional[type[_DocumentType]] = None,
+        tz_aware: Optional[bool] = None,
+        connect: Optional[bool] = None,
+        type_registry: Optional[TypeRegistry] = None,
+        *,
+        backpressure: PolicySetting = _UNSET,
+        backpressure_listeners: Sequence[RetryListener] = (),
+        **kwargs: Any,
+    ) -> None:
+        """Create a client; arguments as ``pymongo.MongoClient`` plus our options.
+
+        Raises:
+            InvalidPolicyError: an invalid ``backpressure``, ``maxAdaptiveRetries`` or
+                ``enableOverloadRetargeting`` keyword value.
+        """
+        prepared = _prepare(host, kwargs, backpressure, backpressure_listeners, is_async=False)
+        super().__init__(
+            prepared.host,
+            port,
+            document_class,
+            tz_aware,
+            connect,
+            type_registry,
+            **prepared.kwargs,
+        )
+        if prepared.policy is not None:
+            try:
+                enable(self, prepared.policy, listeners=prepared.listeners)
+            except BaseException:
+                self.close()
+                raise
+
+
+class AsyncMongoClient(pymongo.AsyncMongoClient[_DocumentType]):
+    """``pymongo.AsyncMongoClient`` with overload-aware retries (on unless disabled)."""
+
+    def __init__(
+        self,
+        host: Optional[Union[str, Sequence[str]]] = None,
+        port: Optional[int] = None,
+        document_class: Optional[type[_DocumentType]] = None,
+        tz_aware: Optional[bool] = None,
+        connect: Optional[bool] = None,
+        type_registry: Optional[TypeRegistry] = None,
+        *,
+        backpressure: PolicySetting = _UNSET,
+        backpressure_listeners: Sequence[RetryListener] = (),
+        **kwargs: Any,
+    ) -> None:
+        """Create a client; arguments as ``pymongo.AsyncMongoClient`` plus our options.
+
+        Raises:
+            InvalidPolicyError: an invalid ``backpressure``, ``maxAdaptiveRetries`` or
+                ``enableOverloadRetargeting`` keyword value.
+        """
+        prepared = _prepare(host, kwargs, backpressure, backpressure_listeners, is_async=True)
+        super().__init__(
+            prepared.host,
+            port,
+            document_class,
+            tz_aware,
+            connect,
+            type_registry,
+            **prepared.kwargs,
+        )
+        if prepared.policy is not None:
+            enable(self, prepared.policy, listeners=prepared.listeners)
+
+
+_MOTOR_CLIENT: Optional[type] = None
+
+
+def motor_client_class() -> type:
+    """Return ``backpressure.AsyncIOMotorClient`` (imports Motor on first use)."""
+    global _MOTOR_CLIENT
+    if _MOTOR_CLIENT is not None:
+        return _MOTOR_CLIENT
+    from motor import motor_asyncio
+
+    base: Any = motor_asyncio.AsyncIOMotorClient
+
+    class AsyncIOMotorClient(base):  # type: ignore[misc]
+        """Motor's ``AsyncIOMotorClient`` with overload-aware retries on its sync delegate."""
+
+        def __init__(
+            self,
+            *args: Any,
+            backpressure: PolicySetting = _UNSET,
+            backpressure_listeners: Sequence[RetryListener] = (),
+            **kwargs: Any,
+        ) -> None:
+            """Create a client; arguments as Motor's plus our options."""
+            host = kwargs.pop("host", args[0] if args else None)
+            prepared = _prepare(host, kwargs, backpressure, backpressure_listeners, is_async=False)
+            super().__init__(prepared.host, *args[1:], **prepared.kwargs)
+            if prepared.policy is not None:
+                try:
+                    enable(self, prepared.policy, listeners=prepared.listeners)
+                except BaseException:
+                    self.close()
+                    raise
+
+    AsyncIOMotorClient.__module__ = __name__
+    _MOTOR_CLIENT = AsyncIOMotorClient
+    return AsyncIOMotorClient
+
+
+def __getattr__(name: str) -> Any:
+    """Build ``AsyncIOMotorClient`` lazily so that importing this module never imports Motor."""
+    if name == "AsyncIOMotorClient":
+        return motor_client_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
