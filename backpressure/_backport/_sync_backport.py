@@ -1,0 +1,529 @@
+"""Overload retries for ``MongoClient`` on pymongo 4.9-4.16 (the sync flavour).
+
+``_sync_backport.py`` is generated from this file by ``scripts/unasync.py``: edit this one, then
+run ``python scripts/unasync.py``.
+
+Theory of operation:
+
+* ``client._retry_internal`` (the loop every retryable read and write passes through) is replaced
+  on the client instance by ``_SyncRetryLoop``: the classic retryable read/write rules of
+  pymongo 4.9-4.16, unchanged, plus an overload branch driven by the core
+  (``OperationRetries.failed`` answers ``Retry`` or ``GiveUp``; this module sleeps).  The
+  txnNumber is taken once before the first attempt; bulk writes retry batch by batch through
+  ``bulk.retrying``.
+* Methods that bypass ``_retry_internal`` before 4.17 (runCommand and DDL) get class-level
+  wrappers, inert unless the client is enabled, that re-run the whole method on overload.  The
+  client's ``_select_server`` is overridden on the instance to deprioritize servers for them.
+* ``BackpressurePool`` labels connection-establishment errors as overload errors; the
+  gated ``Topology.handle_error`` then leaves the server known and its pool intact.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+from typing import Any, Callable, Optional
+
+from pymongo import _csot
+from pymongo.errors import (
+    ConnectionFailure,
+    OperationFailure,
+    PyMongoError,
+    ServerSelectionTimeoutError,
+)
+from pymongo.helpers_shared import _RETRYABLE_ERROR_CODES
+from pymongo.server_selectors import writable_server_selector
+
+from backpressure._backport import _shared
+from backpressure._state import STATE_ATTRIBUTE, ClientState
+from backpressure.decision import GiveUp
+from backpressure.events import attach_summary, retry_summary
+from backpressure.labels import has_no_writes_performed, is_overload, is_retryable_overload
+
+# isort: split
+# The flavour's own modules (time and pymongo.synchronous in the generated twin).
+import time
+
+from pymongo.synchronous import mongo_client as _mongo_client
+from pymongo.synchronous.collection import Collection as _Collection
+from pymongo.synchronous.database import Database as _Database
+from pymongo.synchronous.pool import Connection as _Connection
+from pymongo.synchronous.pool import Pool as _Pool
+from pymongo.synchronous.topology import Topology as _Topology
+
+__all__ = ["BackpressurePool", "install_client", "patch_classes", "uninstall_client"]
+
+# pymongo >= 4.17 moved some of these names; the backport only runs on 4.9-4.16.
+_CLIENT_MODULE: Any = _mongo_client
+_CLIENT_CLASS: Any = _CLIENT_MODULE.MongoClient
+
+
+class _SyncRetryLoop:
+    """One call of ``_retry_internal``: classic retryable reads/writes plus overload retries."""
+
+    def __init__(
+        self,
+        client: Any,
+        state: ClientState,
+        func: Callable[..., Any],
+        session: Any,
+        bulk: Any,
+        operation: str,
+        is_read: bool,
+        address: Any,
+        read_pref: Any,
+        retryable: bool,
+        operation_id: Optional[int],
+    ) -> None:
+        """Capture one call's arguments; nothing runs until ``run``."""
+        self._client = client
+        self._state = state
+        self._func = func
+        self._session = session
+        self._bulk = bulk
+        self._operation = operation
+        self._name = _shared.operation_name(operation, func)
+        self._is_read = is_read
+        self._address = address
+        self._read_pref = read_pref
+        self._selector = read_pref if is_read else writable_server_selector
+        self._retryable = retryable
+        self._operation_id = operation_id
+        self._ops = state.new_operation(self._name)
+        self._server: Any = None
+        self._deprioritized: list[Any] = []
+        self._last_error: Optional[PyMongoError] = None
+        self._retrying = False
+        self._after_overload = False
+        self._classic_unlimited = _csot.get_timeout() is not None
+        self._starts_transaction = _shared.transaction_starting(session)
+
+    def run(self) -> Any:
+        """Run attempts until one succeeds or the error must be raised."""
+        session = self._session
+        if self._retryable and not self._is_read and session is not None:
+            self._start_retryable_write(session)
+        while True:
+            if self._is_retrying() and _shared.csot_expired():
+                self._raise(self._last_error)
+            try:
+                result = self._read_once() if self._is_read else self._write_once()
+            except ServerSelectionTimeoutError as exc:
+                self._ops.failed(exc)
+                # A retry that finds no server reports the error of the attempt before it.
+                self._raise(self._last_error if self._is_retrying() else exc, exc)
+            except PyMongoError as exc:
+                delay = self._after_failure(exc)
+                if delay > 0:
+                    time.sleep(delay)
+                continue
+            self._ops.succeeded()
+            return result
+
+    def _start_retryable_write(self, session: Any) -> None:
+        """Take the txnNumber once: every attempt, even one failing before sending, reuses it."""
+        if not session.in_transaction:
+            session._start_retryable_write()
+            if self._bulk is not None:
+                self._bulk.started_retryable_write = True
+
+    def _is_retrying(self) -> bool:
+        """Return True while the current write batch (or the operation) is being retried."""
+        return bool(self._bulk.retrying) if self._bulk is not None else self._retrying
+
+    def _raise(self, error: Optional[BaseException], cause: Optional[BaseException] = None) -> Any:
+        """Raise ``error`` with the operation's retry summary attached."""
+        assert error is not None
+        attach_summary(error, self._ops.summary())
+        if cause is not None and cause is not error:
+            raise error from cause
+        raise error
+
+    def _select(self) -> Any:
+        """Select the server for the next attempt, avoiding the deprioritized ones."""
+        self._server = self._client._select_server(
+            self._selector,
+            self._session,
+            self._operation,
+            address=self._address,
+            deprioritized_servers=self._deprioritized,
+            operation_id=self._operation_id,
+        )
+        self._ops.attempt_started(self._server.description.address)
+        return self._server
+
+    def _write_once(self) -> Any:
+        """One write attempt on a freshly selected server and connection."""
+        max_wire_version = 0
+        is_mongos = False
+        try:
+            server = self._select()
+            with self._client._checkout(server, self._session) as conn:
+                max_wire_version = conn.max_wire_version
+                is_mongos = conn.is_mongos
+                supported = bool(
+                    self._session is not None
+                    and server.description.retryable_writes_supported
+                    and conn.supports_sessions
+                )
+                if not supported:
+                    if self._is_retrying() and not self._after_overload:
+                        self._raise(self._last_error)
+                    self._retryable = False
+                return self._func(self._session, conn, self._retryable)
+        except PyMongoError as exc:
+            if self._retryable:
+                _CLIENT_MODULE._add_retryable_write_error(exc, max_wire_version, is_mongos)
+            raise
+
+    def _read_once(self) -> Any:
+        """One read attempt on a freshly selected server and connection."""
+        server = self._select()
+        with self._client._conn_from_server(self._read_pref, server, self._session) as (
+            conn,
+            read_pref,
+        ):
+            return self._func(self._session, server, conn, read_pref)
+
+    def _after_failure(self, exc: PyMongoError) -> float:
+        """Decide what follows a failed attempt: return the delay before the next, or raise."""
+        error = _shared.error_to_check(exc)
+        if is_retryable_overload(error):
+            return self._after_overload_error(exc, error)
+        self._after_classic_error(exc, error)
+        return 0.0
+
+    def _overload_retries_allowed(self) -> bool:
+        """Whether retryReads/retryWrites allow retrying this operation on overload."""
+        if not self._state.policy.respect_retry_options:
+            return True
+        if self._is_read:
+            return _shared.read_retries_allowed(
+                self._client, self._operation, self._retryable, self._session
+            )
+        return _shared.write_retries_allowed(self._client, self._name)
+
+    def _after_overload_error(self, exc: PyMongoError, error: PyMongoError) -> float:
+        """Ask the core about an overload error; prepare the retry it grants."""
+        decision = self._ops.failed(
+            exc,
+            deadline=_shared.csot_deadline(),
+            retries_allowed=self._overload_retries_allowed(),
+        )
+        if isinstance(decision, GiveUp):
+            if has_no_writes_performed(error) and self._last_error is not None:
+                self._raise(self._last_error, exc)
+            raise exc
+        self._note_retry(exc, error)
+        self._after_overload = True
+        session = self._session
+        if session is not None and session.in_transaction:
+            if self._starts_transaction:
+                # The server never started the transaction: send startTransaction again.
+                _shared.restart_transaction(session)
+                session._unpin()
+            elif _shared.is_transaction_end(self._name):
+                session._unpin()
+        if self._server is not None and (decision.retarget or _shared.is_sharded(self._client)):
+            self._deprioritized.append(self._server)
+        return decision.delay
+
+    def _after_classic_error(self, exc: PyMongoError, error: PyMongoError) -> None:
+        """Apply pymongo's own retryable read/write rules to an error that is no overload."""
+        if self._is_read:
+            eligible = isinstance(exc, ConnectionFailure) or (
+                isinstance(exc, OperationFailure) and exc.code in _RETRYABLE_ERROR_CODES
+            )
+        else:
+            eligible = self._retryable and error.has_error_label("RetryableWriteError")
+            if eligible and self._session is not None:
+                self._session._unpin()
+        exhausted = self._is_retrying() and not self._classic_unlimited
+        if not (self._retryable and eligible) or exhausted:
+            if retry_summary(exc) is None:
+                self._ops.failed(exc)
+            if not self._is_read and has_no_writes_performed(error) and self._last_error:
+                self._raise(self._last_error, exc)
+            raise exc
+        self._ops.controller.record_failure(exc, retried=self._ops.retries > 0)
+        self._note_retry(exc, error)
+        self._after_overload = False
+        if self._server is not None and (
+            _shared.CLASSIC_DEPRIORITIZES_ALWAYS or _shared.is_sharded(self._client)
+        ):
+            self._deprioritized.append(self._server)
+
+    def _note_retry(self, exc: PyMongoError, error: PyMongoError) -> None:
+        """Remember that a retry follows, and which error to report if it writes nothing."""
+        if self._bulk is not None and not self._is_read:
+            self._bulk.retrying = True
+        else:
+            self._retrying = True
+        if self._last_error is None or not has_no_writes_performed(error):
+            self._last_error = exc
+
+
+def _retry_internal(
+    self: Any,
+    func: Callable[..., Any],
+    session: Any,
+    bulk: Any,
+    operation: str,
+    is_read: bool = False,
+    address: Any = None,
+    read_pref: Any = None,
+    retryable: bool = False,
+    operation_id: Optional[int] = None,
+) -> Any:
+    """Replacement of ``MongoClient._retry_internal`` for an enabled client."""
+    state: Optional[ClientState] = getattr(self, STATE_ATTRIBUTE, None)
+    if state is None:  # disabled while an operation was starting
+        return type(self)._retry_internal(
+            self, func, session, bulk, operation, is_read, address, read_pref, retryable,
+            operation_id,
+        )  # fmt: skip
+    loop = _SyncRetryLoop(
+        self, state, func, session, bulk, operation, is_read, address, read_pref, retryable,
+        operation_id,
+    )  # fmt: skip
+    return loop.run()
+
+
+def _select_server(
+    self: Any,
+    server_selector: Any,
+    session: Any,
+    operation: str,
+    address: Any = None,
+    deprioritized_servers: Optional[list[Any]] = None,
+    operation_id: Optional[int] = None,
+) -> Any:
+    """Instance override of ``_select_server``: deprioritization for method-level retries."""
+    attempt = _shared.METHOD_ATTEMPT.get()
+    if attempt is None or deprioritized_servers is not None:
+        return type(self)._select_server(
+            self, server_selector, session, operation, address, deprioritized_servers,
+            operation_id,
+        )  # fmt: skip
+    server = type(self)._select_server(
+        self, server_selector, session, operation, address, attempt.deprioritized or None,
+        operation_id,
+    )  # fmt: skip
+    if attempt.server is None:
+        attempt.server = server
+    return server
+
+
+class _SyncMethodRetry:
+    """Retries one call of a method that bypasses ``_retry_internal`` (runCommand, DDL)."""
+
+    def __init__(self, client: Any, state: ClientState, name: str, run_command: bool) -> None:
+        """Prepare the bookkeeping for one call of the method."""
+        self._client = client
+        self._state = state
+        self._run_command = run_command
+        self._ops = state.new_operation(name)
+
+    def _retries_allowed(self) -> bool:
+        """runCommand needs retryReads and retryWrites; DDL needs retryWrites."""
+        if not self._state.policy.respect_retry_options:
+            return True
+        options = self._client.options
+        if self._run_command:
+            return bool(options.retry_reads and options.retry_writes)
+        return bool(options.retry_writes)
+
+    def run(self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: Any) -> Any:
+        """Call ``method`` until it succeeds or the core says to give up."""
+        attempt = _shared.MethodAttempt()
+        token = _shared.METHOD_ATTEMPT.set(attempt)
+        try:
+            while True:
+                attempt.server = None
+                try:
+                    result = method(*args, **kwargs)
+                except PyMongoError as exc:
+                    self._ops.attempt_started(attempt.address())
+                    if retry_summary(exc) is not None:
+                        # An inner retry loop already decided about this error.
+                        self._ops.controller.record_failure(exc, retried=self._ops.retries > 0)
+                        raise
+                    decision = self._ops.failed(
+                        exc,
+                        deadline=_shared.csot_deadline(),
+                        retries_allowed=self._retries_allowed(),
+                    )
+                    if isinstance(decision, GiveUp):
+                        raise
+                    if attempt.server is not None and (
+                        decision.retarget or _shared.is_sharded(self._client)
+                    ):
+                        attempt.deprioritized.append(attempt.server)
+                    time.sleep(decision.delay)
+                    continue
+                self._ops.attempt_started(attempt.address())
+                self._ops.succeeded()
+                return result
+        finally:
+            _shared.METHOD_ATTEMPT.reset(token)
+
+
+def _owning_client(owner_kind: str, target: Any) -> Any:
+    """Return the client of a client, database or collection object."""
+    if owner_kind == "client":
+        return target
+    if owner_kind == "database":
+        return target.client
+    return target.database.client
+
+
+def _method_with_retries(
+    owner_kind: str, name: str, run_command: bool
+) -> Callable[[Any], Callable[..., Any]]:
+    """Build the factory wrapping one bypassing method with gated overload retries."""
+
+    def factory(original: Any) -> Callable[..., Any]:
+        signature = inspect.signature(original)
+
+        @functools.wraps(original)
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            client = _owning_client(owner_kind, self)
+            state: Optional[ClientState] = getattr(client, STATE_ATTRIBUTE, None)
+            if state is None or _shared.METHOD_ATTEMPT.get() is not None:
+                return original(self, *args, **kwargs)
+            session = _shared.session_argument(signature, (self, *args), kwargs)
+            if session is not None and session.in_transaction:
+                return original(self, *args, **kwargs)
+            label = _shared.command_name(name, signature, (self, *args), kwargs)
+            retry = _SyncMethodRetry(client, state, label, run_command)
+            timeout = getattr(self, "_timeout", None)
+            if _csot.get_timeout() is None and timeout is not None:
+                # One client-side timeout for all attempts, as _csot.apply gives pymongo's loop.
+                with _csot._TimeoutContext(timeout):
+                    return retry.run(original, (self, *args), kwargs)
+            return retry.run(original, (self, *args), kwargs)
+
+        return method
+
+    return factory
+
+
+# (owner class, kind, method name, operation name, is runCommand)
+_BYPASSING_METHODS: tuple[tuple[type, str, str, str, bool], ...] = (
+    (_Database, "database", "command", "command", True),
+    (_Database, "database", "cursor_command", "command", True),
+    (_Database, "database", "_drop_helper", "drop", False),
+    (_Collection, "collection", "_create_helper", "create", False),
+    (_Collection, "collection", "_create_indexes", "createIndexes", False),
+    (_Collection, "collection", "_drop_index", "dropIndexes", False),
+    (_Collection, "collection", "_create_search_indexes", "createSearchIndexes", False),
+    (_Collection, "collection", "drop_search_index", "dropSearchIndex", False),
+    (_Collection, "collection", "update_search_index", "updateSearchIndex", False),
+    (_Collection, "collection", "rename", "renameCollection", False),
+    (_CLIENT_CLASS, "client", "drop_database", "dropDatabase", False),
+)
+
+
+def _handle_error_with_skip(original: Any) -> Callable[..., Any]:
+    """Wrap ``Topology.handle_error``: overload-labelled connection errors leave SDAM alone."""
+
+    def handle_error(self: Any, address: Any, err_ctx: Any) -> None:
+        error = err_ctx.error
+        if (
+            isinstance(error, ConnectionFailure)
+            and is_overload(error)
+            and _shared.topology_enabled(self._topology_id)
+        ):
+            return  # the server shed the connection: keep it known and its pool intact
+        original(self, address, err_ctx)
+
+    return handle_error
+
+
+def patch_classes() -> list[tuple[type, str]]:
+    """Install the gated class-level hooks once (idempotent); return the public names wrapped."""
+    wrapped_public: list[tuple[type, str]] = []
+    for owner, kind, method_name, name, run_command in _BYPASSING_METHODS:
+        factory = _method_with_retries(kind, name, run_command)
+        replaced = _shared.replace_attribute(owner, method_name, factory)
+        if replaced and not method_name.startswith("_"):
+            wrapped_public.append((owner, method_name))
+    _shared.replace_attribute(_Topology, "handle_error", _handle_error_with_skip)
+    _shared.replace_attribute(_Connection, "hello_cmd", _shared.hello_cmd_with_flag)
+    return wrapped_public
+
+
+def public_wrapped_names() -> dict[type, frozenset[str]]:
+    """Return the public method names wrapped per pymongo class (for the Motor refresh)."""
+    names: dict[type, set[str]] = {}
+    for owner, _kind, method_name, _name, _run_command in _BYPASSING_METHODS:
+        if not method_name.startswith("_"):
+            names.setdefault(owner, set()).add(method_name)
+    return {owner: frozenset(found) for owner, found in names.items()}
+
+
+class BackpressurePool(_Pool):
+    """Connection pool of an enabled client: connection-establishment errors become overloads."""
+
+    def connect(self, *args: Any, **kwargs: Any) -> Any:
+        """Open a connection; label network errors and timeouts with the overload labels."""
+        try:
+            return super().connect(*args, **kwargs)
+        except PyMongoError as exc:
+            _shared.label_connection_error(self, exc)
+            raise
+
+
+def _labelling_connect(pool: Any) -> Callable[..., Any]:
+    """Build an instance-level ``connect`` labelling errors for a pool created before install."""
+    original = pool.connect
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(*args, **kwargs)
+        except PyMongoError as exc:
+            _shared.label_connection_error(pool, exc)
+            raise
+
+    return connect
+
+
+def _tag_pool(pool: Any) -> Any:
+    """Make an existing pool label connection errors (no-op for our own pool class)."""
+    if not isinstance(pool, BackpressurePool) and "connect" not in vars(pool):
+        pool.connect = _labelling_connect(pool)
+    return pool
+
+
+def _tag_topology(topology: Any) -> None:
+    """Tag the topology's current pools and the ones it creates later."""
+    for server in list(topology._servers.values()):
+        _tag_pool(server.pool)
+    if "_create_pool_for_server" not in vars(topology):
+        create = topology._create_pool_for_server
+        topology._create_pool_for_server = lambda address: _tag_pool(create(address))
+
+
+def _untag_topology(topology: Any) -> None:
+    """Remove the instance-level tags of ``_tag_topology``."""
+    vars(topology).pop("_create_pool_for_server", None)
+    for server in list(topology._servers.values()):
+        vars(server.pool).pop("connect", None)
+
+
+def install_client(client: Any) -> None:
+    """Put the backport on one client (state already stored on it)."""
+    client._retry_internal = types.MethodType(_csot.apply(_retry_internal), client)
+    client._select_server = types.MethodType(_select_server, client)
+    _shared.enable_topology(client._topology_settings._topology_id)
+    if not issubclass(client._topology_settings.pool_class, BackpressurePool):
+        _tag_topology(client._topology)
+
+
+def uninstall_client(client: Any) -> None:
+    """Remove the backport's instance attributes from one client."""
+    _shared.disable_topology(client._topology_settings._topology_id)
+    vars(client).pop("_retry_internal", None)
+    vars(client).pop("_select_server", None)
+    _untag_topology(client._topology)

@@ -1,0 +1,93 @@
+"""Generate the sync twins of async modules, line by line.
+
+Usage: ``python scripts/unasync.py`` rewrites the generated files; ``python scripts/unasync.py
+--check`` exits with status 1 when a generated file is stale or a substitution went unused.
+
+Each output line is the input line with the substitutions below applied, so both files have the
+same number of lines and a traceback line number in one is the same line in the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FILES = {
+    "backpressure/_backport/_async_backport.py": "backpressure/_backport/_sync_backport.py",
+}
+"""Async source -> generated sync twin, relative to the repository root."""
+
+SUBS = [
+    (r"\basync def ", "def "),
+    (r"\basync with ", "with "),
+    (r"\bawait ", ""),
+    (r"^import asyncio$", "import time"),
+    (r"\basyncio\.sleep\b", "time.sleep"),
+    (r"\bpymongo\.asynchronous\b", "pymongo.synchronous"),
+    (r"\bAsyncMongoClient\b", "MongoClient"),
+    (r"\bAsyncCollection\b", "Collection"),
+    (r"\bAsyncDatabase\b", "Database"),
+    (r"\bAsyncConnection\b", "Connection"),
+    (r"\bAsyncBackpressurePool\b", "BackpressurePool"),
+    (r"\b_AsyncRetryLoop\b", "_SyncRetryLoop"),
+    (r"\b_AsyncMethodRetry\b", "_SyncMethodRetry"),
+    (r"\bthe async flavour\b", "the sync flavour"),
+]
+"""(pattern, replacement) pairs applied to every line, in order."""
+
+_COMPILED = [(re.compile(pattern), replacement) for pattern, replacement in SUBS]
+
+
+def unasync_text(text: str, used: set[str]) -> str:
+    """Return the sync version of ``text``; add the patterns that matched to ``used``."""
+    lines = []
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\n")
+        newline = line[len(body) :]
+        for (pattern, replacement), (source, _) in zip(_COMPILED, SUBS):
+            body, count = pattern.subn(replacement, body)
+            if count:
+                used.add(source)
+        lines.append(body + newline)
+    return "".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Generate (or with ``--check`` verify) every sync twin; return the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if a twin is stale")
+    args = parser.parse_args(argv)
+    used: set[str] = set()
+    stale = []
+    for source, target in FILES.items():
+        expected = unasync_text((ROOT / source).read_text(encoding="utf-8"), used)
+        target_path = ROOT / target
+        current = target_path.read_text(encoding="utf-8") if target_path.exists() else None
+        if current == expected:
+            continue
+        if args.check:
+            stale.append(target)
+        else:
+            target_path.write_text(expected, encoding="utf-8")
+            print(f"wrote {target}")
+    unused = [source for source, _ in SUBS if source not in used]
+    status = 0
+    if unused:
+        print("These patterns were not used:", ", ".join(unused), file=sys.stderr)
+        status = 1
+    if stale:
+        print(
+            "Stale generated files (run python scripts/unasync.py):",
+            ", ".join(stale),
+            file=sys.stderr,
+        )
+        status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
