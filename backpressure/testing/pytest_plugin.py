@@ -1,1 +1,83 @@
-"""pytest fixtures that start the embedded server on ephemeral ports."""
+"""pytest fixtures that start the embedded server on ephemeral ports.
+
+Registered as the ``backpressure`` pytest11 plugin. Fixtures (none is autouse):
+
+* ``embedded_server_factory``: call it with ``EmbeddedServer`` keyword arguments; it starts the
+  server and stops every server it started at the end of the test.
+* ``standalone_server``, ``replicaset_server`` (3 members), ``sharded_server`` (2 mongos):
+  in-process servers started once per session and ``reset()`` before each test that uses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Callable
+
+import pytest
+
+from backpressure.testing.embedded import EmbeddedServer
+
+__all__ = [
+    "embedded_server_factory",
+    "replicaset_server",
+    "sharded_server",
+    "standalone_server",
+]
+
+ServerFactory = Callable[..., EmbeddedServer]
+
+
+@pytest.fixture
+def embedded_server_factory() -> Iterator[ServerFactory]:
+    """Start ``EmbeddedServer(**kwargs)`` on demand; stop them all at teardown."""
+    started: list[EmbeddedServer] = []
+
+    def factory(**kwargs: Any) -> EmbeddedServer:
+        server = EmbeddedServer(**kwargs).start()
+        started.append(server)
+        return server
+
+    yield factory
+    for server in reversed(started):
+        server.stop()
+
+
+def _session_server(topology: str) -> Callable[[], Iterator[EmbeddedServer]]:
+    def fixture() -> Iterator[EmbeddedServer]:
+        with EmbeddedServer(topology) as server:
+            yield server
+
+    fixture.__doc__ = f"One in-process {topology} embedded server for the whole session."
+    return fixture
+
+
+_standalone_session = pytest.fixture(scope="session", name="_backpressure_standalone")(
+    _session_server("standalone")
+)
+_replicaset_session = pytest.fixture(scope="session", name="_backpressure_replicaset")(
+    _session_server("replicaset")
+)
+_sharded_session = pytest.fixture(scope="session", name="_backpressure_sharded")(
+    _session_server("sharded")
+)
+
+
+@pytest.fixture
+def standalone_server(_backpressure_standalone: EmbeddedServer) -> EmbeddedServer:
+    """A shared standalone server, reset to its start state for this test."""
+    _backpressure_standalone.reset()
+    return _backpressure_standalone
+
+
+@pytest.fixture
+def replicaset_server(_backpressure_replicaset: EmbeddedServer) -> EmbeddedServer:
+    """A shared 3-member replica set (``rs0``), reset to its start state for this test."""
+    _backpressure_replicaset.reset()
+    return _backpressure_replicaset
+
+
+@pytest.fixture
+def sharded_server(_backpressure_sharded: EmbeddedServer) -> EmbeddedServer:
+    """A shared sharded cluster of 2 mongos routers, reset to its start state for this test."""
+    _backpressure_sharded.reset()
+    return _backpressure_sharded
