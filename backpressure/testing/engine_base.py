@@ -184,8 +184,11 @@ Handler = Callable[[Request], dict[str, Any]]
 """A command implementation: request in, ``ok: 1`` reply out (or ``CommandError`` raised)."""
 
 
-def collection_name(req: Request, field: Optional[str] = None) -> str:
-    """Return the collection named by ``field`` (default: the command field), validated."""
+def collection_name(req: Request, field: Optional[str] = None, *, virtual: bool = False) -> str:
+    """Return the collection named by ``field`` (default: the command field), validated.
+
+    With ``virtual``, cursor namespaces such as ``$cmd.aggregate`` are accepted too.
+    """
     key = field or req.name
     value = req.body.get(key)
     if not isinstance(value, str):
@@ -194,7 +197,7 @@ def collection_name(req: Request, field: Optional[str] = None) -> str:
             f"collection name has invalid type {type(value).__name__}",
             extra={"field": key} if field else None,
         )
-    if not value or "\x00" in value or value.startswith("$"):
+    if not value or "\x00" in value or (value.startswith("$") and not virtual):
         raise CommandError(73, f"Invalid namespace specified '{req.db}.{value}'")
     return value
 

@@ -200,7 +200,7 @@ def _get_more(req: Request) -> dict[str, Any]:
     cursor_id = req.body.get("getMore")
     if isinstance(cursor_id, bool) or not isinstance(cursor_id, int):
         raise CommandError(14, "Field 'getMore' must be of type long in: getMore")
-    coll = collection_name(req, "collection")
+    coll = collection_name(req, "collection", virtual=True)
     batch_size = opt_int(req.body, "batchSize")
     cursor = req.cursors.get(int(cursor_id))
     if cursor is None:
@@ -223,7 +223,7 @@ def _get_more(req: Request) -> dict[str, Any]:
 
 
 def _kill_cursors(req: Request) -> dict[str, Any]:
-    collection_name(req)
+    collection_name(req, virtual=True)
     ids = req.body.get("cursors")
     if not isinstance(ids, list):
         raise CommandError(14, "Field 'cursors' must be of type array in: killCursors")

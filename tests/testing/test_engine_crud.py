@@ -1,0 +1,258 @@
+"""Engine tests for insert, update, delete, findAndModify, count and distinct (no sockets)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from backpressure.testing.engine import CODE_NAMES, CommandContext, CommandError, Engine
+
+Run = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture
+def run() -> Run:
+    """Return a function running one command on a fresh engine."""
+    engine = Engine()
+    ctx = CommandContext(connection_id=1, app_name=None, role="primary", max_wire_version=25)
+
+    def _run(body: dict[str, Any], db: str = "db") -> dict[str, Any]:
+        return engine.execute(db, {**body, "$db": db}, ctx)
+
+    return _run
+
+
+def docs(run: Run, coll: str = "c", **find: Any) -> list[dict[str, Any]]:
+    """Return every document of a collection, sorted by _id."""
+    reply = run({"find": coll, "filter": {}, "sort": {"_id": 1}, **find})
+    batch: list[dict[str, Any]] = reply["cursor"]["firstBatch"]
+    return batch
+
+
+def test_insert_reports_count_and_ignores_generic_fields(run: Run) -> None:
+    """insert returns n and tolerates lsid, writeConcern, comment and friends."""
+    reply = run(
+        {
+            "insert": "c",
+            "documents": [{"_id": 1}, {"_id": 2}],
+            "writeConcern": {"w": 1},
+            "comment": "x",
+            "$readPreference": {"mode": "primary"},
+            "apiVersion": "1",
+        }
+    )
+    assert reply == {"n": 2, "ok": 1.0}
+    assert [d["_id"] for d in docs(run)] == [1, 2]
+
+
+def test_ordered_insert_stops_at_duplicate(run: Run) -> None:
+    """An ordered insert stops at the first duplicate and reports its index."""
+    run({"insert": "c", "documents": [{"_id": 1}]})
+    reply = run({"insert": "c", "documents": [{"_id": 2}, {"_id": 1}, {"_id": 3}]})
+    assert reply["n"] == 1
+    assert [(e["index"], e["code"]) for e in reply["writeErrors"]] == [(1, 11000)]
+    assert [d["_id"] for d in docs(run)] == [1, 2]
+
+
+def test_unordered_insert_continues_after_duplicate(run: Run) -> None:
+    """An unordered insert applies every valid document."""
+    run({"insert": "c", "documents": [{"_id": 1}]})
+    reply = run(
+        {"insert": "c", "documents": [{"_id": 1}, {"_id": 2}, {"_id": 1}], "ordered": False}
+    )
+    assert reply["n"] == 1
+    assert [e["index"] for e in reply["writeErrors"]] == [0, 2]
+    assert "E11000" in reply["writeErrors"][0]["errmsg"]
+
+
+def test_update_operators_upsert_and_multi(run: Run) -> None:
+    """update reports n, nModified and upserted entries with statement indexes."""
+    run({"insert": "c", "documents": [{"_id": i, "x": i % 2} for i in range(4)]})
+    reply = run(
+        {
+            "update": "c",
+            "updates": [
+                {"q": {"x": 1}, "u": {"$inc": {"y": 1}}, "multi": True},
+                {"q": {"_id": 10}, "u": {"$set": {"z": 1}}, "upsert": True},
+                {"q": {"_id": 0}, "u": {"x": 5}},
+                {"q": {"_id": 99}, "u": {"$set": {"z": 1}}},
+            ],
+        }
+    )
+    assert reply["n"] == 4
+    assert reply["nModified"] == 3
+    assert reply["upserted"] == [{"index": 1, "_id": 10}]
+    by_id = {d["_id"]: d for d in docs(run)}
+    assert by_id[0] == {"_id": 0, "x": 5}
+    assert by_id[1]["y"] == 1
+    assert by_id[3]["y"] == 1
+    assert by_id[10] == {"_id": 10, "z": 1}
+
+
+def test_update_pipeline(run: Run) -> None:
+    """A pipeline update computes fields from the document."""
+    run({"insert": "c", "documents": [{"_id": 1, "a": 2}]})
+    run({"update": "c", "updates": [{"q": {"_id": 1}, "u": [{"$set": {"b": "$a"}}]}]})
+    assert docs(run) == [{"_id": 1, "a": 2, "b": 2}]
+
+
+def test_update_array_filters(run: Run) -> None:
+    """arrayFilters rewrite $[ident] paths per document; $[] updates every element."""
+    run(
+        {"insert": "c", "documents": [{"_id": 1, "g": [{"v": 1}, {"v": 5}, {"v": 7}], "n": [1, 2]}]}
+    )
+    reply = run(
+        {
+            "update": "c",
+            "updates": [
+                {
+                    "q": {"_id": 1},
+                    "u": {"$set": {"g.$[big].hit": True}, "$inc": {"n.$[]": 10}},
+                    "arrayFilters": [{"big.v": {"$gt": 4}}],
+                }
+            ],
+        }
+    )
+    assert reply["nModified"] == 1
+    assert docs(run)[0]["g"] == [{"v": 1}, {"v": 5, "hit": True}, {"v": 7, "hit": True}]
+    assert docs(run)[0]["n"] == [11, 12]
+
+
+def test_update_errors_become_write_errors(run: Run) -> None:
+    """A bad update statement is a write error with a mongod code, not an exception."""
+    run({"insert": "c", "documents": [{"_id": 1}]})
+    reply = run({"update": "c", "updates": [{"q": {"_id": 1}, "u": {"$set": {"a": 1}, "b": 2}}]})
+    assert reply["writeErrors"][0]["code"] == 9
+    reply = run({"update": "c", "updates": [{"q": {"_id": 1}, "u": {"$set": {"_id": 2}}}]})
+    assert reply["writeErrors"][0]["index"] == 0
+
+
+def test_delete_limit_one_and_all(run: Run) -> None:
+    """delete honours limit 1 and limit 0."""
+    run({"insert": "c", "documents": [{"_id": i, "k": 1} for i in range(3)]})
+    assert run({"delete": "c", "deletes": [{"q": {"k": 1}, "limit": 1}]})["n"] == 1
+    assert run({"delete": "c", "deletes": [{"q": {"k": 1}, "limit": 0}]})["n"] == 2
+    assert docs(run) == []
+
+
+def test_find_and_modify_update_new_and_fields(run: Run) -> None:
+    """findAndModify returns the new document, projected, with lastErrorObject."""
+    run({"insert": "c", "documents": [{"_id": 1, "a": 1, "b": 1}, {"_id": 2, "a": 1, "b": 2}]})
+    reply = run(
+        {
+            "findAndModify": "c",
+            "query": {"a": 1},
+            "sort": {"b": -1},
+            "update": {"$set": {"c": 1}},
+            "new": True,
+            "fields": {"c": 1},
+        }
+    )
+    assert reply["value"] == {"_id": 2, "c": 1}
+    assert reply["lastErrorObject"] == {"n": 1, "updatedExisting": True}
+
+
+def test_find_and_modify_upsert_remove_and_miss(run: Run) -> None:
+    """findAndModify upserts, removes, and returns null when nothing matches."""
+    reply = run(
+        {"findAndModify": "c", "query": {"_id": 5}, "update": {"$set": {"a": 1}}, "upsert": True}
+    )
+    assert reply["value"] is None
+    assert reply["lastErrorObject"] == {"n": 1, "updatedExisting": False, "upserted": 5}
+    reply = run({"findAndModify": "c", "query": {"_id": 5}, "remove": True})
+    assert reply["value"] == {"_id": 5, "a": 1}
+    assert reply["lastErrorObject"] == {"n": 1}
+    reply = run({"findAndModify": "c", "query": {"_id": 5}, "update": {"b": 1}})
+    assert reply["value"] is None
+    assert reply["lastErrorObject"] == {"n": 0, "updatedExisting": False}
+
+
+def test_find_and_modify_replacement_returns_old(run: Run) -> None:
+    """A replacement findAndModify without new returns the old document."""
+    run({"insert": "c", "documents": [{"_id": 1, "a": 1}]})
+    reply = run({"findAndModify": "c", "query": {"_id": 1}, "update": {"z": 9}})
+    assert reply["value"] == {"_id": 1, "a": 1}
+    assert docs(run) == [{"_id": 1, "z": 9}]
+
+
+def test_find_and_modify_requires_update_or_remove(run: Run) -> None:
+    """findAndModify without update or remove fails with FailedToParse."""
+    with pytest.raises(CommandError) as info:
+        run({"findAndModify": "c", "query": {}})
+    assert info.value.code == 9
+
+
+def test_count_and_distinct(run: Run) -> None:
+    """count honours query/skip/limit; distinct honours query; missing collections give zero."""
+    run({"insert": "c", "documents": [{"_id": i, "k": i % 3} for i in range(10)]})
+    assert run({"count": "c"})["n"] == 10
+    assert run({"count": "c", "query": {"k": 0}})["n"] == 4
+    assert run({"count": "c", "skip": 8})["n"] == 2
+    assert run({"count": "c", "limit": 3})["n"] == 3
+    assert run({"count": "missing"})["n"] == 0
+    assert sorted(run({"distinct": "c", "key": "k"})["values"]) == [0, 1, 2]
+    assert run({"distinct": "c", "key": "k", "query": {"_id": {"$lt": 2}}})["values"] == [0, 1]
+    assert run({"distinct": "missing", "key": "k"})["values"] == []
+
+
+def test_bad_arguments_are_command_errors(run: Run) -> None:
+    """Bad argument types raise CommandError with TypeMismatch, never a Python exception."""
+    for body in (
+        {"find": "c", "filter": 5},
+        {"insert": "c", "documents": "nope"},
+        {"count": "c", "query": []},
+        {"distinct": "c", "key": 1},
+        {"find": 3},
+    ):
+        with pytest.raises(CommandError) as info:
+            run(body)
+        assert info.value.code in (2, 14, 73), body
+
+
+def test_unknown_operator_is_a_command_error(run: Run) -> None:
+    """An unknown query operator fails cleanly with a CommandError."""
+    run({"insert": "c", "documents": [{"_id": 1}]})
+    with pytest.raises(CommandError):
+        run({"find": "c", "filter": {"a": {"$nope": 1}}})
+
+
+def test_error_reply_shape() -> None:
+    """CommandError renders mongod's reply shape, names from CODE_NAMES, labels and extras."""
+    exc = CommandError(251, "gone", labels=["TransientTransactionError"], extra={"x": 1})
+    assert exc.to_reply() == {
+        "ok": 0.0,
+        "errmsg": "gone",
+        "code": 251,
+        "codeName": "NoSuchTransaction",
+        "errorLabels": ["TransientTransactionError"],
+        "x": 1,
+    }
+    assert CommandError(59, "no").to_reply() == {
+        "ok": 0.0,
+        "errmsg": "no",
+        "code": 59,
+        "codeName": "CommandNotFound",
+    }
+    assert CODE_NAMES[462] == "IngressRequestRateLimitExceeded"
+    assert CODE_NAMES[10107] == "NotWritablePrimary"
+
+
+def test_unknown_command(run: Run) -> None:
+    """An unknown command fails with 59 CommandNotFound."""
+    with pytest.raises(CommandError) as info:
+        run({"frobnicate": 1})
+    assert (info.value.code, info.value.code_name) == (59, "CommandNotFound")
+    assert info.value.errmsg == "no such command: 'frobnicate'"
+
+
+def test_id_lookup_matches_numeric_types_and_respects_misses(run: Run) -> None:
+    """The _id fast path matches 1 and 1.0 like mongod and keeps types apart from strings."""
+    run({"insert": "c", "documents": [{"_id": 1, "a": 1}, {"_id": "1", "a": 2}]})
+    assert docs(run, filter={"_id": 1.0}) == [{"_id": 1, "a": 1}]
+    assert run({"find": "c", "filter": {"_id": 2}})["cursor"]["firstBatch"] == []
+    assert run({"find": "c", "filter": {"_id": "1"}})["cursor"]["firstBatch"] == [
+        {"_id": "1", "a": 2}
+    ]
+    reply = run({"update": "c", "updates": [{"q": {"_id": 1}, "u": {"$set": {"b": 1}}}]})
+    assert (reply["n"], reply["nModified"]) == (1, 1)

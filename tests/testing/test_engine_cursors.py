@@ -1,0 +1,193 @@
+"""Engine tests for find, getMore, killCursors and aggregate (no sockets)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from backpressure.testing.engine import CommandContext, CommandError, Engine
+
+Run = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture
+def run() -> Run:
+    """Return a function running one command on an engine holding db.c with _id 0..9."""
+    engine = Engine()
+    ctx = CommandContext(connection_id=7, app_name="app", role="primary", max_wire_version=25)
+
+    def _run(body: dict[str, Any], db: str = "db") -> dict[str, Any]:
+        return engine.execute(db, {**body, "$db": db}, ctx)
+
+    _run({"insert": "c", "documents": [{"_id": i, "k": i % 3} for i in range(10)]})
+    return _run
+
+
+def test_find_batches_and_get_more(run: Run) -> None:
+    """find honours batchSize; getMore continues, and the last batch closes the cursor."""
+    first = run({"find": "c", "filter": {}, "sort": {"_id": 1}, "batchSize": 4})["cursor"]
+    assert [d["_id"] for d in first["firstBatch"]] == [0, 1, 2, 3]
+    assert first["id"] != 0
+    assert first["ns"] == "db.c"
+    second = run({"getMore": first["id"], "collection": "c", "batchSize": 4})["cursor"]
+    assert [d["_id"] for d in second["nextBatch"]] == [4, 5, 6, 7]
+    assert second["id"] == first["id"]
+    third = run({"getMore": first["id"], "collection": "c"})["cursor"]
+    assert [d["_id"] for d in third["nextBatch"]] == [8, 9]
+    assert third["id"] == 0
+    with pytest.raises(CommandError) as info:
+        run({"getMore": first["id"], "collection": "c"})
+    assert (info.value.code, info.value.code_name) == (43, "CursorNotFound")
+
+
+def test_find_filter_projection_skip_limit(run: Run) -> None:
+    """find applies filter, projection, sort, skip and limit; limit closes the cursor."""
+    reply = run(
+        {
+            "find": "c",
+            "filter": {"k": 0},
+            "projection": {"_id": 1},
+            "sort": {"_id": -1},
+            "skip": 1,
+            "limit": 2,
+            "hint": {"_id": 1},
+            "allowDiskUse": True,
+        }
+    )
+    assert reply["cursor"]["firstBatch"] == [{"_id": 6}, {"_id": 3}]
+    assert reply["cursor"]["id"] == 0
+
+
+def test_find_single_batch_and_negative_limit(run: Run) -> None:
+    """singleBatch and a negative limit return one batch and no cursor."""
+    reply = run({"find": "c", "filter": {}, "batchSize": 3, "singleBatch": True})
+    assert len(reply["cursor"]["firstBatch"]) == 3
+    assert reply["cursor"]["id"] == 0
+    reply = run({"find": "c", "filter": {}, "limit": -2})
+    assert len(reply["cursor"]["firstBatch"]) == 2
+    assert reply["cursor"]["id"] == 0
+
+
+def test_find_batch_size_zero_keeps_cursor_open(run: Run) -> None:
+    """batchSize 0 returns an empty first batch with an open cursor."""
+    cursor = run({"find": "c", "filter": {}, "batchSize": 0})["cursor"]
+    assert cursor["firstBatch"] == []
+    assert cursor["id"] != 0
+    assert len(run({"getMore": cursor["id"], "collection": "c"})["cursor"]["nextBatch"]) == 10
+
+
+def test_find_missing_collection_is_empty(run: Run) -> None:
+    """find on a missing collection returns an empty, closed cursor."""
+    assert run({"find": "nope", "filter": {}})["cursor"] == {
+        "firstBatch": [],
+        "id": 0,
+        "ns": "db.nope",
+    }
+
+
+def test_get_more_on_other_namespace_is_refused(run: Run) -> None:
+    """getMore with another collection name fails with Unauthorized."""
+    cursor_id = run({"find": "c", "filter": {}, "batchSize": 1})["cursor"]["id"]
+    with pytest.raises(CommandError) as info:
+        run({"getMore": cursor_id, "collection": "other"})
+    assert info.value.code == 13
+
+
+def test_kill_cursors(run: Run) -> None:
+    """killCursors reports killed and unknown ids; killed cursors are gone."""
+    cursor_id = run({"find": "c", "filter": {}, "batchSize": 1})["cursor"]["id"]
+    reply = run({"killCursors": "c", "cursors": [cursor_id, 12345]})
+    assert reply["cursorsKilled"] == [cursor_id]
+    assert reply["cursorsNotFound"] == [12345]
+    assert reply["cursorsAlive"] == []
+    assert reply["cursorsUnknown"] == []
+    with pytest.raises(CommandError):
+        run({"getMore": cursor_id, "collection": "c"})
+
+
+def test_aggregate_with_batch_size(run: Run) -> None:
+    """aggregate runs mongomock stages and honours cursor.batchSize."""
+    reply = run(
+        {
+            "aggregate": "c",
+            "pipeline": [{"$group": {"_id": "$k", "n": {"$sum": 1}}}, {"$sort": {"_id": 1}}],
+            "cursor": {"batchSize": 2},
+        }
+    )
+    cursor = reply["cursor"]
+    assert cursor["firstBatch"] == [{"_id": 0, "n": 4}, {"_id": 1, "n": 3}]
+    rest = run({"getMore": cursor["id"], "collection": "c"})["cursor"]
+    assert rest["nextBatch"] == [{"_id": 2, "n": 3}]
+    assert rest["id"] == 0
+
+
+def test_aggregate_requires_cursor_and_pipeline(run: Run) -> None:
+    """aggregate without cursor or with a non-array pipeline fails with a mongod code."""
+    with pytest.raises(CommandError) as info:
+        run({"aggregate": "c", "pipeline": []})
+    assert info.value.code == 9
+    with pytest.raises(CommandError) as info:
+        run({"aggregate": "c", "pipeline": {}, "cursor": {}})
+    assert info.value.code == 14
+
+
+def test_aggregate_out_writes_collection(run: Run) -> None:
+    """$out replaces the target collection and returns an empty batch."""
+    reply = run(
+        {"aggregate": "c", "pipeline": [{"$match": {"k": 1}}, {"$out": "out"}], "cursor": {}}
+    )
+    assert reply["cursor"]["firstBatch"] == []
+    assert reply["cursor"]["id"] == 0
+    assert run({"count": "out"})["n"] == 3
+    assert Engine.is_write("aggregate", {"pipeline": [{"$out": "x"}]})
+    assert not Engine.is_write("aggregate", {"pipeline": [{"$match": {}}]})
+    assert Engine.is_write("insert", {})
+    assert not Engine.is_write("find", {})
+
+
+def test_change_stream_cursor_has_resume_tokens(run: Run) -> None:
+    """$changeStream opens a cursor with no events and a fresh postBatchResumeToken per batch."""
+    first = run({"aggregate": "c", "pipeline": [{"$changeStream": {}}], "cursor": {}})["cursor"]
+    assert first["firstBatch"] == []
+    assert first["id"] != 0
+    token = first["postBatchResumeToken"]
+    more = run({"getMore": first["id"], "collection": "c", "maxTimeMS": 10})["cursor"]
+    assert more["nextBatch"] == []
+    assert more["id"] == first["id"]
+    assert more["postBatchResumeToken"]["_data"] > token["_data"]
+    client = run(
+        {
+            "aggregate": 1,
+            "pipeline": [{"$changeStream": {"allChangesForCluster": True}}],
+            "cursor": {},
+        },
+        "admin",
+    )["cursor"]
+    assert client["ns"] == "admin.$cmd.aggregate"
+    assert "postBatchResumeToken" in client
+    assert run({"killCursors": "$cmd.aggregate", "cursors": [client["id"]]}, "admin")[
+        "cursorsKilled"
+    ] == [client["id"]]
+
+
+def test_database_aggregate_current_op_and_unsupported(run: Run) -> None:
+    """$currentOp returns the running operation; other database stages fail with 238."""
+    reply = run(
+        {"aggregate": 1, "pipeline": [{"$currentOp": {}}, {"$limit": 1}], "cursor": {}}, "admin"
+    )
+    assert reply["cursor"]["firstBatch"][0]["connectionId"] == 7
+    with pytest.raises(CommandError) as info:
+        run({"aggregate": 1, "pipeline": [{"$bogus": {}}], "cursor": {}}, "admin")
+    assert info.value.code == 238
+
+
+def test_list_local_sessions_with_limit(run: Run) -> None:
+    """$listLocalSessions lists sessions seen so far; later stages apply."""
+    for n in range(3):
+        run({"find": "c", "filter": {}, "lsid": {"id": n}})
+    reply = run(
+        {"aggregate": 1, "pipeline": [{"$listLocalSessions": {}}, {"$limit": 1}], "cursor": {}},
+        "admin",
+    )
+    assert len(reply["cursor"]["firstBatch"]) == 1
