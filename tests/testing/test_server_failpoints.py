@@ -1,0 +1,327 @@
+"""The failCommand fail point: pure rules, then every mode and field against real clients."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+import pytest
+from pymongo import monitoring
+from pymongo.errors import (
+    AutoReconnect,
+    OperationFailure,
+    PyMongoError,
+    ServerSelectionTimeoutError,
+    WriteConcernError,
+)
+
+from backpressure.testing import EmbeddedServer
+from backpressure.testing.engine_base import CommandError
+from backpressure.testing.failpoints import FailCommand, FailCommandConfig
+
+
+def _configured(mode: Any, random: Callable[[], float] = lambda: 0.5, **data: Any) -> FailCommand:
+    point = FailCommand(random=random)
+    point.configure(
+        FailCommandConfig.parse({"configureFailPoint": "failCommand", "mode": mode, "data": data})
+    )
+    return point
+
+
+def _fires(
+    point: FailCommand, name: str = "ping", app: str | None = None, n: int = 5
+) -> list[bool]:
+    return [point.evaluate(name, app) is not None for _ in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("alwaysOn", [True] * 5),
+        ("off", [False] * 5),
+        ({"times": 2}, [True, True, False, False, False]),
+        ({"skip": 2}, [False, False, True, True, True]),
+        ({"activationProbability": 0}, [False] * 5),
+        ({"activationProbability": 1}, [True] * 5),
+    ],
+)
+def test_modes(mode: Any, expected: list[bool]) -> None:
+    """Each mode fires on the documented matching commands."""
+    assert _fires(_configured(mode, failCommands=["ping"], errorCode=2)) == expected
+
+
+def test_non_matching_commands_do_not_move_counters() -> None:
+    """Another command or another appName neither fires nor consumes times/skip."""
+    point = _configured({"times": 1}, failCommands=["ping"], appName="a", errorCode=2)
+    assert _fires(point, "find", "a") == [False] * 5
+    assert _fires(point, "ping", "b") == [False] * 5
+    assert _fires(point, "ping", None) == [False] * 5
+    assert point.count == 0
+    assert _fires(point, "ping", "a", 2) == [True, False]
+    assert point.count == 1
+
+
+def test_ismaster_alias_matches_is_master() -> None:
+    """The legacy lower-case handshake name is the same command as isMaster."""
+    point = _configured("alwaysOn", failCommands=["isMaster"], closeConnection=True)
+    assert _fires(point, "ismaster", n=1) == [True]
+
+
+def test_configure_returns_previous_count() -> None:
+    """`count` in the reply is the number of activations of the previous configuration."""
+    point = _configured("alwaysOn", failCommands=["ping"], errorCode=2)
+    _fires(point, n=3)
+    assert point.configure(FailCommandConfig.parse({"mode": "off"})) == 3
+
+
+@pytest.mark.parametrize(
+    ("doc", "code"),
+    [
+        ({"mode": "alwaysOn", "data": {"failCommands": ["ping"], "blockConnection": True}}, 72),
+        ({"mode": "alwaysOn", "data": {"errorCode": 2}}, 2),
+        ({"mode": {"times": -1}, "data": {"failCommands": ["ping"]}}, 2),
+        ({"mode": "sometimes", "data": {"failCommands": ["ping"]}}, 2),
+        ({"mode": {"activationProbability": 2}, "data": {"failCommands": ["ping"]}}, 2),
+    ],
+)
+def test_invalid_configurations(doc: dict[str, Any], code: int) -> None:
+    """Missing blockTimeMS is InvalidOptions; other bad documents are BadValue."""
+    with pytest.raises(CommandError) as info:
+        FailCommandConfig.parse(doc)
+    assert info.value.code == code
+
+
+def _fail(server: EmbeddedServer, mode: Any, **data: Any) -> None:
+    server.configure_fail_point({"mode": mode, "data": data})
+
+
+def _code(call: Callable[[], object]) -> int | None:
+    try:
+        call()
+    except OperationFailure as exc:
+        return exc.code
+    return None
+
+
+def test_times_skip_and_off_with_pymongo(
+    standalone_server: EmbeddedServer, make_client: Any
+) -> None:
+    """times, skip and off drive a real client's ping results."""
+    client = make_client(standalone_server.uri)
+    ping = lambda: client.admin.command("ping")  # noqa: E731
+    _fail(standalone_server, {"times": 2}, failCommands=["ping"], errorCode=2)
+    assert [_code(ping) for _ in range(3)] == [2, 2, None]
+    _fail(standalone_server, {"skip": 1}, failCommands=["ping"], errorCode=8)
+    assert [_code(ping) for _ in range(3)] == [None, 8, 8]
+    standalone_server.disable_fail_points()
+    assert _code(ping) is None
+
+
+def test_error_reply_shape(standalone_server: EmbeddedServer, raw_connect: Any) -> None:
+    """An injected error looks like mongod's: errmsg, code, codeName, labels as given."""
+    _fail(
+        standalone_server,
+        "alwaysOn",
+        failCommands=["ping"],
+        errorCode=462,
+        errorLabels=["SystemOverloadedError", "RetryableError"],
+    )
+    reply = raw_connect(standalone_server.primary_address).command({"ping": 1})
+    assert reply == {
+        "ok": 0.0,
+        "errmsg": "Failing command via 'failCommand' failpoint",
+        "code": 462,
+        "codeName": "IngressRequestRateLimitExceeded",
+        "errorLabels": ["SystemOverloadedError", "RetryableError"],
+    }
+    _fail(standalone_server, "alwaysOn", failCommands=["ping"], errorCode=2, errmsg="custom")
+    reply = raw_connect(standalone_server.primary_address).command({"ping": 1})
+    assert (reply["errmsg"], reply["codeName"], "errorLabels" in reply) == (
+        "custom",
+        "BadValue",
+        False,
+    )
+
+
+def test_configure_fail_point_is_never_failed(
+    standalone_server: EmbeddedServer, make_client: Any
+) -> None:
+    """Listing configureFailPoint itself has no effect, and the reply carries count."""
+    client = make_client(standalone_server.uri)
+    data = {"failCommands": ["configureFailPoint", "ping"], "errorCode": 2}
+    client.admin.command("configureFailPoint", "failCommand", mode="alwaysOn", data=data)
+    assert _code(lambda: client.admin.command("ping")) == 2
+    reply = client.admin.command("configureFailPoint", "failCommand", mode="off")
+    assert reply["count"] == 1
+
+
+def test_unknown_fail_point_is_an_error(
+    standalone_server: EmbeddedServer, make_client: Any
+) -> None:
+    """Only failCommand exists."""
+    client = make_client(standalone_server.uri)
+    with pytest.raises(OperationFailure):
+        client.admin.command("configureFailPoint", "noSuchFailPoint", mode="alwaysOn")
+
+
+class _Recorder(monitoring.CommandListener):
+    """Keeps every failed and succeeded reply."""
+
+    def __init__(self) -> None:
+        self.failures: list[Any] = []
+        self.successes: list[str] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        pass
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        self.successes.append(event.command_name)
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        self.failures.append(event.failure)
+
+
+def test_server_labels_make_a_retryable_write_retry(
+    replicaset_server: EmbeddedServer, make_client: Any
+) -> None:
+    """Without errorLabels, code 91 on a retryable write is labelled RetryableWriteError."""
+    recorder = _Recorder()
+    client = make_client(replicaset_server.uri, event_listeners=[recorder])
+    _fail(replicaset_server, {"times": 1}, failCommands=["insert"], errorCode=91)
+    client.test.c.insert_one({"x": 1})
+    assert recorder.failures[0]["errorLabels"] == ["RetryableWriteError"]
+    assert recorder.successes.count("insert") == 1
+
+
+def test_empty_error_labels_suppress_server_labels(
+    replicaset_server: EmbeddedServer, make_client: Any
+) -> None:
+    """errorLabels: [] removes RetryableWriteError, so the write is not retried."""
+    client = make_client(replicaset_server.uri)
+    _fail(replicaset_server, {"times": 1}, failCommands=["insert"], errorCode=91, errorLabels=[])
+    with pytest.raises(PyMongoError, match="failCommand") as info:
+        client.test.c.insert_one({"x": 1})
+    assert not getattr(info.value, "_error_labels", set())
+
+
+def test_close_connection(standalone_server: EmbeddedServer, make_client: Any) -> None:
+    """closeConnection drops the socket: the client sees a network error, then recovers."""
+    client = make_client(standalone_server.uri, retryReads=False)
+    _fail(standalone_server, {"times": 1}, failCommands=["find"], closeConnection=True)
+    with pytest.raises(AutoReconnect):
+        client.test.c.find_one()
+    assert client.test.c.find_one() is None
+    assert standalone_server.stats()["commands"]["find"]["failed"] == 1
+
+
+def test_block_connection_does_not_stall_others(
+    standalone_server: EmbeddedServer, make_client: Any
+) -> None:
+    """A blocked command on one connection leaves other connections' commands unaffected."""
+    blocked = make_client(standalone_server.uri, appname="blocked")
+    other = make_client(standalone_server.uri, appname="other")
+    blocked.admin.command("ping")
+    other.admin.command("ping")
+    _fail(
+        standalone_server,
+        {"times": 1},
+        failCommands=["ping"],
+        appName="blocked",
+        blockConnection=True,
+        blockTimeMS=400,
+    )
+    finished: list[str] = []
+    thread = threading.Thread(
+        target=lambda: (blocked.admin.command("ping"), finished.append("blocked"))
+    )
+    thread.start()
+    time.sleep(0.05)
+    for _ in range(5):
+        other.admin.command("ping")
+    finished.append("other")
+    thread.join()
+    assert finished == ["other", "blocked"]
+
+
+def test_block_then_error(standalone_server: EmbeddedServer, make_client: Any) -> None:
+    """Block comes first, then the injected error."""
+    client = make_client(standalone_server.uri)
+    _fail(
+        standalone_server,
+        {"times": 1},
+        failCommands=["ping"],
+        blockConnection=True,
+        blockTimeMS=50,
+        errorCode=2,
+    )
+    started = time.monotonic()
+    assert _code(lambda: client.admin.command("ping")) == 2
+    assert time.monotonic() - started >= 0.045
+
+
+def test_write_concern_error_after_the_write(
+    standalone_server: EmbeddedServer, make_client: Any
+) -> None:
+    """writeConcernError is attached after the write has been applied."""
+    client = make_client(standalone_server.uri, retryWrites=False)
+    _fail(
+        standalone_server,
+        {"times": 1},
+        failCommands=["insert"],
+        writeConcernError={"code": 100, "errmsg": "wce"},
+    )
+    with pytest.raises(WriteConcernError) as info:
+        client.test.c.insert_one({"_id": 1})
+    assert info.value.code == 100
+    assert client.test.c.find_one({"_id": 1}) == {"_id": 1}
+
+
+def test_app_name_filter(standalone_server: EmbeddedServer, make_client: Any) -> None:
+    """Only the client with the matching appName is failed, and only it moves count."""
+    target = make_client(standalone_server.uri, appname="target")
+    bystander = make_client(standalone_server.uri, appname="bystander")
+    _fail(standalone_server, "alwaysOn", failCommands=["ping"], appName="target", errorCode=2)
+    assert _code(lambda: bystander.admin.command("ping")) is None
+    assert _code(lambda: target.admin.command("ping")) == 2
+    assert standalone_server.configure_fail_point({"mode": "off"}) == [1]
+
+
+def test_handshake_failure_on_hello(standalone_server: EmbeddedServer, make_client: Any) -> None:
+    """Failing [hello, isMaster] for one appName breaks that client's handshakes only."""
+    _fail(
+        standalone_server,
+        "alwaysOn",
+        failCommands=["hello", "isMaster"],
+        appName="broken",
+        closeConnection=True,
+    )
+    healthy = make_client(standalone_server.uri, appname="healthy")
+    assert healthy.admin.command("ping")["ok"] == 1.0
+    broken = make_client(standalone_server.uri, appname="broken", serverSelectionTimeoutMS=600)
+    with pytest.raises(ServerSelectionTimeoutError):
+        broken.admin.command("ping")
+    commands = standalone_server.stats()["commands"]
+    failed = commands.get("isMaster", {}).get("failed", 0) + commands.get("hello", {}).get(
+        "failed", 0
+    )
+    assert failed >= 1
+    standalone_server.disable_fail_points()
+    assert broken.admin.command("ping")["ok"] == 1.0
+
+
+def test_injected_error_in_transaction_does_not_abort_it(
+    replicaset_server: EmbeddedServer, make_client: Any
+) -> None:
+    """Code 112 injected on an insert inside a transaction: retry the insert, commit both."""
+    client = make_client(replicaset_server.uri)
+    coll = client.test.c
+    coll.insert_one({"_id": 0})
+    with client.start_session() as session, session.start_transaction():
+        coll.insert_one({"_id": 1}, session=session)
+        _fail(replicaset_server, {"times": 1}, failCommands=["insert"], errorCode=112)
+        with pytest.raises(OperationFailure) as info:
+            coll.insert_one({"_id": 2}, session=session)
+        assert info.value.has_error_label("TransientTransactionError")
+        coll.insert_one({"_id": 2}, session=session)
+    assert sorted(d["_id"] for d in coll.find()) == [0, 1, 2]
