@@ -1,0 +1,37 @@
+"""The shared load generator of the demo and the benchmarks: phases, policies, metrics."""
+
+from __future__ import annotations
+
+from backpressure.workload.driver import (
+    WORKLOAD_COMMANDS,
+    LoadTarget,
+    Phase,
+    PhaseResult,
+    RunResult,
+    WorkloadConfig,
+    received_commands,
+    run_policy,
+)
+from backpressure.workload.policies import (
+    POLICIES,
+    POLICY_NAMES,
+    ClientPolicy,
+    PolicyClient,
+    has_native_backpressure,
+)
+
+__all__ = [
+    "POLICIES",
+    "POLICY_NAMES",
+    "WORKLOAD_COMMANDS",
+    "ClientPolicy",
+    "LoadTarget",
+    "Phase",
+    "PhaseResult",
+    "PolicyClient",
+    "RunResult",
+    "WorkloadConfig",
+    "has_native_backpressure",
+    "received_commands",
+    "run_policy",
+]

@@ -1,0 +1,232 @@
+"""The client retry policies the demo and the benchmarks compare.
+
+Each :class:`ClientPolicy` opens a :class:`PolicyClient`: a pymongo client plus the way the
+application calls it (``call(fn)``), and the number of retries its budget refused.
+
+* ``no-retries``: stock pymongo without overload retries (``maxAdaptiveRetries=0`` where the
+  installed pymongo has the option, a plain client otherwise).
+* ``hand-written``: the retry loop people write with tenacity: 3 immediate retries on any error.
+* ``pymongo-native``: pymongo's own overload retries (pymongo >= 4.17 only).
+* ``current`` / ``draft``: this package's presets through ``backpressure.MongoClient``.  While the
+  public switch is not importable, the same decision core runs as an application-level loop
+  around a client without native retries (shown in the policy's ``integration``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Protocol, TypeVar
+
+import pymongo
+from pymongo import MongoClient
+from pymongo.errors import PyMongoError
+
+from backpressure.budget import Budget, budget_for
+from backpressure.decision import Retry, RetryController
+from backpressure.operation import OperationRetries
+from backpressure.policy import CURRENT_SPEC, DRAFT, Policy
+
+__all__ = [
+    "POLICIES",
+    "POLICY_NAMES",
+    "ClientPolicy",
+    "PolicyClient",
+    "has_native_backpressure",
+]
+
+T = TypeVar("T")
+Document = dict[str, Any]
+
+
+def has_native_backpressure() -> bool:
+    """Whether the installed pymongo has its own overload retries (``maxAdaptiveRetries``)."""
+    validators: Mapping[str, Any] = getattr(pymongo.common, "VALIDATORS", {})
+    return "maxadaptiveretries" in validators
+
+
+def _no_native_retries() -> dict[str, Any]:
+    """Client options that switch pymongo's own overload retries off, where it has them."""
+    return {"maxAdaptiveRetries": 0} if has_native_backpressure() else {}
+
+
+class PolicyClient(Protocol):
+    """An open client under one policy."""
+
+    @property
+    def client(self) -> MongoClient[Document]:
+        """The pymongo client the workload uses."""
+        ...
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run one application operation the way this policy's application would."""
+        ...
+
+    def refused(self) -> Optional[int]:
+        """Retries refused by the retry budget so far (None when the policy has no budget)."""
+        ...
+
+    def close(self) -> None:
+        """Close the client."""
+        ...
+
+
+class _Plain:
+    """A client called directly; its own (native) retries, if any, happen inside pymongo."""
+
+    def __init__(self, client: MongoClient[Document]) -> None:
+        """Wrap ``client``."""
+        self._client = client
+
+    @property
+    def client(self) -> MongoClient[Document]:
+        """The pymongo client."""
+        return self._client
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Call ``fn`` once."""
+        return fn()
+
+    def refused(self) -> Optional[int]:
+        """No budget."""
+        return None
+
+    def close(self) -> None:
+        """Close the client."""
+        self._client.close()
+
+
+class _HandWritten(_Plain):
+    """``@retry(stop=stop_after_attempt(4))`` without a wait: 3 immediate retries on any error."""
+
+    retries = 3
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Call ``fn``, retrying at once up to 3 times on any PyMongoError."""
+        for _ in range(self.retries):
+            try:
+                return fn()
+            except PyMongoError:
+                continue
+        return fn()
+
+
+class _Enabled(_Plain):
+    """A ``backpressure.MongoClient``: retries happen inside the client."""
+
+    def __init__(self, client: MongoClient[Document], budget: Callable[[], Any]) -> None:
+        """Wrap ``client``; ``budget()`` returns its retry budget."""
+        super().__init__(client)
+        self._budget = budget
+
+    def refused(self) -> Optional[int]:
+        """Retries the client's budget refused."""
+        refused = getattr(self._budget(), "refused", None)
+        return refused if isinstance(refused, int) else None
+
+
+class _CoreLoop(_Plain):
+    """Fallback: the decision core as an application-level loop (no public switch yet)."""
+
+    def __init__(self, client: MongoClient[Document], policy: Policy) -> None:
+        """Wrap ``client`` (without native retries) and drive ``policy``."""
+        super().__init__(client)
+        self._budget: Budget = budget_for(policy)
+        self._controller = RetryController(policy, budget=self._budget)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Call ``fn``, retrying overload errors as the controller decides."""
+        retries = OperationRetries(self._controller, "workload")
+        while True:
+            retries.attempt_started(None)
+            try:
+                result = fn()
+            except PyMongoError as exc:
+                decision = retries.failed(exc)
+                if isinstance(decision, Retry):
+                    time.sleep(decision.delay)
+                    continue
+                raise
+            retries.succeeded()
+            return result
+
+    def refused(self) -> Optional[int]:
+        """Retries the budget refused (None without a budget)."""
+        return self._budget.refused if policy_has_budget(self._controller.policy) else None
+
+
+def policy_has_budget(policy: Policy) -> bool:
+    """Whether ``policy`` uses a retry budget."""
+    return policy.budget_enabled
+
+
+def _public_switch() -> Any:
+    """Return the ``backpressure`` module if its public ``MongoClient`` is available, else None."""
+    module = importlib.import_module("backpressure")
+    if callable(getattr(module, "MongoClient", None)) and callable(getattr(module, "budget", None)):
+        return module
+    return None
+
+
+@dataclass(frozen=True)
+class ClientPolicy:
+    """One way of calling MongoDB under overload, as compared by the demo and the benchmarks."""
+
+    name: str
+    """Short name used on the command line and in reports."""
+    description: str
+    """One-line description for tables."""
+    kind: str
+    """``plain``, ``hand-written``, ``native`` or ``ours``."""
+    preset: Optional[Policy] = None
+    """Our policy preset (kind ``ours`` only)."""
+
+    def unavailable(self) -> Optional[str]:
+        """Why this policy cannot run with the installed pymongo, or None."""
+        if self.kind == "native" and not has_native_backpressure():
+            return f"pymongo {pymongo.version} has no native overload retries (needs >= 4.17)"
+        return None
+
+    def integration(self) -> str:
+        """How the policy is wired in this run (for reports)."""
+        if self.kind != "ours":
+            return "pymongo"
+        if _public_switch() is not None:
+            return "backpressure.MongoClient"
+        return "application-level loop over backpressure's decision core"
+
+    def open(self, uri: str, **kwargs: Any) -> PolicyClient:
+        """Open a client for ``uri``; ``kwargs`` go to pymongo (e.g. ``event_listeners``)."""
+        reason = self.unavailable()
+        if reason is not None:
+            raise RuntimeError(reason)
+        if self.kind == "plain":
+            return _Plain(MongoClient(uri, **_no_native_retries(), **kwargs))
+        if self.kind == "hand-written":
+            return _HandWritten(MongoClient(uri, **_no_native_retries(), **kwargs))
+        if self.kind == "native":
+            return _Plain(MongoClient(uri, **kwargs))
+        assert self.preset is not None
+        module = _public_switch()
+        if module is not None:
+            client = module.MongoClient(uri, backpressure=self.preset, **kwargs)
+            return _Enabled(client, lambda: module.budget(client))
+        return _CoreLoop(MongoClient(uri, **_no_native_retries(), **kwargs), self.preset)
+
+
+POLICIES: Mapping[str, ClientPolicy] = {
+    policy.name: policy
+    for policy in (
+        ClientPolicy("no-retries", "pymongo, no overload retries", "plain"),
+        ClientPolicy("hand-written", "3 immediate retries on any error", "hand-written"),
+        ClientPolicy("pymongo-native", "pymongo native (maxAdaptiveRetries=2)", "native"),
+        ClientPolicy("current", "backpressure current-spec preset", "ours", CURRENT_SPEC),
+        ClientPolicy("draft", "backpressure draft preset + token budget", "ours", DRAFT),
+    )
+}
+"""Every policy by name, in report order."""
+
+POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
+"""Policy names in report order."""
