@@ -185,8 +185,17 @@ def operation_name(operation: str, func: Callable[..., Any]) -> str:
 def restart_transaction(session: Any) -> None:
     """Move a transaction whose first command failed back to STARTING (startTransaction again)."""
     transaction = session._transaction
-    transaction.state = type(transaction.state)["STARTING"]
+    transaction.state = _transaction_states(session).STARTING
     transaction.attempt = 0
+
+
+def _transaction_states(session: Any) -> Any:
+    """Return pymongo's ``_TxnState`` namespace from the module defining the session's class."""
+    for cls in type(session).__mro__:
+        states = getattr(sys.modules.get(cls.__module__), "_TxnState", None)
+        if states is not None:
+            return states
+    raise TypeError(f"{type(session).__name__} is not a pymongo ClientSession")
 
 
 def transaction_starting(session: Any) -> bool:

@@ -106,7 +106,7 @@ class _SyncRetryLoop:
             self._start_retryable_write(session)
         while True:
             if self._is_retrying() and _shared.csot_expired():
-                self._raise(self._last_error)
+                self._deadline_passed()
             try:
                 result = self._read_once() if self._is_read else self._write_once()
             except ServerSelectionTimeoutError as exc:
@@ -127,6 +127,15 @@ class _SyncRetryLoop:
             session._start_retryable_write()
             if self._bulk is not None:
                 self._bulk.started_retryable_write = True
+
+    def _deadline_passed(self) -> None:
+        """Raise the last error once the CSOT deadline has passed before the next attempt."""
+        error = self._last_error
+        assert error is not None
+        if is_retryable_overload(_shared.error_to_check(error)):
+            # Let the core record the stop (reason DEADLINE), as if asked before sleeping.
+            self._ops.failed(error, deadline=_shared.csot_deadline())
+        self._raise(error)
 
     def _is_retrying(self) -> bool:
         """Return True while the current write batch (or the operation) is being retried."""

@@ -1,0 +1,353 @@
+"""The backported retry loop (pymongo 4.9-4.16) against the embedded server, sync and async."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+from pymongo import _csot, monitoring
+from pymongo.errors import OperationFailure, PyMongoError
+from pymongo.hello import Hello
+
+import backpressure
+from backpressure import CURRENT_SPEC, DRAFT, Policy, StopReason, retry_summary
+from backpressure._backport import NATIVE_BACKPRESSURE, NATIVE_REASON
+from backpressure.testing import EmbeddedServer
+from tests.integration.conftest import (
+    OVERLOAD_CODE,
+    ClientFactory,
+    CommandRecorder,
+    RetryRecorder,
+    overload_fail_point,
+    resolve,
+    to_list,
+)
+
+pytestmark = [
+    pytest.mark.skipif(NATIVE_BACKPRESSURE, reason=NATIVE_REASON),
+    pytest.mark.timeout(60),
+]
+
+ZERO: Callable[[], float] = lambda: 0.0  # noqa: E731 - jitter pinned to 0: no backoff sleeps
+
+
+def enabled_client(
+    clients: ClientFactory,
+    uri: str,
+    policy: Policy = DRAFT,
+    *,
+    listeners: tuple[Any, ...] = (),
+    random: Callable[[], float] = ZERO,
+    **kwargs: Any,
+) -> Any:
+    """A backpressure client of the test's flavour with a pinned jitter source."""
+    client = clients.backpressure(uri, **kwargs)
+    backpressure.enable(client, policy, listeners=listeners, random=random)
+    return client
+
+
+async def test_insert_retried_with_same_txn_number(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """Two overloads on insert: the third attempt succeeds, every attempt has txnNumber 1."""
+    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
+    replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=2))
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    inserts = commands.started_commands("insert")
+    assert [cmd["txnNumber"] for cmd in inserts] == [1, 1, 1]
+    assert commands.failed_names() == ["insert", "insert"]
+    transactions = replicaset_server.stats()["transactions"]
+    assert [(t["txnNumber"], t["applied"]) for t in transactions] == [(1, True)]
+
+
+@pytest.mark.parametrize(("policy", "attempts"), [(DRAFT, 6), (CURRENT_SPEC, 3)])
+async def test_always_overloaded_attempts(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+    policy: Policy,
+    attempts: int,
+) -> None:
+    """An always overloaded server: DRAFT gives 6 attempts, CURRENT_SPEC 3, then the error."""
+    client = enabled_client(
+        clients, replicaset_server.uri, policy, listeners=(retries,), event_listeners=[commands]
+    )
+    replicaset_server.configure_fail_point(overload_fail_point(["insert"]))
+    with pytest.raises(OperationFailure) as caught:
+        await resolve(client.db.coll.insert_one({"_id": 1}))
+    assert caught.value.code == OVERLOAD_CODE
+    assert len(commands.started_commands("insert")) == attempts
+    assert len(retries.retries) == attempts - 1
+    summary = retry_summary(caught.value)
+    assert summary is not None
+    assert summary.attempts == attempts
+    assert summary.stop_reason is StopReason.ATTEMPTS_EXHAUSTED
+
+
+class _ArmAfterFirstInsert(monitoring.CommandListener):
+    """Configures an overload fail point once the first insert batch has succeeded."""
+
+    def __init__(self, server: EmbeddedServer) -> None:
+        self._server = server
+        self._armed = False
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        """Ignore started events."""
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        """Arm the fail point after the first insert."""
+        if event.command_name == "insert" and not self._armed:
+            self._armed = True
+            self._server.configure_fail_point(overload_fail_point(["insert"], times=1))
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        """Ignore failed events."""
+
+
+async def test_insert_many_retries_only_failed_batch(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """5 documents in 3 batches, the 2nd overloaded once: only that batch is sent again."""
+    monkeypatch.setattr(Hello, "max_write_batch_size", property(lambda self: 2))
+    arm = _ArmAfterFirstInsert(replicaset_server)
+    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands, arm])
+    await resolve(client.db.coll.insert_many([{"_id": i} for i in range(5)]))
+    inserts = commands.started_commands("insert")
+    assert [([d["_id"] for d in cmd["documents"]], cmd["txnNumber"]) for cmd in inserts] == [
+        ([0, 1], 1),
+        ([2, 3], 2),
+        ([2, 3], 2),
+        ([4], 3),
+    ]
+    assert commands.failed_names() == ["insert"]
+    assert await resolve(client.db.coll.count_documents({})) == 5
+
+
+async def test_update_many_retried_without_txn_number(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """update_many is no retryable write, yet an overload is retried (no txnNumber sent)."""
+    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
+    await resolve(client.db.coll.insert_many([{"_id": 1}, {"_id": 2}]))
+    replicaset_server.configure_fail_point(overload_fail_point(["update"], times=2))
+    result = await resolve(client.db.coll.update_many({}, {"$set": {"a": 1}}))
+    assert result.modified_count == 2
+    updates = commands.started_commands("update")
+    assert len(updates) == 3
+    assert all("txnNumber" not in cmd for cmd in updates)
+
+
+async def test_get_more_retried(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """An overloaded getMore is retried on the same server and the cursor completes."""
+    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
+    await resolve(client.db.coll.insert_many([{"_id": i} for i in range(5)]))
+    replicaset_server.configure_fail_point(overload_fail_point(["getMore"], times=2))
+    docs = await to_list(client.db.coll.find(batch_size=2))
+    assert [d["_id"] for d in docs] == list(range(5))
+    get_mores = commands.addresses("getMore")
+    assert len(get_mores) == 4  # 2 failed + 2 needed
+    assert len(set(get_mores)) == 1
+
+
+async def test_plain_find_retried(
+    clients: ClientFactory, standalone_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """A find on a standalone is retried on overload (reads need no sessions)."""
+    client = enabled_client(clients, standalone_server.uri, event_listeners=[commands])
+    standalone_server.configure_fail_point(overload_fail_point(["find"], times=2))
+    assert await resolve(client.db.coll.find_one({})) is None
+    assert len(commands.started_commands("find")) == 3
+
+
+async def test_standalone_insert_retried(
+    clients: ClientFactory, standalone_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """On a standalone (no retryable writes) an overloaded insert is still retried."""
+    client = enabled_client(clients, standalone_server.uri, event_listeners=[commands])
+    standalone_server.configure_fail_point(overload_fail_point(["insert"], times=1))
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    assert len(commands.started_commands("insert")) == 2
+
+
+@pytest.mark.parametrize(
+    ("options", "operation", "retried"),
+    [
+        ({"retryWrites": False}, "insert", False),
+        ({"retryWrites": False}, "find", True),
+        ({"retryReads": False}, "find", False),
+        ({"retryReads": False}, "insert", True),
+    ],
+)
+async def test_retry_options_gate_overload_retries(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    options: dict[str, Any],
+    operation: str,
+    retried: bool,
+) -> None:
+    """retryWrites=false stops write retries, retryReads=false read retries, nothing else."""
+    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands], **options)
+    replicaset_server.configure_fail_point(overload_fail_point([operation], times=1))
+    coll = client.db.coll
+    run = (
+        (lambda: coll.insert_one({"_id": 1}))
+        if operation == "insert"
+        else (lambda: coll.find_one({}))
+    )
+    if retried:
+        await resolve(run())
+        assert len(commands.started_commands(operation)) == 2
+    else:
+        with pytest.raises(OperationFailure) as caught:
+            await resolve(run())
+        summary = retry_summary(caught.value)
+        assert summary is not None
+        assert summary.stop_reason is StopReason.RETRIES_DISABLED
+        assert len(commands.started_commands(operation)) == 1
+
+
+async def test_retry_options_ignored_when_policy_says_so(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """With respect_retry_options=False an overloaded insert is retried despite retryWrites."""
+    client = enabled_client(
+        clients,
+        replicaset_server.uri,
+        DRAFT.replace(respect_retry_options=False),
+        event_listeners=[commands],
+        retryWrites=False,
+    )
+    replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=1))
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    assert len(commands.started_commands("insert")) == 2
+
+
+async def test_transaction_first_command_restarts_transaction(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """An overloaded first command of a transaction is re-sent with startTransaction."""
+    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
+    await resolve(client.db.coll.insert_one({"_id": 0}))
+    commands.reset()
+    replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=1))
+    session = await resolve(client.start_session())
+    try:
+        await resolve(session.start_transaction())
+        await resolve(client.db.coll.insert_one({"_id": 1}, session=session))
+        await resolve(client.db.coll.insert_one({"_id": 2}, session=session))
+        await resolve(session.commit_transaction())
+    finally:
+        await resolve(session.end_session())
+    inserts = commands.started_commands("insert")
+    assert [cmd.get("startTransaction", False) for cmd in inserts] == [True, True, False]
+    assert len({cmd["txnNumber"] for cmd in inserts}) == 1
+    assert await resolve(client.db.coll.count_documents({})) == 3
+
+
+async def test_commit_retried_on_overload(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """An overloaded commitTransaction is retried and the transaction commits once."""
+    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
+    replicaset_server.configure_fail_point(overload_fail_point(["commitTransaction"], times=2))
+    session = await resolve(client.start_session())
+    try:
+        await resolve(session.start_transaction())
+        await resolve(client.db.coll.insert_one({"_id": 1}, session=session))
+        await resolve(session.commit_transaction())
+    finally:
+        await resolve(session.end_session())
+    assert len(commands.started_commands("commitTransaction")) == 3
+    assert await resolve(client.db.coll.count_documents({})) == 1
+
+
+async def test_csot_bounds_retries(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """Under timeoutMS the loop stops before a backoff would pass the deadline."""
+    policy = DRAFT.replace(max_retries=50, base_backoff=0.02, max_backoff=0.02)
+    client = enabled_client(
+        clients,
+        replicaset_server.uri,
+        policy,
+        random=lambda: 0.999,
+        event_listeners=[commands],
+        timeoutMS=150,
+    )
+    replicaset_server.configure_fail_point(overload_fail_point(["insert"]))
+    with pytest.raises(PyMongoError) as caught:
+        await resolve(client.db.coll.insert_one({"_id": 1}))
+    if caught.value.timeout:
+        pass  # the last attempt ran into the deadline itself: pymongo's timeout error
+    else:
+        assert isinstance(caught.value, OperationFailure)
+        assert caught.value.code == OVERLOAD_CODE
+        summary = retry_summary(caught.value)
+        assert summary is not None
+        assert summary.stop_reason is StopReason.DEADLINE
+    attempts = len(commands.started_commands("insert"))
+    assert 2 <= attempts <= 8  # 150 ms / 20 ms backoffs, never 51
+    assert _csot.get_timeout() is None
+
+
+async def test_retargets_to_other_mongos(
+    clients: ClientFactory, sharded_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """After an overload on one mongos the retry goes to the other one."""
+    client = enabled_client(
+        clients, sharded_server.uri, event_listeners=[commands], localThresholdMS=1000
+    )
+    await resolve(client.admin.command("ping"))
+    overloaded = sharded_server.addresses[0]
+    sharded_server.configure_fail_point(overload_fail_point(["insert"]), member=0)
+    retried: list[list[tuple[str, int]]] = []
+    for i in range(20):  # selection is random: stop once an insert first hit the bad mongos
+        commands.reset()
+        await resolve(client.db.coll.insert_one({"_id": i}))
+        addresses = commands.addresses("insert")
+        if len(addresses) > 1:
+            retried.append(addresses)
+            break
+    assert retried, "no insert was sent to the overloaded mongos"
+    assert retried[0][0] == overloaded
+    assert retried[0][1:] == [sharded_server.addresses[1]]
+
+
+async def test_non_overload_error_keeps_classic_behaviour(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """A non-retryable error is raised at once; a retryable write error is retried once."""
+    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
+    replicaset_server.configure_fail_point(
+        {
+            "configureFailPoint": "failCommand",
+            "mode": {"times": 1},
+            "data": {"failCommands": ["insert"], "errorCode": 2},
+        }
+    )
+    with pytest.raises(OperationFailure):
+        await resolve(client.db.coll.insert_one({"_id": 1}))
+    assert len(commands.started_commands("insert")) == 1
+    commands.reset()
+    replicaset_server.configure_fail_point(
+        {
+            "configureFailPoint": "failCommand",
+            "mode": {"times": 2},
+            "data": {
+                "failCommands": ["insert"],
+                "errorCode": 262,
+                "errorLabels": ["RetryableWriteError"],
+            },
+        }
+    )
+    with pytest.raises(OperationFailure) as caught:
+        await resolve(client.db.coll.insert_one({"_id": 2}))
+    assert caught.value.code == 262
+    assert len(commands.started_commands("insert")) == 2
