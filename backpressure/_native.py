@@ -219,6 +219,7 @@ class _AwaitedRetryPolicy(NativeRetryPolicy):
 def _operation_name(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     """Return the ``operation`` argument of a ``_retry_internal`` call."""
     name = kwargs.get("operation", args[3] if len(args) > 3 else None)
+    name = getattr(name, "value", name)  # pymongo's _Op is a str Enum
     return str(name) if name is not None else "unknown"
 
 

@@ -1,0 +1,378 @@
+"""Overload retries end to end through ``backpressure.enable`` against the embedded server.
+
+These tests describe behaviour, not mechanics: they run on every pymongo era (the native adapter
+on pymongo >= 4.17, the backport below), sync and async.  Jitter is pinned through the
+controller's injected random source, so no test sleeps unless the delay is what it measures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pymongo
+import pytest
+from pymongo.errors import OperationFailure, PyMongoError
+
+import backpressure
+from backpressure import CURRENT_SPEC, DRAFT, Policy, StopReason, _compat, retry_summary
+from backpressure.labels import RETRYABLE, SYSTEM_OVERLOADED, is_retryable_overload
+from backpressure.testing.embedded import EmbeddedServer
+from tests.integration.conftest import (
+    ClientFactory,
+    CommandRecorder,
+    RetryRecorder,
+    overload_fail_point,
+    resolve,
+    to_list,
+)
+
+FAST = Policy(base_backoff=0.001, max_backoff=0.05)
+"""Draft semantics with millisecond backoff, for tests where the delay is not what is tested."""
+
+
+def enabled_client(
+    clients: ClientFactory,
+    server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+    policy: Any = DRAFT,
+    jitter: float = 0.0,
+    **kwargs: Any,
+) -> Any:
+    """A plain pymongo client of the test's flavour with backpressure enabled on it."""
+    client = clients.plain(server.uri, event_listeners=[commands], **kwargs)
+    return backpressure.enable(client, policy, listeners=[retries], random=lambda: jitter)
+
+
+async def test_draft_always_overloaded_insert_makes_six_attempts(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """Draft prose test: an always-overloaded insert is sent 6 times, then the error surfaces."""
+    client = enabled_client(clients, standalone_server, commands, retries)
+    standalone_server.configure_fail_point(overload_fail_point(["insert"]))
+    with pytest.raises(PyMongoError) as info:
+        await resolve(client.db.coll.insert_one({"x": 1}))
+    assert info.value.has_error_label(SYSTEM_OVERLOADED)
+    assert info.value.has_error_label(RETRYABLE)
+    assert len(commands.started_commands("insert")) == 6
+    summary = retry_summary(info.value)
+    assert summary is not None
+    assert summary.attempts == 6
+    assert summary.stop_reason is StopReason.ATTEMPTS_EXHAUSTED
+    assert len(retries.retries) == 5
+
+
+async def test_retry_budget_of_two_tokens_allows_two_retries(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """Draft prose test: with a 2-token bucket only 2 retries happen (3 inserts started)."""
+    policy = DRAFT.replace(budget_capacity=2)
+    client = enabled_client(clients, standalone_server, commands, retries, policy)
+    standalone_server.configure_fail_point(overload_fail_point(["insert"]))
+    with pytest.raises(PyMongoError) as info:
+        await resolve(client.db.coll.insert_one({"x": 1}))
+    assert is_retryable_overload(info.value)
+    assert len(commands.started_commands("insert")) == 3
+    summary = retry_summary(info.value)
+    assert summary is not None
+    assert summary.stop_reason is StopReason.BUDGET_EMPTY
+    bucket = backpressure.budget(client)
+    assert bucket is not None
+    assert bucket.tokens == 0
+    assert bucket.refused == 1
+
+
+@pytest.mark.parametrize(("jitter", "expected"), [(0.0, [0.0] * 5), (1.0, None)])
+async def test_backoff_follows_jitter_and_draft_exponents(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+    jitter: float,
+    expected: Any,
+) -> None:
+    """Draft prose test: delays are jitter * base * 2**(n-1), read from the retry events."""
+    client = enabled_client(clients, standalone_server, commands, retries, FAST, jitter)
+    standalone_server.configure_fail_point(overload_fail_point(["insert"]))
+    with pytest.raises(PyMongoError):
+        await resolve(client.db.coll.insert_one({"x": 1}))
+    want = expected if expected is not None else [0.001, 0.002, 0.004, 0.008, 0.016]
+    assert retries.delays == pytest.approx(want)
+
+
+async def test_current_spec_makes_three_attempts(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """Current spec: 2 retries (3 attempts), first ceiling 0.2 s (exponent from 1)."""
+    client = enabled_client(clients, standalone_server, commands, retries, CURRENT_SPEC)
+    standalone_server.configure_fail_point(overload_fail_point(["insert"]))
+    with pytest.raises(PyMongoError) as info:
+        await resolve(client.db.coll.insert_one({"x": 1}))
+    assert len(commands.started_commands("insert")) == 3
+    summary = retry_summary(info.value)
+    assert summary is not None
+    assert summary.stop_reason is StopReason.ATTEMPTS_EXHAUSTED
+
+
+async def test_max_adaptive_retries_one_makes_two_attempts(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """Current spec prose test: maxAdaptiveRetries=1 gives exactly 2 attempts."""
+    policy = CURRENT_SPEC.replace(max_retries=1)
+    client = enabled_client(clients, standalone_server, commands, retries, policy)
+    standalone_server.configure_fail_point(overload_fail_point(["insert"]))
+    with pytest.raises(PyMongoError):
+        await resolve(client.db.coll.insert_one({"x": 1}))
+    assert len(commands.started_commands("insert")) == 2
+
+
+async def test_server_base_backoff_sets_the_delays(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """The server's baseBackoffMS replaces the policy base (0.1 s) in the reported delays."""
+    policy = DRAFT.replace(max_retries=2)
+    client = enabled_client(clients, standalone_server, commands, retries, policy, 1.0)
+    standalone_server.set_parameter(externalClientBaseBackoffMS=2)
+    standalone_server.configure_fail_point(overload_fail_point(["insert"]))
+    with pytest.raises(OperationFailure) as info:
+        await resolve(client.db.coll.insert_one({"x": 1}))
+    assert info.value.details is not None
+    assert info.value.details.get("baseBackoffMS") == 2
+    assert retries.delays == pytest.approx([0.002, 0.004])
+
+
+async def test_insert_succeeds_after_two_overloads(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """Two overloads then success: 3 inserts with the same txnNumber, one document written."""
+    client = enabled_client(clients, replicaset_server, commands, retries)
+    replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=2))
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    inserts = commands.started_commands("insert")
+    assert len(inserts) == 3
+    assert len({doc["txnNumber"] for doc in inserts}) == 1
+    bucket = backpressure.budget(client)
+    assert bucket is not None
+    assert bucket.tokens == pytest.approx(1000 - 2 + 1.1)  # two retries, then success on a retry
+    assert await resolve(client.db.coll.count_documents({})) == 1
+
+
+async def test_get_more_is_retried(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """An overloaded getMore is retried on the same cursor and iteration completes."""
+    client = enabled_client(clients, standalone_server, commands, retries)
+    await resolve(client.db.coll.insert_many([{"_id": i} for i in range(3)]))
+    standalone_server.configure_fail_point(overload_fail_point(["getMore"], times=2))
+    docs = await to_list(client.db.coll.find({}, batch_size=1))
+    assert [d["_id"] for d in docs] == [0, 1, 2]
+    assert len(commands.failed_names()) == 2
+    assert [e.operation for e in retries.retries] == ["getMore", "getMore"]
+
+
+async def test_update_many_is_retried(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """update_many (not a retryable write) is retried on overload and applied once."""
+    client = enabled_client(clients, standalone_server, commands, retries)
+    await resolve(client.db.coll.insert_many([{"_id": i, "n": 0} for i in range(2)]))
+    standalone_server.configure_fail_point(overload_fail_point(["update"], times=2))
+    result = await resolve(client.db.coll.update_many({}, {"$inc": {"n": 1}}))
+    assert result.modified_count == 2
+    assert len(commands.started_commands("update")) == 3
+    docs = await to_list(client.db.coll.find({}))
+    assert [d["n"] for d in docs] == [1, 1]
+
+
+async def test_run_command_ping_is_retried(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """Database.command("ping") is retried on overload."""
+    client = enabled_client(clients, standalone_server, commands, retries)
+    standalone_server.configure_fail_point(overload_fail_point(["ping"], times=2))
+    reply = await resolve(client.admin.command("ping"))
+    assert reply["ok"] == 1
+    assert len(commands.started_commands("ping")) == 3
+
+
+async def test_retry_goes_to_the_other_mongos(
+    clients: ClientFactory,
+    sharded_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """On a sharded cluster the retry is sent to the mongos that did not fail."""
+    policy = FAST.replace(max_retries=1)
+    client = enabled_client(clients, sharded_server, commands, retries, policy)
+    await resolve(client.admin.command("ping"))  # discover both routers
+    sharded_server.configure_fail_point(overload_fail_point(["insert"]))
+    with pytest.raises(PyMongoError) as info:
+        await resolve(client.db.coll.insert_one({"x": 1}))
+    addresses = commands.addresses("insert")
+    assert len(addresses) == 2
+    assert addresses[0] != addresses[1]
+    summary = retry_summary(info.value)
+    assert summary is not None
+    assert len(summary.servers) == 2
+
+
+async def test_csot_deadline_stops_retries_with_the_overload_error(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """With pymongo.timeout(0.3) the retry whose backoff would pass the deadline is refused."""
+    client = enabled_client(clients, standalone_server, commands, retries, DRAFT, 1.0)
+    await resolve(client.admin.command("ping"))
+    standalone_server.configure_fail_point(overload_fail_point(["insert"]))
+    bucket = backpressure.budget(client)
+    assert bucket is not None
+    with pytest.raises(OperationFailure) as info, pymongo.timeout(0.3):
+        await resolve(client.db.coll.insert_one({"x": 1}))
+    assert info.value.code == 462
+    summary = retry_summary(info.value)
+    assert summary is not None
+    assert summary.stop_reason is StopReason.DEADLINE
+    assert summary.attempts == 2  # 0.1 s then 0.2 s would end after the deadline
+    assert bucket.tokens == 999  # no token taken for the refused retry
+
+
+async def test_transaction_first_command_retried_with_start_transaction(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """An overloaded first command of a transaction is re-sent with startTransaction."""
+    client = enabled_client(clients, replicaset_server, commands, retries, FAST)
+    await resolve(client.db.create_collection("coll"))
+    replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=1))
+    session = await resolve(client.start_session())
+    try:
+        await resolve(session.start_transaction())
+        await resolve(client.db.coll.insert_one({"_id": 1}, session=session))
+        await resolve(session.commit_transaction())
+    finally:
+        await resolve(session.end_session())
+    inserts = commands.started_commands("insert")
+    assert len(inserts) == 2
+    assert all(doc.get("startTransaction") is True for doc in inserts)
+    assert inserts[0]["txnNumber"] == inserts[1]["txnNumber"]
+    assert await resolve(client.db.coll.count_documents({})) == 1
+
+
+async def test_overloaded_commit_is_retried(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """An overloaded commitTransaction is retried and the transaction commits."""
+    client = enabled_client(clients, replicaset_server, commands, retries, FAST)
+    await resolve(client.db.create_collection("coll"))
+    replicaset_server.configure_fail_point(overload_fail_point(["commitTransaction"], times=1))
+    session = await resolve(client.start_session())
+    try:
+        await resolve(session.start_transaction())
+        await resolve(client.db.coll.insert_one({"_id": 1}, session=session))
+        await resolve(session.commit_transaction())
+    finally:
+        await resolve(session.end_session())
+    assert len(commands.started_commands("commitTransaction")) == 2
+    assert await resolve(client.db.coll.count_documents({})) == 1
+
+
+async def test_no_duplicate_write_when_overload_and_network_errors_mix(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """Applied-then-overloaded, then a dropped connection: one txnNumber, one write applied."""
+    overloaded_wce = {
+        "code": 462,
+        "errmsg": "overloaded after the write",
+        "errorLabels": [SYSTEM_OVERLOADED, RETRYABLE],
+    }
+    replicaset_server.configure_fail_point(
+        {
+            "configureFailPoint": "failCommand",
+            "mode": {"times": 1},
+            "data": {"failCommands": ["insert"], "writeConcernError": overloaded_wce},
+        }
+    )
+    drop = {
+        "configureFailPoint": "failCommand",
+        "mode": {"times": 1},
+        "data": {"failCommands": ["insert"], "closeConnection": True},
+    }
+    switched: list[bool] = []
+
+    class SwitchFailPoint(CommandRecorder):
+        """After the write-concern-overloaded insert, make the next insert lose its connection."""
+
+        def succeeded(self, event: Any) -> None:
+            """Switch the fail point once the first insert's reply arrived."""
+            if event.command_name == "insert" and not switched:
+                assert "writeConcernError" in event.reply
+                switched.append(True)
+                replicaset_server.configure_fail_point(drop)
+
+    switcher = SwitchFailPoint()
+    client2 = clients.plain(replicaset_server.uri, event_listeners=[commands, switcher])
+    backpressure.enable(client2, FAST, listeners=[retries], random=lambda: 0.0)
+    await resolve(client2.db.coll.insert_one({"_id": 7}))
+    inserts = commands.started_commands("insert")
+    assert len(inserts) == 3
+    assert len({doc["txnNumber"] for doc in inserts}) == 1
+    assert await resolve(client2.db.coll.count_documents({})) == 1
+    records = [t for t in replicaset_server.stats()["transactions"] if t["applied"]]
+    assert len(records) == 1
+    assert switched == [True]
+
+
+async def test_plain_client_in_the_same_process_is_untouched(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """Enabling one client leaves another one alone: it keeps pymongo's own behaviour."""
+    enabled_client(clients, standalone_server, CommandRecorder(), retries)
+    plain = clients.plain(standalone_server.uri, event_listeners=[commands])
+    standalone_server.configure_fail_point(overload_fail_point(["insert"]))
+    with pytest.raises(PyMongoError) as info:
+        await resolve(plain.db.coll.insert_one({"x": 1}))
+    # pymongo >= 4.17 retries overload itself (maxAdaptiveRetries=2); older pymongo does not.
+    expected = 3 if _compat.HAS_NATIVE_BACKPRESSURE else 1
+    assert len(commands.started_commands("insert")) == expected
+    assert retry_summary(info.value) is None
+    assert retries.retries == []
