@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import socket
-import struct
 from collections.abc import Iterator
 from typing import Any, Callable
 
-import bson
 import pytest
 from pymongo import MongoClient
 
@@ -87,15 +85,3 @@ def raw_connect() -> Iterator[Callable[[tuple[str, int]], RawConnection]]:
     yield connect
     for conn in opened:
         conn.close()
-
-
-def op_query(request_id: int, namespace: str, query: dict[str, Any], flags: int = 0) -> bytes:
-    """Pack a legacy OP_QUERY (what pymongo < 4.18 sends for its first hello)."""
-    body = (
-        struct.pack("<i", flags)
-        + namespace.encode()
-        + b"\x00"
-        + struct.pack("<ii", 0, -1)
-        + bson.encode(query)
-    )
-    return struct.pack("<iiii", 16 + len(body), request_id, 0, 2004) + body

@@ -1,0 +1,115 @@
+"""Topology discovery by real pymongo clients: standalone, replica set, sharded."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Callable
+
+import pytest
+from bson.binary import Binary
+from pymongo import ReadPreference
+from pymongo.errors import NotPrimaryError
+
+from backpressure.testing import EmbeddedServer
+
+
+def test_standalone_is_discovered(standalone_server: EmbeddedServer, make_client: Any) -> None:
+    """A standalone URI gives a Single topology with a writable server."""
+    client = make_client(standalone_server.uri)
+    client.admin.command("ping")
+    assert client.topology_description.topology_type_name == "Single"
+    assert standalone_server.uri == f"mongodb://127.0.0.1:{standalone_server.addresses[0][1]}/"
+
+
+def test_replica_set_primary_and_secondaries(
+    replicaset_server: EmbeddedServer, make_client: Any
+) -> None:
+    """rs0 is found with one primary and two secondaries; secondary reads avoid the primary."""
+    client = make_client(replicaset_server.uri)
+    client.test.c.insert_one({"_id": 1})
+    assert client.primary == replicaset_server.primary_address
+    assert client.secondaries == set(replicaset_server.addresses[1:])
+    assert client.topology_description.topology_type_name == "ReplicaSetWithPrimary"
+    secondary = client.test.get_collection("c", read_preference=ReadPreference.SECONDARY)
+    for _ in range(6):
+        assert secondary.find_one({"_id": 1}) == {"_id": 1}
+    per_member = replicaset_server.stats()["members"]
+    finds = [m["commands"].get("find", {}).get("received", 0) for m in per_member]
+    assert finds[0] == 0
+    assert finds[1] + finds[2] == 6
+    assert "$clusterTime" in client.admin.command("ping")
+
+
+def test_write_on_secondary_is_not_writable_primary(
+    replicaset_server: EmbeddedServer, make_client: Any
+) -> None:
+    """A direct connection to a secondary gets NotWritablePrimary for writes, reads still work."""
+    host, port = replicaset_server.addresses[1]
+    client = make_client(host, port=port, directConnection=True, retryWrites=False)
+    with pytest.raises(NotPrimaryError) as info:
+        client.test.c.insert_one({"x": 1})
+    assert info.value.details is not None
+    assert info.value.details["code"] == 10107
+    assert client.test.c.find_one() is None  # direct connection reads are secondary-ok
+
+
+def test_retryable_write_on_secondary_gets_label(
+    replicaset_server: EmbeddedServer, raw_connect: Any
+) -> None:
+    """NotWritablePrimary for a command with txnNumber carries RetryableWriteError."""
+    conn = raw_connect(replicaset_server.addresses[2])
+    lsid = {"id": Binary.from_uuid(uuid.uuid4())}
+    reply = conn.command(
+        {"insert": "c", "documents": [{"a": 1}], "lsid": lsid, "txnNumber": 1}, db="test"
+    )
+    assert (reply["code"], reply["errorLabels"]) == (10107, ["RetryableWriteError"])
+    plain = conn.command({"insert": "c", "documents": [{"a": 1}]}, db="test")
+    assert plain["code"] == 10107
+    assert "errorLabels" not in plain
+
+
+def test_read_on_secondary_needs_secondary_ok(
+    replicaset_server: EmbeddedServer, raw_connect: Any
+) -> None:
+    """Without a secondary-ok read preference a secondary refuses reads (13435)."""
+    conn = raw_connect(replicaset_server.addresses[1])
+    assert conn.command({"find": "c"}, db="test")["code"] == 13435
+    ok = conn.command({"find": "c", "$readPreference": {"mode": "secondary"}}, db="test")
+    assert ok["ok"] == 1.0
+
+
+def test_sharded_cluster_has_two_mongos(sharded_server: EmbeddedServer, make_client: Any) -> None:
+    """Two routers answering isdbgrid over one shared data set."""
+    client = make_client(sharded_server.uri)
+    client.test.c.insert_one({"_id": 1})
+    assert client.topology_description.topology_type_name == "Sharded"
+    assert set(client.nodes) == set(sharded_server.addresses)
+    host, port = sharded_server.addresses[1]
+    other = make_client(host, port=port, directConnection=True)
+    assert other.test.c.find_one() == {"_id": 1}
+    assert other.admin.command("hello")["msg"] == "isdbgrid"
+
+
+@pytest.mark.parametrize(("wire", "version"), [(25, "8.2.0"), (29, "9.0.0")])
+def test_wire_and_server_version(
+    embedded_server_factory: Callable[..., EmbeddedServer],
+    make_client: Any,
+    wire: int,
+    version: str,
+) -> None:
+    """maxWireVersion and buildInfo follow the configured server version."""
+    server = embedded_server_factory(max_wire_version=wire, server_version=version)
+    client = make_client(server.uri)
+    info = client.admin.command("buildInfo")
+    assert info["version"] == version
+    assert info["versionArray"][:2] == [int(x) for x in version.split(".")[:2]]
+    assert client.admin.command("hello")["maxWireVersion"] == wire
+
+
+def test_start_and_stop_are_quick() -> None:
+    """A replica set starts and stops in well under a second."""
+    started = time.monotonic()
+    with EmbeddedServer("replicaset", 5) as server:
+        assert len(server.addresses) == 5
+    assert time.monotonic() - started < 1.0
