@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import datetime
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import bson
 from bson.int64 import Int64
+from mongomock import helpers
 
 from backpressure.testing.engine_base import (
     CommandError,
@@ -26,21 +28,32 @@ from backpressure.testing.engine_base import (
 )
 from backpressure.testing.engine_store import DataStore, guard
 
+_patch_datetimes: Any = helpers.patch_datetime_awareness_in_document
+
 __all__ = ["HANDLERS", "CursorRegistry", "ServerCursor", "cursor_reply", "run_find"]
 
 DEFAULT_FIRST_BATCH = 101
 """mongod's default size of a first batch."""
 
 
+MAX_BATCH_BYTES = 16 * 1024 * 1024
+"""mongod's cap on the BSON size of one batch."""
+
+
 @dataclass
 class ServerCursor:
-    """An open cursor: its namespace and the documents not yet returned."""
+    """An open cursor: its namespace and the documents not yet returned.
+
+    Results come from an iterator that is consumed lazily, batch by batch, so a find over a large
+    collection copies only what it returns. One document is read ahead to know whether the cursor
+    is exhausted.
+    """
 
     cursor_id: int
     """The id the client uses in getMore / killCursors."""
     ns: str
     """The namespace ``db.collection`` the cursor belongs to."""
-    docs: list[dict[str, Any]]
+    source: Iterator[dict[str, Any]]
     """Documents not yet returned."""
     change_stream: bool = False
     """True for a change stream (never exhausted, carries a resume token)."""
@@ -48,19 +61,44 @@ class ServerCursor:
     """The id of the session that opened the cursor, if any."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Additional fields of the ``cursor`` sub-document."""
+    _ahead: list[dict[str, Any]] = field(default_factory=list)
+    _done: bool = False
 
     def next_batch(self, size: Optional[int]) -> list[dict[str, Any]]:
-        """Remove and return up to ``size`` documents (all remaining when ``size`` is falsy)."""
-        take = len(self.docs) if not size else min(size, len(self.docs))
-        batch, self.docs = self.docs[:take], self.docs[take:]
+        """Remove and return up to ``size`` documents (up to 16 MiB when ``size`` is falsy)."""
+        batch: list[dict[str, Any]] = []
+        total = 0
+        while not size or len(batch) < size:
+            doc = self._next()
+            if doc is None:
+                break
+            total += len(bson.encode(doc))
+            if batch and total > MAX_BATCH_BYTES:
+                self._ahead.append(doc)
+                break
+            batch.append(doc)
+        if not self._ahead and not self._done:
+            following = self._next()
+            if following is not None:
+                self._ahead.append(following)
         return batch
+
+    def _next(self) -> Optional[dict[str, Any]]:
+        if self._ahead:
+            return self._ahead.pop()
+        if self._done:
+            return None
+        doc: Optional[dict[str, Any]] = guard(lambda: next(self.source, None))
+        if doc is None:
+            self._done = True
+        return doc
 
     @property
     def exhausted(self) -> bool:
         """True when nothing is left to return."""
         if self.change_stream:
             return False
-        return not self.docs
+        return self._done and not self._ahead
 
 
 class CursorRegistry:
@@ -79,7 +117,7 @@ class CursorRegistry:
     def open(
         self,
         ns: str,
-        docs: list[dict[str, Any]],
+        docs: Iterable[dict[str, Any]],
         first_batch_size: Optional[int],
         *,
         single_batch: bool = False,
@@ -88,7 +126,7 @@ class CursorRegistry:
     ) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
         """Register a result set and return (cursor id or 0, first batch, extra cursor fields)."""
         cursor = ServerCursor(
-            next(self._ids), ns, docs, change_stream=change_stream, lsid_key=lsid_key
+            next(self._ids), ns, iter(docs), change_stream=change_stream, lsid_key=lsid_key
         )
         size = DEFAULT_FIRST_BATCH if first_batch_size is None else first_batch_size
         batch = [] if size == 0 and not single_batch else cursor.next_batch(size)
@@ -159,8 +197,8 @@ def _sort_spec(value: Any) -> Optional[list[tuple[str, int]]]:
 
 def run_find(
     store: DataStore, db: str, coll: str, body: Mapping[str, Any], filter_field: str = "filter"
-) -> list[dict[str, Any]]:
-    """Run a find-shaped query (filter, sort, projection, skip, limit) through mongomock."""
+) -> Iterator[dict[str, Any]]:
+    """Run a find-shaped query (filter, sort, projection, skip, limit) lazily through mongomock."""
     query = opt_document(body, filter_field) or {}
     projection = opt_document(body, "projection")
     sort = _sort_spec(body.get("sort"))
@@ -169,14 +207,11 @@ def run_find(
     if skip < 0:
         raise CommandError(51024, "BSON field 'skip' value must be >= 0, actual value " + str(skip))
     if not store.exists(db, coll):
-        return []
+        return iter(())
     collection = store.collection(db, coll)
-    docs: list[dict[str, Any]] = guard(
-        lambda: list(
-            collection.find(query, projection=projection, sort=sort, skip=skip, limit=limit)
-        )
-    )
-    return docs
+    spec = _patch_datetimes(query)
+    dataset = collection._get_dataset(spec, sort, projection, dict)
+    return itertools.islice(dataset, skip, skip + limit if limit else None)
 
 
 def _find(req: Request) -> dict[str, Any]:
@@ -270,8 +305,29 @@ def _aggregate(req: Request) -> dict[str, Any]:
     return cursor_reply(cursor_id, ns, batch, "firstBatch", extra)
 
 
+def _foreign_collections(pipeline: list[Any]) -> list[str]:
+    """Return the collections a pipeline reads besides its own ($lookup, $unionWith, ...)."""
+    names: list[str] = []
+    for stage in pipeline:
+        for op, spec in stage.items():
+            if op in ("$lookup", "$graphLookup") and isinstance(spec, Mapping):
+                target = spec.get("from")
+                names.extend([target] if isinstance(target, str) else [])
+                names.extend(_foreign_collections(spec.get("pipeline") or []))
+            elif op == "$unionWith":
+                target = spec.get("coll") if isinstance(spec, Mapping) else spec
+                names.extend([target] if isinstance(target, str) else [])
+            elif op == "$facet" and isinstance(spec, Mapping):
+                for sub in spec.values():
+                    names.extend(_foreign_collections(sub if isinstance(sub, list) else []))
+    return names
+
+
 def _collection_aggregate(req: Request, coll: str, pipeline: list[Any]) -> list[dict[str, Any]]:
     last = next(iter(pipeline[-1]), "") if pipeline else ""
+    if req.txn is not None:
+        for name in _foreign_collections(pipeline):
+            req.store.touch(req.db, name)
     if last == "$merge":
         raise CommandError(238, "$merge is not supported by the embedded server")
     if last == "$out":

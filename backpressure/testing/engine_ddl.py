@@ -1,7 +1,7 @@
 """Catalog commands: collections, indexes, databases, renames and minimal statistics.
 
 Follows mongod 7+: dropping a missing collection succeeds; creating an existing one fails with
-48 NamespaceExists (unless the options match, which mongod also accepts, we do not compare).
+48 NamespaceExists. Create options are kept and shown by listCollections, not enforced.
 """
 
 from __future__ import annotations
@@ -27,13 +27,36 @@ from backpressure.testing.engine_store import DataStore, guard
 __all__ = ["HANDLERS"]
 
 
+_CREATE_OPTIONS = frozenset(
+    {
+        "capped",
+        "size",
+        "max",
+        "validator",
+        "validationLevel",
+        "validationAction",
+        "collation",
+        "timeseries",
+        "expireAfterSeconds",
+        "clusteredIndex",
+        "changeStreamPreAndPostImages",
+        "storageEngine",
+        "indexOptionDefaults",
+        "encryptedFields",
+    }
+)
+
+
 def _create(req: Request) -> dict[str, Any]:
     name = collection_name(req)
+    if "viewOn" in req.body or "pipeline" in req.body:
+        raise CommandError(238, "views are not supported by the embedded server")
+    options = {k: v for k, v in req.body.items() if k in _CREATE_OPTIONS}
     if req.store.exists(req.db, name):
         raise CommandError(48, f"Collection {req.db}.{name} already exists.")
     if req.txn is not None:
         req.store.touch(req.db, name)
-    req.store.create(req.db, name)
+    req.store.create(req.db, name, options)
     return {"ok": 1.0}
 
 
@@ -173,7 +196,7 @@ def _list_collections(req: Request) -> dict[str, Any]:
                 {
                     "name": name,
                     "type": "collection",
-                    "options": {},
+                    "options": req.store.options(req.db, name),
                     "info": {"readOnly": False, "uuid": _uuid(req.db, name)},
                     "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"},
                 }

@@ -24,6 +24,7 @@ from backpressure.testing.engine_base import CommandError
 __all__ = ["DataStore", "guard"]
 
 _SCALAR_IDS = (str, int, float, ObjectId, Int64)
+_OPTIONS = "_backpressure_options"  # attribute holding a collection's create options
 
 
 _MongomockCollection: Any = mongomock.Collection
@@ -101,9 +102,16 @@ class DataStore:
         """Return the names of databases holding at least one collection."""
         return [name for name in list(self.server._databases) if self.collection_names(name)]
 
-    def create(self, db: str, name: str) -> None:
-        """Create an empty collection (no-op when it exists)."""
-        self.server[db].create_collection(name)
+    def create(self, db: str, name: str, options: Optional[dict[str, Any]] = None) -> None:
+        """Create an empty collection (no-op when it exists), remembering its options."""
+        coll = self.server[db].create_collection(name)
+        if options:
+            setattr(coll, _OPTIONS, dict(options))
+
+    def options(self, db: str, name: str) -> dict[str, Any]:
+        """Return the options the collection was created with."""
+        coll = self.collection_store(db, name)
+        return dict(getattr(coll, _OPTIONS, {})) if coll is not None else {}
 
     def drop(self, db: str, name: str) -> None:
         """Drop a collection and its indexes."""
@@ -148,6 +156,8 @@ def _clone(source: Any, name: str) -> Any:
     clone.indexes = copy.deepcopy(source.indexes)
     clone._ttl_indexes = copy.deepcopy(source._ttl_indexes)
     clone._is_force_created = source._is_force_created
+    if hasattr(source, _OPTIONS):
+        setattr(clone, _OPTIONS, copy.deepcopy(getattr(source, _OPTIONS)))
     return clone
 
 

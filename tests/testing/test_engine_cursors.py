@@ -191,3 +191,24 @@ def test_list_local_sessions_with_limit(run: Run) -> None:
         "admin",
     )
     assert len(reply["cursor"]["firstBatch"]) == 1
+
+
+def test_large_batches_are_capped_at_16_mib(run: Run) -> None:
+    """Batches stop before 16 MiB of documents, the first batch included."""
+    big = "x" * (3 * 1024 * 1024)
+    run({"insert": "big", "documents": [{"_id": i, "s": big} for i in range(8)]})
+    first = run({"find": "big", "filter": {}})["cursor"]
+    assert len(first["firstBatch"]) == 5
+    more = run({"getMore": first["id"], "collection": "big"})["cursor"]
+    assert len(more["nextBatch"]) == 3
+    assert more["id"] == 0
+
+
+def test_find_sort_and_projection_hold_across_batches(run: Run) -> None:
+    """Sort order and projection hold across lazily produced batches."""
+    first = run(
+        {"find": "c", "filter": {}, "sort": {"_id": -1}, "projection": {"k": 0}, "batchSize": 2}
+    )
+    assert first["cursor"]["firstBatch"] == [{"_id": 9}, {"_id": 8}]
+    more = run({"getMore": first["cursor"]["id"], "collection": "c", "batchSize": 3})["cursor"]
+    assert more["nextBatch"] == [{"_id": 7}, {"_id": 6}, {"_id": 5}]

@@ -247,3 +247,30 @@ def test_reset_forgets_everything() -> None:
     engine.reset()
     assert ids(engine) == []
     assert engine.txn_stats() == []
+
+
+def test_lookup_inside_transaction_sees_other_collections() -> None:
+    """A $lookup inside a transaction reads the foreign collection's committed data."""
+    engine = Engine()
+    run = run_on(engine)
+    run({"insert": "orders", "documents": [{"_id": 1, "item": "a"}]})
+    run({"insert": "items", "documents": [{"_id": "a", "price": 3}]})
+    session = lsid()
+    pipeline = [
+        {"$lookup": {"from": "items", "localField": "item", "foreignField": "_id", "as": "i"}}
+    ]
+    reply = run(
+        {"aggregate": "orders", "pipeline": pipeline, "cursor": {}, **txn(session, 1, start=True)}
+    )
+    assert reply["cursor"]["firstBatch"][0]["i"] == [{"_id": "a", "price": 3}]
+
+
+def test_create_options_are_listed() -> None:
+    """Options given to create appear in listCollections."""
+    run = run_on(Engine())
+    run({"create": "capped", "capped": True, "size": 4096, "writeConcern": {"w": 1}})
+    (info,) = run({"listCollections": 1})["cursor"]["firstBatch"]
+    assert info["options"] == {"capped": True, "size": 4096}
+    with pytest.raises(CommandError) as exc:
+        run({"create": "v", "viewOn": "capped", "pipeline": []})
+    assert exc.value.code == 238
