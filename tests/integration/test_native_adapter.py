@@ -1,0 +1,154 @@
+"""Mechanics of the pymongo >= 4.17 adapter: the policy object, options, wrappers, restoration."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+from pymongo.errors import PyMongoError
+
+import backpressure
+from backpressure import DRAFT, Policy, _compat, _native
+from backpressure.testing.embedded import EmbeddedServer
+from tests.integration.conftest import (
+    ClientFactory,
+    CommandRecorder,
+    RetryRecorder,
+    overload_fail_point,
+    resolve,
+)
+
+pytestmark = [
+    pytest.mark.skipif(
+        not _compat.HAS_NATIVE_BACKPRESSURE,
+        reason="pymongo has no native overload retry loop (the backport is tested elsewhere)",
+    ),
+    pytest.mark.timeout(60),
+]
+
+FAST = Policy(base_backoff=0.001, max_backoff=0.05)
+
+
+def _options(client: Any) -> tuple[int, bool]:
+    """Return pymongo's (max_adaptive_retries, enable_overload_retargeting) of ``client``."""
+    return client.options.max_adaptive_retries, client.options.enable_overload_retargeting
+
+
+async def test_policy_object_replaces_pymongo_policy_in_the_right_flavour(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """The client's _retry_policy is ours; should_retry is async only where pymongo awaits it."""
+    client = clients.plain(standalone_server.uri)
+    original = client._retry_policy
+    backpressure.enable(client, DRAFT)
+    ours = client._retry_policy
+    assert isinstance(ours, _native.NativeRetryPolicy)
+    awaited = clients.is_async and _compat.ASYNC_SHOULD_RETRY_AWAITED
+    assert inspect.iscoroutinefunction(ours.should_retry) is awaited
+    assert inspect.iscoroutinefunction(original.should_retry) is awaited
+    assert (ours.attempts, ours.backoff_initial, ours.backoff_max) == (5, 0.1, 10.0)
+
+
+async def test_options_follow_the_policy_and_disable_restores_everything(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """maxAdaptiveRetries/enableOverloadRetargeting follow the policy; disable puts all back."""
+    client = clients.plain(
+        standalone_server.uri, maxAdaptiveRetries=4, enableOverloadRetargeting=False
+    )
+    original_policy = client._retry_policy
+    before = dict(vars(client))
+    backpressure.enable(client, DRAFT.replace(max_retries=7, retarget=True))
+    assert _options(client) == (7, True)
+    assert "_retry_internal" in vars(client)
+    backpressure.enable(client, "current")  # replaces: still restorable to the originals
+    assert _options(client) == (2, False)
+    backpressure.disable(client)
+    assert client._retry_policy is original_policy
+    assert _options(client) == (4, False)
+    assert dict(vars(client)) == before
+    assert backpressure.state(client) is None
+
+
+async def test_one_loop_one_txn_number(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """All 6 attempts of an always-overloaded insert share one txnNumber: no stacked loop."""
+    client = clients.plain(replicaset_server.uri, event_listeners=[commands])
+    backpressure.enable(client, FAST, listeners=[retries], random=lambda: 0.0)
+    replicaset_server.configure_fail_point(overload_fail_point(["insert"]))
+    with pytest.raises(PyMongoError):
+        await resolve(client.db.coll.insert_one({"x": 1}))
+    inserts = commands.started_commands("insert")
+    assert len(inserts) == 6
+    assert {doc["txnNumber"] for doc in inserts} == {inserts[0]["txnNumber"]}
+
+
+async def test_failed_classic_retry_refunds_a_token(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+) -> None:
+    """A retry that fails without the overload label (dropped connection) deposits 1 token."""
+    drop = {
+        "configureFailPoint": "failCommand",
+        "mode": {"times": 1},
+        "data": {"failCommands": ["insert"], "closeConnection": True},
+    }
+
+    class Switch(CommandRecorder):
+        """Make the retry of the overloaded insert lose its connection."""
+
+        def failed(self, event: Any) -> None:
+            """Switch the fail point after the first (overloaded) insert."""
+            if event.command_name == "insert" and not self.failed_log:
+                self.failed_log.append(event)
+                replicaset_server.configure_fail_point(drop)
+
+    client = clients.plain(replicaset_server.uri, event_listeners=[commands, Switch()])
+    backpressure.enable(client, FAST.replace(budget_capacity=10), random=lambda: 0.0)
+    await resolve(client.admin.command("ping"))
+    bucket = backpressure.budget(client)
+    assert bucket is not None
+    assert bucket.try_consume(5)  # leave room below the capacity for deposits
+    start = bucket.tokens
+    replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=1))
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    assert len(commands.started_commands("insert")) == 3
+    # -1 for the overload retry, +1 for the retry that failed without the label,
+    # +1.1 for succeeding on a retry.
+    assert bucket.tokens == pytest.approx(start - 1 + 1 + 1.1)
+
+
+async def test_fallback_outside_an_operation_applies_the_policy(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """Called outside our wrapper, the policy object still bounds attempts and delays."""
+    client = clients.plain(standalone_server.uri)
+    backpressure.enable(client, DRAFT.replace(max_retries=2), random=lambda: 0.0)
+    policy = client._retry_policy
+    assert 0 <= policy.backoff(1) <= 0.1
+    assert 0 <= policy.backoff(2, 0.001) <= 0.002
+    assert await resolve(policy.should_retry(2, 0.0)) is True
+    assert await resolve(policy.should_retry(3, 0.0)) is False
+
+
+async def test_enable_twice_replaces_state_not_wrappers(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """Enabling again swaps state and options but keeps a single set of wrappers."""
+    client = clients.plain(standalone_server.uri)
+    backpressure.enable(client, DRAFT)
+    wrapper = vars(client)["_retry_internal"]
+    first = backpressure.state(client)
+    backpressure.enable(client, "current")
+    assert vars(client)["_retry_internal"] is wrapper
+    second = backpressure.state(client)
+    assert second is not None
+    assert second is not first
+    assert second.policy.name == "current"
+    assert client._retry_policy.attempts == 2
