@@ -2,12 +2,32 @@
 
 ``EmbeddedServer`` runs a standalone, replica set or sharded topology on loopback ports, in a
 thread or a subprocess (``python -m backpressure.testing.server``); the pytest plugin exposes it
-as fixtures.
+as fixtures. Names are imported lazily so that ``python -m backpressure.testing.server`` does not
+import its own module twice.
 """
 
 from __future__ import annotations
 
-from backpressure.testing.embedded import EmbeddedServer, EmbeddedServerError, MemberRef
-from backpressure.testing.server import Deployment
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from backpressure.testing.embedded import EmbeddedServer, EmbeddedServerError, MemberRef
+    from backpressure.testing.server import Deployment
 
 __all__ = ["Deployment", "EmbeddedServer", "EmbeddedServerError", "MemberRef"]
+
+_LAZY = {
+    "EmbeddedServer": "backpressure.testing.embedded",
+    "EmbeddedServerError": "backpressure.testing.embedded",
+    "MemberRef": "backpressure.testing.embedded",
+    "Deployment": "backpressure.testing.server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the public names on first use."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,1 @@
+"""Benchmarks: the decision core, the embedded server, goodput under overload."""
