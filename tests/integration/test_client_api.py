@@ -1,0 +1,280 @@
+"""The public switch: client classes, options, enable/disable, accessors, Motor."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from typing import Any
+
+import pymongo
+import pytest
+from pymongo.errors import PyMongoError
+
+import backpressure
+from backpressure import CURRENT_SPEC, DRAFT, InvalidPolicyError, Policy, _compat
+from backpressure.testing.embedded import EmbeddedServer
+from tests.integration.conftest import (
+    ClientFactory,
+    CommandRecorder,
+    RetryRecorder,
+    overload_fail_point,
+    resolve,
+    to_list,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+STOCK_ATTEMPTS = 3 if _compat.HAS_NATIVE_BACKPRESSURE else 1
+"""Inserts a stock client sends to an always-overloaded server (pymongo >= 4.17 retries twice)."""
+
+
+async def _inserts_until_failure(client: Any, server: EmbeddedServer, commands: Any) -> int:
+    """Run one insert against an always-overloaded server; return how many were started."""
+    commands.reset()
+    server.configure_fail_point(overload_fail_point(["insert"]))
+    try:
+        with pytest.raises(PyMongoError):
+            await resolve(client.db.coll.insert_one({"x": 1}))
+    finally:
+        server.disable_fail_points()
+    return len(commands.started_commands("insert"))
+
+
+def _pin_jitter(client: Any) -> None:
+    """Pin the jitter of an enabled client to 0 (keeps its policy)."""
+    current = backpressure.state(client)
+    assert current is not None
+    backpressure.enable(client, current.policy, listeners=current.listeners, random=lambda: 0.0)
+
+
+async def test_client_class_is_enabled_by_default(
+    clients: ClientFactory, standalone_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """backpressure.MongoClient/AsyncMongoClient retry with the draft policy by default."""
+    client = clients.backpressure(standalone_server.uri, event_listeners=[commands])
+    state = backpressure.state(client)
+    assert state is not None
+    assert state.policy == DRAFT
+    assert backpressure.is_enabled(client)
+    _pin_jitter(client)
+    assert await _inserts_until_failure(client, standalone_server, commands) == 6
+
+
+async def test_client_class_with_backpressure_false_is_stock(
+    clients: ClientFactory, standalone_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """backpressure=False gives a stock client (pymongo's own behaviour, nothing wrapped)."""
+    client = clients.backpressure(
+        standalone_server.uri, backpressure=False, event_listeners=[commands]
+    )
+    assert backpressure.state(client) is None
+    assert backpressure.budget(client) is None
+    assert "_retry_internal" not in vars(client)
+    assert await _inserts_until_failure(client, standalone_server, commands) == STOCK_ATTEMPTS
+
+
+async def test_uri_options_configure_the_policy(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """maxAdaptiveRetries and enableOverloadRetargeting in the URI override the policy."""
+    uri = standalone_server.uri + "?maxAdaptiveRetries=3&enableOverloadRetargeting=false"
+    client = clients.backpressure(uri)
+    state = backpressure.state(client)
+    assert state is not None
+    assert state.policy == DRAFT.replace(max_retries=3, retarget=False)
+
+
+async def test_uri_can_switch_backpressure_off(
+    clients: ClientFactory, standalone_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """?backpressure=false gives a stock client; pymongo >= 4.17 still gets maxAdaptiveRetries."""
+    uri = standalone_server.uri + "?backpressure=false&maxAdaptiveRetries=0"
+    client = clients.backpressure(uri, event_listeners=[commands])
+    assert backpressure.state(client) is None
+    if _compat.HAS_NATIVE_BACKPRESSURE:
+        assert client.options.max_adaptive_retries == 0
+    assert await _inserts_until_failure(client, standalone_server, commands) == 1
+
+
+async def test_keyword_options_win_over_the_uri(
+    clients: ClientFactory, standalone_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """Keyword arguments take precedence over URI options, as in pymongo."""
+    uri = standalone_server.uri + "?maxAdaptiveRetries=4&backpressure=false"
+    client = clients.backpressure(
+        uri, backpressure="current", maxAdaptiveRetries=1, event_listeners=[commands]
+    )
+    state = backpressure.state(client)
+    assert state is not None
+    assert state.policy == CURRENT_SPEC.replace(max_retries=1)
+    _pin_jitter(client)
+    assert await _inserts_until_failure(client, standalone_server, commands) == 2
+
+
+async def test_snake_case_keywords_are_accepted(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """max_adaptive_retries / enable_overload_retargeting work like their camelCase forms."""
+    client = clients.backpressure(
+        standalone_server.uri, max_adaptive_retries=2, enable_overload_retargeting="false"
+    )
+    state = backpressure.state(client)
+    assert state is not None
+    assert (state.policy.max_retries, state.policy.retarget) == (2, False)
+
+
+async def test_policy_object_and_listeners_keywords(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """A Policy and backpressure_listeners can be given to the client class."""
+    policy = Policy(max_retries=1, base_backoff=0.001)
+    client = clients.backpressure(
+        standalone_server.uri,
+        backpressure=policy,
+        backpressure_listeners=[retries],
+        event_listeners=[commands],
+    )
+    assert await _inserts_until_failure(client, standalone_server, commands) == 2
+    assert len(retries.retries) == 1
+    assert len(retries.give_ups) == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "names"),
+    [
+        ({"maxAdaptiveRetries": -1}, "maxAdaptiveRetries"),
+        ({"maxAdaptiveRetries": 101}, "0 to 100"),
+        ({"maxAdaptiveRetries": "many"}, "maxAdaptiveRetries"),
+        ({"maxAdaptiveRetries": True}, "maxAdaptiveRetries"),
+        ({"enableOverloadRetargeting": "yes"}, "enableOverloadRetargeting"),
+        ({"backpressure": "aggressive"}, "backpressure"),
+        ({"backpressure": 3}, "backpressure"),
+        ({"backpressure_listeners": "not-a-list"}, "backpressure_listeners"),
+        ({"maxAdaptiveRetries": 1, "max_adaptive_retries": 2}, "more than once"),
+    ],
+)
+def test_invalid_keywords_raise(
+    flavour: str, standalone_server: EmbeddedServer, kwargs: dict[str, Any], names: str
+) -> None:
+    """Invalid keyword values raise InvalidPolicyError (a ConfigurationError) naming the option."""
+    cls = backpressure.AsyncMongoClient if flavour == "async" else backpressure.MongoClient
+    with pytest.raises(InvalidPolicyError, match=names) as info:
+        cls(standalone_server.uri, **kwargs)
+    assert isinstance(info.value, pymongo.errors.ConfigurationError)
+
+
+async def test_invalid_uri_values_warn_and_are_ignored(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """An invalid URI value warns (UserWarning, as pymongo does) and the default is kept."""
+    uri = standalone_server.uri + "?maxAdaptiveRetries=-5&enableOverloadRetargeting=invalid"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        client = clients.backpressure(uri)
+    messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert any("maxAdaptiveRetries" in m for m in messages)
+    assert any("enableOverloadRetargeting" in m for m in messages)
+    state = backpressure.state(client)
+    assert state is not None
+    assert state.policy == DRAFT
+
+
+async def test_enable_disable_round_trip(
+    clients: ClientFactory, standalone_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """enable -> 6 attempts; disable -> stock; enable("current") -> 3 attempts."""
+    client = clients.plain(standalone_server.uri, event_listeners=[commands])
+    assert backpressure.enable(client, random=lambda: 0.0) is client
+    assert backpressure.enable(client, True, random=lambda: 0.0) is client  # idempotent
+    assert await _inserts_until_failure(client, standalone_server, commands) == 6
+    assert backpressure.disable(client) is client
+    assert backpressure.disable(client) is client  # no-op
+    assert not backpressure.is_enabled(client)
+    assert await _inserts_until_failure(client, standalone_server, commands) == STOCK_ATTEMPTS
+    backpressure.enable(client, "current", random=lambda: 0.0)
+    assert await _inserts_until_failure(client, standalone_server, commands) == 3
+    backpressure.enable(client, False)
+    assert backpressure.state(client) is None
+
+
+async def test_enable_rejects_bad_arguments(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """enable() raises InvalidPolicyError for a bad policy and TypeError for a non-client."""
+    client = clients.plain(standalone_server.uri)
+    with pytest.raises(InvalidPolicyError):
+        backpressure.enable(client, "bogus")
+    assert backpressure.state(client) is None
+    with pytest.raises(TypeError, match="MongoClient"):
+        backpressure.enable(object())
+
+
+async def test_budget_accessor_reports_tokens_and_refusals(
+    clients: ClientFactory, standalone_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """budget(client) exposes the live token bucket (tokens, refused)."""
+    client = clients.plain(standalone_server.uri, event_listeners=[commands])
+    backpressure.enable(client, Policy(budget_capacity=1), random=lambda: 0.0)
+    bucket = backpressure.budget(client)
+    assert bucket is not None
+    assert bucket.tokens == 1
+    assert await _inserts_until_failure(client, standalone_server, commands) == 2
+    assert (bucket.tokens, bucket.refused) == (0, 1)
+
+
+def test_importing_backpressure_does_not_import_motor() -> None:
+    """Motor is imported only when AsyncIOMotorClient is first used."""
+    code = (
+        "import sys, backpressure; assert 'motor' not in sys.modules; "
+        "backpressure.AsyncIOMotorClient; assert 'motor' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+async def test_motor_client_retries_through_its_delegate(
+    standalone_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """Motor smoke test: two injected overloads on insert and find, both succeed."""
+    client = backpressure.AsyncIOMotorClient(
+        standalone_server.uri,
+        backpressure=Policy(base_backoff=0.001),
+        event_listeners=[commands],
+        serverSelectionTimeoutMS=3000,
+    )
+    try:
+        assert backpressure.is_enabled(client)
+        assert backpressure.state(client) is backpressure.state(client.delegate)
+        standalone_server.configure_fail_point(overload_fail_point(["insert"], times=2))
+        await client.db.coll.insert_one({"_id": 1})
+        standalone_server.configure_fail_point(overload_fail_point(["find"], times=2))
+        docs = await to_list(client.db.coll.find({}))
+        assert docs == [{"_id": 1}]
+        assert len(commands.started_commands("insert")) == 3
+        assert len(commands.started_commands("find")) == 3
+    finally:
+        client.close()
+
+
+async def test_enable_works_on_a_stock_motor_client(
+    standalone_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """enable() on Motor's own AsyncIOMotorClient enables its delegate."""
+    from motor.motor_asyncio import AsyncIOMotorClient
+
+    client = AsyncIOMotorClient(
+        standalone_server.uri, event_listeners=[commands], serverSelectionTimeoutMS=3000
+    )
+    try:
+        backpressure.enable(client, Policy(base_backoff=0.001))
+        assert backpressure.is_enabled(client.delegate)
+        standalone_server.configure_fail_point(overload_fail_point(["ping"], times=2))
+        await client.admin.command("ping")
+        assert len(commands.started_commands("ping")) == 3
+        backpressure.disable(client)
+        assert not backpressure.is_enabled(client.delegate)
+    finally:
+        client.close()
