@@ -229,10 +229,17 @@ class Deployment:
                 reply = await self._handle(state, conn, request)
             except _Close:
                 return
+            except Exception as exc:
+                log.exception("%s: handling %r failed", state.member.address, request.command_name)
+                reply = _internal_error(exc)
             if request.more_to_come:
                 continue
             started = time.thread_time()
-            data = pack_reply(request, reply, self._next_request_id)
+            try:
+                data = pack_reply(request, reply, self._next_request_id)
+            except Exception as exc:  # e.g. a reply that is not BSON-encodable
+                log.exception("%s: packing the reply failed", state.member.address)
+                data = pack_reply(request, _internal_error(exc), self._next_request_id)
             self._next_request_id += 1
             state.cpu_seconds += time.thread_time() - started
             writer.write(data)
@@ -337,7 +344,7 @@ class Deployment:
             return reply
         except Exception as exc:
             log.exception("%s: command %r failed", state.member.address, name)
-            return error_reply(1, f"{type(exc).__name__}: {exc}", name=name, body=body, labels=[])
+            return _internal_error(exc)
 
     def _check_role(self, state: MemberState, request: Request, name: str) -> None:
         if state.member.role != "secondary" or name in SECONDARY_ALWAYS_OK:
@@ -368,6 +375,16 @@ class Deployment:
             now = topology.clock.tick()
             reply["$clusterTime"] = topology.clock.gossip(now)
             reply["operationTime"] = now
+
+
+def _internal_error(exc: Exception) -> dict[str, Any]:
+    """The reply for an unexpected exception: InternalError, no labels."""
+    return {
+        "ok": 0.0,
+        "errmsg": f"{type(exc).__name__}: {exc}",
+        "code": 1,
+        "codeName": "InternalError",
+    }
 
 
 def _attach_write_concern_error(
