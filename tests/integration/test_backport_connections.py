@@ -1,0 +1,185 @@
+"""Backport: connection-establishment overload (labels, SDAM skip) and the handshake flag."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from pymongo import monitoring
+from pymongo.errors import AutoReconnect
+
+import backpressure
+from backpressure import DRAFT
+from backpressure._backport import NATIVE_BACKPRESSURE, NATIVE_REASON
+from backpressure.testing import EmbeddedServer
+from tests.integration.conftest import ClientFactory, resolve
+
+pytestmark = [
+    pytest.mark.skipif(NATIVE_BACKPRESSURE, reason=NATIVE_REASON),
+    pytest.mark.timeout(60),
+]
+
+HANDSHAKES = ["isMaster", "ismaster", "hello"]
+
+
+def zero() -> float:
+    """Jitter pinned to 0: no backoff sleeps."""
+    return 0.0
+
+
+class PoolRecorder(monitoring.ConnectionPoolListener):
+    """Records pool clears and connections created (CMAP events are published synchronously)."""
+
+    def __init__(self) -> None:
+        """Start empty."""
+        self._lock = threading.Lock()
+        self.cleared = 0
+        self.created = 0
+
+    def pool_cleared(self, event: Any) -> None:
+        """Count a pool clear."""
+        with self._lock:
+            self.cleared += 1
+
+    def connection_created(self, event: Any) -> None:
+        """Count an application connection."""
+        with self._lock:
+            self.created += 1
+
+    def pool_created(self, event: Any) -> None:
+        """Ignored."""
+
+    def pool_ready(self, event: Any) -> None:
+        """Ignored."""
+
+    def pool_closed(self, event: Any) -> None:
+        """Ignored."""
+
+    def connection_ready(self, event: Any) -> None:
+        """Ignored."""
+
+    def connection_closed(self, event: Any) -> None:
+        """Ignored."""
+
+    def connection_check_out_started(self, event: Any) -> None:
+        """Ignored."""
+
+    def connection_check_out_failed(self, event: Any) -> None:
+        """Ignored."""
+
+    def connection_checked_out(self, event: Any) -> None:
+        """Ignored."""
+
+    def connection_checked_in(self, event: Any) -> None:
+        """Ignored."""
+
+
+def _connection_kwargs(app_name: str, recorder: PoolRecorder) -> dict[str, Any]:
+    """Options making new application connections predictable: polling monitor, short idle."""
+    return {
+        "appName": app_name,
+        "event_listeners": [recorder],
+        "serverMonitoringMode": "poll",
+        "heartbeatFrequencyMS": 30000,
+        "maxIdleTimeMS": 20,
+    }
+
+
+def _hangup_fail_point(app_name: str, times: int) -> dict[str, Any]:
+    """Close the connection on the handshake of ``app_name``'s next ``times`` connections."""
+    return {
+        "configureFailPoint": "failCommand",
+        "mode": {"times": times},
+        "data": {"failCommands": HANDSHAKES, "closeConnection": True, "appName": app_name},
+    }
+
+
+async def _warm_up(client: Any) -> None:
+    """Discover the server and let the pooled connection go idle past maxIdleTimeMS."""
+    await resolve(client.admin.command("ping"))
+    await asyncio.sleep(0.05)
+
+
+def _handshakes(server: EmbeddedServer, app_name: str) -> list[dict[str, Any]]:
+    """Handshake documents of the connections ``app_name`` opened."""
+    return [
+        c["handshake"]
+        for c in server.stats()["connections"]
+        if c.get("appName") == app_name and c.get("handshake")
+    ]
+
+
+def _server_types(client: Any) -> list[str]:
+    """Current server types in the client's topology description."""
+    return [d.server_type_name for d in client.topology_description.server_descriptions().values()]
+
+
+async def test_connection_hangups_retried_without_sdam_changes(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """Two hang-ups on new connections: the insert succeeds, no pool clear, server stays known."""
+    app_name = f"bp-{uuid.uuid4().hex[:8]}"
+    recorder = PoolRecorder()
+    client = clients.backpressure(standalone_server.uri, **_connection_kwargs(app_name, recorder))
+    backpressure.enable(client, DRAFT, random=zero)
+    await _warm_up(client)
+    created_before = recorder.created
+    standalone_server.configure_fail_point(_hangup_fail_point(app_name, 2))
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    assert recorder.cleared == 0
+    assert _server_types(client) == ["Standalone"]
+    assert recorder.created - created_before == 3
+
+
+async def test_plain_client_clears_pool_on_hangups(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """Control: the same hang-ups make a stock client clear its pool and fail."""
+    app_name = f"plain-{uuid.uuid4().hex[:8]}"
+    recorder = PoolRecorder()
+    client = clients.plain(standalone_server.uri, **_connection_kwargs(app_name, recorder))
+    await _warm_up(client)
+    standalone_server.configure_fail_point(_hangup_fail_point(app_name, 2))
+    with pytest.raises(AutoReconnect):
+        await resolve(client.db.coll.insert_one({"_id": 1}))
+    assert recorder.cleared >= 1  # _handle_error marks the server Unknown and clears its pool
+
+
+async def test_enabled_after_construction_retries_hangups(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """A stock client enabled later also retries hang-ups on connections opened afterwards."""
+    app_name = f"late-{uuid.uuid4().hex[:8]}"
+    recorder = PoolRecorder()
+    client = clients.plain(standalone_server.uri, **_connection_kwargs(app_name, recorder))
+    await _warm_up(client)
+    backpressure.enable(client, DRAFT, random=zero)
+    standalone_server.configure_fail_point(_hangup_fail_point(app_name, 2))
+    await resolve(client.db.coll.find_one({}))
+    assert recorder.cleared == 0
+    assert _server_types(client) == ["Standalone"]
+    assert _handshakes(standalone_server, app_name)[-1].get("backpressure") is True
+
+
+async def test_handshake_flag_only_for_enabled_client(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """Application connections of an enabled client announce backpressure; a plain one's don't."""
+    enabled_name = f"on-{uuid.uuid4().hex[:8]}"
+    plain_name = f"off-{uuid.uuid4().hex[:8]}"
+    enabled_recorder = PoolRecorder()
+    enabled = clients.backpressure(
+        standalone_server.uri, appName=enabled_name, event_listeners=[enabled_recorder]
+    )
+    plain = clients.plain(standalone_server.uri, appName=plain_name)
+    await resolve(enabled.admin.command("ping"))
+    await resolve(plain.admin.command("ping"))
+    flagged = [h for h in _handshakes(standalone_server, enabled_name) if h.get("backpressure")]
+    assert len(flagged) == enabled_recorder.created >= 1
+    assert all(h["backpressure"] is True for h in flagged)
+    plain_handshakes = _handshakes(standalone_server, plain_name)
+    assert plain_handshakes
+    assert not any("backpressure" in h for h in plain_handshakes)
