@@ -137,6 +137,10 @@ class EmbeddedServer:
             else:
                 self._start_thread()
             self._controls = [_ControlConnection(a) for a in self._addresses]
+            if self.connection_rate_limit is not None:
+                # Give back the connection tokens the control connections just took.
+                for control in self._controls:
+                    _checked(control.command({"backpressureReset": 1, "engine": False}))
         except BaseException:
             self.stop()
             raise

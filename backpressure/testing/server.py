@@ -476,7 +476,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(_serve_until_signalled(deployment))
+    try:
+        asyncio.run(_serve_until_signalled(deployment))
+    except OSError as exc:  # e.g. a port already in use
+        log.error("cannot serve: %s", exc)
+        return 1
     return 0
 
 
