@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from backpressure.budget import NullBudget, RetryBudget
+from backpressure._state import ClientState
+from backpressure.backoff import backoff_ceiling, backoff_delay
+from backpressure.budget import NullBudget, RetryBudget, budget_for
 from backpressure.client import (
     AsyncMongoClient,
     MongoClient,
@@ -28,11 +30,16 @@ from backpressure.client import (
 from backpressure.decision import GiveUp, Retry, RetryController, StopReason
 from backpressure.events import GiveUpEvent, RetryEvent, RetryListener, RetrySummary, retry_summary
 from backpressure.labels import (
+    NO_WRITES_PERFORMED,
     RETRYABLE,
     SYSTEM_OVERLOADED,
+    add_overload_labels,
+    has_no_writes_performed,
     is_overload,
     is_retryable_overload,
+    server_base_backoff,
 )
+from backpressure.operation import OperationRetries
 from backpressure.policy import (
     CURRENT_SPEC,
     DRAFT,
@@ -48,16 +55,19 @@ __version__ = "0.1.0"
 __all__ = [
     "CURRENT_SPEC",
     "DRAFT",
+    "NO_WRITES_PERFORMED",
     "PRESETS",
     "RETRYABLE",
     "SYSTEM_OVERLOADED",
     "AsyncIOMotorClient",
     "AsyncMongoClient",
+    "ClientState",
     "GiveUp",
     "GiveUpEvent",
     "InvalidPolicyError",
     "MongoClient",
     "NullBudget",
+    "OperationRetries",
     "Policy",
     "Retry",
     "RetryBudget",
@@ -67,15 +77,21 @@ __all__ = [
     "RetrySummary",
     "StopReason",
     "__version__",
+    "add_overload_labels",
+    "backoff_ceiling",
+    "backoff_delay",
     "budget",
+    "budget_for",
     "disable",
     "enable",
+    "has_no_writes_performed",
     "is_enabled",
     "is_overload",
     "is_retryable_overload",
     "parse_backpressure_options",
     "resolve_policy",
     "retry_summary",
+    "server_base_backoff",
     "state",
 ]
 
