@@ -113,3 +113,37 @@ def test_start_and_stop_are_quick() -> None:
     with EmbeddedServer("replicaset", 5) as server:
         assert len(server.addresses) == 5
     assert time.monotonic() - started < 1.0
+
+
+def test_monitors_poll_without_a_hello_storm(
+    replicaset_server: EmbeddedServer, make_client: Any
+) -> None:
+    """No topologyVersion: monitors poll once per heartbeat instead of busy-looping."""
+    client = make_client(replicaset_server.uri)
+    client.admin.command("ping")
+    replicaset_server.stats(reset=True)
+    time.sleep(1.0)
+    for member in replicaset_server.stats()["members"]:
+        hellos = sum(
+            member["commands"].get(n, {}).get("received", 0) for n in ("hello", "isMaster")
+        )
+        assert 1 <= hellos <= 6
+
+
+def test_closed_connections_stay_in_stats(
+    standalone_server: EmbeddedServer, make_client: Any
+) -> None:
+    """A closed client's connections are reported with open: false until the next reset."""
+    client = make_client(standalone_server.uri, appname="short-lived")
+    client.admin.command("ping")
+    client.close()
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        conns = [
+            c for c in standalone_server.stats()["connections"] if c["appName"] == "short-lived"
+        ]
+        if conns and not any(c["open"] for c in conns):
+            break
+        time.sleep(0.02)
+    assert conns
+    assert all(c["closedAt"] is not None for c in conns)
