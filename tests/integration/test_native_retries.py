@@ -376,3 +376,64 @@ async def test_plain_client_in_the_same_process_is_untouched(
     assert len(commands.started_commands("insert")) == expected
     assert retry_summary(info.value) is None
     assert retries.retries == []
+
+
+async def test_no_writes_performed_raises_the_earlier_error(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """When the last attempt wrote nothing (NoWritesPerformed), the earlier error is raised."""
+    second = {
+        "configureFailPoint": "failCommand",
+        "mode": "alwaysOn",
+        "data": {
+            "failCommands": ["insert"],
+            "errorCode": 462,
+            "errmsg": "second attempt, nothing written",
+            "errorLabels": [SYSTEM_OVERLOADED, RETRYABLE, "NoWritesPerformed"],
+        },
+    }
+
+    class Switch(CommandRecorder):
+        """After the first overloaded insert, fail the next ones with NoWritesPerformed."""
+
+        def failed(self, event: Any) -> None:
+            """Switch the fail point once."""
+            if event.command_name == "insert" and not self.failed_log:
+                self.failed_log.append(event)
+                replicaset_server.configure_fail_point(second)
+
+    policy = FAST.replace(max_retries=1)
+    client = clients.plain(replicaset_server.uri, event_listeners=[commands, Switch()])
+    backpressure.enable(client, policy, listeners=[retries], random=lambda: 0.0)
+    await resolve(client.admin.command("ping"))
+    first = overload_fail_point(["insert"], times=1)
+    first["data"]["errmsg"] = "first attempt"
+    replicaset_server.configure_fail_point(first)
+    with pytest.raises(OperationFailure) as info:
+        await resolve(client.db.coll.insert_one({"x": 1}))
+    assert len(commands.started_commands("insert")) == 2
+    assert "first attempt" in str(info.value)
+    summary = retry_summary(info.value)
+    assert summary is not None
+    assert (summary.attempts, summary.stop_reason) == (2, StopReason.ATTEMPTS_EXHAUSTED)
+
+
+async def test_retry_writes_false_disables_overload_retries_of_writes(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """retryWrites=false: the overloaded write is not retried and the summary says why."""
+    client = enabled_client(clients, standalone_server, commands, retries, retryWrites=False)
+    standalone_server.configure_fail_point(overload_fail_point(["insert"]))
+    with pytest.raises(OperationFailure) as info:
+        await resolve(client.db.coll.insert_one({"x": 1}))
+    assert len(commands.started_commands("insert")) == 1
+    summary = retry_summary(info.value)
+    assert summary is not None
+    assert summary.stop_reason is StopReason.RETRIES_DISABLED
+    assert [e.reason for e in retries.give_ups] == [StopReason.RETRIES_DISABLED]
