@@ -22,8 +22,8 @@ from backpressure.testing.embedded import EmbeddedServer
 
 __all__ = ["OPERATIONS", "main", "run"]
 
-Collection = Any
 Operation = Callable[[MongoClient[dict[str, Any]], int], object]
+"""One measured call: client and iteration number."""
 
 _DOCS = 1000
 

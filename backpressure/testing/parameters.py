@@ -13,6 +13,7 @@ from backpressure.testing.ratelimit import UNLIMITED_RATE, LimiterSettings
 __all__ = ["DEFAULTS", "ServerParameters", "start_parameters"]
 
 DBL_MAX = sys.float_info.max
+"""mongod's default burst capacity (unlimited)."""
 
 _REQUEST = "ingressRequest"
 _CONNECTION = "ingressConnectionEstablishment"

@@ -20,6 +20,7 @@ from typing import Any, Callable
 __all__ = ["AdmissionLimiter", "LimiterSettings", "TokenBucket"]
 
 Clock = Callable[[], float]
+"""A monotonic clock in seconds."""
 
 UNLIMITED_RATE = 2**31 - 1
 """mongod's default admission rate (INT32_MAX)."""

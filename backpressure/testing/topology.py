@@ -38,8 +38,11 @@ SET_NAME = "rs0"
 """The replica set name."""
 
 MAX_BSON_OBJECT_SIZE = 16 * 1024 * 1024
+"""``maxBsonObjectSize`` advertised in hello."""
 MAX_WRITE_BATCH_SIZE = 100_000
+"""``maxWriteBatchSize`` advertised in hello."""
 LOGICAL_SESSION_TIMEOUT_MINUTES = 30
+"""``logicalSessionTimeoutMinutes``: its presence enables sessions and retryable writes."""
 
 
 @dataclass(frozen=True)

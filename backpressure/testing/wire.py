@@ -20,12 +20,17 @@ from bson.codec_options import CodecOptions
 from bson.errors import BSONError
 
 __all__ = [
+    "CHECKSUM_PRESENT",
+    "EXHAUST_ALLOWED",
     "HEADER_SIZE",
     "MAX_MESSAGE_SIZE_BYTES",
+    "MORE_TO_COME",
+    "NOOP_COMPRESSOR_ID",
     "OP_COMPRESSED",
     "OP_MSG",
     "OP_QUERY",
     "OP_REPLY",
+    "ZLIB_COMPRESSOR_ID",
     "Header",
     "Request",
     "WireError",
@@ -37,20 +42,31 @@ __all__ = [
 ]
 
 OP_REPLY = 1
+"""Legacy reply opcode (answers an OP_QUERY)."""
 OP_QUERY = 2004
+"""Legacy query opcode (the first hello of pymongo < 4.18)."""
 OP_COMPRESSED = 2012
+"""Compressed wrapper opcode."""
 OP_MSG = 2013
+"""The modern message opcode."""
 
 HEADER_SIZE = 16
+"""Bytes in a message header."""
 MAX_MESSAGE_SIZE_BYTES = 48_000_000
+"""mongod's ``maxMessageSizeBytes``; longer messages close the connection."""
 
 CHECKSUM_PRESENT = 1 << 0
+"""OP_MSG flag: a CRC-32C trailer follows the sections."""
 MORE_TO_COME = 1 << 1
+"""OP_MSG flag: the sender expects no reply (unacknowledged write)."""
 EXHAUST_ALLOWED = 1 << 16
+"""OP_MSG flag: the client accepts several replies (awaitable hello, exhaust getMore)."""
 _KNOWN_MSG_FLAGS = CHECKSUM_PRESENT | MORE_TO_COME | EXHAUST_ALLOWED
 
 NOOP_COMPRESSOR_ID = 0
+"""OP_COMPRESSED id of the no-op compressor."""
 ZLIB_COMPRESSOR_ID = 2
+"""OP_COMPRESSED id of zlib (the only real compressor the server offers)."""
 
 _HEADER = struct.Struct("<iiii")
 _INT32 = struct.Struct("<i")
