@@ -437,3 +437,37 @@ async def test_retry_writes_false_disables_overload_retries_of_writes(
     assert summary is not None
     assert summary.stop_reason is StopReason.RETRIES_DISABLED
     assert [e.reason for e in retries.give_ups] == [StopReason.RETRIES_DISABLED]
+
+
+@pytest.mark.parametrize("retarget", [True, False])
+async def test_read_retry_retargets_only_when_the_policy_says_so(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+    retarget: bool,
+) -> None:
+    """With retarget on, a secondary read is retried on the other secondary."""
+    policy = FAST.replace(max_retries=1, retarget=retarget)
+    client = enabled_client(
+        clients,
+        replicaset_server,
+        commands,
+        retries,
+        policy,
+        readPreference="secondary",
+        localThresholdMS=1000,
+    )
+    await resolve(client.admin.command("ping"))
+    replicaset_server.configure_fail_point(overload_fail_point(["find"]))
+    addresses: set[tuple[str, int]] = set()
+    for _ in range(4):
+        commands.reset()
+        with pytest.raises(OperationFailure):
+            await resolve(client.db.coll.find_one({}))
+        tried = commands.addresses("find")
+        assert len(tried) == 2
+        if retarget:
+            assert tried[0] != tried[1]
+        addresses.update(tried)
+    assert replicaset_server.primary_address not in addresses
