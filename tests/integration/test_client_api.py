@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pymongo
@@ -232,7 +233,8 @@ def test_importing_backpressure_does_not_import_motor() -> None:
         "import sys, backpressure; assert 'motor' not in sys.modules; "
         "backpressure.AsyncIOMotorClient; assert 'motor' in sys.modules"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, cwd=root)
 
 
 async def test_motor_client_retries_through_its_delegate(
