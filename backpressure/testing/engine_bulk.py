@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from backpressure.testing.engine_base import CommandError, Handler, Request, opt_bool, opt_document
-from backpressure.testing.engine_crud import apply_update
+from backpressure.testing.engine_crud import apply_update, insert_document
 from backpressure.testing.engine_cursors import cursor_reply
 from backpressure.testing.engine_store import guard
 
@@ -98,7 +98,7 @@ def _one(
         doc = op.get("document")
         if not isinstance(doc, dict):
             raise CommandError(14, "BSON field 'document' must be an object")
-        guard(lambda: coll.insert_one(doc), ns)
+        insert_document(coll, ns, doc)
         totals["nInserted"] += 1
         return {"ok": 1.0, "idx": idx, "n": 1}
     query = opt_document(op, "filter")

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any, Optional
 
-from mongomock import filtering
+from bson import json_util
+from mongomock import filtering, helpers
 
 from backpressure.testing.engine_base import (
     CommandError,
@@ -25,9 +26,17 @@ from backpressure.testing.engine_base import (
 )
 from backpressure.testing.engine_store import guard
 
-__all__ = ["HANDLERS", "UpdateOutcome", "apply_update", "expand_array_filters", "write_error"]
+__all__ = [
+    "HANDLERS",
+    "UpdateOutcome",
+    "apply_update",
+    "expand_array_filters",
+    "insert_document",
+    "write_error",
+]
 
 _filter_applies: Any = filtering.filter_applies
+_hashdict: Any = helpers.hashdict
 
 
 def write_error(index: int, exc: CommandError) -> dict[str, Any]:
@@ -56,7 +65,7 @@ def _insert(req: Request) -> dict[str, Any]:
         try:
             if not isinstance(doc, dict):
                 raise CommandError(14, "document to insert must be an object")
-            guard(partial(coll.insert_one, doc), ns)
+            insert_document(coll, ns, doc)
             n += 1
         except CommandError as exc:
             errors.append(write_error(index, exc))
@@ -66,6 +75,56 @@ def _insert(req: Request) -> dict[str, Any]:
     if errors:
         reply["writeErrors"] = errors
     return reply
+
+
+def insert_document(coll: Any, ns: str, doc: dict[str, Any]) -> None:
+    """Insert one document; a duplicate key error names the index, key pattern and value."""
+    try:
+        guard(partial(coll.insert_one, doc), ns)
+    except CommandError as exc:
+        if exc.code != 11000:
+            raise
+        raise _duplicate_key_error(coll, ns, doc) from exc
+
+
+def _duplicate_key_error(coll: Any, ns: str, doc: dict[str, Any]) -> CommandError:
+    """Work out which unique index ``doc`` collides with (after mongomock rolled it back)."""
+    store = coll._store
+    pattern: dict[str, Any] = {"_id": 1}
+    index_name = "_id_"
+    doc_id = doc.get("_id")
+    if isinstance(doc_id, dict):  # mongomock keys documents with a document _id by a hashdict
+        doc_id = _hashdict(doc_id)
+    try:
+        taken = doc_id in store._documents
+    except TypeError:
+        taken = False
+    if not taken:
+        for name, spec in store.indexes.items():
+            if not spec.get("unique"):
+                continue
+            values = {key: _dotted(doc, key) for key, _ in spec["key"]}
+            if any(_filter_applies(values, other) for other in store._documents.values()):
+                pattern, index_name = dict(spec["key"]), name
+                break
+    values = {key: _dotted(doc, key) for key in pattern}
+    shown = ", ".join(f"{key}: {json_util.dumps(value)}" for key, value in values.items())
+    return CommandError(
+        11000,
+        f"E11000 duplicate key error collection: {ns} index: {index_name} dup key: {{ {shown} }}",
+        extra={"keyPattern": pattern, "keyValue": values},
+    )
+
+
+def _dotted(doc: Any, path: str) -> Any:
+    for part in path.split("."):
+        if isinstance(doc, Mapping):
+            doc = doc.get(part)
+        elif isinstance(doc, list) and part.isdigit() and int(part) < len(doc):
+            doc = doc[int(part)]
+        else:
+            return None
+    return doc
 
 
 class UpdateOutcome:

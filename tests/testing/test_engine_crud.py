@@ -256,3 +256,16 @@ def test_id_lookup_matches_numeric_types_and_respects_misses(run: Run) -> None:
     ]
     reply = run({"update": "c", "updates": [{"q": {"_id": 1}, "u": {"$set": {"b": 1}}}]})
     assert (reply["n"], reply["nModified"]) == (1, 1)
+
+
+def test_duplicate_key_error_names_index_and_key(run: Run) -> None:
+    """Duplicate key write errors carry the index name, keyPattern and keyValue like mongod."""
+    run({"insert": "c", "documents": [{"_id": 1, "a": {"b": 2}}, {"_id": {"x": 1}, "a": {"b": 3}}]})
+    run({"createIndexes": "c", "indexes": [{"key": {"a.b": 1}, "name": "ab", "unique": True}]})
+    (error,) = run({"insert": "c", "documents": [{"_id": 1}]})["writeErrors"]
+    assert error["errmsg"].endswith("index: _id_ dup key: { _id: 1 }")
+    assert (error["keyPattern"], error["keyValue"]) == ({"_id": 1}, {"_id": 1})
+    (error,) = run({"insert": "c", "documents": [{"_id": 5, "a": {"b": 2}}]})["writeErrors"]
+    assert (error["keyPattern"], error["keyValue"]) == ({"a.b": 1}, {"a.b": 2})
+    (error,) = run({"insert": "c", "documents": [{"_id": {"x": 1}, "a": {"b": 9}}]})["writeErrors"]
+    assert error["keyPattern"] == {"_id": 1}
