@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import zlib
 
 import bson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from backpressure.testing.wire import (
     OP_COMPRESSED,
@@ -130,3 +133,28 @@ def test_unknown_compressor_is_rejected() -> None:
     message = struct.pack("<iiii", 16 + len(wrapped), 3, 0, OP_COMPRESSED) + wrapped
     with pytest.raises(WireError, match="compressor"):
         parse_request(*_split(message))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=16, max_size=200))
+def test_random_bytes_only_ever_raise_wire_error(data: bytes) -> None:
+    """Whatever arrives, framing either yields a request or raises WireError."""
+    try:
+        header = parse_header(data[:16])
+        body = data[16 : header.length]
+        if len(body) == header.length - 16:
+            parse_request(header, body)
+    except WireError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=16, max_value=120), st.binary(min_size=1, max_size=8))
+def test_corrupted_valid_messages_only_raise_wire_error(position: int, noise: bytes) -> None:
+    """Overwriting bytes of a valid OP_MSG with sequences never escapes as another exception."""
+    body = b"\x00" + bson.encode({"insert": "c", "$db": "db"})
+    message = bytearray(_msg(body + _sequence("documents", [{"a": 1}, {"b": "x" * 20}])))
+    message[position : position + len(noise)] = noise
+    header = Header(len(message), 1, 0, OP_MSG)
+    with contextlib.suppress(WireError):
+        parse_request(header, bytes(message[16:]))
