@@ -1,0 +1,103 @@
+"""The unified-format spec suites, one pytest item per test, sync and async clients.
+
+Suites: the official ``client-backpressure`` files with our ``current`` preset (and with stock
+pymongo, preset ``none``, when pymongo has native backpressure, >= 4.17: the reference); the
+2026-03 draft-era files with our ``draft`` preset; our own scenarios in ``spec-tests/`` with
+``draft`` (a client entity may state its own policy with ``backpressurePolicy``). Backoff jitter
+is pinned to 0 (``fast_backoff``): no sleeps, the same attempt counts. Unsupported features are
+reported as skips with the runner's reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import pytest
+
+from backpressure import _compat
+from backpressure.testing.unified import (
+    Deployment,
+    Outcome,
+    RunnerConfig,
+    SpecTest,
+    UnifiedRunner,
+    choose_topology,
+    iter_spec_paths,
+    load_spec_file,
+)
+
+DeploymentFor = Callable[[str], Deployment]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHARED_SPEC_TESTS = (REPO_ROOT / ".." / "shared" / "spec-tests").resolve()
+OWN_SPEC_TESTS = REPO_ROOT / "spec-tests"
+SHARED_MISSING = (
+    f"the shared spec tests are not at {SHARED_SPEC_TESTS} (../shared/spec-tests relative to "
+    "the repository root): the official client-backpressure suites are skipped"
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One test of one suite with one preset and client flavour."""
+
+    preset: str
+    flavour: str
+    test: Optional[SpecTest]
+    missing: str = ""
+
+    @property
+    def id(self) -> str:
+        """``<preset>-<flavour>-<folder>/<file>::<description>``."""
+        name = self.test.test_id if self.test is not None else "shared-spec-tests-missing"
+        return f"{self.preset}-{self.flavour}-{name}"
+
+
+def _suites() -> list[tuple[Path, str]]:
+    """(folder, preset) pairs to run."""
+    suites = [
+        (SHARED_SPEC_TESTS / "client-backpressure", "current"),
+        (SHARED_SPEC_TESTS / "client-backpressure-2026-03", "draft"),
+    ]
+    if _compat.HAS_NATIVE_BACKPRESSURE:
+        suites.append((SHARED_SPEC_TESTS / "client-backpressure", "none"))
+    return suites
+
+
+def _cases() -> list[Case]:
+    """Every case, or one skipped placeholder per flavour when the shared files are absent."""
+    cases: list[Case] = []
+    for flavour in ("sync", "async"):
+        if SHARED_SPEC_TESTS.is_dir():
+            for folder, preset in _suites():
+                for path in iter_spec_paths([folder]):
+                    spec = load_spec_file(path)
+                    cases.extend(Case(preset, flavour, t) for t in spec.tests)
+        else:
+            cases.append(Case("shared", flavour, None, SHARED_MISSING))
+        if OWN_SPEC_TESTS.is_dir():
+            for path in iter_spec_paths([OWN_SPEC_TESTS]):
+                spec = load_spec_file(path, display_name=f"spec-tests/{path.name}")
+                cases.extend(Case("draft", flavour, t) for t in spec.tests)
+    return cases
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_unified(case: Case, spec_deployment: DeploymentFor) -> None:
+    """The unified test passes (or is skipped with the runner's reason)."""
+    if case.test is None:
+        pytest.skip(case.missing)
+    topology = choose_topology(case.test.file)
+    if topology is None:
+        pytest.skip("no embedded topology satisfies runOnRequirements")
+    config = RunnerConfig(preset=case.preset, use_async=case.flavour == "async", fast_backoff=True)
+    result = UnifiedRunner(spec_deployment(topology), config).run_test(case.test)
+    if result.outcome is Outcome.SKIP:
+        pytest.skip(result.reason)
+    if result.outcome is Outcome.FAIL:
+        pytest.fail(result.reason, pytrace=False)

@@ -1,0 +1,79 @@
+"""The URI-options spec files (``valid``/``warning``/``hosts``/``auth``/``options``).
+
+Our options are parsed by ``backpressure.uri.parse_backpressure_options`` (every pymongo era);
+when pymongo has native backpressure (>= 4.17) the same files are also checked against
+``pymongo.uri_parser.parse_uri``, the reference. Hosts and auth, when a test gives them, are
+checked with pymongo's parser.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pymongo import uri_parser
+
+from backpressure import _compat
+from backpressure.testing.unified.loader import load_document
+from backpressure.uri import parse_backpressure_options
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+URI_OPTIONS = (REPO_ROOT / ".." / "shared" / "spec-tests" / "uri-options").resolve()
+
+PARSERS = ["backpressure"] + (["pymongo"] if _compat.HAS_NATIVE_BACKPRESSURE else [])
+
+
+def _cases() -> list[Any]:
+    """One param per (file, test, parser), or one skipped placeholder without the files."""
+    if not URI_OPTIONS.is_dir():
+        reason = f"the shared spec tests are not at {URI_OPTIONS}: URI-options suite skipped"
+        return [pytest.param(None, "", id="uri-options-missing", marks=pytest.mark.skip(reason))]
+    cases = []
+    for path in sorted(URI_OPTIONS.glob("*.json")):
+        for test in load_document(path)["tests"]:
+            for parser in PARSERS:
+                case_id = f"{parser}-uri-options/{path.name}::{test['description']}"
+                cases.append(pytest.param(test, parser, id=case_id))
+    return cases
+
+
+def _parse(uri: str, parser: str) -> Mapping[str, Any]:
+    """Options as parsed by our parser or pymongo's (lower-cased keys for pymongo)."""
+    if parser == "backpressure":
+        return parse_backpressure_options(uri, warn=True)[1]
+    return {k.lower(): v for k, v in uri_parser.parse_uri(uri, warn=True)["options"].items()}
+
+
+@pytest.mark.parametrize(("test", "parser"), _cases())
+def test_uri_options(test: Mapping[str, Any], parser: str) -> None:
+    """A URI is valid or invalid, warns or not, and yields the expected options."""
+    uri = test["uri"]
+    if not test["valid"]:
+        with pytest.raises(Exception):  # noqa: B017, PT011 - the spec only says "invalid"
+            _parse(uri, parser)
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        options = _parse(uri, parser)
+    messages = [str(w.message) for w in caught]
+    assert bool(caught) == test["warning"], messages
+    if test.get("options") is not None:
+        for name, value in test["options"].items():
+            key = name if parser == "backpressure" else name.lower()
+            assert key in options, f"{name} missing from {options}"
+            assert options[key] == value
+            assert type(options[key]) is type(value)
+    if test.get("hosts") is not None or test.get("auth") is not None:
+        parsed = uri_parser.parse_uri(uri, warn=True)
+        if test.get("hosts") is not None:
+            hosts = [{"host": h, "port": p} for h, p in parsed["nodelist"]]
+            for expected in test["hosts"]:
+                assert any(all(h.get(k) == v for k, v in expected.items()) for h in hosts)
+        if test.get("auth") is not None:
+            auth = {"username": parsed["username"], "password": parsed["password"]}
+            for key, value in test["auth"].items():
+                if key in auth:
+                    assert auth[key] == value
