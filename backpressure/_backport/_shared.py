@@ -163,9 +163,12 @@ def is_transaction_end(operation: str) -> bool:
 def operation_name(operation: str, func: Callable[..., Any]) -> str:
     """Name an operation for logs and events.
 
-    pymongo <= 4.13 passes ``abortTransaction`` for commits too; the real command name is then
+    pymongo passes a ``_Op`` member, named by its value here.  pymongo <= 4.13 passes
+    ``abortTransaction`` for commits too; the real command name is then
     read from the callback's closure (``command_name`` of ``_finish_transaction_with_retry``).
     """
+    value = getattr(operation, "value", operation)  # pymongo's _Op is a str Enum
+    operation = value if isinstance(value, str) else str(operation)
     if operation != "abortTransaction":
         return operation
     code = getattr(func, "__code__", None)

@@ -96,6 +96,8 @@ class _SyncRetryLoop:
         self._last_error: Optional[PyMongoError] = None
         self._retrying = False
         self._after_overload = False
+        self._overload_seen = False
+        self._retries = 0
         self._classic_unlimited = _csot.get_timeout() is not None
         self._starts_transaction = _shared.transaction_starting(session)
 
@@ -209,7 +211,7 @@ class _SyncRetryLoop:
             return True
         if self._is_read:
             return _shared.read_retries_allowed(
-                self._client, self._operation, self._retryable, self._session
+                self._client, self._name, self._retryable, self._session
             )
         return _shared.write_retries_allowed(self._client, self._name)
 
@@ -226,6 +228,7 @@ class _SyncRetryLoop:
             raise exc
         self._note_retry(exc, error)
         self._after_overload = True
+        self._overload_seen = True
         session = self._session
         if session is not None and session.in_transaction:
             if self._starts_transaction:
@@ -248,8 +251,7 @@ class _SyncRetryLoop:
             eligible = self._retryable and error.has_error_label("RetryableWriteError")
             if eligible and self._session is not None:
                 self._session._unpin()
-        exhausted = self._is_retrying() and not self._classic_unlimited
-        if not (self._retryable and eligible) or exhausted:
+        if not (self._retryable and eligible) or self._classic_retries_exhausted():
             if retry_summary(exc) is None:
                 self._ops.failed(exc)
             if not self._is_read and has_no_writes_performed(error) and self._last_error:
@@ -263,8 +265,19 @@ class _SyncRetryLoop:
         ):
             self._deprioritized.append(self._server)
 
+    def _classic_retries_exhausted(self) -> bool:
+        """Whether pymongo's own rules allow no further retry of an error that is no overload.
+
+        pymongo retries once, without limit under CSOT; after an overload, up to the policy's
+        retry count in total (as pymongo 4.17 does with maxAdaptiveRetries).
+        """
+        if not self._is_retrying() or self._classic_unlimited:
+            return False
+        return not self._overload_seen or self._retries >= self._state.policy.max_retries
+
     def _note_retry(self, exc: PyMongoError, error: PyMongoError) -> None:
         """Remember that a retry follows, and which error to report if it writes nothing."""
+        self._retries += 1
         if self._bulk is not None and not self._is_read:
             self._bulk.retrying = True
         else:

@@ -252,10 +252,15 @@ async def test_transaction_first_command_restarts_transaction(
 
 
 async def test_commit_retried_on_overload(
-    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
 ) -> None:
     """An overloaded commitTransaction is retried and the transaction commits once."""
-    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
+    client = enabled_client(
+        clients, replicaset_server.uri, listeners=(retries,), event_listeners=[commands]
+    )
     replicaset_server.configure_fail_point(overload_fail_point(["commitTransaction"], times=2))
     session = await resolve(client.start_session())
     try:
@@ -265,6 +270,8 @@ async def test_commit_retried_on_overload(
     finally:
         await resolve(session.end_session())
     assert len(commands.started_commands("commitTransaction")) == 3
+    assert [e.operation for e in retries.retries] == ["commitTransaction"] * 2
+    assert all(type(e.operation) is str for e in retries.retries)
     assert await resolve(client.db.coll.count_documents({})) == 1
 
 
