@@ -4,8 +4,8 @@ The transport (``server.py``) answers handshake, diagnostics and fail-point comm
 hands every other command to ``Engine.execute``. The engine keeps one shared data store (mongomock)
 for all members of a topology, the open cursors, the logical sessions with their retryable-write
 records, and the transactions with their private workspaces. Command families live in
-``engine_crud``, ``engine_cursors``, ``engine_ddl`` and ``engine_bulk``; sessions and
-transactions in ``engine_sessions``.
+``engine_crud``, ``engine_cursors``, ``engine_aggregate``, ``engine_ddl`` and
+``engine_bulk``; sessions and transactions in ``engine_sessions``.
 
 Call an ``Engine`` from one thread only (the server's event-loop thread): mongomock is not
 thread-safe.
@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from backpressure.testing import (
+    engine_aggregate,
     engine_bulk,
     engine_crud,
     engine_cursors,
@@ -94,6 +95,7 @@ class Engine:
     HANDLERS: ClassVar[Mapping[str, Handler]] = {
         **engine_crud.HANDLERS,
         **engine_cursors.HANDLERS,
+        **engine_aggregate.HANDLERS,
         **engine_ddl.HANDLERS,
         **engine_bulk.HANDLERS,
         **engine_sessions.HANDLERS,

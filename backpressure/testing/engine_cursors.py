@@ -7,7 +7,6 @@ hands them out batch by batch. Change-stream cursors never return events but car
 
 from __future__ import annotations
 
-import datetime
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -30,7 +29,14 @@ from backpressure.testing.engine_store import DataStore, guard
 
 _patch_datetimes: Any = helpers.patch_datetime_awareness_in_document
 
-__all__ = ["HANDLERS", "CursorRegistry", "ServerCursor", "cursor_reply", "run_find"]
+__all__ = [
+    "HANDLERS",
+    "CursorRegistry",
+    "ServerCursor",
+    "cursor_reply",
+    "run_find",
+    "session_key_of",
+]
 
 DEFAULT_FIRST_BATCH = 101
 """mongod's default size of a first batch."""
@@ -175,7 +181,8 @@ def cursor_reply(
     return {"cursor": cursor, "ok": 1.0}
 
 
-def _session_key(req: Request) -> Any:
+def session_key_of(req: Request) -> Any:
+    """Return the session key of a request (``lsid.id``), or None."""
     lsid = req.body.get("lsid")
     return lsid.get("id") if isinstance(lsid, Mapping) else None
 
@@ -226,7 +233,7 @@ def _find(req: Request) -> dict[str, Any]:
     if limit and batch_size:
         batch_size = min(batch_size, abs(limit))
     cursor_id, batch, extra = req.cursors.open(
-        ns, docs, batch_size, single_batch=single, lsid_key=_session_key(req)
+        ns, docs, batch_size, single_batch=single, lsid_key=session_key_of(req)
     )
     return cursor_reply(cursor_id, ns, batch, "firstBatch", extra)
 
@@ -275,113 +282,9 @@ def _kill_cursors(req: Request) -> dict[str, Any]:
     }
 
 
-def _aggregate(req: Request) -> dict[str, Any]:
-    pipeline = req.body.get("pipeline")
-    if not isinstance(pipeline, list) or not all(isinstance(s, Mapping) for s in pipeline):
-        raise CommandError(14, "'pipeline' option must be specified as an array")
-    cursor_opts = opt_document(req.body, "cursor")
-    if cursor_opts is None and not opt_bool(req.body, "explain"):
-        raise CommandError(9, "The 'cursor' option is required, except for aggregate with explain")
-    batch_size = opt_int(cursor_opts or {}, "batchSize")
-    target = req.body.get("aggregate")
-    first = next(iter(pipeline[0]), "") if pipeline else ""
-    if first == "$changeStream":
-        coll = "$cmd.aggregate" if target == 1 else collection_name(req)
-        ns = f"{req.db}.{coll}"
-        cursor_id, batch, extra = req.cursors.open(
-            ns, [], batch_size, change_stream=True, lsid_key=_session_key(req)
-        )
-        return cursor_reply(cursor_id, ns, batch, "firstBatch", extra)
-    if target == 1:
-        docs = _database_aggregate(req, pipeline)
-        ns = f"{req.db}.$cmd.aggregate"
-    else:
-        coll = collection_name(req)
-        ns = f"{req.db}.{coll}"
-        docs = _collection_aggregate(req, coll, pipeline)
-    if pipeline and next(iter(pipeline[-1]), "") in ("$out", "$merge"):
-        docs = []
-    cursor_id, batch, extra = req.cursors.open(ns, docs, batch_size, lsid_key=_session_key(req))
-    return cursor_reply(cursor_id, ns, batch, "firstBatch", extra)
-
-
-def _foreign_collections(pipeline: list[Any]) -> list[str]:
-    """Return the collections a pipeline reads besides its own ($lookup, $unionWith, ...)."""
-    names: list[str] = []
-    for stage in pipeline:
-        for op, spec in stage.items():
-            if op in ("$lookup", "$graphLookup") and isinstance(spec, Mapping):
-                target = spec.get("from")
-                names.extend([target] if isinstance(target, str) else [])
-                names.extend(_foreign_collections(spec.get("pipeline") or []))
-            elif op == "$unionWith":
-                target = spec.get("coll") if isinstance(spec, Mapping) else spec
-                names.extend([target] if isinstance(target, str) else [])
-            elif op == "$facet" and isinstance(spec, Mapping):
-                for sub in spec.values():
-                    names.extend(_foreign_collections(sub if isinstance(sub, list) else []))
-    return names
-
-
-def _collection_aggregate(req: Request, coll: str, pipeline: list[Any]) -> list[dict[str, Any]]:
-    last = next(iter(pipeline[-1]), "") if pipeline else ""
-    if req.txn is not None:
-        for name in _foreign_collections(pipeline):
-            req.store.touch(req.db, name)
-    if last == "$merge":
-        raise CommandError(238, "$merge is not supported by the embedded server")
-    if last == "$out":
-        out = pipeline[-1]["$out"]
-        if isinstance(out, Mapping):
-            if out.get("db", req.db) != req.db:
-                raise CommandError(238, "$out to another database is not supported")
-            pipeline = [*pipeline[:-1], {"$out": out.get("coll")}]
-        elif not isinstance(out, str):
-            raise CommandError(14, "$out must be a string or a document")
-        if req.txn is not None:
-            raise CommandError(263, "$out cannot be used in a transaction")
-    if not req.store.exists(req.db, coll) and last != "$out":
-        return []
-    return list(guard(lambda: req.store.aggregate(req.db, coll, pipeline)))
-
-
-def _database_aggregate(req: Request, pipeline: list[Any]) -> list[dict[str, Any]]:
-    first = next(iter(pipeline[0]), "") if pipeline else ""
-    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
-    if first == "$listLocalSessions":
-        docs = [{"_id": dict(lsid), "lastUse": now} for lsid in req.sessions.known_lsids()]
-    elif first == "$currentOp":
-        docs = [
-            {
-                "type": "op",
-                "active": True,
-                "op": "command",
-                "ns": f"{req.db}.$cmd.aggregate",
-                "command": {k: v for k, v in req.body.items() if k != "lsid"},
-                "connectionId": req.ctx.connection_id,
-                "appName": req.ctx.app_name or "",
-                "currentOpTime": now.isoformat(),
-            }
-        ]
-    elif first == "$documents":
-        docs = list(pipeline[0]["$documents"])
-    else:
-        raise CommandError(
-            238, f"database-level aggregate stage {first or '(none)'} is not supported"
-        )
-    rest = pipeline[1:]
-    if not rest or not docs:
-        return docs
-    scratch = DataStore()
-    scratch.collection("scratch", "docs").insert_many(docs)
-    result: list[dict[str, Any]] = guard(lambda: scratch.aggregate("scratch", "docs", rest))
-    return result
-
-
 HANDLERS: dict[str, Handler] = {
     "find": _find,
     "getMore": _get_more,
     "killCursors": _kill_cursors,
-    "aggregate": _aggregate,
 }
 """Command name to handler."""

@@ -212,3 +212,49 @@ def test_find_sort_and_projection_hold_across_batches(run: Run) -> None:
     assert first["cursor"]["firstBatch"] == [{"_id": 9}, {"_id": 8}]
     more = run({"getMore": first["cursor"]["id"], "collection": "c", "batchSize": 3})["cursor"]
     assert more["nextBatch"] == [{"_id": 7}, {"_id": 6}, {"_id": 5}]
+
+
+def test_aggregate_out_to_another_database_keeps_target_indexes(run: Run) -> None:
+    """$out {db, coll} replaces the target's documents and keeps its indexes."""
+    run({"insert": "t", "documents": [{"_id": "old"}]}, "other")
+    run({"createIndexes": "t", "indexes": [{"key": {"k": 1}, "name": "k_1"}]}, "other")
+    run(
+        {
+            "aggregate": "c",
+            "pipeline": [{"$match": {"k": 2}}, {"$out": {"db": "other", "coll": "t"}}],
+            "cursor": {},
+        }
+    )
+    found = run({"find": "t", "filter": {}, "sort": {"_id": 1}}, "other")["cursor"]["firstBatch"]
+    assert [d["_id"] for d in found] == [2, 5, 8]
+    assert len(run({"listIndexes": "t", "cursor": {}}, "other")["cursor"]["firstBatch"]) == 2
+
+
+def test_aggregate_merge_modes(run: Run) -> None:
+    """$merge merges, replaces, keeps or inserts according to whenMatched/whenNotMatched."""
+    run({"insert": "m", "documents": [{"_id": 0, "keep": 1}, {"_id": 1, "keep": 1}]})
+    stage = {"$merge": {"into": "m", "whenMatched": "merge", "whenNotMatched": "insert"}}
+    reply = run(
+        {"aggregate": "c", "pipeline": [{"$match": {"_id": {"$lt": 3}}}, stage], "cursor": {}}
+    )
+    assert reply["cursor"]["firstBatch"] == []
+    found = run({"find": "m", "filter": {}, "sort": {"_id": 1}})["cursor"]["firstBatch"]
+    assert found == [
+        {"_id": 0, "keep": 1, "k": 0},
+        {"_id": 1, "keep": 1, "k": 1},
+        {"_id": 2, "k": 2},
+    ]
+    stage = {"$merge": {"into": "m", "whenMatched": "replace", "whenNotMatched": "discard"}}
+    run({"aggregate": "c", "pipeline": [{"$match": {"_id": {"$in": [0, 9]}}}, stage], "cursor": {}})
+    found = run({"find": "m", "filter": {}, "sort": {"_id": 1}})["cursor"]["firstBatch"]
+    assert found[0] == {"_id": 0, "k": 0}
+    assert len(found) == 3
+    stage = {"$merge": {"into": "m", "whenMatched": "fail"}}
+    with pytest.raises(CommandError) as info:
+        run({"aggregate": "c", "pipeline": [stage], "cursor": {}})
+    assert info.value.code == 11000
+    stage = {"$merge": {"into": "m", "whenMatched": "keepExisting", "whenNotMatched": "fail"}}
+    with pytest.raises(CommandError) as info:
+        run({"aggregate": "c", "pipeline": [stage], "cursor": {}})
+    assert info.value.code == 13113
+    assert Engine.is_write("aggregate", {"pipeline": [stage]})
