@@ -447,6 +447,7 @@ def _summarize(
     timeline: dict[str, list[Any]] = {
         "t": [round(i * width, 6) for i in range(buckets)],
         "offered": bucket_counts((t0 + t for t in raw.times), t0, width, buckets),
+        "issued": bucket_counts((r[1] for r in raw.records), t0, width, buckets),
         "successes": ok_per,
         "errors": bucket_counts((r[2] for r in failures), t0, width, buckets),
         "attempts": attempts_per,
