@@ -24,9 +24,9 @@ from backpressure.testing.engine_base import (
     opt_document,
     opt_int,
 )
-from backpressure.testing.engine_crud import insert_document
 from backpressure.testing.engine_cursors import cursor_reply, session_key_of
 from backpressure.testing.engine_store import DataStore, guard
+from backpressure.testing.engine_writes import insert_document
 
 __all__ = ["HANDLERS"]
 

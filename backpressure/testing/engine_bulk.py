@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from backpressure.testing.engine_base import CommandError, Handler, Request, opt_bool, opt_document
-from backpressure.testing.engine_crud import apply_update, insert_document
 from backpressure.testing.engine_cursors import cursor_reply
 from backpressure.testing.engine_store import guard
+from backpressure.testing.engine_writes import apply_update, insert_document
 
 __all__ = ["HANDLERS"]
 

@@ -1,0 +1,215 @@
+"""Write primitives shared by the write commands: one insert, one update statement.
+
+``insert_document`` turns mongomock's bare duplicate-key failure into mongod's message with the
+index name, ``keyPattern`` and ``keyValue``. ``apply_update`` runs an operator, replacement or
+pipeline update; ``arrayFilters`` (missing from mongomock) are applied by rewriting ``$[ident]`` /
+``$[]`` paths into concrete array indexes per matched document before handing the update over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import partial
+from typing import Any, Optional
+
+from bson import json_util
+from mongomock import filtering, helpers
+
+from backpressure.testing.engine_base import CommandError
+from backpressure.testing.engine_store import guard
+
+__all__ = ["UpdateOutcome", "apply_update", "expand_array_filters", "insert_document"]
+
+_filter_applies: Any = filtering.filter_applies
+_hashdict: Any = helpers.hashdict
+
+
+def insert_document(coll: Any, ns: str, doc: dict[str, Any]) -> None:
+    """Insert one document; a duplicate key error names the index, key pattern and value."""
+    try:
+        guard(partial(coll.insert_one, doc), ns)
+    except CommandError as exc:
+        if exc.code != 11000:
+            raise
+        raise _duplicate_key_error(coll, ns, doc) from exc
+
+
+def _duplicate_key_error(coll: Any, ns: str, doc: dict[str, Any]) -> CommandError:
+    """Work out which unique index ``doc`` collides with (after mongomock rolled it back)."""
+    store = coll._store
+    pattern: dict[str, Any] = {"_id": 1}
+    index_name = "_id_"
+    doc_id = doc.get("_id")
+    if isinstance(doc_id, dict):  # mongomock keys documents with a document _id by a hashdict
+        doc_id = _hashdict(doc_id)
+    try:
+        taken = doc_id in store._documents
+    except TypeError:
+        taken = False
+    if not taken:
+        for name, spec in store.indexes.items():
+            if not spec.get("unique"):
+                continue
+            values = {key: _dotted(doc, key) for key, _ in spec["key"]}
+            if any(_filter_applies(values, other) for other in store._documents.values()):
+                pattern, index_name = dict(spec["key"]), name
+                break
+    values = {key: _dotted(doc, key) for key in pattern}
+    shown = ", ".join(f"{key}: {json_util.dumps(value)}" for key, value in values.items())
+    return CommandError(
+        11000,
+        f"E11000 duplicate key error collection: {ns} index: {index_name} dup key: {{ {shown} }}",
+        extra={"keyPattern": pattern, "keyValue": values},
+    )
+
+
+def _dotted(doc: Any, path: str) -> Any:
+    for part in path.split("."):
+        if isinstance(doc, Mapping):
+            doc = doc.get(part)
+        elif isinstance(doc, list) and part.isdigit() and int(part) < len(doc):
+            doc = doc[int(part)]
+        else:
+            return None
+    return doc
+
+
+class UpdateOutcome:
+    """Counts of one update statement."""
+
+    __slots__ = ("matched", "modified", "upserted_id")
+
+    def __init__(self, matched: int = 0, modified: int = 0, upserted_id: Any = None) -> None:
+        """Record the statement's counts."""
+        self.matched = matched
+        self.modified = modified
+        self.upserted_id = upserted_id
+
+
+def _is_operator_update(update: Any) -> bool:
+    return isinstance(update, Mapping) and bool(update) and next(iter(update)).startswith("$")
+
+
+def _check_update(update: Any) -> None:
+    if isinstance(update, list):
+        if not all(isinstance(stage, Mapping) for stage in update):
+            raise CommandError(14, "Each element of the 'pipeline' array must be an object")
+        return
+    if not isinstance(update, Mapping):
+        raise CommandError(14, "Update argument must be either an object or an array")
+    if _is_operator_update(update):
+        for key, value in update.items():
+            if not key.startswith("$"):
+                raise CommandError(9, f"Unknown modifier: {key}. Expected a valid update modifier")
+            if not isinstance(value, Mapping):
+                raise CommandError(
+                    9, f"Modifiers operate on fields but we found type {type(value).__name__}"
+                )
+    elif any(key.startswith("$") for key in update):
+        raise CommandError(9, "Replacement document cannot contain $-prefixed top-level fields")
+
+
+def apply_update(
+    coll: Any,
+    ns: str,
+    query: dict[str, Any],
+    update: Any,
+    *,
+    upsert: bool = False,
+    multi: bool = False,
+    array_filters: Optional[list[Any]] = None,
+    sort: Optional[list[tuple[str, int]]] = None,
+) -> UpdateOutcome:
+    """Apply one update statement (operators, replacement or pipeline) to a mongomock collection."""
+    _check_update(update)
+    replacement = isinstance(update, Mapping) and not _is_operator_update(update)
+    if replacement and multi:
+        raise CommandError(9, "multi update is not supported for replacement-style update")
+    if array_filters is None and sort is None:
+        if replacement:
+            result = guard(lambda: coll.replace_one(query, dict(update), upsert=upsert), ns)
+        elif multi:
+            result = guard(lambda: coll.update_many(query, update, upsert=upsert), ns)
+        else:
+            result = guard(lambda: coll.update_one(query, update, upsert=upsert), ns)
+        raw = result.raw_result
+        return UpdateOutcome(raw["n"], raw["nModified"] or 0, raw.get("upserted"))
+    # Slow path: pick the documents ourselves (sort, arrayFilters), then update each by _id.
+    targets = guard(lambda: list(coll.find(query, projection=None, sort=sort)))
+    if not multi:
+        targets = targets[:1]
+    if not targets:
+        if upsert:
+            if array_filters:
+                raise CommandError(238, "upsert with arrayFilters is not supported")
+            return apply_update(coll, ns, query, update, upsert=True)
+        return UpdateOutcome()
+    outcome = UpdateOutcome()
+    for doc in targets:
+        concrete = update
+        if array_filters is not None and isinstance(update, Mapping) and not replacement:
+            concrete = expand_array_filters(doc, update, array_filters)
+        selector = {**query, "_id": doc["_id"]}
+        one = apply_update(coll, ns, selector, concrete)
+        outcome.matched += one.matched
+        outcome.modified += one.modified
+    return outcome
+
+
+def expand_array_filters(
+    doc: Mapping[str, Any], update: Mapping[str, Any], array_filters: list[Any]
+) -> dict[str, Any]:
+    """Rewrite ``$[ident]`` and ``$[]`` paths of an operator update into concrete indexes."""
+    filters: dict[str, dict[str, Any]] = {}
+    for spec in array_filters:
+        if not isinstance(spec, Mapping) or not spec:
+            raise CommandError(2, "Cannot use an expression without a top-level field name")
+        ident = next(iter(spec)).split(".", 1)[0]
+        filters.setdefault(ident, {}).update(spec)
+    used: set[str] = set()
+    out: dict[str, Any] = {}
+    for op, fields in update.items():
+        expanded: dict[str, Any] = {}
+        for path, value in fields.items():
+            if "$[" not in path:
+                expanded[path] = value
+                continue
+            for parts in _expand_path(doc, path.split("."), filters, used):
+                expanded[".".join(parts)] = value
+        if expanded:
+            out[op] = expanded
+    unused = set(filters) - used
+    if unused:
+        raise CommandError(9, f"The array filter for identifier '{sorted(unused)[0]}' was not used")
+    return out or {"$set": {}}
+
+
+def _expand_path(
+    node: Any, parts: list[str], filters: dict[str, dict[str, Any]], used: set[str]
+) -> list[list[str]]:
+    if not any(part.startswith("$[") for part in parts):
+        return [parts]
+    head, rest = parts[0], parts[1:]
+    if head.startswith("$[") and head.endswith("]"):
+        ident = head[2:-1]
+        if ident:
+            if ident not in filters:
+                raise CommandError(
+                    2, f"No array filter found for identifier '{ident}' in path '{'.'.join(parts)}'"
+                )
+            used.add(ident)
+        if not isinstance(node, list):
+            return []
+        paths: list[list[str]] = []
+        for index, element in enumerate(node):
+            if ident and not _filter_applies(filters[ident], {ident: element}):
+                continue
+            paths.extend([str(index), *tail] for tail in _expand_path(element, rest, filters, used))
+        return paths
+    if isinstance(node, Mapping):
+        child = node.get(head)
+    elif isinstance(node, list) and head.isdigit() and int(head) < len(node):
+        child = node[int(head)]
+    else:
+        child = None
+    return [[head, *tail] for tail in _expand_path(child, rest, filters, used)]
