@@ -109,8 +109,8 @@ class _Operation:
 
     def failed(self, exc: BaseException) -> None:
         """Account for the error the loop raised and attach the retry summary to it."""
-        if not isinstance(exc, Exception):
-            return  # cancellation, KeyboardInterrupt: nothing to account for
+        if not isinstance(exc, Exception) or self.retries.attempts == 0:
+            return  # cancellation, or no server was ever selected: nothing to account for
         actual: BaseException = exc
         cause = exc.__cause__
         if cause is not None and has_no_writes_performed(cause):

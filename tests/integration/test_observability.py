@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 import pytest
-from pymongo.errors import PyMongoError
+from pymongo.errors import PyMongoError, ServerSelectionTimeoutError
 
 import backpressure
 from backpressure import GiveUpEvent, Policy, RetryEvent, StopReason, retry_summary
@@ -142,3 +142,16 @@ async def test_listeners_are_per_client_and_failures_are_contained(
     standalone_server.configure_fail_point(overload_fail_point(["insert"], times=1))
     await resolve(second.db.coll.insert_one({"_id": 2}))
     assert len(retries.retries) == 1
+
+
+async def test_server_selection_timeout_is_left_alone(
+    clients: ClientFactory, retries: RetryRecorder
+) -> None:
+    """No server ever selected: pymongo's own error, no attempt recorded, no events."""
+    client = clients.plain("mongodb://127.0.0.1:1/", serverSelectionTimeoutMS=100)
+    backpressure.enable(client, POLICY, listeners=[retries])
+    with pytest.raises(ServerSelectionTimeoutError) as info:
+        await resolve(client.db.coll.insert_one({"x": 1}))
+    summary = retry_summary(info.value)
+    assert summary is None or summary.attempts == 0
+    assert (retries.retries, retries.give_ups) == ([], [])
