@@ -7,6 +7,8 @@ controller's injected random source, so no test sleeps unless the delay is what 
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 from typing import Any
 
 import pymongo
@@ -471,3 +473,34 @@ async def test_read_retry_retargets_only_when_the_policy_says_so(
             assert tried[0] != tried[1]
         addresses.update(tried)
     assert replicaset_server.primary_address not in addresses
+
+
+async def test_concurrent_operations_keep_separate_bookkeeping(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """Concurrent operations (threads or tasks) on one client each count their own attempts."""
+    policy = FAST.replace(max_retries=2)
+    client = enabled_client(clients, standalone_server, commands, retries, policy, 1.0)
+    await resolve(client.admin.command("ping"))
+    standalone_server.configure_fail_point(overload_fail_point(["insert"]))
+
+    async def one(i: int) -> BaseException:
+        try:
+            await resolve(client.db.coll.insert_one({"_id": i}))
+        except PyMongoError as exc:
+            return exc
+        raise AssertionError("the insert should have failed")
+
+    if clients.is_async:
+        errors = list(await asyncio.gather(*(one(i) for i in range(6))))
+    else:
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            errors = list(pool.map(lambda i: asyncio.run(one(i)), range(6)))
+    summaries = [retry_summary(e) for e in errors]
+    assert all(s is not None and s.attempts == 3 for s in summaries)
+    assert len(commands.started_commands("insert")) == 18
+    assert len(retries.retries) == 12
+    assert len(retries.give_ups) == 6
