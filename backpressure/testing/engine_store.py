@@ -58,6 +58,7 @@ class DataStore:
         self.client: Any = mongomock.MongoClient(_store=self.server)
         self.parent = parent
         self.touched: set[tuple[str, str]] = set()
+        self._snapshots: dict[tuple[str, str], Any] = {}
 
     def database(self, db: str) -> Any:
         """Return the mongomock database ``db``."""
@@ -75,8 +76,9 @@ class DataStore:
         if self.parent is None or (db, name) in self.touched:
             return
         self.touched.add((db, name))
-        source = self.parent.server[db]._collections.get(name)
-        self.server[db]._collections[name] = _clone(source, name)
+        snapshot = _clone(self.parent.server[db]._collections.get(name), name)
+        self._snapshots[(db, name)] = snapshot
+        self.server[db]._collections[name] = _clone(snapshot, name)
 
     def exists(self, db: str, name: str) -> bool:
         """Return True if the collection exists (has documents, indexes, or was created)."""
@@ -129,13 +131,31 @@ class DataStore:
         self.server[target[0]]._collections[target[1]] = coll
 
     def commit_into(self, target: DataStore) -> None:
-        """Replace each touched collection of ``target`` with this workspace's version."""
+        """Apply this workspace's changes to ``target``, document by document.
+
+        Only documents the transaction inserted, changed or deleted (compared with the snapshot
+        taken on first touch) are written, so writes other sessions made meanwhile to other
+        documents survive. Index changes and collection creation are carried over too.
+        """
         for db, name in sorted(self.touched):
-            coll = self.server[db]._collections.get(name)
-            if coll is not None and coll.is_created:
-                target.server[db]._collections[name] = coll
-            else:
-                target.server[db]._collections.pop(name, None)
+            mine = self.server[db]._collections.get(name)
+            before = self._snapshots[(db, name)]
+            if mine is None or not mine.is_created:
+                continue
+            if not target.exists(db, name):
+                target.create(db, name, getattr(mine, _OPTIONS, None))
+            theirs = target.server[db]._collections[name]
+            for key in list(before._documents) + list(mine._documents):
+                old, new = before._documents.get(key), mine._documents.get(key)
+                if old == new:
+                    continue
+                if new is None:
+                    theirs._documents.pop(key, None)
+                else:
+                    theirs._documents[key] = new
+            if mine.indexes != before.indexes:
+                theirs.indexes = mine.indexes
+                theirs._ttl_indexes = mine._ttl_indexes
 
     def aggregate(self, db: str, name: str, pipeline: list[Any]) -> list[dict[str, Any]]:
         """Run ``pipeline`` through mongomock on ``db.name`` and return the results."""

@@ -274,3 +274,19 @@ def test_create_options_are_listed() -> None:
     with pytest.raises(CommandError) as exc:
         run({"create": "v", "viewOn": "capped", "pipeline": []})
     assert exc.value.code == 238
+
+
+def test_commit_keeps_concurrent_writes_to_other_documents() -> None:
+    """A commit writes only the transaction's own changes; others' writes meanwhile survive."""
+    engine = Engine()
+    run = run_on(engine)
+    run({"insert": "c", "documents": [{"_id": 1, "v": 0}, {"_id": 2, "v": 0}]})
+    session = lsid()
+    upd = {"q": {"_id": 1}, "u": {"$set": {"v": "txn"}}}
+    run({"update": "c", "updates": [upd], **txn(session, 1, start=True)})
+    run({"update": "c", "updates": [{"q": {"_id": 2}, "u": {"$set": {"v": "other"}}}]})
+    run({"insert": "c", "documents": [{"_id": 3}]})
+    run({"delete": "c", "deletes": [{"q": {"_id": 2}, "limit": 1}], **txn(session, 1)})
+    run({"commitTransaction": 1, **txn(session, 1)}, db="admin")
+    found = run({"find": "c", "filter": {}, "sort": {"_id": 1}})["cursor"]["firstBatch"]
+    assert found == [{"_id": 1, "v": "txn"}, {"_id": 3}]
