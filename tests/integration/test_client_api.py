@@ -280,3 +280,36 @@ async def test_enable_works_on_a_stock_motor_client(
         assert not backpressure.is_enabled(client.delegate)
     finally:
         client.close()
+
+
+async def test_client_class_accepts_pymongo_arguments_like_pymongo(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """Positional host/port/document_class/tz_aware and keyword options mean what they mean."""
+    from bson.son import SON
+
+    host, port = standalone_server.addresses[0]
+    ours = clients.track(
+        (backpressure.AsyncMongoClient if clients.is_async else backpressure.MongoClient)(
+            host, port, SON, True, appname="bp-test", backpressure=False
+        )
+    )
+    stock = clients.track(
+        (pymongo.AsyncMongoClient if clients.is_async else pymongo.MongoClient)(
+            host, port, SON, True, appname="bp-test"
+        )
+    )
+    assert ours.codec_options == stock.codec_options
+    assert ours.options.pool_options.metadata == stock.options.pool_options.metadata
+    assert await resolve(ours.admin.command("ping")) == await resolve(stock.admin.command("ping"))
+
+
+async def test_motor_client_with_backpressure_off(standalone_server: EmbeddedServer) -> None:
+    """backpressure.AsyncIOMotorClient(backpressure=False) leaves its delegate stock."""
+    client = backpressure.AsyncIOMotorClient(standalone_server.uri, backpressure=False)
+    try:
+        assert not backpressure.is_enabled(client)
+        assert "_retry_internal" not in vars(client.delegate)
+        assert (await client.admin.command("ping"))["ok"] == 1
+    finally:
+        client.close()
