@@ -39,7 +39,7 @@ from backpressure.testing.engine_sessions import (
     is_transaction_command,
     session_key,
 )
-from backpressure.testing.engine_store import DataStore
+from backpressure.testing.engine_store import DataStore, where_sleep_seconds
 
 __all__ = ["CODE_NAMES", "CommandContext", "CommandError", "Engine"]
 
@@ -131,6 +131,55 @@ class Engine:
             if isinstance(pipeline, list) and pipeline and isinstance(pipeline[-1], Mapping):
                 return next(iter(pipeline[-1]), "") in ("$out", "$merge")
         return False
+
+    def delay_seconds(self, db: str, body: Mapping[str, Any]) -> float:
+        """Seconds a real server would spend in the command's ``$where`` ``sleep(ms)`` calls.
+
+        mongod runs ``$where`` once per scanned document; the engine cannot sleep (it runs on the
+        event loop), so the transport should ``await asyncio.sleep(...)`` this long before
+        replying. Only find, count, distinct, delete, update, findAndModify and aggregate (first
+        ``$match``) filters are inspected.
+        """
+        name = self.command_name(body)
+        target = body.get(name)
+        filters: list[Any] = []
+        if name == "find":
+            filters.append(body.get("filter"))
+        elif name in ("count", "distinct", "findAndModify"):
+            filters.append(body.get("query"))
+        elif name in ("delete", "update"):
+            statements = body.get("deletes" if name == "delete" else "updates")
+            if isinstance(statements, list):
+                filters.extend(s.get("q") for s in statements if isinstance(s, Mapping))
+        elif name == "aggregate":
+            pipeline = body.get("pipeline")
+            if isinstance(pipeline, list) and pipeline and isinstance(pipeline[0], Mapping):
+                filters.append(pipeline[0].get("$match"))
+        per_document = sum(where_sleep_seconds(f) for f in filters)
+        if not per_document or not isinstance(target, str):
+            return 0.0
+        coll = self.store.collection_store(db, target)
+        scanned = len(coll._documents) if coll is not None else 0
+        return per_document * min(scanned, 100)
+
+    def await_seconds(self, body: Mapping[str, Any]) -> float:
+        """Seconds a getMore on a change stream should wait before its (always empty) reply.
+
+        mongod holds such a getMore for ``maxTimeMS`` (default 1 s) when no event arrives; without
+        the wait a client's ``ChangeStream.next()`` polls in a busy loop. Other commands: 0.
+        """
+        if self.command_name(body) != "getMore":
+            return 0.0
+        cursor_id = body.get("getMore")
+        if isinstance(cursor_id, bool) or not isinstance(cursor_id, int):
+            return 0.0
+        cursor = self.cursors.get(int(cursor_id))
+        if cursor is None or not cursor.change_stream:
+            return 0.0
+        max_time = body.get("maxTimeMS")
+        if isinstance(max_time, (int, float)) and not isinstance(max_time, bool) and max_time >= 0:
+            return float(max_time) / 1000.0
+        return 1.0
 
     def in_transaction(self, body: dict[str, Any]) -> bool:
         """True if this command belongs to a running (or starting) multi-document transaction."""

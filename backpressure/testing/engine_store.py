@@ -9,6 +9,7 @@ from the shared store the first time the transaction touches them.
 from __future__ import annotations
 
 import copy
+import re
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -21,7 +22,10 @@ from mongomock import filtering, store
 
 from backpressure.testing.engine_base import CommandError
 
-__all__ = ["DataStore", "guard"]
+__all__ = ["DataStore", "guard", "strip_where", "where_sleep_seconds"]
+
+_SLEEP_CALL = re.compile(r"\bsleep\(\s*(\d+(?:\.\d+)?)\s*\)")
+_MATCH_NOTHING: dict[str, Any] = {"_id": {"$in": []}}
 
 _SCALAR_IDS = (str, int, float, ObjectId, Int64)
 _OPTIONS = "_backpressure_options"  # attribute holding a collection's create options
@@ -37,6 +41,7 @@ class _FastCollection(_MongomockCollection):  # type: ignore[misc]
     """A mongomock collection that answers ``{_id: <scalar>}`` filters by lookup."""
 
     def _iter_documents(self, filter: Any) -> Iterator[Any]:
+        filter = strip_where(filter)
         store = self._store
         if type(filter) is dict and len(filter) == 1 and "_id" in filter and not store._ttl_indexes:
             value = filter["_id"]
@@ -47,6 +52,29 @@ class _FastCollection(_MongomockCollection):  # type: ignore[misc]
                 return iter(())
         result: Iterator[Any] = super()._iter_documents(filter)
         return result
+
+
+def strip_where(filter: Any) -> Any:
+    """Replace a top-level ``$where`` (JavaScript, which mongomock cannot run) by a guess.
+
+    The code is not evaluated: it matches every document unless it only ever returns false
+    (``function() { sleep(100); return false; }``). Its ``sleep(ms)`` calls are reported by
+    ``where_sleep_seconds`` so the transport can delay the reply without blocking the engine.
+    """
+    if type(filter) is not dict or "$where" not in filter:
+        return filter
+    code = str(filter["$where"])
+    rest = {key: value for key, value in filter.items() if key != "$where"}
+    if "return false" in code and "return true" not in code:
+        return {"$and": [rest, _MATCH_NOTHING]} if rest else _MATCH_NOTHING
+    return rest
+
+
+def where_sleep_seconds(filter: Any) -> float:
+    """Return the total ``sleep(ms)`` of a filter's top-level ``$where`` code, in seconds."""
+    if not isinstance(filter, dict) or "$where" not in filter:
+        return 0.0
+    return sum(float(ms) for ms in _SLEEP_CALL.findall(str(filter["$where"]))) / 1000.0
 
 
 class DataStore:

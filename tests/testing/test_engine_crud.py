@@ -269,3 +269,18 @@ def test_duplicate_key_error_names_index_and_key(run: Run) -> None:
     assert (error["keyPattern"], error["keyValue"]) == ({"a.b": 1}, {"a.b": 2})
     (error,) = run({"insert": "c", "documents": [{"_id": {"x": 1}, "a": {"b": 9}}]})["writeErrors"]
     assert error["keyPattern"] == {"_id": 1}
+
+
+def test_where_is_emulated_and_its_sleep_reported() -> None:
+    """$where code is not run: it matches all (or nothing for return false); sleeps are reported."""
+    engine = Engine()
+    ctx = CommandContext(connection_id=1, app_name=None, role="primary", max_wire_version=25)
+    engine.execute("test", {"insert": "t", "documents": [{"_id": 1}]}, ctx)
+    sleepy = {"find": "t", "filter": {"$where": "function() { sleep(2000); return true; }"}}
+    assert engine.execute("test", sleepy, ctx)["cursor"]["firstBatch"] == [{"_id": 1}]
+    assert engine.delay_seconds("test", sleepy) == 2.0
+    never = {"count": "t", "query": {"$where": "function() { sleep(10); return false; }"}}
+    assert engine.execute("test", never, ctx)["n"] == 0
+    assert engine.delay_seconds("test", never) == 0.01
+    assert engine.delay_seconds("test", {"find": "t", "filter": {}}) == 0.0
+    assert engine.delay_seconds("test", {"find": "missing", "filter": sleepy["filter"]}) == 0.0

@@ -258,3 +258,18 @@ def test_aggregate_merge_modes(run: Run) -> None:
         run({"aggregate": "c", "pipeline": [stage], "cursor": {}})
     assert info.value.code == 13113
     assert Engine.is_write("aggregate", {"pipeline": [stage]})
+
+
+def test_change_stream_get_more_await_time() -> None:
+    """await_seconds reports maxTimeMS (default 1 s) for change-stream getMores only."""
+    engine = Engine()
+    ctx = CommandContext(connection_id=1, app_name=None, role="primary", max_wire_version=25)
+    stream = engine.execute(
+        "db", {"aggregate": "c", "pipeline": [{"$changeStream": {}}], "cursor": {}}, ctx
+    )["cursor"]["id"]
+    engine.execute("db", {"insert": "c", "documents": [{}, {}]}, ctx)
+    plain = engine.execute("db", {"find": "c", "batchSize": 1}, ctx)["cursor"]["id"]
+    assert engine.await_seconds({"getMore": stream, "collection": "c", "maxTimeMS": 250}) == 0.25
+    assert engine.await_seconds({"getMore": stream, "collection": "c"}) == 1.0
+    assert engine.await_seconds({"getMore": plain, "collection": "c", "maxTimeMS": 250}) == 0.0
+    assert engine.await_seconds({"find": "c"}) == 0.0
