@@ -166,3 +166,35 @@ def test_standalone_round_trip(single: Client) -> None:
     single.db.s.insert_one({"_id": 1})
     assert single.db.s.find_one() == {"_id": 1}
     assert single.db.command("listCollections")["cursor"]["firstBatch"][0]["name"] == "s"
+
+
+async def test_async_client_crud_and_transaction(replicaset_server: EmbeddedServer) -> None:
+    """AsyncMongoClient: CRUD, a cursor over several batches and a committed transaction."""
+    from pymongo import AsyncMongoClient
+
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
+        replicaset_server.uri, serverSelectionTimeoutMS=3000
+    )
+    try:
+        coll = client.db.async_coll
+        await coll.insert_many([{"_id": i} for i in range(25)])
+        seen = [doc["_id"] async for doc in coll.find({}).sort("_id", 1).batch_size(10)]
+        assert seen == list(range(25))
+        async with client.start_session() as session, await session.start_transaction():
+            await coll.insert_one({"_id": 100}, session=session)
+            assert await coll.find_one({"_id": 100}) is None
+        assert await coll.find_one({"_id": 100}) == {"_id": 100}
+    finally:
+        await client.close()
+
+
+async def test_motor_client_round_trip(replicaset_server: EmbeddedServer) -> None:
+    """Motor 3.7 (pymongo's sync client in threads) reads and writes through the engine."""
+    motor_asyncio = pytest.importorskip("motor.motor_asyncio")
+    client = motor_asyncio.AsyncIOMotorClient(replicaset_server.uri, serverSelectionTimeoutMS=3000)
+    try:
+        await client.db.motor_coll.insert_one({"_id": 1, "v": "m"})
+        assert await client.db.motor_coll.find_one({"_id": 1}) == {"_id": 1, "v": "m"}
+        assert await client.db.motor_coll.count_documents({}) == 1
+    finally:
+        client.close()
