@@ -250,7 +250,13 @@ class _Installation:
         )
         self.policy: NativeRetryPolicy = policy_class(self)
         make = _async_wrappers if self.is_async else _sync_wrappers
-        self.wrappers: dict[str, Callable[..., Any]] = make(self)
+        # A future pymongo without one of these methods still gets the policy object (which
+        # then applies the policy statelessly); only wrap what exists.
+        self.wrappers: dict[str, Callable[..., Any]] = {
+            name: wrapper
+            for name, wrapper in make(self).items()
+            if callable(getattr(type(client), name, None))
+        }
 
     def client(self) -> Any:
         """Return the client (it is alive whenever one of its methods runs)."""
@@ -287,7 +293,7 @@ class _Installation:
         client._retry_policy = self.original_policy
         for attr, value in zip(_compat.OPTION_ATTRIBUTES, self.original_options):
             setattr(client.options, attr, value)
-        for name in _WRAPPED:
+        for name in self.wrappers:
             prior = self.prior[name]
             if prior is _ABSENT:
                 vars(client).pop(name, None)
