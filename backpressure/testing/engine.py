@@ -7,6 +7,21 @@ records, and the transactions with their private workspaces. Command families li
 ``engine_crud``, ``engine_cursors``, ``engine_aggregate``, ``engine_ddl`` and
 ``engine_bulk``; sessions and transactions in ``engine_sessions``.
 
+Commands (mongomock 4.3 is the query engine):
+
+* CRUD: insert, update (operators, replacement, pipeline, upsert, multi, arrayFilters, sort),
+  delete, findAndModify, count, distinct; find, getMore, killCursors; aggregate (mongomock stages,
+  ``$out``, ``$merge``, ``$changeStream``, database-level ``$listLocalSessions``, ``$currentOp``,
+  ``$documents``); client ``bulkWrite``.
+* Catalog: create, collMod, drop, dropDatabase, createIndexes, listIndexes, dropIndexes,
+  listCollections, listDatabases, renameCollection, dbStats, collStats.
+* Sessions: endSessions, killSessions, killAllSessions(ByPattern), commitTransaction,
+  abortTransaction; retryable writes and transactions keyed by ``lsid`` + ``txnNumber``.
+
+Not emulated: ``let``/``$$`` variables, collation, views, ``$text``, JavaScript (``$where`` is
+guessed, its ``sleep()`` reported by ``delay_seconds``), write conflicts between transactions (a
+commit applies its document changes last-writer-wins).
+
 Call an ``Engine`` from one thread only (the server's event-loop thread): mongomock is not
 thread-safe.
 """
@@ -85,6 +100,7 @@ class Engine:
             "dropIndexes",
             "dropDatabase",
             "renameCollection",
+            "collMod",
             "bulkWrite",
             "commitTransaction",
             "abortTransaction",

@@ -60,6 +60,29 @@ def _create(req: Request) -> dict[str, Any]:
     return {"ok": 1.0}
 
 
+def _coll_mod(req: Request) -> dict[str, Any]:
+    name = collection_name(req)
+    coll = req.store.collection_store(req.db, name)
+    if coll is None:
+        raise CommandError(26, f"ns does not exist: {req.db}.{name}")
+    if "viewOn" in req.body or "pipeline" in req.body:
+        raise CommandError(238, "views are not supported by the embedded server")
+    changes = {k: v for k, v in req.body.items() if k in _CREATE_OPTIONS}
+    index = opt_document(req.body, "index")
+    if index is not None:
+        by_name = {doc["name"]: doc for doc in _index_docs(req.store, req.db, name)}
+        wanted = index.get("name")
+        match = by_name.get(wanted) if isinstance(wanted, str) else None
+        if match is None:
+            key = index.get("keyPattern")
+            match = next((d for d in by_name.values() if d["key"] == key), None)
+        if match is None:
+            raise CommandError(27, "cannot find index for collMod")
+    if changes:
+        req.store.create(req.db, name, {**req.store.options(req.db, name), **changes})
+    return {"ok": 1.0}
+
+
 def _drop(req: Request) -> dict[str, Any]:
     name = collection_name(req)
     ns = f"{req.db}.{name}"
@@ -319,6 +342,7 @@ def _coll_stats(req: Request) -> dict[str, Any]:
 HANDLERS: dict[str, Handler] = {
     "create": _create,
     "drop": _drop,
+    "collMod": _coll_mod,
     "dropDatabase": _drop_database,
     "createIndexes": _create_indexes,
     "listIndexes": _list_indexes,

@@ -133,7 +133,7 @@ class DataStore:
         return [name for name in list(self.server._databases) if self.collection_names(name)]
 
     def create(self, db: str, name: str, options: Optional[dict[str, Any]] = None) -> None:
-        """Create an empty collection (no-op when it exists), remembering its options."""
+        """Create a collection (existing data is kept) and record its options when given."""
         coll = self.server[db].create_collection(name)
         if options:
             setattr(coll, _OPTIONS, dict(options))

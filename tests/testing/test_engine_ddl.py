@@ -171,3 +171,19 @@ def test_drop_closes_cursors(run: Run) -> None:
     with pytest.raises(CommandError) as info:
         run({"getMore": cursor_id, "collection": "c"})
     assert info.value.code == 43
+
+
+def test_coll_mod_updates_options_and_checks_index(run: Run) -> None:
+    """collMod merges options, validates the named index, and fails for missing collections."""
+    run({"create": "c", "validationLevel": "off"})
+    run({"insert": "c", "documents": [{"_id": 1}]})
+    run({"collMod": "c", "validationLevel": "moderate", "index": {"name": "_id_"}})
+    (info,) = run({"listCollections": 1})["cursor"]["firstBatch"]
+    assert info["options"] == {"validationLevel": "moderate"}
+    assert run({"count": "c"})["n"] == 1
+    with pytest.raises(CommandError) as exc:
+        run({"collMod": "c", "index": {"name": "nope"}})
+    assert exc.value.code == 27
+    with pytest.raises(CommandError) as exc:
+        run({"collMod": "zz"})
+    assert exc.value.code == 26
