@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import warnings
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,32 +17,6 @@ from backpressure.uri import (
     split_backpressure_kwargs,
     validate_option,
 )
-
-SPEC_FILE = Path("/work/shared/spec-tests/uri-options/client-backpressure-options.json")
-_LOCAL_SPEC = Path(__file__).resolve().parents[1] / "spec" / "uri-options"
-
-
-def _spec_cases() -> list[Any]:
-    """Load the URI-options spec tests, wherever the checkout keeps them."""
-    candidates = [_LOCAL_SPEC / SPEC_FILE.name, SPEC_FILE]
-    for path in candidates:
-        if path.exists():
-            tests = json.loads(path.read_text())["tests"]
-            return [pytest.param(t, id=t["description"]) for t in tests]
-    return [pytest.param(None, marks=pytest.mark.skip(reason="URI-options spec file not found"))]
-
-
-@pytest.mark.parametrize("case", _spec_cases())
-def test_uri_options_spec(case: dict[str, Any]) -> None:
-    """The client-backpressure URI-options spec tests: values parsed, invalid ones warned."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        cleaned, options = parse_backpressure_options(case["uri"])
-    warned = [w for w in caught if issubclass(w.category, UserWarning)]
-    assert bool(warned) == case["warning"]
-    assert cleaned == "mongodb://example.com/"
-    expected = case["options"] or {}
-    assert options == expected
 
 
 def _parse(uri: str, **kw: Any) -> tuple[str, dict[str, Any]]:
