@@ -1,0 +1,67 @@
+"""Property tests of the engine: batching never loses or repeats documents; arrayFilters rewrite."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backpressure.testing.engine import CommandContext, Engine
+from backpressure.testing.engine_writes import expand_array_filters
+
+CTX = CommandContext(connection_id=1, app_name=None, role="primary", max_wire_version=25)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n_docs=st.integers(min_value=0, max_value=40),
+    first=st.one_of(st.none(), st.integers(min_value=0, max_value=12)),
+    sizes=st.lists(st.one_of(st.none(), st.integers(min_value=1, max_value=9)), max_size=30),
+    skip=st.integers(min_value=0, max_value=5),
+    limit=st.integers(min_value=0, max_value=30),
+)
+def test_find_batches_cover_the_result_exactly_once(
+    n_docs: int, first: int | None, sizes: list[int | None], skip: int, limit: int
+) -> None:
+    """Concatenated find + getMore batches equal the skip/limit slice of the sorted collection."""
+    engine = Engine()
+    if n_docs:
+        engine.execute("db", {"insert": "c", "documents": [{"_id": i} for i in range(n_docs)]}, CTX)
+    find: dict[str, Any] = {"find": "c", "filter": {}, "sort": {"_id": 1}, "skip": skip}
+    if limit:
+        find["limit"] = limit
+    if first is not None:
+        find["batchSize"] = first
+    cursor = engine.execute("db", find, CTX)["cursor"]
+    seen = [d["_id"] for d in cursor["firstBatch"]]
+    cursor_id = cursor["id"]
+    for size in [*sizes, None]:
+        if not cursor_id:
+            break
+        more: dict[str, Any] = {"getMore": cursor_id, "collection": "c"}
+        if size is not None:
+            more["batchSize"] = size
+        cursor = engine.execute("db", more, CTX)["cursor"]
+        if size is not None:
+            assert len(cursor["nextBatch"]) <= size
+        seen.extend(d["_id"] for d in cursor["nextBatch"])
+        cursor_id = cursor["id"]
+    expected = list(range(n_docs))[skip:]
+    if limit:
+        expected = expected[:limit]
+    assert seen == expected
+    assert cursor_id == 0
+    assert len(engine.cursors) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(st.integers(min_value=-5, max_value=5), max_size=8), bound=st.integers(-5, 5)
+)
+def test_array_filters_touch_exactly_the_matching_elements(values: list[int], bound: int) -> None:
+    """$[x] with {x: {$gt: bound}} rewrites one concrete path per matching element."""
+    doc = {"_id": 1, "a": [{"v": v} for v in values]}
+    update = expand_array_filters(doc, {"$set": {"a.$[x].hit": True}}, [{"x.v": {"$gt": bound}}])
+    expected = {f"a.{i}.hit": True for i, v in enumerate(values) if v > bound}
+    assert update == ({"$set": expected} if expected else {"$set": {}})
