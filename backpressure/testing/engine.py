@@ -260,5 +260,4 @@ class Engine:
 
     @staticmethod
     def _abort_quietly(txn: Transaction) -> None:
-        if txn.state == "in_progress":
-            txn.state = "aborted"
+        txn.finish("aborted")

@@ -35,6 +35,8 @@ __all__ = [
     "session_key",
 ]
 
+_EMPTY_WORKSPACE = DataStore()
+
 MAX_RECORDS = 10_000
 """Upper bound on stored (session, txnNumber) records and on remembered sessions."""
 
@@ -76,11 +78,17 @@ class Transaction:
     txn_number: int
     """The transaction number."""
     workspace: DataStore
-    """The copy-on-touch view the transaction reads and writes."""
+    """The copy-on-touch view the transaction reads and writes (emptied once it ends)."""
     state: str = "in_progress"
     """``in_progress``, ``committed`` or ``aborted``."""
     commands: list[str] = field(default_factory=list)
     """Names of the commands run inside the transaction, in order."""
+
+    def finish(self, state: str) -> None:
+        """End a running transaction as ``committed`` or ``aborted`` and free its workspace."""
+        if self.state == "in_progress":
+            self.state = state
+            self.workspace = _EMPTY_WORKSPACE
 
 
 def session_key(lsid: Any) -> Any:
@@ -162,7 +170,7 @@ class SessionRegistry:
                 old.reply = None
             txn = self._txns.get(key)
             if txn is not None and txn.state == "in_progress":
-                txn.state = "aborted"
+                txn.finish("aborted")
         self._latest[key] = txn_number
 
     def end(self, lsids: list[Any]) -> list[Any]:
@@ -170,16 +178,16 @@ class SessionRegistry:
         keys = [session_key(lsid) for lsid in lsids]
         for key in keys:
             self._lsids.pop(key, None)
-            txn = self._txns.get(key)
-            if txn is not None and txn.state == "in_progress":
-                txn.state = "aborted"
+            txn = self._txns.pop(key, None)
+            if txn is not None:
+                txn.finish("aborted")
         return keys
 
     def kill_all(self) -> None:
         """Abort every running transaction (``killAllSessions``)."""
         for txn in self._txns.values():
             if txn.state == "in_progress":
-                txn.state = "aborted"
+                txn.finish("aborted")
 
     # -- retryable writes ----------------------------------------------------------------------
 
@@ -253,7 +261,7 @@ class SessionRegistry:
         record.attempts += 1
         if txn.state == "in_progress":
             txn.workspace.commit_into(main)
-            txn.state = "committed"
+            txn.finish("committed")
             record.applied = True
 
     def abort(self, txn: Transaction) -> None:
@@ -264,7 +272,7 @@ class SessionRegistry:
             raise CommandError(
                 251, f"Transaction {txn.txn_number} has been aborted.", labels=(TRANSIENT,)
             )
-        txn.state = "aborted"
+        txn.finish("aborted")
 
     def clear(self) -> None:
         """Forget every session, record and transaction."""
