@@ -227,6 +227,7 @@ class _AsyncRetryLoop:
                 self._raise(self._last_error, exc)
             raise exc
         self._note_retry(exc, error)
+        _shared.forget_client_bulk_error(self._func, exc)
         self._after_overload = True
         self._overload_seen = True
         session = self._session

@@ -14,7 +14,7 @@ import socket
 import ssl
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -139,6 +139,31 @@ def error_to_check(exc: PyMongoError) -> PyMongoError:
     if isinstance(exc, ClientBulkWriteException) and isinstance(exc.error, PyMongoError):
         return exc.error
     return exc
+
+
+def forget_client_bulk_error(func: Callable[..., Any], exc: PyMongoError) -> None:
+    """Undo the merge of a retried top-level error into a client bulk write's result.
+
+    Before 4.17 ``_ClientBulk._execute_command`` merges a top-level error that is not one of
+    pymongo's retryable errors into the operation's ``full_result`` before raising, so a
+    successful overload retry would still raise it.  ``full_result`` is a closure variable of
+    the callback (``retryable_bulk``); its ``error`` is cleared when it is the retried error.
+    """
+    if not isinstance(exc, ClientBulkWriteException):
+        return
+    code = getattr(func, "__code__", None)
+    cells = getattr(func, "__closure__", None) or ()
+    if code is None:
+        return
+    for name, cell in zip(code.co_freevars, cells):
+        if name == "full_result":
+            try:
+                full_result = cell.cell_contents
+            except ValueError:
+                return
+            if isinstance(full_result, MutableMapping) and full_result.get("error") is exc.error:
+                full_result["error"] = None
+            return
 
 
 def csot_deadline() -> Optional[float]:

@@ -8,6 +8,7 @@ import pytest
 from pymongo import _csot, monitoring
 from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.hello import Hello
+from pymongo.operations import InsertOne
 
 import backpressure
 from backpressure import CURRENT_SPEC, DRAFT, Policy, StopReason, retry_summary
@@ -358,3 +359,16 @@ async def test_non_overload_error_keeps_classic_behaviour(
         await resolve(client.db.coll.insert_one({"_id": 2}))
     assert caught.value.code == 262
     assert len(commands.started_commands("insert")) == 2
+
+
+async def test_client_bulk_write_retried(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """client.bulk_write succeeds after overloads whose code is no classic retryable code."""
+    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
+    replicaset_server.configure_fail_point(overload_fail_point(["bulkWrite"], times=2, code=2))
+    result = await resolve(client.bulk_write([InsertOne(namespace="db.coll", document={"_id": 8})]))
+    assert result.inserted_count == 1
+    bulk_writes = commands.started_commands("bulkWrite")
+    assert len(bulk_writes) == 3
+    assert len({cmd["txnNumber"] for cmd in bulk_writes}) == 1
