@@ -205,7 +205,11 @@ async def create_entities(ctx: TestContext, docs: list[Mapping[str, Any]]) -> No
             raise Unsupported(f"{kind} entities are not supported")
         entity_id = spec["id"]
         if kind == "client":
-            ctx.entities.add("client", entity_id, ctx.open_client(spec))
+            entity = ctx.open_client(spec)
+            ctx.entities.add("client", entity_id, entity)
+            if ctx.is_async:
+                # An AsyncMongoClient starts monitoring only when connected (sync ones at once).
+                await entity.client.aconnect()
         elif kind == "database":
             client = ctx.entities.client(spec["client"]).client
             options = _database_options(spec.get("databaseOptions", {}))
