@@ -197,6 +197,25 @@ class Engine:
             return float(max_time) / 1000.0
         return 1.0
 
+    def note_injected_error(self, db: str, body: dict[str, Any]) -> None:
+        """Record a command that a fail point answered before it reached ``execute``.
+
+        mongod checks the session out, and begins the transaction of a ``startTransaction``
+        command, before it evaluates ``failCommand``; so the transaction exists even though its
+        first command failed, and a retry without ``startTransaction`` continues it. Call this
+        for fail-point errors only (the ingress rate limiter rejects before any session work).
+        """
+        self.sessions.note(body)
+        if not is_transaction_command(body) or body.get("startTransaction") is not True:
+            return
+        name = self.command_name(body)
+        if name not in _ALLOWED_IN_TRANSACTION or name in ("commitTransaction", "abortTransaction"):
+            return
+        try:
+            self.sessions.enter(body, name, self.store)
+        except CommandError:
+            return
+
     def in_transaction(self, body: dict[str, Any]) -> bool:
         """True if this command belongs to a running (or starting) multi-document transaction."""
         if not is_transaction_command(body):
@@ -249,6 +268,7 @@ class Engine:
             return {"ok": 1.0}
         req.store = txn.workspace
         req.txn = txn
+        txn.executed += 1
         try:
             reply = handler(req)
         except CommandError:

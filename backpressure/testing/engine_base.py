@@ -56,6 +56,7 @@ CODE_NAMES: Mapping[int, str] = MappingProxyType(
         91: "ShutdownInProgress",
         112: "WriteConflict",
         115: "CommandNotSupported",
+        117: "ConflictingOperationInProgress",
         125: "CommandFailed",
         133: "FailedToSatisfyReadPreference",
         134: "ReadConcernMajorityNotAvailableYet",

@@ -82,7 +82,9 @@ class Transaction:
     state: str = "in_progress"
     """``in_progress``, ``committed`` or ``aborted``."""
     commands: list[str] = field(default_factory=list)
-    """Names of the commands run inside the transaction, in order."""
+    """Names of the commands sent inside the transaction, in order."""
+    executed: int = 0
+    """Commands the engine actually ran inside the transaction."""
 
     def finish(self, state: str) -> None:
         """End a running transaction as ``committed`` or ``aborted`` and free its workspace."""
@@ -225,11 +227,7 @@ class SessionRegistry:
         if body.get("startTransaction") is True:
             existing = self._txns.get(key)
             if existing is not None and existing.txn_number == txn_number:
-                raise CommandError(
-                    251 if existing.state == "aborted" else 256,
-                    f"Transaction with txnNumber {txn_number} has already been started",
-                    labels=(TRANSIENT,) if existing.state == "aborted" else (),
-                )
+                return self._restart(existing, name)
             self._advance(key, txn_number)
             started = self._txns[key] = Transaction(key, txn_number, DataStore(parent=main))
             self._record(key, body["lsid"], txn_number)
@@ -254,6 +252,27 @@ class SessionRegistry:
             )
         txn.commands.append(name)
         return txn
+
+    @staticmethod
+    def _restart(txn: Transaction, name: str) -> Transaction:
+        """Handle a repeated ``startTransaction`` for the same txnNumber.
+
+        A transaction that nothing has run in yet (it was started on behalf of a command a fail
+        point answered, see ``Engine.note_injected_error``) simply continues: that is how a
+        driver's retry of the first statement behaves against mongod.
+        """
+        if txn.state == "in_progress" and txn.executed == 0:
+            txn.commands.append(name)
+            return txn
+        if txn.state == "committed":
+            raise CommandError(256, f"Transaction {txn.txn_number} has been committed.")
+        if txn.state == "aborted":
+            raise CommandError(
+                251, f"Transaction {txn.txn_number} has been aborted.", labels=(TRANSIENT,)
+            )
+        raise CommandError(
+            117, f"Transaction with txnNumber {txn.txn_number} has already been started"
+        )
 
     def commit(self, txn: Transaction, lsid: Mapping[str, Any], main: DataStore) -> None:
         """Commit (or re-acknowledge a committed) transaction."""

@@ -290,3 +290,42 @@ def test_commit_keeps_concurrent_writes_to_other_documents() -> None:
     run({"commitTransaction": 1, **txn(session, 1)}, db="admin")
     found = run({"find": "c", "filter": {}, "sort": {"_id": 1}})["cursor"]["firstBatch"]
     assert found == [{"_id": 1, "v": "txn"}, {"_id": 3}]
+
+
+def test_injected_error_on_first_statement_still_starts_the_transaction() -> None:
+    """After a fail point answers the first statement, both retry shapes continue the txn."""
+    engine = Engine()
+    run = run_on(engine)
+    first = {"insert": "c", "documents": [{"_id": 1}], **txn(lsid(), 1, start=True)}
+    engine.note_injected_error("db", first)
+    assert engine.in_transaction({"insert": "c", **txn(first["lsid"], 1)})
+    run(first)  # pymongo >= 4.17 repeats startTransaction on the retry
+    run({"commitTransaction": 1, **txn(first["lsid"], 1)}, db="admin")
+    assert ids(engine) == [1]
+    second = {"insert": "c", "documents": [{"_id": 2}], **txn(lsid(), 1, start=True)}
+    engine.note_injected_error("db", second)
+    retry = {k: v for k, v in second.items() if k not in ("startTransaction", "readConcern")}
+    run(retry)  # older clients drop startTransaction on the retry
+    run({"commitTransaction": 1, **txn(second["lsid"], 1)}, db="admin")
+    assert ids(engine) == [1, 2]
+
+
+def test_repeated_start_after_work_is_refused() -> None:
+    """startTransaction again after statements ran in the transaction fails (117)."""
+    run = run_on(Engine())
+    session = lsid()
+    body = {"insert": "c", "documents": [{"_id": 1}], **txn(session, 1, start=True)}
+    run(body)
+    with pytest.raises(CommandError) as info:
+        run({**body, "documents": [{"_id": 2}]})
+    assert info.value.code_name == "ConflictingOperationInProgress"
+
+
+def test_injected_error_outside_transactions_only_notes_the_session() -> None:
+    """note_injected_error for a plain command records the session and starts nothing."""
+    engine = Engine()
+    session = lsid()
+    engine.note_injected_error("db", {"find": "c", "lsid": session})
+    engine.note_injected_error("db", {"insert": "c", "lsid": session, "txnNumber": 1})
+    assert engine.txn_stats() == []
+    assert engine.sessions.known_lsids() == [session]
