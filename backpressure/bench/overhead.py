@@ -3,7 +3,9 @@
 Both clients talk to the same server.  Each round runs a block of ``block`` operations on one
 client, then the same block on the other (the order alternates every round, so drift and warm-up
 hit both alike); the per-round ratio enabled/plain of the time per operation is summarised by its
-median and interquartile range.
+median and interquartile range.  Wall time is what the application sees; the client thread's CPU
+time (``time.thread_time``) leaves out waiting for the server and so isolates the client's own
+cost, which is where a wrapper's overhead lives.
 """
 
 from __future__ import annotations
@@ -67,14 +69,23 @@ class OverheadResult:
     ratio_p25: float
     ratio_p75: float
     ratio_iqr: float
+    plain_cpu_us: float
+    """Median client-thread CPU time per operation of the stock client, in microseconds."""
+    enabled_cpu_us: float
+    """Median client-thread CPU time per operation of the backpressure client."""
+    cpu_ratio_median: float
+    cpu_ratio_p25: float
+    cpu_ratio_p75: float
 
 
-def _time_block(op: Operation, collection: Collection[Document], block: int) -> float:
-    """Return seconds per operation over one block."""
+def _time_block(op: Operation, collection: Collection[Document], block: int) -> tuple[float, float]:
+    """Return wall seconds and client-thread CPU seconds per operation over one block."""
+    cpu = time.thread_time()
     start = time.perf_counter()
     for i in range(block):
         op(collection, i)
-    return (time.perf_counter() - start) / block
+    wall = time.perf_counter() - start
+    return wall / block, (time.thread_time() - cpu) / block
 
 
 def measure_overhead(
@@ -111,15 +122,18 @@ def measure_overhead(
         for name, op in operations.items():
             for side in ("plain", "enabled"):  # warm-up block
                 _time_block(op, collection_for(side, name), block)
-            plain_times: list[float] = []
-            enabled_times: list[float] = []
+            times: dict[str, list[float]] = {"plain": [], "enabled": []}
+            cpus: dict[str, list[float]] = {"plain": [], "enabled": []}
             for r in range(rounds):
                 order = ("plain", "enabled") if r % 2 == 0 else ("enabled", "plain")
                 for side in order:
-                    seconds = _time_block(op, collection_for(side, name), block)
-                    (plain_times if side == "plain" else enabled_times).append(seconds)
+                    wall, cpu = _time_block(op, collection_for(side, name), block)
+                    times[side].append(wall)
+                    cpus[side].append(cpu)
                 progress(1.0)
+            plain_times, enabled_times = times["plain"], times["enabled"]
             ratios = [e / p for e, p in zip(enabled_times, plain_times)]
+            cpu_ratios = [e / p if p > 0 else 1.0 for e, p in zip(cpus["enabled"], cpus["plain"])]
             results.append(
                 OverheadResult(
                     operation=name,
@@ -131,6 +145,11 @@ def measure_overhead(
                     ratio_p25=_num(percentile(ratios, 25)),
                     ratio_p75=_num(percentile(ratios, 75)),
                     ratio_iqr=_num(iqr(ratios)),
+                    plain_cpu_us=_us(median(cpus["plain"])),
+                    enabled_cpu_us=_us(median(cpus["enabled"])),
+                    cpu_ratio_median=_num(median(cpu_ratios)),
+                    cpu_ratio_p25=_num(percentile(cpu_ratios, 25)),
+                    cpu_ratio_p75=_num(percentile(cpu_ratios, 75)),
                 )
             )
         return results, policy.integration()

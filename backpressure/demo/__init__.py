@@ -75,13 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--threads", type=int, default=256, help="client worker threads")
     parser.add_argument("--steady", type=float, default=4.0, help="steady phase, s")
-    parser.add_argument("--steady-load", type=float, default=0.5, help="steady load, x C")
-    parser.add_argument("--burst", type=float, default=3.0, help="burst phase, s")
-    parser.add_argument("--burst-load", type=float, default=3.0, help="burst load, x C")
+    parser.add_argument("--steady-load", type=float, default=0.4, help="steady load, x C")
+    parser.add_argument("--burst", type=float, default=2.0, help="burst phase, s")
+    parser.add_argument("--burst-load", type=float, default=2.0, help="burst load, x C")
     parser.add_argument(
-        "--recovery", type=float, default=3.0, help="recovery phase (steady load), s"
+        "--recovery", type=float, default=4.0, help="recovery phase (steady load), s"
     )
-    parser.add_argument("--overload", type=float, default=6.0, help="sustained overload phase, s")
+    parser.add_argument("--overload", type=float, default=5.0, help="sustained overload phase, s")
     parser.add_argument("--overload-load", type=float, default=5.0, help="overload load, x C")
     parser.add_argument(
         "--policies",

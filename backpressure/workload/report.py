@@ -103,18 +103,18 @@ def quiet_backpressure_logs(level: int = logging.ERROR) -> Iterator[None]:
 def draw_timelines(
     results: Sequence[RunResult], phases: Sequence[Phase], capacity: float, path: Path
 ) -> Path:
-    """Draw goodput and amplification per second for each policy into a PNG at ``path``."""
+    """Draw goodput, app errors and amplification per second per policy into a PNG at ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure, (top, bottom) = pyplot.subplots(2, 1, figsize=(11, 7.5), sharex=True)
+    figure, (top, middle, bottom) = pyplot.subplots(3, 1, figsize=(11, 9.5), sharex=True)
     try:
         start = 0.0
         for index, phase in enumerate(phases):
-            for axis in (top, bottom):
+            for axis in (top, middle, bottom):
                 if index % 2:
                     axis.axvspan(start, start + phase.duration, color="0.93", zorder=0)
             top.text(
@@ -135,6 +135,8 @@ def draw_timelines(
             width = (result.timeline["t"][1] - result.timeline["t"][0]) if len(times) > 1 else 1.0
             goodput = [s / width for s in result.timeline["successes"]]
             top.plot(times, goodput, marker=".", label=result.policy)
+            errors = [e / width for e in result.timeline["errors"]]
+            middle.plot(times, errors, marker=".", label=result.policy)
             amplification = [
                 a if a is not None else float("nan") for a in result.timeline["amplification"]
             ]
@@ -142,6 +144,8 @@ def draw_timelines(
         top.set_ylabel("goodput (successful ops/s)")
         top.legend(loc="upper left", fontsize=8)
         top.grid(alpha=0.3)
+        middle.set_ylabel("errors raised to the app /s")
+        middle.grid(alpha=0.3)
         bottom.set_yscale("log")
         bottom.set_ylabel("attempts sent per successful op")
         bottom.set_xlabel("seconds since start of run")
