@@ -10,6 +10,7 @@ reported as skips with the runner's reason.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -31,7 +32,9 @@ from backpressure.testing.unified import (
 DeploymentFor = Callable[[str], Deployment]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED_SPEC_TESTS = (REPO_ROOT / ".." / "shared" / "spec-tests").resolve()
+SHARED_SPEC_TESTS = Path(
+    os.environ.get("BACKPRESSURE_SHARED_SPEC_TESTS", REPO_ROOT / ".." / "shared" / "spec-tests")
+).resolve()
 OWN_SPEC_TESTS = REPO_ROOT / "spec-tests"
 SHARED_MISSING = (
     f"the shared spec tests are not at {SHARED_SPEC_TESTS} (../shared/spec-tests relative to "

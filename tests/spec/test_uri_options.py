@@ -8,6 +8,7 @@ checked with pymongo's parser.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,7 +22,10 @@ from backpressure.testing.unified.loader import load_document
 from backpressure.uri import parse_backpressure_options
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-URI_OPTIONS = (REPO_ROOT / ".." / "shared" / "spec-tests" / "uri-options").resolve()
+SHARED_SPEC_TESTS = Path(
+    os.environ.get("BACKPRESSURE_SHARED_SPEC_TESTS", REPO_ROOT / ".." / "shared" / "spec-tests")
+).resolve()
+URI_OPTIONS = SHARED_SPEC_TESTS / "uri-options"
 
 PARSERS = ["backpressure"] + (["pymongo"] if _compat.HAS_NATIVE_BACKPRESSURE else [])
 

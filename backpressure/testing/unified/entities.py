@@ -104,6 +104,8 @@ class EntityMap:
 class TestContext:
     """Everything an operation of one test can reach."""
 
+    __test__ = False  # not a pytest test class
+
     entities: EntityMap
     """The test's entities."""
     open_client: Callable[[Mapping[str, Any]], ClientEntity]

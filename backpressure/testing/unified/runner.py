@@ -105,6 +105,8 @@ class Outcome(str, enum.Enum):
 class TestResult:
     """The result of one test."""
 
+    __test__ = False  # not a pytest test class
+
     test_id: str
     """``<folder>/<file>::<description>``."""
     outcome: Outcome
