@@ -179,9 +179,10 @@ class _AsyncRetryLoop:
                     and conn.supports_sessions
                 )
                 if not supported:
-                    if self._is_retrying() and not self._after_overload:
-                        self._raise(self._last_error)
                     self._retryable = False
+                    if self._is_retrying() and not self._after_overload:
+                        # pymongo's own retry needs sessions: report the error retried.
+                        self._raise(self._last_error)
                 return await self._func(self._session, conn, self._retryable)
         except PyMongoError as exc:
             if self._retryable:

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from pymongo import _csot
-from pymongo.client_options import ClientOptions
 from pymongo.errors import AutoReconnect, ClientBulkWriteException, NetworkTimeout, PyMongoError
 from pymongo.topology_description import TopologyDescription
 
+from backpressure import _compat
 from backpressure.labels import add_overload_labels
 
 __all__ = [
@@ -31,7 +31,7 @@ __all__ = [
     "MethodAttempt",
 ]
 
-NATIVE_BACKPRESSURE: bool = hasattr(ClientOptions, "max_adaptive_retries")
+NATIVE_BACKPRESSURE: bool = _compat.HAS_NATIVE_BACKPRESSURE
 """True when the installed pymongo retries overload errors itself (>= 4.17)."""
 
 NATIVE_REASON = "pymongo has native backpressure; the backport is not used"
