@@ -22,6 +22,7 @@ __all__ = [
     "CommandError",
     "Handler",
     "Request",
+    "code_name_of",
     "collection_name",
     "opt_bool",
     "opt_document",
@@ -32,64 +33,115 @@ CODE_NAMES: Mapping[int, str] = MappingProxyType(
     {
         1: "InternalError",
         2: "BadValue",
+        4: "NoSuchKey",
         6: "HostUnreachable",
         7: "HostNotFound",
+        8: "UnknownError",
         9: "FailedToParse",
         11: "UserNotFound",
         13: "Unauthorized",
         14: "TypeMismatch",
+        15: "Overflow",
+        16: "InvalidLength",
+        17: "ProtocolError",
         18: "AuthenticationFailed",
         20: "IllegalOperation",
+        22: "InvalidBSON",
+        24: "LockTimeout",
         26: "NamespaceNotFound",
         27: "IndexNotFound",
+        28: "PathNotViable",
         40: "ConflictingUpdateOperators",
         43: "CursorNotFound",
+        46: "LockBusy",
+        47: "NoMatchingDocument",
         48: "NamespaceExists",
         50: "MaxTimeMSExpired",
+        52: "DollarPrefixedFieldName",
+        53: "InvalidIdField",
+        56: "EmptyFieldName",
+        57: "DottedFieldName",
         59: "CommandNotFound",
+        64: "WriteConcernTimeout",
         66: "ImmutableField",
+        67: "CannotCreateIndex",
+        68: "IndexAlreadyExists",
         72: "InvalidOptions",
         73: "InvalidNamespace",
+        76: "NoReplicationEnabled",
+        79: "UnknownReplWriteConcern",
         85: "IndexOptionsConflict",
         86: "IndexKeySpecsConflict",
         89: "NetworkTimeout",
         91: "ShutdownInProgress",
+        96: "OperationFailed",
+        100: "UnsatisfiableWriteConcern",
         112: "WriteConflict",
         115: "CommandNotSupported",
         117: "ConflictingOperationInProgress",
+        121: "DocumentValidationFailure",
         125: "CommandFailed",
         133: "FailedToSatisfyReadPreference",
         134: "ReadConcernMajorityNotAvailableYet",
+        136: "CappedPositionLost",
         148: "ReadConcernMajorityNotEnabled",
+        150: "StaleEpoch",
         166: "CommandNotSupportedOnView",
+        175: "QueryPlanKilled",
         189: "PrimarySteppedDown",
         202: "NetworkInterfaceExceededTimeLimit",
+        206: "NoSuchSession",
         211: "KeyNotFound",
+        217: "IncompleteTransactionHistory",
         225: "TransactionTooOld",
-        236: "CursorKilled",
+        234: "RetryChangeStream",
+        237: "CursorKilled",
         238: "NotImplemented",
-        244: "TransactionAborted",
+        239: "SnapshotTooOld",
+        246: "SnapshotUnavailable",
         251: "NoSuchTransaction",
         256: "TransactionCommitted",
         257: "TransactionTooLarge",
+        260: "InvalidResumeToken",
         262: "ExceededTimeLimit",
         263: "OperationNotSupportedInTransaction",
         267: "PreparedTransactionInProgress",
+        279: "ClientDisconnect",
         280: "ChangeStreamFatalError",
         286: "ChangeStreamHistoryLost",
+        290: "TransactionExceededLifetimeLimitSeconds",
+        433: "AdmissionQueueOverflow",
+        449: "RateLimitExceeded",
         462: "IngressRequestRateLimitExceeded",
         9001: "SocketException",
+        10058: "LegacyNotPrimary",
         10107: "NotWritablePrimary",
+        10334: "BSONObjectTooLarge",
         11000: "DuplicateKey",
         11600: "InterruptedAtShutdown",
+        11601: "Interrupted",
         11602: "InterruptedDueToReplStateChange",
+        13113: "MergeStageNoMatchingDocument",
         13388: "StaleConfig",
         13435: "NotPrimaryNoSecondaryOk",
         13436: "NotPrimaryOrSecondary",
+        40413: "IDLDuplicateField",
+        40414: "IDLFailedToParse",
+        40415: "IDLUnknownField",
+        46841: "ClientMarkedKilled",
+        50768: "NotARetryableWriteCommand",
         50915: "BackupCursorOpenConflictWithCheckpoint",
     }
 )
-"""mongod's names for the error codes the embedded server can produce (``codeName``)."""
+"""mongod's names for the error codes the embedded server can produce (``codeName``).
+
+Codes missing here are named like mongod names assertion codes: ``Location<code>``.
+"""
+
+
+def code_name_of(code: int) -> str:
+    """Return mongod's ``codeName`` for an error code."""
+    return CODE_NAMES.get(code) or f"Location{code}"
 
 
 class CommandError(Exception):
@@ -118,7 +170,7 @@ class CommandError(Exception):
         super().__init__(errmsg)
         self.code = code
         self.errmsg = errmsg
-        self.code_name = code_name or CODE_NAMES.get(code, "UnknownError")
+        self.code_name = code_name or code_name_of(code)
         self.labels = tuple(labels)
         self.extra = dict(extra or {})
 

@@ -284,3 +284,11 @@ def test_where_is_emulated_and_its_sleep_reported() -> None:
     assert engine.delay_seconds("test", never) == 0.01
     assert engine.delay_seconds("test", {"find": "t", "filter": {}}) == 0.0
     assert engine.delay_seconds("test", {"find": "missing", "filter": sleepy["filter"]}) == 0.0
+
+
+def test_code_names_follow_mongod() -> None:
+    """Known codes use mongod's names; assertion codes are named Location<code>."""
+    assert CommandError(11601, "x").code_name == "Interrupted"
+    assert CommandError(237, "x").code_name == "CursorKilled"
+    assert CommandError(51024, "x").code_name == "Location51024"
+    assert CommandError(2, "x", "Custom").code_name == "Custom"
