@@ -116,13 +116,18 @@ class _HandWritten(_Plain):
 class _Enabled(_Plain):
     """A ``backpressure.MongoClient``: retries happen inside the client."""
 
-    def __init__(self, client: MongoClient[Document], budget: Callable[[], Any]) -> None:
+    def __init__(
+        self, client: MongoClient[Document], budget: Callable[[], Any], policy: Policy
+    ) -> None:
         """Wrap ``client``; ``budget()`` returns its retry budget."""
         super().__init__(client)
         self._budget = budget
+        self._policy = policy
 
     def refused(self) -> Optional[int]:
-        """Retries the client's budget refused."""
+        """Retries the client's budget refused (None when the policy has no budget)."""
+        if not policy_has_budget(self._policy):
+            return None
         refused = getattr(self._budget(), "refused", None)
         return refused if isinstance(refused, int) else None
 
@@ -212,7 +217,7 @@ class ClientPolicy:
         module = _public_switch()
         if module is not None:
             client = module.MongoClient(uri, backpressure=self.preset, **kwargs)
-            return _Enabled(client, lambda: module.budget(client))
+            return _Enabled(client, lambda: module.budget(client), self.preset)
         return _CoreLoop(MongoClient(uri, **_no_native_retries(), **kwargs), self.preset)
 
 
