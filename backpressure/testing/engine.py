@@ -82,6 +82,21 @@ _ALLOWED_IN_TRANSACTION = frozenset(
 _ALIASES = {"findandmodify": "findAndModify", "collstats": "collStats", "dbstats": "dbStats"}
 
 
+def _written_namespaces(req: Request) -> list[tuple[str, str]]:
+    """The namespaces a write command targets (``nsInfo`` for client bulkWrite)."""
+    if req.name == "bulkWrite":
+        info = req.body.get("nsInfo")
+        out: list[tuple[str, str]] = []
+        for entry in info if isinstance(info, list) else []:
+            ns = entry.get("ns") if isinstance(entry, Mapping) else None
+            if isinstance(ns, str) and "." in ns:
+                db, _, coll = ns.partition(".")
+                out.append((db, coll))
+        return out
+    target = req.body.get(req.name)
+    return [(req.db, target)] if isinstance(target, str) else []
+
+
 class Engine:
     """Shared data store and command semantics for all members of one topology.
 
@@ -276,7 +291,34 @@ class Engine:
             raise
         if reply.get("writeErrors"):
             self._abort_quietly(txn)
+        elif req.name in _RETRYABLE_WRITES:
+            self._check_write_conflicts(req, txn)
         return reply
+
+    def _check_write_conflicts(self, req: Request, txn: Transaction) -> None:
+        """Fail with WriteConflict if another transaction wrote the same documents first.
+
+        First writer wins, as under mongod's snapshot isolation: a document written by another
+        running transaction, or by a transaction that committed after our snapshot of the
+        collection, cannot be written again; the later transaction is aborted.
+        """
+        for ns in _written_namespaces(req):
+            keys = txn.workspace.written_keys(*ns)
+            txn.writes[ns] = keys
+            if not keys:
+                continue
+            clash = txn.workspace.committed_since_snapshot(*ns, keys) or any(
+                other is not txn and other.writes.get(ns, set()) & keys
+                for other in self.sessions.running()
+            )
+            if clash:
+                txn.finish("aborted")
+                raise CommandError(
+                    112,
+                    "WriteConflict error: this operation conflicted with another operation. "
+                    "Please retry your operation or multi-document transaction.",
+                    labels=(TRANSIENT,),
+                )
 
     @staticmethod
     def _abort_quietly(txn: Transaction) -> None:

@@ -85,6 +85,8 @@ class Transaction:
     """Names of the commands sent inside the transaction, in order."""
     executed: int = 0
     """Commands the engine actually ran inside the transaction."""
+    writes: dict[tuple[str, str], set[Any]] = field(default_factory=dict)
+    """Per namespace, the keys of the documents the transaction has written so far."""
 
     def finish(self, state: str) -> None:
         """End a running transaction as ``committed`` or ``aborted`` and free its workspace."""
@@ -273,6 +275,10 @@ class SessionRegistry:
         raise CommandError(
             117, f"Transaction with txnNumber {txn.txn_number} has already been started"
         )
+
+    def running(self) -> list[Transaction]:
+        """Return the transactions in progress."""
+        return [txn for txn in self._txns.values() if txn.state == "in_progress"]
 
     def commit(self, txn: Transaction, lsid: Mapping[str, Any], main: DataStore) -> None:
         """Commit (or re-acknowledge a committed) transaction."""

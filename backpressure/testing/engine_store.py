@@ -25,6 +25,7 @@ from backpressure.testing.engine_base import CommandError
 __all__ = ["DataStore", "guard", "strip_where", "where_sleep_seconds"]
 
 _SLEEP_CALL = re.compile(r"\bsleep\(\s*(\d+(?:\.\d+)?)\s*\)")
+_MAX_COMMIT_LOG = 100_000  # bound on remembered (namespace, key) commit positions
 _MATCH_NOTHING: dict[str, Any] = {"_id": {"$in": []}}
 
 _SCALAR_IDS = (str, int, float, ObjectId, Int64)
@@ -87,6 +88,11 @@ class DataStore:
         self.parent = parent
         self.touched: set[tuple[str, str]] = set()
         self._snapshots: dict[tuple[str, str], Any] = {}
+        self._snapshot_seq: dict[tuple[str, str], int] = {}
+        self.commit_seq = 0
+        """Number of transaction commits applied to this (shared) store."""
+        self.committed_at: dict[tuple[str, str, Any], int] = {}
+        """(db, collection, document key) -> ``commit_seq`` of the last commit that wrote it."""
 
     def database(self, db: str) -> Any:
         """Return the mongomock database ``db``."""
@@ -106,6 +112,7 @@ class DataStore:
         self.touched.add((db, name))
         snapshot = _clone(self.parent.server[db]._collections.get(name), name)
         self._snapshots[(db, name)] = snapshot
+        self._snapshot_seq[(db, name)] = self.parent.commit_seq
         self.server[db]._collections[name] = _clone(snapshot, name)
 
     def exists(self, db: str, name: str) -> bool:
@@ -158,6 +165,23 @@ class DataStore:
         coll.name = target[1]
         self.server[target[0]]._collections[target[1]] = coll
 
+    def written_keys(self, db: str, name: str) -> set[Any]:
+        """Keys of the documents this workspace inserted, changed or deleted in ``db.name``."""
+        before = self._snapshots.get((db, name))
+        mine = self.server[db]._collections.get(name)
+        if before is None or mine is None:
+            return set()
+        old, new = before._documents, mine._documents
+        return {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
+
+    def committed_since_snapshot(self, db: str, name: str, keys: set[Any]) -> bool:
+        """True if another transaction committed a write to one of ``keys`` after our snapshot."""
+        if self.parent is None:
+            return False
+        since = self._snapshot_seq.get((db, name), 0)
+        log = self.parent.committed_at
+        return any(log.get((db, name, key), 0) > since for key in keys)
+
     def commit_into(self, target: DataStore) -> None:
         """Apply this workspace's changes to ``target``, document by document.
 
@@ -173,10 +197,13 @@ class DataStore:
             if not target.exists(db, name):
                 target.create(db, name, getattr(mine, _OPTIONS, None))
             theirs = target.server[db]._collections[name]
+            target.commit_seq += 1
             for key in list(before._documents) + list(mine._documents):
                 old, new = before._documents.get(key), mine._documents.get(key)
                 if old == new:
                     continue
+                if len(target.committed_at) < _MAX_COMMIT_LOG:
+                    target.committed_at[(db, name, key)] = target.commit_seq
                 if new is None:
                     theirs._documents.pop(key, None)
                 else:

@@ -329,3 +329,38 @@ def test_injected_error_outside_transactions_only_notes_the_session() -> None:
     engine.note_injected_error("db", {"insert": "c", "lsid": session, "txnNumber": 1})
     assert engine.txn_stats() == []
     assert engine.sessions.known_lsids() == [session]
+
+
+def test_write_conflict_between_running_transactions() -> None:
+    """The second transaction writing a document another running one wrote gets WriteConflict."""
+    engine = Engine()
+    run = run_on(engine)
+    run({"insert": "c", "documents": [{"_id": 0}]})
+    first, second = lsid(), lsid()
+    run({"insert": "c", "documents": [{"_id": 1}], **txn(first, 1, start=True)})
+    with pytest.raises(CommandError) as info:
+        run({"insert": "c", "documents": [{"_id": 1}], **txn(second, 1, start=True)})
+    assert info.value.code_name == "WriteConflict"
+    assert info.value.labels == ("TransientTransactionError",)
+    run({"commitTransaction": 1, **txn(first, 1)}, db="admin")
+    with pytest.raises(CommandError) as info:
+        run({"commitTransaction": 1, **txn(second, 1)}, db="admin")
+    assert info.value.code_name == "NoSuchTransaction"
+    assert ids(engine) == [0, 1]
+
+
+def test_write_conflict_with_a_commit_after_the_snapshot() -> None:
+    """Writing a document that another transaction committed after our snapshot conflicts."""
+    engine = Engine()
+    run = run_on(engine)
+    run({"insert": "c", "documents": [{"_id": 1, "v": 0}, {"_id": 2, "v": 0}]})
+    early, late = lsid(), lsid()
+    bump = {"update": "c", "updates": [{"q": {"_id": 1}, "u": {"$inc": {"v": 1}}}]}
+    run({"find": "c", "filter": {}, **txn(late, 1, start=True)})  # snapshot taken here
+    run({**bump, **txn(early, 1, start=True)})
+    run({"commitTransaction": 1, **txn(early, 1)}, db="admin")
+    other = {"update": "c", "updates": [{"q": {"_id": 2}, "u": {"$inc": {"v": 1}}}]}
+    run({**other, **txn(late, 1)})  # a different document: fine
+    with pytest.raises(CommandError) as info:
+        run({**bump, **txn(late, 1)})
+    assert info.value.code == 112
