@@ -117,7 +117,7 @@ def result_rows(results: Sequence[RunResult]) -> list[list[str]]:
                 fmt(r.goodput),
                 _phase_errors(r, "burst"),
                 _phase_errors(r, "overload"),
-                f"{r.errors:,}",
+                f"{r.errors + r.skipped:,}",
                 f"{r.skipped:,}",
                 fmt(r.amplification, 2),
                 fmt(r.attempts_per_issued, 2),
@@ -135,7 +135,7 @@ def _phase_errors(result: RunResult, name: str) -> str:
         phase = result.phase(name)
     except KeyError:
         return "-"
-    return f"{phase.failed:,} / {phase.offered:,}"
+    return f"{phase.failed + phase.skipped:,} / {phase.offered:,}"
 
 
 def run_demo(
@@ -228,12 +228,13 @@ def _describe(phases: Sequence[Phase], config: WorkloadConfig) -> str:
 def _legend() -> str:
     """Explain the columns."""
     return (
-        "goodput/s: successful ops per second over all phases; burst/overload errors: operations "
-        "arriving in that phase that raised / arrivals; app errors: all operations that raised; "
-        "skipped: arrivals not sent because every "
-        "worker was busy for > 1 s; attempts/success: workload commands the server received per "
-        "successful op (load amplification); attempts/op: received per op sent (retry overhead); "
-        "p50/p99: latency of successful ops."
+        "goodput/s: successful ops per second over all phases; burst/overload errors: arrivals "
+        "in that phase that failed (raised or skipped) / arrivals; app errors: operations that "
+        "raised plus skipped arrivals; skipped: arrivals never sent because every worker was "
+        "busy for > 1 s (client saturated); attempts/success: workload commands the server "
+        "received per successful op (load amplification); attempts/op: received per arrival "
+        "sent (retry overhead); p50/p99: latency of successful ops; budget refused: retries the "
+        "token bucket refused (- = no budget)."
     )
 
 
