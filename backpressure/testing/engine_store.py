@@ -192,9 +192,11 @@ class DataStore:
         for db, name in sorted(self.touched):
             mine = self.server[db]._collections.get(name)
             before = self._snapshots[(db, name)]
-            if mine is None or not mine.is_created:
+            if mine is None or not (mine.is_created or before.is_created):
                 continue
             if not target.exists(db, name):
+                if not mine.is_created:
+                    continue
                 target.create(db, name, getattr(mine, _OPTIONS, None))
             theirs = target.server[db]._collections[name]
             target.commit_seq += 1

@@ -364,3 +364,14 @@ def test_write_conflict_with_a_commit_after_the_snapshot() -> None:
     with pytest.raises(CommandError) as info:
         run({**bump, **txn(late, 1)})
     assert info.value.code == 112
+
+
+def test_deleting_the_last_document_in_a_transaction_commits() -> None:
+    """A transaction that empties a collection publishes the deletions on commit."""
+    engine = Engine()
+    run = run_on(engine)
+    run({"insert": "c", "documents": [{"_id": 0}]})
+    session = lsid()
+    run({"delete": "c", "deletes": [{"q": {"_id": 0}, "limit": 1}], **txn(session, 1, start=True)})
+    run({"commitTransaction": 1, **txn(session, 1)}, db="admin")
+    assert ids(engine) == []
