@@ -225,3 +225,24 @@ def test_motor_imported_before_backpressure(replicaset_server: EmbeddedServer) -
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "3"
+
+
+async def test_run_command_retargets_to_other_mongos(
+    clients: ClientFactory, sharded_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """A method-level retry of runCommand avoids the mongos that was overloaded."""
+    client = enabled_client(
+        clients, sharded_server.uri, event_listeners=[commands], localThresholdMS=1000
+    )
+    await resolve(client.db.command("ping"))
+    sharded_server.configure_fail_point(overload_fail_point(["ping"]), member=0)
+    retried: list[tuple[str, int]] = []
+    for _ in range(20):  # selection is random: stop once a ping first hit the bad mongos
+        commands.reset()
+        await resolve(client.db.command("ping"))
+        addresses = commands.addresses("ping")
+        if len(addresses) > 1:
+            retried = addresses
+            break
+    assert retried, "no ping was sent to the overloaded mongos"
+    assert retried == [sharded_server.addresses[0], sharded_server.addresses[1]]
