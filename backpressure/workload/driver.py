@@ -71,6 +71,10 @@ class LoadTarget(Protocol):
         """Per-command counters (``{"commands": {name: {"received": n, ...}}}``)."""
         ...
 
+    def reset(self) -> None:
+        """Data, fail points, limiters and statistics back to the start."""
+        ...
+
 
 @dataclass(frozen=True)
 class Phase:
@@ -295,11 +299,15 @@ def run_policy(
 ) -> RunResult:
     """Run ``phases`` against ``target`` with ``policy`` and measure it.
 
+    The server is reset first (data, limiters, counters), the collection preloaded with the
+    limiter off, then the limiter set to ``config.capacity`` and the counters zeroed.
+
     ``progress(seconds)`` is called from this thread as the run advances (for a progress bar).
     """
     if not phases:
         raise ValueError("at least one phase is needed")
     counter = _AttemptCounter(clock)
+    target.reset()
     target.disable_rate_limit()
     client = policy.open(target.uri, event_listeners=[counter])
     try:
