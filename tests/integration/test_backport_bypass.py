@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from pymongo.errors import OperationFailure
+from pymongo.errors import OperationFailure, PyMongoError
 
 import backpressure
 from backpressure import DRAFT, StopReason, retry_summary
@@ -278,3 +278,20 @@ async def test_search_index_helpers_retried(
         await resolve(run(client))
     assert caught.value.code != OVERLOAD_CODE  # the third attempt reached the server
     assert commands.started_names().count(command_name) == 3
+
+
+async def test_run_command_retries_bounded_by_timeout(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """timeoutMS bounds the method-level retries of runCommand as it bounds the loop's."""
+    client = clients.backpressure(replicaset_server.uri, event_listeners=[commands], timeoutMS=150)
+    policy = DRAFT.replace(max_retries=50, base_backoff=0.02, max_backoff=0.02)
+    backpressure.enable(client, policy, random=lambda: 0.999)
+    replicaset_server.configure_fail_point(overload_fail_point(["ping"]))
+    with pytest.raises(PyMongoError) as caught:
+        await resolve(client.db.command("ping"))
+    if not caught.value.timeout:  # else the last attempt itself ran into the deadline
+        summary = retry_summary(caught.value)
+        assert summary is not None
+        assert summary.stop_reason is StopReason.DEADLINE
+    assert 2 <= commands.started_names().count("ping") <= 8
