@@ -47,6 +47,7 @@ from backpressure.testing.engine_base import (
     Request,
 )
 from backpressure.testing.engine_cursors import CursorRegistry
+from backpressure.testing.engine_rewrite import rewrite_body
 from backpressure.testing.engine_sessions import (
     TRANSIENT,
     SessionRegistry,
@@ -250,6 +251,7 @@ class Engine:
         handler = self.HANDLERS.get(name)
         if handler is None:
             raise CommandError(59, f"no such command: '{name}'", "CommandNotFound")
+        body = rewrite_body(name, body)
         req = Request(name, db, body, ctx, self.store, self.cursors, self.sessions)
         if is_transaction_command(body):
             return self._in_transaction(req, handler)

@@ -48,14 +48,23 @@ def _aggregate(req: Request) -> dict[str, Any]:
             ns, [], batch_size, change_stream=True, lsid_key=session_key_of(req)
         )
         return cursor_reply(cursor_id, ns, batch, "firstBatch", extra)
+    last = next(iter(pipeline[-1]), "") if pipeline else ""
+    writes = last in ("$out", "$merge")
+    if writes and req.txn is not None:
+        raise CommandError(263, f"{last} cannot be used in a transaction")
+    stages = pipeline[:-1] if writes else pipeline
     if target == 1:
-        docs = _database_aggregate(req, pipeline)
+        docs = _database_aggregate(req, stages)
         ns = f"{req.db}.$cmd.aggregate"
     else:
         coll = collection_name(req)
         ns = f"{req.db}.{coll}"
-        docs = _collection_aggregate(req, coll, pipeline)
-    if pipeline and next(iter(pipeline[-1]), "") in ("$out", "$merge"):
+        docs = _run_pipeline(req, coll, stages)
+    if last == "$out":
+        _out(req, pipeline[-1]["$out"], docs)
+        docs = []
+    elif last == "$merge":
+        _merge(req, pipeline[-1]["$merge"], docs)
         docs = []
     cursor_id, batch, extra = req.cursors.open(ns, docs, batch_size, lsid_key=session_key_of(req))
     return cursor_reply(cursor_id, ns, batch, "firstBatch", extra)
@@ -77,20 +86,6 @@ def _foreign_collections(pipeline: list[Any]) -> list[str]:
                 for sub in spec.values():
                     names.extend(_foreign_collections(sub if isinstance(sub, list) else []))
     return names
-
-
-def _collection_aggregate(req: Request, coll: str, pipeline: list[Any]) -> list[dict[str, Any]]:
-    last = next(iter(pipeline[-1]), "") if pipeline else ""
-    if last in ("$out", "$merge"):
-        if req.txn is not None:
-            raise CommandError(263, f"{last} cannot be used in a transaction")
-        results = _run_pipeline(req, coll, pipeline[:-1])
-        if last == "$out":
-            _out(req, pipeline[-1]["$out"], results)
-        else:
-            _merge(req, pipeline[-1]["$merge"], results)
-        return []
-    return _run_pipeline(req, coll, pipeline)
 
 
 def _run_pipeline(req: Request, coll: str, pipeline: list[Any]) -> list[dict[str, Any]]:
@@ -193,9 +188,13 @@ def _database_aggregate(req: Request, pipeline: list[Any]) -> list[dict[str, Any
     rest = pipeline[1:]
     if not rest or not docs:
         return docs
+    # Stored wrapped so that documents without _id do not get one; unwrapped by the first stage.
     scratch = DataStore()
-    scratch.collection("scratch", "docs").insert_many(docs)
-    result: list[dict[str, Any]] = guard(lambda: scratch.aggregate("scratch", "docs", rest))
+    scratch.collection("scratch", "docs").insert_many(
+        [{"_id": i, "d": d} for i, d in enumerate(docs)]
+    )
+    stages = [{"$replaceRoot": {"newRoot": "$d"}}, *rest]
+    result: list[dict[str, Any]] = guard(lambda: scratch.aggregate("scratch", "docs", stages))
     return result
 
 

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any, Optional
 
+from mongomock import filtering
+
 from backpressure.testing.engine_base import (
     CommandError,
     Handler,
@@ -24,6 +26,8 @@ from backpressure.testing.engine_store import guard
 from backpressure.testing.engine_writes import apply_update, insert_document
 
 __all__ = ["HANDLERS", "write_error"]
+
+_BsonOrder: Any = filtering.BsonComparable
 
 
 def write_error(index: int, exc: CommandError) -> dict[str, Any]:
@@ -228,7 +232,7 @@ def _distinct(req: Request) -> dict[str, Any]:
         return {"values": [], "ok": 1.0}
     coll = req.store.collection(req.db, coll_name)
     values = guard(lambda: coll.distinct(key, query))
-    return {"values": list(values), "ok": 1.0}
+    return {"values": sorted(values, key=_BsonOrder), "ok": 1.0}
 
 
 HANDLERS: dict[str, Handler] = {

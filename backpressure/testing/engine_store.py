@@ -25,6 +25,7 @@ from backpressure.testing.engine_base import CommandError
 __all__ = ["DataStore", "guard", "strip_where", "where_sleep_seconds"]
 
 _SLEEP_CALL = re.compile(r"\bsleep\(\s*(\d+(?:\.\d+)?)\s*\)")
+_MISSING = object()
 _MAX_COMMIT_LOG = 100_000  # bound on remembered (namespace, key) commit positions
 _MATCH_NOTHING: dict[str, Any] = {"_id": {"$in": []}}
 
@@ -53,6 +54,16 @@ class _FastCollection(_MongomockCollection):  # type: ignore[misc]
                 return iter(())
         result: Iterator[Any] = super()._iter_documents(filter)
         return result
+
+    def _apply_update_pipeline(self, existing_document: Any, pipeline: Any, session: Any) -> None:
+        # mongod keeps the _id when a pipeline's output drops it ($replaceRoot, $project).
+        doc_id = existing_document.get("_id", _MISSING)
+        super()._apply_update_pipeline(existing_document, pipeline, session)
+        if doc_id is not _MISSING and "_id" not in existing_document:
+            rest = dict(existing_document)
+            existing_document.clear()
+            existing_document["_id"] = doc_id
+            existing_document.update(rest)
 
 
 def strip_where(filter: Any) -> Any:

@@ -123,6 +123,10 @@ def apply_update(
     """Apply one update statement (operators, replacement or pipeline) to a mongomock collection."""
     _check_update(update)
     replacement = isinstance(update, Mapping) and not _is_operator_update(update)
+    seed_id = query.get("_id")
+    if upsert and isinstance(seed_id, Mapping) and any(str(k).startswith("$") for k in seed_id):
+        # mongomock would copy the {_id: {$op: ...}} condition into the upserted document.
+        query = {"$and": [query]}
     if replacement and multi:
         raise CommandError(9, "multi update is not supported for replacement-style update")
     if array_filters is None and sort is None:

@@ -292,3 +292,41 @@ def test_code_names_follow_mongod() -> None:
     assert CommandError(237, "x").code_name == "CursorKilled"
     assert CommandError(51024, "x").code_name == "Location51024"
     assert CommandError(2, "x", "Custom").code_name == "Custom"
+
+
+def test_let_variables_replace_with_and_null_type(run: Run) -> None:
+    """let variables, $replaceWith and $type null are rewritten into what mongomock runs."""
+    run({"insert": "c", "documents": [{"_id": 1, "t": {"u": 1}}, {"_id": None}, {"_id": 3}]})
+    found = run({"find": "c", "filter": {"$expr": {"$eq": ["$_id", "$$x"]}}, "let": {"x": 3}})
+    assert found["cursor"]["firstBatch"] == [{"_id": 3}]
+    assert run({"count": "c", "query": {"_id": {"$type": "null"}}})["n"] == 1
+    pipeline = [{"$match": {"_id": {"$type": 10}}}, {"$count": "n"}]
+    assert run({"aggregate": "c", "pipeline": pipeline, "cursor": {}})["cursor"]["firstBatch"] == [
+        {"n": 1}
+    ]
+    update = {"q": {"_id": 1}, "u": [{"$replaceWith": "$t"}, {"$set": {"v": "$$v"}}]}
+    run({"update": "c", "updates": [update], "let": {"v": "$not-a-path"}})
+    assert docs(run, filter={"_id": 1}) == [{"_id": 1, "u": 1, "v": "$not-a-path"}]
+    reply = run(
+        {
+            "delete": "c",
+            "deletes": [{"q": {"$expr": {"$eq": ["$_id", "$$x"]}}, "limit": 0}],
+            "let": {"x": 3},
+        }
+    )
+    assert reply["n"] == 1
+
+
+def test_upsert_with_operator_id_filter_and_distinct_order(run: Run) -> None:
+    """An upsert filtering _id with an operator generates an _id; distinct values come sorted."""
+    reply = run(
+        {"update": "c", "updates": [{"q": {"_id": {"$gt": 5}}, "u": {"x": 1}, "upsert": True}]}
+    )
+    assert len(reply["upserted"]) == 1
+    run(
+        {
+            "insert": "c",
+            "documents": [{"_id": 1, "x": 33}, {"_id": 2, "x": 11}, {"_id": 3, "x": "a"}],
+        }
+    )
+    assert run({"distinct": "c", "key": "x"})["values"] == [1, 11, 33, "a"]

@@ -273,3 +273,18 @@ def test_change_stream_get_more_await_time() -> None:
     assert engine.await_seconds({"getMore": stream, "collection": "c"}) == 1.0
     assert engine.await_seconds({"getMore": plain, "collection": "c", "maxTimeMS": 250}) == 0.0
     assert engine.await_seconds({"find": "c"}) == 0.0
+
+
+def test_database_aggregate_documents_out_and_merge(run: Run) -> None:
+    """Database-level pipelines run later stages, keep _id-less documents, and can $out/$merge."""
+    docs = [{"a": 2}, {"a": 1}]
+    reply = run(
+        {"aggregate": 1, "pipeline": [{"$documents": docs}, {"$sort": {"a": 1}}], "cursor": {}}
+    )
+    assert reply["cursor"]["firstBatch"] == [{"a": 1}, {"a": 2}]
+    pipeline = [{"$documents": [{"_id": 7}]}, {"$out": "from_db"}]
+    assert run({"aggregate": 1, "pipeline": pipeline, "cursor": {}})["cursor"]["firstBatch"] == []
+    assert run({"find": "from_db", "filter": {}})["cursor"]["firstBatch"] == [{"_id": 7}]
+    pipeline = [{"$documents": [{"_id": 7, "m": 1}]}, {"$merge": {"into": "from_db"}}]
+    run({"aggregate": 1, "pipeline": pipeline, "cursor": {}})
+    assert run({"find": "from_db", "filter": {}})["cursor"]["firstBatch"] == [{"_id": 7, "m": 1}]
