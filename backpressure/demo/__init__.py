@@ -202,9 +202,6 @@ def run_demo(
     print(format_table(TABLE_HEADERS, result_rows(results)), file=out)
     for name, reason in skipped.items():
         print(f"{name}: not run ({reason})", file=out)
-    for r in results:
-        if r.integration not in ("pymongo", "backpressure.MongoClient"):
-            print(f"{r.policy}: via {r.integration}", file=out)
     print(_legend(), file=out)
     print(f"JSON:  {json_path}", file=out)
     print(f"chart: {chart}", file=out)

@@ -7,15 +7,11 @@ application calls it (``call(fn)``), and the number of retries its budget refuse
   installed pymongo has the option, a plain client otherwise).
 * ``hand-written``: the retry loop people write with tenacity: 3 immediate retries on any error.
 * ``pymongo-native``: pymongo's own overload retries (pymongo >= 4.17 only).
-* ``current`` / ``draft``: this package's presets through ``backpressure.MongoClient``.  While the
-  public switch is not importable, the same decision core runs as an application-level loop
-  around a client without native retries (shown in the policy's ``integration``).
+* ``current`` / ``draft``: this package's presets through ``backpressure.MongoClient``.
 """
 
 from __future__ import annotations
 
-import importlib
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, TypeVar
@@ -24,9 +20,6 @@ import pymongo
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
-from backpressure.budget import Budget, budget_for
-from backpressure.decision import Retry, RetryController
-from backpressure.operation import OperationRetries
 from backpressure.policy import CURRENT_SPEC, DRAFT, Policy
 
 __all__ = [
@@ -132,47 +125,9 @@ class _Enabled(_Plain):
         return refused if isinstance(refused, int) else None
 
 
-class _CoreLoop(_Plain):
-    """Fallback: the decision core as an application-level loop (no public switch yet)."""
-
-    def __init__(self, client: MongoClient[Document], policy: Policy) -> None:
-        """Wrap ``client`` (without native retries) and drive ``policy``."""
-        super().__init__(client)
-        self._budget: Budget = budget_for(policy)
-        self._controller = RetryController(policy, budget=self._budget)
-
-    def call(self, fn: Callable[[], T]) -> T:
-        """Call ``fn``, retrying overload errors as the controller decides."""
-        retries = OperationRetries(self._controller, "workload")
-        while True:
-            retries.attempt_started(None)
-            try:
-                result = fn()
-            except PyMongoError as exc:
-                decision = retries.failed(exc)
-                if isinstance(decision, Retry):
-                    time.sleep(decision.delay)
-                    continue
-                raise
-            retries.succeeded()
-            return result
-
-    def refused(self) -> Optional[int]:
-        """Retries the budget refused (None without a budget)."""
-        return self._budget.refused if policy_has_budget(self._controller.policy) else None
-
-
 def policy_has_budget(policy: Policy) -> bool:
     """Whether ``policy`` uses a retry budget."""
     return policy.budget_enabled
-
-
-def _public_switch() -> Any:
-    """Return the ``backpressure`` module if its public ``MongoClient`` is available, else None."""
-    module = importlib.import_module("backpressure")
-    if callable(getattr(module, "MongoClient", None)) and callable(getattr(module, "budget", None)):
-        return module
-    return None
 
 
 @dataclass(frozen=True)
@@ -195,12 +150,8 @@ class ClientPolicy:
         return None
 
     def integration(self) -> str:
-        """How the policy is wired in this run (for reports)."""
-        if self.kind != "ours":
-            return "pymongo"
-        if _public_switch() is not None:
-            return "backpressure.MongoClient"
-        return "application-level loop over backpressure's decision core"
+        """How the policy is wired (for reports)."""
+        return "backpressure.MongoClient" if self.kind == "ours" else "pymongo.MongoClient"
 
     def open(self, uri: str, **kwargs: Any) -> PolicyClient:
         """Open a client for ``uri``; ``kwargs`` go to pymongo (e.g. ``event_listeners``)."""
@@ -214,11 +165,12 @@ class ClientPolicy:
         if self.kind == "native":
             return _Plain(MongoClient(uri, **kwargs))
         assert self.preset is not None
-        module = _public_switch()
-        if module is not None:
-            client = module.MongoClient(uri, backpressure=self.preset, **kwargs)
-            return _Enabled(client, lambda: module.budget(client), self.preset)
-        return _CoreLoop(MongoClient(uri, **_no_native_retries(), **kwargs), self.preset)
+        import backpressure
+
+        client: MongoClient[Document] = backpressure.MongoClient(
+            uri, backpressure=self.preset, **kwargs
+        )
+        return _Enabled(client, lambda: backpressure.budget(client), self.preset)
 
 
 POLICIES: Mapping[str, ClientPolicy] = {
