@@ -52,6 +52,9 @@ def _aggregate(req: Request) -> dict[str, Any]:
     writes = last in ("$out", "$merge")
     if writes and req.txn is not None:
         raise CommandError(263, f"{last} cannot be used in a transaction")
+    read_concern = opt_document(req.body, "readConcern") or {}
+    if writes and read_concern.get("level") == "linearizable":
+        raise CommandError(72, f"{last} cannot be used with a 'linearizable' read concern level")
     stages = pipeline[:-1] if writes else pipeline
     if target == 1:
         docs = _database_aggregate(req, stages)

@@ -125,7 +125,7 @@ def _one(
         array_filters=op.get("arrayFilters"),
         sort=[(k, -1 if v == -1 else 1) for k, v in sort.items()] if sort else None,
     )
-    upserted = outcome.upserted_id is not None
+    upserted = outcome.upserted
     totals["nMatched"] += outcome.matched - (1 if upserted else 0)
     totals["nModified"] += outcome.modified
     result: dict[str, Any] = {

@@ -106,7 +106,7 @@ def _update(req: Request) -> dict[str, Any]:
             continue
         n += outcome.matched
         modified += outcome.modified
-        if outcome.upserted_id is not None:
+        if outcome.upserted:
             upserted.append({"index": index, "_id": outcome.upserted_id})
     reply: dict[str, Any] = {"n": n, "nModified": modified, "ok": 1.0}
     if upserted:
@@ -193,10 +193,10 @@ def _find_and_modify(req: Request) -> dict[str, Any]:
         last_error["n"] = 1 if outcome.matched else 0
         last_error["updatedExisting"] = old is not None
         doc_id = old["_id"] if old is not None else outcome.upserted_id
-        if outcome.upserted_id is not None:
+        if outcome.upserted:
             last_error["upserted"] = outcome.upserted_id
         value = old
-        if new and doc_id is not None:
+        if new and (old is not None or outcome.upserted):
             value = guard(lambda: coll.find_one({"_id": doc_id}))
     if value is not None and fields:
         value = guard(partial(_project, coll, value, fields))

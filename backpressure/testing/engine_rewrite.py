@@ -22,12 +22,24 @@ def substitute_variables(value: Any, variables: Mapping[str, Any]) -> Any:
     """Replace ``"$$name"`` strings by ``{"$literal": variables[name]}``, recursively."""
     if isinstance(value, str):
         if value.startswith("$$") and value[2:] in variables:
-            return {"$literal": variables[value[2:]]}
+            return _as_expression(variables[value[2:]])
         return value
     if isinstance(value, Mapping):
         return {key: substitute_variables(item, variables) for key, item in value.items()}
     if isinstance(value, list):
         return [substitute_variables(item, variables) for item in value]
+    return value
+
+
+def _as_expression(value: Any) -> Any:
+    """A let value as an expression: strings that look like paths must stay literal."""
+    if isinstance(value, Mapping) and set(value) == {"$literal"}:
+        inner = value["$literal"]
+        if isinstance(inner, (Mapping, list)) or (isinstance(inner, str) and inner.startswith("$")):
+            return value
+        return inner
+    if isinstance(value, str) and value.startswith("$"):
+        return {"$literal": value}
     return value
 
 

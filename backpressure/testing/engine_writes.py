@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any, Optional
 
 from bson import json_util
+from bson.objectid import ObjectId
 from mongomock import filtering, helpers
 
 from backpressure.testing.engine_base import CommandError
@@ -77,12 +78,15 @@ def _dotted(doc: Any, path: str) -> Any:
 class UpdateOutcome:
     """Counts of one update statement."""
 
-    __slots__ = ("matched", "modified", "upserted_id")
+    __slots__ = ("matched", "modified", "upserted", "upserted_id")
 
-    def __init__(self, matched: int = 0, modified: int = 0, upserted_id: Any = None) -> None:
-        """Record the statement's counts."""
+    def __init__(
+        self, matched: int = 0, modified: int = 0, upserted: bool = False, upserted_id: Any = None
+    ) -> None:
+        """Record the statement's counts (``upserted_id`` may legitimately be None)."""
         self.matched = matched
         self.modified = modified
+        self.upserted = upserted
         self.upserted_id = upserted_id
 
 
@@ -129,6 +133,15 @@ def apply_update(
         query = {"$and": [query]}
     if replacement and multi:
         raise CommandError(9, "multi update is not supported for replacement-style update")
+    if upsert and "_id" in query and query["_id"] is None:
+        return _upsert_null_id(coll, ns, query, update)
+    if replacement and sort is None and not _by_scalar_id(query):
+        # mongomock copies the query's _id condition into the replacement: select by _id first.
+        first = guard(lambda: next(iter(coll.find(query, limit=1)), None))
+        if first is not None:
+            if first["_id"] is None:
+                return _replace_null_id(coll, ns, first, update)
+            query = {"_id": first["_id"]}
     if array_filters is None and sort is None:
         if replacement:
             result = guard(lambda: coll.replace_one(query, dict(update), upsert=upsert), ns)
@@ -137,7 +150,8 @@ def apply_update(
         else:
             result = guard(lambda: coll.update_one(query, update, upsert=upsert), ns)
         raw = result.raw_result
-        return UpdateOutcome(raw["n"], raw["nModified"] or 0, raw.get("upserted"))
+        upserted_id = raw.get("upserted")
+        return UpdateOutcome(raw["n"], raw["nModified"] or 0, upserted_id is not None, upserted_id)
     # Slow path: pick the documents ourselves (sort, arrayFilters), then update each by _id.
     targets = guard(lambda: list(coll.find(query, projection=None, sort=sort)))
     if not multi:
@@ -158,6 +172,43 @@ def apply_update(
         outcome.matched += one.matched
         outcome.modified += one.modified
     return outcome
+
+
+def _by_scalar_id(query: Mapping[str, Any]) -> bool:
+    return len(query) == 1 and "_id" in query and not isinstance(query["_id"], (Mapping, list))
+
+
+def _upsert_null_id(coll: Any, ns: str, query: dict[str, Any], update: Any) -> UpdateOutcome:
+    """Upsert for ``{_id: null}``: mongomock would generate an ObjectId instead of using null."""
+    existing = guard(lambda: coll.find_one(query))
+    if existing is not None:
+        if isinstance(update, Mapping) and not _is_operator_update(update):
+            return _replace_null_id(coll, ns, existing, update)
+        return apply_update(coll, ns, query, update)
+    placeholder = ObjectId()
+    apply_update(coll, ns, {**query, "_id": placeholder}, update, upsert=True)
+    doc = guard(lambda: coll.find_one({"_id": placeholder}))
+    guard(lambda: coll.delete_one({"_id": placeholder}), ns)
+    doc = {"_id": None, **{k: v for k, v in doc.items() if k != "_id"}}
+    insert_document(coll, ns, doc)
+    return UpdateOutcome(1, 0, True, None)
+
+
+def _replace_null_id(
+    coll: Any, ns: str, existing: dict[str, Any], replacement: Mapping[str, Any]
+) -> UpdateOutcome:
+    """Replace the document whose _id is null (mongomock's replacement cannot)."""
+    doc = {"_id": None, **{k: v for k, v in replacement.items() if k != "_id"}}
+    if replacement.get("_id", None) is not None:
+        raise CommandError(
+            66,
+            "After applying the update, the (immutable) field '_id' was found to have been altered",
+        )
+    if doc == existing:
+        return UpdateOutcome(1, 0)
+    guard(lambda: coll.delete_one({"_id": None}), ns)
+    insert_document(coll, ns, doc)
+    return UpdateOutcome(1, 1)
 
 
 def expand_array_filters(

@@ -330,3 +330,38 @@ def test_upsert_with_operator_id_filter_and_distinct_order(run: Run) -> None:
         }
     )
     assert run({"distinct": "c", "key": "x"})["values"] == [1, 11, 33, "a"]
+
+
+def test_null_id_upserts_and_replacement_by_operator_filter(run: Run) -> None:
+    """Upserts keep a null _id; a replacement selected by an _id range keeps the document's _id."""
+    reply = run(
+        {"update": "c", "updates": [{"q": {"_id": None}, "u": {"$set": {"a": 1}}, "upsert": True}]}
+    )
+    assert reply["upserted"] == [{"index": 0, "_id": None}]
+    assert run({"count": "c", "query": {"_id": {"$type": "null"}}})["n"] == 1
+    reply = run({"update": "c", "updates": [{"q": {"_id": None}, "u": {"b": 2}, "upsert": True}]})
+    assert (reply["n"], reply["nModified"]) == (1, 1)
+    assert docs(run, filter={"_id": None}) == [{"_id": None, "b": 2}]
+    run({"insert": "c", "documents": [{"_id": 1}, {"_id": 2}]})
+    reply = run({"update": "c", "updates": [{"q": {"_id": {"$gt": 1}}, "u": {"x": 111}}]})
+    assert reply["nModified"] == 1
+    assert docs(run, filter={"_id": 2}) == [{"_id": 2, "x": 111}]
+    reply = run({"findAndModify": "c", "query": {"_id": None}, "remove": True, "fields": {"b": 1}})
+    assert reply["value"] == {"_id": None, "b": 2}
+
+
+def test_let_literal_values_and_linearizable_out(run: Run) -> None:
+    """let values wrapped in $literal are unwrapped when safe; $out refuses linearizable reads."""
+    run({"insert": "c", "documents": [{"_id": 1}]})
+    update = {"q": {"_id": 1}, "u": [{"$set": {"y": "$$y"}}]}
+    run({"update": "c", "updates": [update], "let": {"y": {"$literal": "bar"}}})
+    assert docs(run) == [{"_id": 1, "y": "bar"}]
+    body = {
+        "aggregate": "c",
+        "pipeline": [{"$out": "o"}],
+        "cursor": {},
+        "readConcern": {"level": "linearizable"},
+    }
+    with pytest.raises(CommandError) as info:
+        run(body)
+    assert info.value.code == 72
