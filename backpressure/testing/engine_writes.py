@@ -135,6 +135,14 @@ def apply_update(
         raise CommandError(9, "multi update is not supported for replacement-style update")
     if upsert and "_id" in query and query["_id"] is None:
         return _upsert_null_id(coll, ns, query, update)
+    if replacement and "_id" in update and update["_id"] is None:
+        first = guard(lambda: next(iter(coll.find(query, limit=1)), None))
+        if first is not None:
+            return _replace_null_id(coll, ns, first, update)
+        if not upsert:
+            return UpdateOutcome()
+        insert_document(coll, ns, dict(update))
+        return UpdateOutcome(1, 0, True, None)
     if replacement and sort is None and not _by_scalar_id(query):
         # mongomock copies the query's _id condition into the replacement: select by _id first.
         first = guard(lambda: next(iter(coll.find(query, limit=1)), None))
@@ -199,7 +207,7 @@ def _replace_null_id(
 ) -> UpdateOutcome:
     """Replace the document whose _id is null (mongomock's replacement cannot)."""
     doc = {"_id": None, **{k: v for k, v in replacement.items() if k != "_id"}}
-    if replacement.get("_id", None) is not None:
+    if existing["_id"] is not None or replacement.get("_id") is not None:
         raise CommandError(
             66,
             "After applying the update, the (immutable) field '_id' was found to have been altered",

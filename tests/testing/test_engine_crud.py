@@ -365,3 +365,13 @@ def test_let_literal_values_and_linearizable_out(run: Run) -> None:
     with pytest.raises(CommandError) as info:
         run(body)
     assert info.value.code == 72
+
+
+def test_replacement_upsert_with_null_id_in_the_replacement(run: Run) -> None:
+    """A replacement upsert whose replacement has _id null inserts that null _id."""
+    reply = run({"update": "c", "updates": [{"q": {}, "u": {"_id": None, "r": 1}, "upsert": True}]})
+    assert reply["upserted"] == [{"index": 0, "_id": None}]
+    assert docs(run) == [{"_id": None, "r": 1}]
+    run({"insert": "c", "documents": [{"_id": 5}]})
+    reply = run({"update": "c", "updates": [{"q": {"_id": 5}, "u": {"_id": None}}]})
+    assert reply["writeErrors"][0]["code"] == 66
