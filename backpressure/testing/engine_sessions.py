@@ -176,6 +176,17 @@ class SessionRegistry:
             if txn is not None and txn.state == "in_progress":
                 txn.finish("aborted")
         self._latest[key] = txn_number
+        self._trim()
+
+    def _trim(self) -> None:
+        """Keep the per-session tables bounded (oldest sessions forgotten first)."""
+        while len(self._latest) > MAX_RECORDS:
+            del self._latest[next(iter(self._latest))]
+        if len(self._txns) > MAX_RECORDS:
+            for key in [k for k, t in self._txns.items() if t.state != "in_progress"]:
+                del self._txns[key]
+                if len(self._txns) <= MAX_RECORDS:
+                    break
 
     def end(self, lsids: list[Any]) -> list[Any]:
         """End sessions: abort their transactions and forget them; return their keys."""

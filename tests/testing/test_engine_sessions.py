@@ -375,3 +375,17 @@ def test_deleting_the_last_document_in_a_transaction_commits() -> None:
     run({"delete": "c", "deletes": [{"q": {"_id": 0}, "limit": 1}], **txn(session, 1, start=True)})
     run({"commitTransaction": 1, **txn(session, 1)}, db="admin")
     assert ids(engine) == []
+
+
+def test_per_session_tables_are_bounded() -> None:
+    """Many short-lived sessions do not grow the session tables beyond MAX_RECORDS."""
+    engine = Engine()
+    for n in range(MAX_RECORDS + 10):
+        body = {"lsid": {"id": n}, "txnNumber": 1}
+        engine.sessions.retryable_write(body, lambda: {"ok": 1.0})
+    assert len(engine.sessions.known_lsids()) == MAX_RECORDS
+    assert len(engine.txn_stats()) == MAX_RECORDS
+    # The oldest sessions were forgotten entirely, so their txnNumber 1 runs afresh.
+    engine.sessions.retryable_write({"lsid": {"id": 0}, "txnNumber": 1}, lambda: {"ok": 1.0})
+    (record,) = [s for s in engine.txn_stats() if s["lsid"] == {"id": 0}]
+    assert record["attempts"] == 1
