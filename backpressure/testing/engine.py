@@ -12,7 +12,7 @@ Commands (mongomock 4.3 is the query engine):
 * CRUD: insert, update (operators, replacement, pipeline, upsert, multi, arrayFilters, sort),
   delete, findAndModify, count, distinct; find, getMore, killCursors; aggregate (mongomock stages,
   ``$out``, ``$merge``, ``$changeStream``, database-level ``$listLocalSessions``, ``$currentOp``,
-  ``$documents``); client ``bulkWrite``.
+  ``$documents``); explain (a COLLSCAN plan); client ``bulkWrite``.
 * Catalog: create, collMod, drop, dropDatabase, createIndexes, listIndexes, dropIndexes,
   listCollections, listDatabases, renameCollection, dbStats, collStats.
 * Sessions: endSessions, killSessions, killAllSessions(ByPattern), commitTransaction,

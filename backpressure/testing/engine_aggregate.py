@@ -201,5 +201,27 @@ def _database_aggregate(req: Request, pipeline: list[Any]) -> list[dict[str, Any
     return result
 
 
-HANDLERS: dict[str, Handler] = {"aggregate": _aggregate}
+def _explain(req: Request) -> dict[str, Any]:
+    """A minimal query plan: every query is a collection scan here."""
+    inner = opt_document(req.body, "explain")
+    if not inner:
+        raise CommandError(9, "explain command requires a nested object")
+    name = next(iter(inner))
+    target = inner.get(name)
+    ns = f"{req.db}.{target}" if isinstance(target, str) else f"{req.db}.$cmd.aggregate"
+    query = inner.get("filter", inner.get("query", {}))
+    return {
+        "queryPlanner": {
+            "plannerVersion": 1,
+            "namespace": ns,
+            "parsedQuery": query if isinstance(query, Mapping) else {},
+            "winningPlan": {"stage": "COLLSCAN"},
+            "rejectedPlans": [],
+        },
+        "command": dict(inner),
+        "ok": 1.0,
+    }
+
+
+HANDLERS: dict[str, Handler] = {"aggregate": _aggregate, "explain": _explain}
 """Command name to handler."""

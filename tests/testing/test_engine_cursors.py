@@ -288,3 +288,12 @@ def test_database_aggregate_documents_out_and_merge(run: Run) -> None:
     pipeline = [{"$documents": [{"_id": 7, "m": 1}]}, {"$merge": {"into": "from_db"}}]
     run({"aggregate": 1, "pipeline": pipeline, "cursor": {}})
     assert run({"find": "from_db", "filter": {}})["cursor"]["firstBatch"] == [{"_id": 7, "m": 1}]
+
+
+def test_explain_reports_a_collection_scan(run: Run) -> None:
+    """explain answers with a minimal queryPlanner document."""
+    reply = run({"explain": {"find": "c", "filter": {"k": 1}}, "verbosity": "queryPlanner"})
+    assert reply["queryPlanner"]["namespace"] == "db.c"
+    assert reply["queryPlanner"]["winningPlan"] == {"stage": "COLLSCAN"}
+    with pytest.raises(CommandError):
+        run({"explain": 1})
