@@ -1,4 +1,4 @@
-"""The unified-format spec suites, one pytest item per test, sync and async clients.
+"""The unified-format spec suites, one pytest item per test, for sync, async and Motor clients.
 
 Suites: the official ``client-backpressure`` files with our ``current`` preset (and with stock
 pymongo, preset ``none``, when pymongo has native backpressure, >= 4.17: the reference); the
@@ -10,6 +10,7 @@ reported as skips with the runner's reason.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,9 @@ from backpressure.testing.unified import (
 )
 
 DeploymentFor = Callable[[str], Deployment]
+
+# Motor 3.7 runs on pymongo's sync client in a thread pool: a third flavour when installed.
+FLAVOURS = ("sync", "async") + (("motor",) if importlib.util.find_spec("motor") else ())
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_SPEC_TESTS = Path(
@@ -72,7 +76,7 @@ def _suites() -> list[tuple[Path, str]]:
 def _cases() -> list[Case]:
     """Every case, or one skipped placeholder per flavour when the shared files are absent."""
     cases: list[Case] = []
-    for flavour in ("sync", "async"):
+    for flavour in FLAVOURS:
         if SHARED_SPEC_TESTS.is_dir():
             for folder, preset in _suites():
                 for path in iter_spec_paths([folder]):
@@ -98,7 +102,7 @@ def test_unified(case: Case, spec_deployment: DeploymentFor) -> None:
     topology = choose_topology(case.test.file)
     if topology is None:
         pytest.skip("no embedded topology satisfies runOnRequirements")
-    config = RunnerConfig(preset=case.preset, use_async=case.flavour == "async", fast_backoff=True)
+    config = RunnerConfig(preset=case.preset, flavour=case.flavour, fast_backoff=True)
     result = UnifiedRunner(spec_deployment(topology), config).run_test(case.test)
     if result.outcome is Outcome.SKIP:
         pytest.skip(result.reason)

@@ -1,7 +1,7 @@
 """Command line: run unified-format test files and print one line per test.
 
-``python -m backpressure.testing.unified [--uri URI] [--preset {none,draft,current}] [--async]
-[--fast-backoff] [-k TEXT] [-v] PATH...``
+``python -m backpressure.testing.unified [--uri URI] [--preset {none,draft,current}]
+[--async | --motor] [--fast-backoff] [-k TEXT] [-v] PATH...``
 
 Without ``--uri`` (or ``MONGODB_URI``) each file runs on an embedded server of the topology its
 ``runOnRequirements`` need (a 3-member replica set when allowed, else sharded, else standalone),
@@ -50,8 +50,21 @@ def _parser() -> argparse.ArgumentParser:
         default="none",
         help="none: stock pymongo clients; draft/current: backpressure clients (default: none)",
     )
-    parser.add_argument(
-        "--async", dest="use_async", action="store_true", help="use AsyncMongoClient entities"
+    flavour = parser.add_mutually_exclusive_group()
+    flavour.add_argument(
+        "--async",
+        dest="flavour",
+        action="store_const",
+        const="async",
+        default="sync",
+        help="use AsyncMongoClient entities",
+    )
+    flavour.add_argument(
+        "--motor",
+        dest="flavour",
+        action="store_const",
+        const="motor",
+        help="use Motor AsyncIOMotorClient entities",
     )
     parser.add_argument(
         "--fast-backoff",
@@ -73,9 +86,7 @@ def _print_result(result: TestResult, verbose: bool) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the files; return 0 when nothing failed, else 1."""
     args = _parser().parse_args(argv)
-    config = RunnerConfig(
-        preset=args.preset, use_async=args.use_async, fast_backoff=args.fast_backoff
-    )
+    config = RunnerConfig(preset=args.preset, flavour=args.flavour, fast_backoff=args.fast_backoff)
     specs: list[SpecFile] = [load_spec_file(path) for path in iter_spec_paths(args.paths)]
     results: list[TestResult] = []
     started = time.monotonic()
@@ -116,7 +127,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(
         f"{counts[Outcome.PASS]} passed, {counts[Outcome.FAIL]} failed, "
         f"{counts[Outcome.SKIP]} skipped in {time.monotonic() - started:.1f}s "
-        f"(preset {config.preset}, {'async' if config.use_async else 'sync'})"
+        f"(preset {config.preset}, {config.flavour})"
     )
     return 1 if counts[Outcome.FAIL] else 0
 

@@ -240,7 +240,11 @@ async def _watch(ctx: TestContext, target: Any, raw: dict[str, Any]) -> Any:
     pipeline = args.optional("pipeline", [])
     kwargs = {**args.session(), **args.options(_CHANGE_STREAM_OPTIONS)}
     args.done()
-    return await maybe_await(target.watch(pipeline, **kwargs))
+    stream = await maybe_await(target.watch(pipeline, **kwargs))
+    if type(stream).__module__.startswith("motor") and stream.delegate is None:
+        # Motor opens change streams lazily; the format expects the aggregate to run now.
+        await stream.__aenter__()
+    return stream
 
 
 def _client_bulk_model(model: Mapping[str, Any]) -> Any:
@@ -789,7 +793,8 @@ async def _runner_assert_session_transaction_state(
     }
     # The format asserts on the driver's transaction state, which pymongo keeps private.
     txn_state = importlib.import_module("pymongo.synchronous.client_session")._TxnState
-    actual = session._transaction.state
+    inner = session.delegate if type(session).__module__.startswith("motor") else session
+    actual = inner._transaction.state
     if actual != getattr(txn_state, names[state]):
         raise AssertionError(f"session transaction state: expected {state}, got {actual}")
     return None

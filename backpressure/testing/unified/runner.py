@@ -62,6 +62,7 @@ from backpressure.testing.unified.operations import (
 )
 
 __all__ = [
+    "FLAVOURS",
     "PRESET_NAMES",
     "SUPPORTED_SCHEMA",
     "Deployment",
@@ -78,6 +79,9 @@ SUPPORTED_SCHEMA = (1, 17)
 
 PRESET_NAMES = ("none", "draft", "current")
 """``--preset`` values: stock pymongo, or our client with a policy preset."""
+
+FLAVOURS = ("sync", "async", "motor")
+"""Client flavours: ``MongoClient``, ``AsyncMongoClient``, Motor's ``AsyncIOMotorClient``."""
 
 _SUPPORTED_EVENTS = COMMAND_EVENTS | CMAP_EVENTS | {"serverDescriptionChangedEvent"}
 _CLIENT_KEYS = {
@@ -123,8 +127,8 @@ class RunnerConfig:
 
     preset: str = "none"
     """``none`` (stock pymongo), ``draft`` or ``current`` (our client with that preset)."""
-    use_async: bool = False
-    """Open ``AsyncMongoClient`` entities instead of ``MongoClient``."""
+    flavour: str = "sync"
+    """``sync`` (``MongoClient``), ``async`` (``AsyncMongoClient``) or ``motor``."""
     fast_backoff: bool = False
     """Pin the backoff jitter to 0 (no sleeps; attempt counts unchanged)."""
     server_selection_timeout_ms: int = 5000
@@ -134,6 +138,8 @@ class RunnerConfig:
         """Validate the preset name."""
         if self.preset not in PRESET_NAMES:
             raise ValueError(f"preset must be one of {PRESET_NAMES}, got {self.preset!r}")
+        if self.flavour not in FLAVOURS:
+            raise ValueError(f"flavour must be one of {FLAVOURS}, got {self.flavour!r}")
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -451,7 +457,7 @@ class UnifiedRunner:
         ctx = TestContext(
             entities=EntityMap(),
             open_client=self._open_client,
-            is_async=self.config.use_async,
+            is_async=self.config.flavour == "async",
             topology=self.deployment.topology,
         )
         try:
@@ -522,16 +528,23 @@ class UnifiedRunner:
         """Stock pymongo for preset none, else our client; pin the jitter when asked."""
         import backpressure
 
+        flavour = self.config.flavour
+        if flavour == "motor":
+            # Motor defaults to connect=False; the format expects monitoring from the start.
+            kwargs.setdefault("connect", True)
         is_ours = custom is not None or self.config.preset != "none" or "backpressure" in kwargs
         if not is_ours:
-            cls: Any = pymongo.AsyncMongoClient if self.config.use_async else pymongo.MongoClient
-            client = cls(uri, **kwargs)
+            client = _stock_client_class(flavour)(uri, **kwargs)
             if self.config.fast_backoff:
-                _pin_native_backoff(client)
+                # Motor's pymongo client is its delegate (pymongo clients have no such attribute:
+                # their __getattr__ would return a Database named "delegate").
+                _pin_native_backoff(client.delegate if flavour == "motor" else client)
             return client
-        ours: Any = (
-            backpressure.AsyncMongoClient if self.config.use_async else backpressure.MongoClient
-        )
+        ours: Any = {
+            "sync": backpressure.MongoClient,
+            "async": backpressure.AsyncMongoClient,
+            "motor": backpressure.AsyncIOMotorClient,
+        }[flavour]
         if custom is not None:
             kwargs["backpressure"] = _custom_policy(custom, self.config.preset)
         elif "backpressure" not in kwargs:
@@ -662,6 +675,15 @@ class UnifiedRunner:
         except MatchError as exc:
             where = f"{expected['databaseName']}.{expected['collectionName']}"
             raise AssertionError(f"outcome of {where}: {exc}") from exc
+
+
+def _stock_client_class(flavour: str) -> Any:
+    """The stock client class of a flavour (Motor is imported only when asked for)."""
+    if flavour == "motor":
+        from motor.motor_asyncio import AsyncIOMotorClient
+
+        return AsyncIOMotorClient
+    return pymongo.AsyncMongoClient if flavour == "async" else pymongo.MongoClient
 
 
 def _zero() -> float:
