@@ -25,6 +25,7 @@ from backpressure._state import STATE_ATTRIBUTE, ClientState
 __all__ = [
     "NATIVE_BACKPRESSURE",
     "NATIVE_REASON",
+    "BackportUnavailableError",
     "client_kwargs",
     "install",
     "is_installed",

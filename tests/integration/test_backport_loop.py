@@ -370,3 +370,50 @@ async def test_client_bulk_write_retried(
     bulk_writes = commands.started_commands("bulkWrite")
     assert len(bulk_writes) == 3
     assert len({cmd["txnNumber"] for cmd in bulk_writes}) == 1
+
+
+async def test_abort_retried_on_overload(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """An overloaded abortTransaction is retried until the server accepts it."""
+    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
+    replicaset_server.configure_fail_point(overload_fail_point(["abortTransaction"], times=2))
+    session = await resolve(client.start_session())
+    try:
+        await resolve(session.start_transaction())
+        await resolve(client.db.coll.insert_one({"_id": 1}, session=session))
+        await resolve(session.abort_transaction())
+    finally:
+        await resolve(session.end_session())
+    assert len(commands.started_commands("abortTransaction")) == 3
+    assert commands.failed_names() == ["abortTransaction", "abortTransaction"]
+    assert await resolve(client.db.coll.count_documents({})) == 0
+
+
+@pytest.mark.parametrize(("retry_writes", "attempts"), [(True, 2), (False, 1)])
+async def test_aggregate_with_out_needs_retry_writes(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retry_writes: bool,
+    attempts: int,
+) -> None:
+    """An aggregate writing with $out is retried on overload only when retryWrites is on."""
+    client = enabled_client(
+        clients, replicaset_server.uri, event_listeners=[commands], retryWrites=retry_writes
+    )
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    replicaset_server.configure_fail_point(overload_fail_point(["aggregate"], times=1))
+    pipeline = [{"$match": {}}, {"$out": "copy"}]
+    if retry_writes:
+        await to_list(await resolve(client.db.coll.aggregate(pipeline)))
+        assert await resolve(client.db.copy.count_documents({})) == 1
+    else:
+        with pytest.raises(OperationFailure):
+            await to_list(await resolve(client.db.coll.aggregate(pipeline)))
+    writes = [
+        cmd
+        for cmd in commands.started_commands("aggregate")
+        if any("$out" in stage for stage in cmd["pipeline"])
+    ]
+    assert len(writes) == attempts
