@@ -52,7 +52,13 @@ from pymongo.asynchronous.pool import AsyncConnection as _Connection
 from pymongo.asynchronous.pool import Pool as _Pool
 from pymongo.asynchronous.topology import Topology as _Topology
 
-__all__ = ["AsyncBackpressurePool", "install_client", "patch_classes", "uninstall_client"]
+__all__ = [
+    "AsyncBackpressurePool",
+    "install_client",
+    "patch_classes",
+    "public_wrapped_names",
+    "uninstall_client",
+]
 
 # pymongo >= 4.17 moved some of these names; the backport only runs on 4.9-4.16.
 _CLIENT_MODULE: Any = _mongo_client

@@ -26,9 +26,35 @@ from backpressure import _compat
 from backpressure.labels import add_overload_labels
 
 __all__ = [
+    "CLASSIC_DEPRIORITIZES_ALWAYS",
+    "HANDSHAKE_FIELD",
+    "METHOD_ATTEMPT",
     "NATIVE_BACKPRESSURE",
     "NATIVE_REASON",
+    "WRAPPED_MARK",
     "MethodAttempt",
+    "command_name",
+    "csot_deadline",
+    "csot_expired",
+    "disable_topology",
+    "enable_topology",
+    "error_to_check",
+    "forget_client_bulk_error",
+    "hello_cmd_with_flag",
+    "is_application_pool",
+    "is_sharded",
+    "is_transaction_end",
+    "label_connection_error",
+    "operation_name",
+    "pool_enabled",
+    "read_retries_allowed",
+    "refresh_motor",
+    "replace_attribute",
+    "restart_transaction",
+    "session_argument",
+    "topology_enabled",
+    "transaction_starting",
+    "write_retries_allowed",
 ]
 
 NATIVE_BACKPRESSURE: bool = _compat.HAS_NATIVE_BACKPRESSURE

@@ -52,7 +52,13 @@ from pymongo.synchronous.pool import Connection as _Connection
 from pymongo.synchronous.pool import Pool as _Pool
 from pymongo.synchronous.topology import Topology as _Topology
 
-__all__ = ["BackpressurePool", "install_client", "patch_classes", "uninstall_client"]
+__all__ = [
+    "BackpressurePool",
+    "install_client",
+    "patch_classes",
+    "public_wrapped_names",
+    "uninstall_client",
+]
 
 # pymongo >= 4.17 moved some of these names; the backport only runs on 4.9-4.16.
 _CLIENT_MODULE: Any = _mongo_client
