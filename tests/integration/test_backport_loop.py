@@ -417,3 +417,48 @@ async def test_aggregate_with_out_needs_retry_writes(
         if any("$out" in stage for stage in cmd["pipeline"])
     ]
     assert len(writes) == attempts
+
+
+class _ThenFailWithoutWrites(monitoring.CommandListener):
+    """After the first failed insert, make the next insert fail with NoWritesPerformed."""
+
+    def __init__(self, server: EmbeddedServer) -> None:
+        self._server = server
+        self._switched = False
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        """Ignore started events."""
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        """Ignore succeeded events."""
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        """Switch the fail point once."""
+        if event.command_name == "insert" and not self._switched:
+            self._switched = True
+            self._server.configure_fail_point(
+                {
+                    "configureFailPoint": "failCommand",
+                    "mode": {"times": 1},
+                    "data": {
+                        "failCommands": ["insert"],
+                        "errorCode": 2,
+                        "errorLabels": ["NoWritesPerformed"],
+                    },
+                }
+            )
+
+
+async def test_no_writes_performed_reports_the_earlier_error(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """A retry failing with NoWritesPerformed raises the overload error of the attempt before."""
+    switch = _ThenFailWithoutWrites(replicaset_server)
+    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands, switch])
+    replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=1))
+    with pytest.raises(OperationFailure) as caught:
+        await resolve(client.db.coll.insert_one({"_id": 1}))
+    assert caught.value.code == OVERLOAD_CODE
+    assert isinstance(caught.value.__cause__, OperationFailure)
+    assert caught.value.__cause__.code == 2
+    assert len(commands.started_commands("insert")) == 2
