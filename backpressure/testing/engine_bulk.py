@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from backpressure.testing.engine_base import CommandError, Handler, Request, opt_bool, opt_document
+from backpressure.testing.engine_base import (
+    CommandError,
+    Handler,
+    Request,
+    opt_bool,
+    opt_document,
+    opt_int,
+)
 from backpressure.testing.engine_cursors import cursor_reply
 from backpressure.testing.engine_store import guard
 from backpressure.testing.engine_writes import apply_update, insert_document
@@ -67,7 +74,7 @@ def _bulk_write(req: Request) -> dict[str, Any]:
         if not errors_only:
             results.append(result)
     ns = "admin.$cmd.bulkWrite"
-    batch_size = (opt_document(req.body, "cursor") or {}).get("batchSize")
+    batch_size = opt_int(opt_document(req.body, "cursor") or {}, "batchSize")
     cursor_id, batch, extra = req.cursors.open(ns, results, batch_size)
     reply = cursor_reply(cursor_id, ns, batch, "firstBatch", extra)
     reply.update(totals)

@@ -131,6 +131,8 @@ class CursorRegistry:
         lsid_key: Any = None,
     ) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
         """Register a result set and return (cursor id or 0, first batch, extra cursor fields)."""
+        if first_batch_size is not None and first_batch_size < 0:
+            raise CommandError(51024, "BSON field 'batchSize' value must be >= 0")
         cursor = ServerCursor(
             next(self._ids), ns, iter(docs), change_stream=change_stream, lsid_key=lsid_key
         )
@@ -244,6 +246,8 @@ def _get_more(req: Request) -> dict[str, Any]:
         raise CommandError(14, "Field 'getMore' must be of type long in: getMore")
     coll = collection_name(req, "collection", virtual=True)
     batch_size = opt_int(req.body, "batchSize")
+    if batch_size is not None and batch_size < 0:
+        raise CommandError(51024, "BSON field 'batchSize' value must be >= 0")
     cursor = req.cursors.get(int(cursor_id))
     if cursor is None:
         raise CommandError(43, f"cursor id {cursor_id} not found")
@@ -272,6 +276,8 @@ def _kill_cursors(req: Request) -> dict[str, Any]:
     killed: list[Any] = []
     not_found: list[Any] = []
     for cursor_id in ids:
+        if isinstance(cursor_id, bool) or not isinstance(cursor_id, int):
+            raise CommandError(14, "Field 'cursors' must be an array of cursor ids (longs)")
         (killed if req.cursors.close(int(cursor_id)) else not_found).append(cursor_id)
     return {
         "cursorsKilled": killed,

@@ -20,6 +20,7 @@ from backpressure.testing.engine_base import (
     collection_name,
     opt_bool,
     opt_document,
+    opt_int,
 )
 from backpressure.testing.engine_cursors import cursor_reply
 from backpressure.testing.engine_store import DataStore, guard
@@ -169,7 +170,7 @@ def _list_indexes(req: Request) -> dict[str, Any]:
     ns = f"{req.db}.{name}"
     if not req.store.exists(req.db, name):
         raise CommandError(26, f"ns does not exist: {ns}")
-    batch_size = (opt_document(req.body, "cursor") or {}).get("batchSize")
+    batch_size = opt_int(opt_document(req.body, "cursor") or {}, "batchSize")
     docs = _index_docs(req.store, req.db, name)
     cursor_id, batch, extra = req.cursors.open(ns, docs, batch_size)
     return cursor_reply(cursor_id, ns, batch, "firstBatch", extra)
@@ -209,7 +210,7 @@ def _drop_indexes(req: Request) -> dict[str, Any]:
 def _list_collections(req: Request) -> dict[str, Any]:
     filter_doc = opt_document(req.body, "filter") or {}
     name_only = opt_bool(req.body, "nameOnly")
-    batch_size = (opt_document(req.body, "cursor") or {}).get("batchSize")
+    batch_size = opt_int(opt_document(req.body, "cursor") or {}, "batchSize")
     docs: list[dict[str, Any]] = []
     for name in sorted(req.store.collection_names(req.db)):
         if name_only:

@@ -16,9 +16,11 @@ from collections.abc import Iterator
 from typing import Any, Callable, Optional
 
 import mongomock
+from bson.errors import BSONError
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 from mongomock import filtering, store
+from pymongo.errors import InvalidName, PyMongoError
 
 from backpressure.testing.engine_base import CommandError
 
@@ -264,5 +266,11 @@ def guard(call: Callable[[], Any], ns: str = "") -> Any:
         raise CommandError(code, str(exc)) from exc
     except NotImplementedError as exc:
         raise CommandError(238, f"not supported by the embedded server: {exc}") from exc
+    except BSONError as exc:
+        raise CommandError(2, f"{type(exc).__name__}: {exc}") from exc
+    except PyMongoError as exc:  # e.g. InvalidName raised by mongomock for bad collection names
+        raise CommandError(73 if isinstance(exc, InvalidName) else 2, str(exc)) from exc
+    except AssertionError as exc:  # mongomock validates some expressions with assert
+        raise CommandError(2, f"invalid expression: {exc}") from exc
     except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
         raise CommandError(2, f"{type(exc).__name__}: {exc}") from exc

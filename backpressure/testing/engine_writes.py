@@ -109,8 +109,27 @@ def _check_update(update: Any) -> None:
                 raise CommandError(
                     9, f"Modifiers operate on fields but we found type {type(value).__name__}"
                 )
+            _check_paths(key, value)
     elif any(key.startswith("$") for key in update):
         raise CommandError(9, "Replacement document cannot contain $-prefixed top-level fields")
+
+
+def _check_paths(op: str, fields: Mapping[str, Any]) -> None:
+    """Refuse updates mongod refuses before touching the document (mongomock would half-apply)."""
+    paths = list(fields)
+    if op == "$rename":
+        for target in fields.values():
+            if not isinstance(target, str) or not target:
+                raise CommandError(2, f"The 'to' field for $rename must be a string: {target!r}")
+            paths.append(target)
+    for path in paths:
+        if not isinstance(path, str) or not path:
+            raise CommandError(56, "An empty update path is not valid.")
+        if op not in ("$set", "$setOnInsert") and (path == "_id" or path.startswith("_id.")):
+            raise CommandError(
+                66,
+                f"Performing an update on the path '{path}' would modify the immutable field '_id'",
+            )
 
 
 def apply_update(
@@ -183,7 +202,8 @@ def apply_update(
 
 
 def _by_scalar_id(query: Mapping[str, Any]) -> bool:
-    return len(query) == 1 and "_id" in query and not isinstance(query["_id"], (Mapping, list))
+    value = query.get("_id")
+    return len(query) == 1 and value is not None and not isinstance(value, (Mapping, list))
 
 
 def _upsert_null_id(coll: Any, ns: str, query: dict[str, Any], update: Any) -> UpdateOutcome:
@@ -196,6 +216,8 @@ def _upsert_null_id(coll: Any, ns: str, query: dict[str, Any], update: Any) -> U
     placeholder = ObjectId()
     apply_update(coll, ns, {**query, "_id": placeholder}, update, upsert=True)
     doc = guard(lambda: coll.find_one({"_id": placeholder}))
+    if doc is None:
+        raise CommandError(66, "the upserted document's _id was modified by the update")
     guard(lambda: coll.delete_one({"_id": placeholder}), ns)
     doc = {"_id": None, **{k: v for k, v in doc.items() if k != "_id"}}
     insert_document(coll, ns, doc)

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backpressure.testing.engine import CommandContext, Engine
+from backpressure.testing.engine import CommandContext, CommandError, Engine
 from backpressure.testing.engine_writes import expand_array_filters
 
 CTX = CommandContext(connection_id=1, app_name=None, role="primary", max_wire_version=25)
@@ -65,3 +65,93 @@ def test_array_filters_touch_exactly_the_matching_elements(values: list[int], bo
     update = expand_array_filters(doc, {"$set": {"a.$[x].hit": True}}, [{"x.v": {"$gt": bound}}])
     expected = {f"a.{i}.hit": True for i, v in enumerate(values) if v > bound}
     assert update == ({"$set": expected} if expected else {"$set": {}})
+
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-3, max_value=3),
+    st.sampled_from(["c", "$a", "a", "_id", "$$v", "", "*", "db.c", "x.$[y]"]),
+)
+_KEYS = st.sampled_from(
+    [
+        "a",
+        "_id",
+        "b.c",
+        "$set",
+        "$gt",
+        "$in",
+        "$type",
+        "$match",
+        "$out",
+        "$group",
+        "$rename",
+        "$unset",
+        "$expr",
+        "$and",
+        "q",
+        "u",
+        "filter",
+        "document",
+        "updateMods",
+        "ns",
+        "key",
+        "name",
+    ]
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=3),
+    max_leaves=8,
+)
+_FIELDS = st.sampled_from(
+    [
+        "filter",
+        "query",
+        "documents",
+        "updates",
+        "deletes",
+        "pipeline",
+        "cursor",
+        "batchSize",
+        "limit",
+        "skip",
+        "sort",
+        "projection",
+        "key",
+        "indexes",
+        "index",
+        "nsInfo",
+        "ops",
+        "to",
+        "update",
+        "remove",
+        "new",
+        "fields",
+        "upsert",
+        "collection",
+        "cursors",
+        "let",
+        "ordered",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    name=st.sampled_from(sorted(Engine.HANDLERS)),
+    target=st.one_of(st.just("c"), st.just(1), _SCALARS),
+    fields=st.dictionaries(_FIELDS, _VALUES, max_size=5),
+)
+def test_arbitrary_bodies_fail_only_with_command_errors(
+    name: str, target: Any, fields: dict[str, Any]
+) -> None:
+    """Whatever the arguments, a command replies ok or raises CommandError, never another error."""
+    engine = Engine()
+    engine.execute("db", {"insert": "c", "documents": [{"_id": 1, "a": [1, {"c": 2}]}]}, CTX)
+    try:
+        reply = engine.execute("db", {name: target, **fields}, CTX)
+    except CommandError as exc:
+        assert exc.to_reply()["ok"] == 0.0
+    else:
+        assert reply["ok"] == 1.0
