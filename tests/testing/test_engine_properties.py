@@ -149,9 +149,10 @@ def test_arbitrary_bodies_fail_only_with_command_errors(
     """Whatever the arguments, a command replies ok or raises CommandError, never another error."""
     engine = Engine()
     engine.execute("db", {"insert": "c", "documents": [{"_id": 1, "a": [1, {"c": 2}]}]}, CTX)
+    reply: dict[str, Any]
     try:
         reply = engine.execute("db", {name: target, **fields}, CTX)
     except CommandError as exc:
-        assert exc.to_reply()["ok"] == 0.0
-    else:
-        assert reply["ok"] == 1.0
+        reply = exc.to_reply()
+    assert reply["ok"] in (0.0, 1.0)
+    assert ("errmsg" in reply) == (reply["ok"] == 0.0)
