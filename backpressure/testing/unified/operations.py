@@ -51,6 +51,9 @@ __all__ = ["OPERATIONS", "Operation", "result_document", "wait_for_events"]
 Operation = Callable[[TestContext, Any, dict[str, Any]], Awaitable[Any]]
 """``(context, target entity, arguments) -> result``."""
 
+_Method = Callable[[Any], Callable[..., Any]]
+"""Picks the bound pymongo method an operation calls, e.g. ``lambda coll: coll.delete_one``."""
+
 _FIND_OPTIONS = {
     "batchSize": "batch_size",
     "sort": "sort",
@@ -494,7 +497,7 @@ async def _coll_insert_many(ctx: TestContext, coll: Any, raw: dict[str, Any]) ->
     return await maybe_await(coll.insert_many(documents, **kwargs))
 
 
-def _delete(name: str, method: str) -> Operation:
+def _delete(name: str, method: _Method) -> Operation:
     """``deleteOne``/``deleteMany``."""
 
     async def run(ctx: TestContext, coll: Any, raw: dict[str, Any]) -> Any:
@@ -503,13 +506,13 @@ def _delete(name: str, method: str) -> Operation:
         flt = args.required("filter")
         kwargs = {**args.session(), **args.options(_WRITE_OPTIONS)}
         args.done()
-        return await maybe_await(getattr(coll, method)(flt, **kwargs))
+        return await maybe_await(method(coll)(flt, **kwargs))
 
     run.__doc__ = f"``{name}``."
     return run
 
 
-def _update(name: str, method: str, document_key: str) -> Operation:
+def _update(name: str, method: _Method, document_key: str) -> Operation:
     """``updateOne``/``updateMany``/``replaceOne``."""
 
     async def run(ctx: TestContext, coll: Any, raw: dict[str, Any]) -> Any:
@@ -519,7 +522,7 @@ def _update(name: str, method: str, document_key: str) -> Operation:
         document = args.required(document_key)
         kwargs = {**args.session(), **args.options(_UPDATE_OPTIONS)}
         args.done()
-        return await maybe_await(getattr(coll, method)(flt, document, **kwargs))
+        return await maybe_await(method(coll)(flt, document, **kwargs))
 
     run.__doc__ = f"``{name}``."
     return run
@@ -539,7 +542,7 @@ async def _coll_find_one_and_delete(ctx: TestContext, coll: Any, raw: dict[str, 
     return await maybe_await(coll.find_one_and_delete(flt, **kwargs))
 
 
-def _find_one_and_modify(name: str, method: str, document_key: str) -> Operation:
+def _find_one_and_modify(name: str, method: _Method, document_key: str) -> Operation:
     """``findOneAndReplace``/``findOneAndUpdate``."""
 
     async def run(ctx: TestContext, coll: Any, raw: dict[str, Any]) -> Any:
@@ -551,7 +554,7 @@ def _find_one_and_modify(name: str, method: str, document_key: str) -> Operation
         if "returnDocument" in raw:
             kwargs["return_document"] = _return_document(args.required("returnDocument"))
         args.done()
-        return await maybe_await(getattr(coll, method)(flt, document, **kwargs))
+        return await maybe_await(method(coll)(flt, document, **kwargs))
 
     run.__doc__ = f"``{name}``."
     return run
@@ -638,13 +641,13 @@ async def _session_start_transaction(ctx: TestContext, session: Any, raw: dict[s
     return None
 
 
-def _session_call(name: str, method: str) -> Operation:
+def _session_call(name: str, method: _Method) -> Operation:
     """A session operation without arguments."""
 
     async def run(ctx: TestContext, session: Any, raw: dict[str, Any]) -> Any:
         """Call the session method."""
         _Args(ctx, name, raw).done()
-        await maybe_await(getattr(session, method)())
+        await maybe_await(method(session)())
         return None
 
     run.__doc__ = f"``{name}``."
@@ -870,16 +873,18 @@ COLLECTION_OPERATIONS: dict[str, Operation] = {
     "createChangeStream": _watch,
     "insertOne": _coll_insert_one,
     "insertMany": _coll_insert_many,
-    "deleteOne": _delete("deleteOne", "delete_one"),
-    "deleteMany": _delete("deleteMany", "delete_many"),
-    "replaceOne": _update("replaceOne", "replace_one", "replacement"),
-    "updateOne": _update("updateOne", "update_one", "update"),
-    "updateMany": _update("updateMany", "update_many", "update"),
+    "deleteOne": _delete("deleteOne", lambda coll: coll.delete_one),
+    "deleteMany": _delete("deleteMany", lambda coll: coll.delete_many),
+    "replaceOne": _update("replaceOne", lambda coll: coll.replace_one, "replacement"),
+    "updateOne": _update("updateOne", lambda coll: coll.update_one, "update"),
+    "updateMany": _update("updateMany", lambda coll: coll.update_many, "update"),
     "findOneAndDelete": _coll_find_one_and_delete,
     "findOneAndReplace": _find_one_and_modify(
-        "findOneAndReplace", "find_one_and_replace", "replacement"
+        "findOneAndReplace", lambda coll: coll.find_one_and_replace, "replacement"
     ),
-    "findOneAndUpdate": _find_one_and_modify("findOneAndUpdate", "find_one_and_update", "update"),
+    "findOneAndUpdate": _find_one_and_modify(
+        "findOneAndUpdate", lambda coll: coll.find_one_and_update, "update"
+    ),
     "bulkWrite": _coll_bulk_write,
     "createIndex": _coll_create_index,
     "dropIndex": _coll_drop_index,
@@ -890,9 +895,9 @@ COLLECTION_OPERATIONS: dict[str, Operation] = {
 
 SESSION_OPERATIONS: dict[str, Operation] = {
     "startTransaction": _session_start_transaction,
-    "commitTransaction": _session_call("commitTransaction", "commit_transaction"),
-    "abortTransaction": _session_call("abortTransaction", "abort_transaction"),
-    "endSession": _session_call("endSession", "end_session"),
+    "commitTransaction": _session_call("commitTransaction", lambda s: s.commit_transaction),
+    "abortTransaction": _session_call("abortTransaction", lambda s: s.abort_transaction),
+    "endSession": _session_call("endSession", lambda s: s.end_session),
 }
 """Operations on session entities."""
 
