@@ -26,13 +26,29 @@ _hashdict: Any = helpers.hashdict
 
 
 def insert_document(coll: Any, ns: str, doc: dict[str, Any]) -> None:
-    """Insert one document; a duplicate key error names the index, key pattern and value."""
+    """Insert one document; a duplicate key error names the index, key pattern and value.
+
+    Top-level ``$``-prefixed field names are allowed (mongod 5.0+), although mongomock refuses
+    them: the document is inserted without them and they are added to the stored copy after.
+    """
+    doc_id = doc.get("_id")
+    if isinstance(doc_id, Mapping) and any(str(key).startswith("$") for key in doc_id):
+        raise CommandError(2, "_id fields may not contain '$'-prefixed fields")
+    dollars = {k: v for k, v in doc.items() if isinstance(k, str) and k.startswith("$")}
+    plain = {k: v for k, v in doc.items() if k not in dollars} if dollars else doc
     try:
-        guard(partial(coll.insert_one, doc), ns)
+        guard(partial(coll.insert_one, plain), ns)
     except CommandError as exc:
         if exc.code != 11000:
             raise
-        raise _duplicate_key_error(coll, ns, doc) from exc
+        raise _duplicate_key_error(coll, ns, plain) from exc
+    if dollars:
+        key = plain["_id"]
+        stored = coll._store._documents[_hashdict(key) if isinstance(key, dict) else key]
+        ordered = {k: dollars[k] if k in dollars else stored[k] for k in doc}
+        ordered.update({k: v for k, v in stored.items() if k not in ordered})
+        stored.clear()
+        stored.update(ordered)
 
 
 def _duplicate_key_error(coll: Any, ns: str, doc: dict[str, Any]) -> CommandError:

@@ -375,3 +375,11 @@ def test_replacement_upsert_with_null_id_in_the_replacement(run: Run) -> None:
     run({"insert": "c", "documents": [{"_id": 5}]})
     reply = run({"update": "c", "updates": [{"q": {"_id": 5}, "u": {"_id": None}}]})
     assert reply["writeErrors"][0]["code"] == 66
+
+
+def test_top_level_dollar_fields_are_accepted_but_not_in_id(run: Run) -> None:
+    """Like mongod 5.0+, top-level $-prefixed fields insert fine; $-prefixed _id fields fail."""
+    assert run({"insert": "c", "documents": [{"_id": 1, "$a": 1, "b": 2}]})["n"] == 1
+    assert docs(run) == [{"_id": 1, "$a": 1, "b": 2}]
+    (error,) = run({"insert": "c", "documents": [{"_id": {"$x": 1}}]})["writeErrors"]
+    assert error["code"] == 2
