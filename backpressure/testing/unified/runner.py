@@ -198,7 +198,6 @@ class Deployment:
         version = build.get("versionArray") or _version_tuple(str(build.get("version", "0")))
         self.version: tuple[int, ...] = tuple(int(v) for v in version[:3])
         self.auth = "@" in uri.partition("://")[2].partition("/")[0]
-        self._parameters: dict[str, Any] = {}
 
     def close(self) -> None:
         """Close the internal client."""
@@ -212,16 +211,14 @@ class Deployment:
         return f"{scheme}://{userinfo}{hosts[0]}{tail}"
 
     def server_parameter(self, name: str) -> Any:
-        """A server parameter (``getParameter``), cached; Unsupported when unknown."""
-        if name not in self._parameters:
-            try:
-                reply = self.internal.admin.command({"getParameter": 1, name: 1})
-            except OperationFailure as exc:
-                raise Unsupported(f"server parameter {name!r} is unavailable: {exc}") from exc
-            if name not in reply:
-                raise Unsupported(f"server parameter {name!r} is unavailable")
-            self._parameters[name] = reply[name]
-        return self._parameters[name]
+        """A server parameter (``getParameter``, read afresh); Unsupported when unknown."""
+        try:
+            reply = self.internal.admin.command({"getParameter": 1, name: 1})
+        except OperationFailure as exc:
+            raise Unsupported(f"server parameter {name!r} is unavailable: {exc}") from exc
+        if name not in reply:
+            raise Unsupported(f"server parameter {name!r} is unavailable")
+        return reply[name]
 
     def reset(self) -> None:
         """Forget the previous test: embedded reset, else kill all sessions."""

@@ -1,0 +1,98 @@
+"""The runner's command line: one line per test, a summary, exit code 1 on any failure."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from backpressure.testing.unified.__main__ import main
+
+SCENARIO = """\
+description: cli-check
+schemaVersion: "1.3"
+runOnRequirements: [{topologies: [single]}]
+createEntities:
+  - client: {id: client, observeEvents: [commandStartedEvent]}
+  - client: {id: failPointClient}
+  - database: {id: db, client: client, databaseName: cli-check}
+  - collection: {id: coll, database: db, collectionName: coll}
+initialData: [{databaseName: cli-check, collectionName: coll, documents: [{_id: 1}]}]
+tests:
+  - description: passes
+    operations:
+      - {name: find, object: coll, arguments: {filter: {}}, expectResult: [{_id: 1}]}
+  - description: fails
+    operations:
+      - {name: find, object: coll, arguments: {filter: {}}, expectResult: [{_id: 2}]}
+  - description: skipped
+    skipReason: not today
+    operations: []
+  - description: unsupported
+    operations:
+      - {name: listIndexNames, object: coll}
+  - description: overloaded once then retried by the current preset
+    operations:
+      - name: failPoint
+        object: testRunner
+        arguments:
+          client: failPointClient
+          failPoint:
+            configureFailPoint: failCommand
+            mode: {times: 1}
+            data:
+              failCommands: [find]
+              errorLabels: [RetryableError, SystemOverloadedError]
+              errorCode: 462
+      - {name: find, object: coll, arguments: {filter: {}}}
+    expectEvents:
+      - client: client
+        events:
+          - commandStartedEvent: {commandName: find}
+          - commandStartedEvent: {commandName: find}
+"""
+
+
+@pytest.fixture
+def scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A small YAML file on a standalone embedded server (no MONGODB_URI)."""
+    monkeypatch.delenv("MONGODB_URI", raising=False)
+    path = tmp_path / "cli-check.yml"
+    path.write_text(SCENARIO)
+    return path
+
+
+def test_cli_reports_each_test_and_fails_on_failure(
+    scenario: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PASS/FAIL/SKIP lines with reasons, a summary, and exit code 1."""
+    assert main(["--preset", "current", "--fast-backoff", str(scenario)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    prefix = f"{scenario.parent.name}/cli-check.yml::"
+    assert out[0].startswith(f"PASS {prefix}passes")
+    assert out[1].startswith(f"FAIL {prefix}fails")
+    assert "expected" in out[1]
+    assert out[2].startswith(f"SKIP {prefix}skipped")
+    assert out[2].endswith("skipReason: not today")
+    assert out[3].startswith(f"SKIP {prefix}unsupported")
+    assert "listIndexNames" in out[3]
+    assert out[4].startswith(f"PASS {prefix}overloaded once")
+    assert out[5].startswith("2 passed, 1 failed, 2 skipped")
+
+
+def test_cli_keyword_filter_and_success_exit(
+    scenario: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-k keeps matching tests only; no failure means exit code 0."""
+    assert main(["--async", "--preset", "current", "-k", "overloaded", str(scenario)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2
+    assert out[1].startswith("1 passed, 0 failed, 0 skipped")
+    assert out[1].endswith("(preset current, async)")
+
+
+def test_cli_rejects_missing_paths(tmp_path: Path) -> None:
+    """A path that does not exist is an error, not an empty run."""
+    with pytest.raises(FileNotFoundError):
+        main([os.fspath(tmp_path / "missing.json")])
