@@ -1,11 +1,12 @@
 """Command line: run unified-format test files and print one line per test.
 
 ``python -m backpressure.testing.unified [--uri URI] [--preset {none,draft,current}]
-[--async | --motor] [--fast-backoff] [-k TEXT] [-v] PATH...``
+[--async | --motor] [--fast-backoff] [--topology T] [-k TEXT] [-v] PATH...``
 
 Without ``--uri`` (or ``MONGODB_URI``) each file runs on an embedded server of the topology its
 ``runOnRequirements`` need (a 3-member replica set when allowed, else sharded, else standalone),
-one server per topology shared by all files and reset between tests. Exit code 1 on any failure.
+one server per topology shared by all files and reset between tests (``--topology`` forces
+one). Exit code 1 on any failure.
 """
 
 from __future__ import annotations
@@ -71,6 +72,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="pin the backoff jitter to 0: no sleeps, same attempt counts",
     )
+    parser.add_argument(
+        "--topology",
+        choices=("replicaset", "sharded", "standalone"),
+        help="embedded server topology for every file (default: chosen per file)",
+    )
     parser.add_argument("-k", dest="keyword", help="only tests whose id contains this text")
     parser.add_argument("-v", "--verbose", action="store_true", help="print full failure reasons")
     return parser
@@ -95,7 +101,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         def deployment_for(spec: SpecFile) -> Optional[Deployment]:
             """The shared deployment for a file (embedded servers start on first use)."""
-            key = "uri" if args.uri else choose_topology(spec)
+            key = "uri" if args.uri else (args.topology or choose_topology(spec))
             if key is None:
                 return None
             if key not in deployments:
