@@ -1,8 +1,10 @@
-"""Read commands that return cursors: find, aggregate, getMore, killCursors.
+"""Cursors and the commands around them: find, getMore, killCursors.
 
-Results are computed eagerly (test collections are small) and kept in a ``ServerCursor`` that
-hands them out batch by batch. Change-stream cursors never return events but carry a
-``postBatchResumeToken`` in every batch, which is all drivers need to open and close them.
+A ``ServerCursor`` hands out a result iterator batch by batch (find results are produced lazily
+by mongomock, so a large collection is copied only as far as it is read), capped at 16 MiB per
+batch. Change-stream cursors never return events but carry a fresh ``postBatchResumeToken`` in
+every batch, which is all drivers need to open and close them. At most ``MAX_OPEN_CURSORS`` stay
+open; the oldest is dropped first (mongod times idle cursors out after 10 minutes instead).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from backpressure.testing.engine_base import (
     opt_document,
     opt_int,
 )
+from backpressure.testing.engine_sessions import session_key
 from backpressure.testing.engine_store import DataStore, guard
 
 _patch_datetimes: Any = helpers.patch_datetime_awareness_in_document
@@ -44,6 +47,9 @@ DEFAULT_FIRST_BATCH = 101
 
 MAX_BATCH_BYTES = 16 * 1024 * 1024
 """mongod's cap on the BSON size of one batch."""
+
+MAX_OPEN_CURSORS = 10_000
+"""Open cursors kept at most; opening one more forgets the oldest."""
 
 
 @dataclass
@@ -143,6 +149,8 @@ class CursorRegistry:
         if single_batch or cursor.exhausted:
             return 0, batch, cursor.extra
         self._cursors[cursor.cursor_id] = cursor
+        while len(self._cursors) > MAX_OPEN_CURSORS:
+            del self._cursors[next(iter(self._cursors))]
         return cursor.cursor_id, batch, cursor.extra
 
     def get(self, cursor_id: int) -> Optional[ServerCursor]:
@@ -154,9 +162,9 @@ class CursorRegistry:
         return self._cursors.pop(cursor_id, None) is not None
 
     def close_for_sessions(self, keys: set[Any]) -> None:
-        """Close the cursors opened by the given sessions (or every cursor if ``keys`` is empty)."""
+        """Close the cursors opened by the given sessions."""
         for cursor_id, cursor in list(self._cursors.items()):
-            if not keys or cursor.lsid_key in keys:
+            if cursor.lsid_key is not None and cursor.lsid_key in keys:
                 del self._cursors[cursor_id]
 
     def close_namespace(self, ns: str) -> None:
@@ -185,8 +193,7 @@ def cursor_reply(
 
 def session_key_of(req: Request) -> Any:
     """Return the session key of a request (``lsid.id``), or None."""
-    lsid = req.body.get("lsid")
-    return lsid.get("id") if isinstance(lsid, Mapping) else None
+    return session_key(req.body.get("lsid"))
 
 
 def _sort_spec(value: Any) -> Optional[list[tuple[str, int]]]:

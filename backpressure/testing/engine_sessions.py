@@ -330,13 +330,13 @@ def _end_sessions(req: Request) -> dict[str, Any]:
     if not isinstance(lsids, list):
         raise CommandError(14, f"BSON field '{req.name}' must be an array of session ids")
     keys = req.sessions.end(lsids)
-    req.cursors.close_for_sessions({key for key in keys if key is not None} or {object()})
+    req.cursors.close_for_sessions({key for key in keys if key is not None})
     return {"ok": 1.0}
 
 
 def _kill_all_sessions(req: Request) -> dict[str, Any]:
     req.sessions.kill_all()
-    req.cursors.close_for_sessions(set())
+    req.cursors.clear()
     return {"ok": 1.0}
 
 

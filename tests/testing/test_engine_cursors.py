@@ -297,3 +297,33 @@ def test_explain_reports_a_collection_scan(run: Run) -> None:
     assert reply["queryPlanner"]["winningPlan"] == {"stage": "COLLSCAN"}
     with pytest.raises(CommandError):
         run({"explain": 1})
+
+
+def test_end_sessions_closes_only_that_sessions_cursors(run: Run) -> None:
+    """endSessions kills the ended session's cursors and leaves other cursors open."""
+    mine = run({"find": "c", "filter": {}, "batchSize": 1, "lsid": {"id": "a"}})["cursor"]["id"]
+    other = run({"find": "c", "filter": {}, "batchSize": 1, "lsid": {"id": "b"}})["cursor"]["id"]
+    anonymous = run({"find": "c", "filter": {}, "batchSize": 1})["cursor"]["id"]
+    run({"endSessions": [{"id": "a"}]}, "admin")
+    with pytest.raises(CommandError):
+        run({"getMore": mine, "collection": "c"})
+    assert run({"getMore": other, "collection": "c", "batchSize": 1})["cursor"]["id"] == other
+    assert (
+        run({"getMore": anonymous, "collection": "c", "batchSize": 1})["cursor"]["id"] == anonymous
+    )
+
+
+def test_open_cursors_are_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beyond MAX_OPEN_CURSORS, opening a cursor forgets the oldest one."""
+    from backpressure.testing import engine_cursors
+
+    monkeypatch.setattr(engine_cursors, "MAX_OPEN_CURSORS", 3)
+    engine = Engine()
+    ctx = CommandContext(connection_id=1, app_name=None, role="primary", max_wire_version=25)
+    engine.execute("db", {"insert": "c", "documents": [{}, {}]}, ctx)
+    ids = [
+        engine.execute("db", {"find": "c", "batchSize": 1}, ctx)["cursor"]["id"] for _ in range(4)
+    ]
+    assert len(engine.cursors) == 3
+    assert engine.cursors.get(ids[0]) is None
+    assert engine.cursors.get(ids[3]) is not None
