@@ -54,12 +54,15 @@ class Case:
     flavour: str
     test: Optional[SpecTest]
     missing: str = ""
+    topology: Optional[str] = None
+    """Embedded topology to force (default: chosen from the file's requirements)."""
 
     @property
     def id(self) -> str:
-        """``<preset>-<flavour>-<folder>/<file>::<description>``."""
+        """``<preset>-<flavour>[-<topology>]-<folder>/<file>::<description>``."""
         name = self.test.test_id if self.test is not None else "shared-spec-tests-missing"
-        return f"{self.preset}-{self.flavour}-{name}"
+        where = f"-{self.topology}" if self.topology else ""
+        return f"{self.preset}-{self.flavour}{where}-{name}"
 
 
 def _suites() -> list[tuple[Path, str]]:
@@ -88,6 +91,11 @@ def _cases() -> list[Case]:
             for path in iter_spec_paths([OWN_SPEC_TESTS]):
                 spec = load_spec_file(path, display_name=f"spec-tests/{path.name}")
                 cases.extend(Case("draft", flavour, t) for t in spec.tests)
+    # The current suite once more on the sharded embedded server (2 mongos), sync clients only.
+    if SHARED_SPEC_TESTS.is_dir() and not os.environ.get("MONGODB_URI"):
+        for path in iter_spec_paths([SHARED_SPEC_TESTS / "client-backpressure"]):
+            spec = load_spec_file(path)
+            cases.extend(Case("current", "sync", t, topology="sharded") for t in spec.tests)
     return cases
 
 
@@ -99,7 +107,7 @@ def test_unified(case: Case, spec_deployment: DeploymentFor) -> None:
     """The unified test passes (or is skipped with the runner's reason)."""
     if case.test is None:
         pytest.skip(case.missing)
-    topology = choose_topology(case.test.file)
+    topology = case.topology or choose_topology(case.test.file)
     if topology is None:
         pytest.skip("no embedded topology satisfies runOnRequirements")
     config = RunnerConfig(preset=case.preset, flavour=case.flavour, fast_backoff=True)
