@@ -57,6 +57,19 @@ class _FastCollection(_MongomockCollection):  # type: ignore[misc]
         result: Iterator[Any] = super()._iter_documents(filter)
         return result
 
+    def _apply_update_document(
+        self, existing_document: Any, spec: Any, document: Any, was_insert: Any
+    ) -> None:
+        # mongomock edits the stored document in place operator by operator; a failing operator
+        # would leave the earlier ones applied. mongod applies an update entirely or not at all.
+        before = copy.deepcopy(existing_document)
+        try:
+            super()._apply_update_document(existing_document, spec, document, was_insert)
+        except BaseException:
+            existing_document.clear()
+            existing_document.update(before)
+            raise
+
     def _apply_update_pipeline(self, existing_document: Any, pipeline: Any, session: Any) -> None:
         # mongod keeps the _id when a pipeline's output drops it ($replaceRoot, $project).
         doc_id = existing_document.get("_id", _MISSING)

@@ -383,3 +383,13 @@ def test_top_level_dollar_fields_are_accepted_but_not_in_id(run: Run) -> None:
     assert docs(run) == [{"_id": 1, "$a": 1, "b": 2}]
     (error,) = run({"insert": "c", "documents": [{"_id": {"$x": 1}}]})["writeErrors"]
     assert error["code"] == 2
+
+
+def test_failing_update_leaves_the_document_unchanged(run: Run) -> None:
+    """An update whose second operator fails applies nothing (mongod's atomic single update)."""
+    run({"insert": "c", "documents": [{"_id": 1, "a": 1, "s": "text"}]})
+    reply = run(
+        {"update": "c", "updates": [{"q": {"_id": 1}, "u": {"$set": {"a": 2}, "$inc": {"s": 1}}}]}
+    )
+    assert len(reply["writeErrors"]) == 1
+    assert docs(run) == [{"_id": 1, "a": 1, "s": "text"}]
