@@ -25,6 +25,7 @@ from tests.integration.conftest import (
     resolve,
     to_list,
 )
+from tests.integration.test_backport_loop import wait_for_mongoses
 
 pytestmark = [
     pytest.mark.skipif(NATIVE_BACKPRESSURE, reason=NATIVE_REASON),
@@ -235,6 +236,7 @@ async def test_run_command_retargets_to_other_mongos(
         clients, sharded_server.uri, event_listeners=[commands], localThresholdMS=1000
     )
     await resolve(client.db.command("ping"))
+    await wait_for_mongoses(client)
     sharded_server.configure_fail_point(overload_fail_point(["ping"]), member=0)
     retried: list[tuple[str, int]] = []
     for _ in range(20):  # selection is random: stop once a ping first hit the bad mongos

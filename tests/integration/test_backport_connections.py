@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import uuid
 from typing import Any
@@ -183,3 +184,43 @@ async def test_handshake_flag_only_for_enabled_client(
     plain_handshakes = _handshakes(standalone_server, plain_name)
     assert plain_handshakes
     assert not any("backpressure" in h for h in plain_handshakes)
+
+
+def _drain_connection_tokens(server: EmbeddedServer) -> list[socket.socket]:
+    """Open raw connections until the server's connection limiter rejects one (bucket empty)."""
+    opened: list[socket.socket] = []
+    for _ in range(20):
+        sock = socket.create_connection(server.addresses[0], timeout=2)
+        opened.append(sock)
+        sock.settimeout(0.02)
+        try:
+            if sock.recv(1) == b"":  # closed at once: rejected, no token left
+                return opened
+        except socket.timeout:
+            continue  # admitted: it took a token
+    raise AssertionError("the connection limiter never rejected a connection")
+
+
+async def test_connection_rate_limiter_rejections_retried(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """Connections refused by the server's connection limiter are retried after a backoff."""
+    app_name = f"limited-{uuid.uuid4().hex[:8]}"
+    recorder = PoolRecorder()
+    client = clients.backpressure(standalone_server.uri, **_connection_kwargs(app_name, recorder))
+    backpressure.enable(client, DRAFT, random=lambda: 0.999)
+    await _warm_up(client)
+    standalone_server.set_parameter(
+        ingressConnectionEstablishmentRateLimiterEnabled=True,
+        ingressConnectionEstablishmentRatePerSec=4,
+        ingressConnectionEstablishmentBurstCapacitySecs=0.25,  # one token, one more per 250 ms
+    )
+    held = _drain_connection_tokens(standalone_server)
+    try:
+        await resolve(client.db.coll.insert_one({"_id": 1}))
+    finally:
+        for sock in held:
+            sock.close()
+    assert standalone_server.stats()["connectionsRejected"] >= 2  # ours and the drain's
+    assert recorder.cleared == 0
+    assert _server_types(client) == ["Standalone"]

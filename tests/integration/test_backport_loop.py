@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Callable
 
 import pytest
@@ -45,6 +46,18 @@ def enabled_client(
     client = clients.backpressure(uri, **kwargs)
     backpressure.enable(client, policy, listeners=listeners, random=random)
     return client
+
+
+async def wait_for_mongoses(client: Any, count: int = 2, timeout: float = 10.0) -> None:
+    """Wait until the client's monitors have discovered ``count`` mongos routers."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        descriptions = client.topology_description.server_descriptions().values()
+        if sum(d.server_type_name == "Mongos" for d in descriptions) >= count:
+            return
+        assert loop.time() < deadline, "the mongos routers were not all discovered"
+        await asyncio.sleep(0.01)
 
 
 async def test_insert_retried_with_same_txn_number(
@@ -311,6 +324,7 @@ async def test_retargets_to_other_mongos(
         clients, sharded_server.uri, event_listeners=[commands], localThresholdMS=1000
     )
     await resolve(client.admin.command("ping"))
+    await wait_for_mongoses(client)
     overloaded = sharded_server.addresses[0]
     sharded_server.configure_fail_point(overload_fail_point(["insert"]), member=0)
     retried: list[list[tuple[str, int]]] = []
