@@ -54,6 +54,12 @@ class _FastCollection(_MongomockCollection):  # type: ignore[misc]
                 if doc is not None and _filter_applies(filter, doc):
                     return iter((doc,))
                 return iter(())
+        if type(filter) is dict and "$expr" in filter:
+            # mongomock's $expr raises KeyError for a field path missing from a document, where
+            # mongod evaluates it as missing; such a document simply does not match here.
+            if store.is_empty:
+                _expr_applies(filter, {})
+            return (doc for doc in list(store.documents) if _expr_applies(filter, doc))
         result: Iterator[Any] = super()._iter_documents(filter)
         return result
 
@@ -79,6 +85,13 @@ class _FastCollection(_MongomockCollection):  # type: ignore[misc]
             existing_document.clear()
             existing_document["_id"] = doc_id
             existing_document.update(rest)
+
+
+def _expr_applies(filter: Any, doc: Any) -> bool:
+    try:
+        return bool(_filter_applies(filter, doc))
+    except KeyError:
+        return False
 
 
 def strip_where(filter: Any) -> Any:

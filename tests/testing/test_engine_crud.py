@@ -393,3 +393,14 @@ def test_failing_update_leaves_the_document_unchanged(run: Run) -> None:
     )
     assert len(reply["writeErrors"]) == 1
     assert docs(run) == [{"_id": 1, "a": 1, "s": "text"}]
+
+
+def test_expr_on_documents_missing_the_field(run: Run) -> None:
+    """$expr over a field some documents lack matches the others instead of failing."""
+    run({"insert": "c", "documents": [{"_id": 1, "name": "n"}, {"_id": 2}]})
+    body = {"filter": {"$expr": {"$eq": ["$name", "$$name"]}}, "let": {"name": "n"}}
+    assert run({"find": "c", **body})["cursor"]["firstBatch"] == [{"_id": 1, "name": "n"}]
+    reply = run(
+        {"delete": "c", "deletes": [{"q": body["filter"], "limit": 0}], "let": {"name": "n"}}
+    )
+    assert reply["n"] == 1
