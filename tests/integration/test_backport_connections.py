@@ -224,3 +224,22 @@ async def test_connection_rate_limiter_rejections_retried(
     assert standalone_server.stats()["connectionsRejected"] >= 2  # ours and the drain's
     assert recorder.cleared == 0
     assert _server_types(client) == ["Standalone"]
+
+
+async def test_disabled_client_back_to_stock_connection_handling(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """After disable: no handshake flag on new connections and hang-ups clear the pool again."""
+    app_name = f"undone-{uuid.uuid4().hex[:8]}"
+    recorder = PoolRecorder()
+    client = clients.backpressure(standalone_server.uri, **_connection_kwargs(app_name, recorder))
+    await _warm_up(client)
+    assert _handshakes(standalone_server, app_name)[-1].get("backpressure") is True
+    backpressure.disable(client)
+    await _warm_up(client)  # a new connection, opened while disabled
+    assert "backpressure" not in _handshakes(standalone_server, app_name)[-1]
+    await asyncio.sleep(0.05)
+    standalone_server.configure_fail_point(_hangup_fail_point(app_name, 2))
+    with pytest.raises(AutoReconnect):
+        await resolve(client.db.coll.insert_one({"_id": 1}))
+    assert recorder.cleared >= 1
