@@ -22,6 +22,7 @@ from backpressure.testing.engine_base import (
     opt_document,
     opt_int,
 )
+from backpressure.testing.engine_rewrite import case_insensitive
 from backpressure.testing.engine_store import guard
 from backpressure.testing.engine_writes import apply_update, insert_document
 
@@ -231,8 +232,18 @@ def _distinct(req: Request) -> dict[str, Any]:
     if not req.store.exists(req.db, coll_name):
         return {"values": [], "ok": 1.0}
     coll = req.store.collection(req.db, coll_name)
-    values = guard(lambda: coll.distinct(key, query))
-    return {"values": sorted(values, key=_BsonOrder), "ok": 1.0}
+    values = sorted(guard(lambda: coll.distinct(key, query)), key=_BsonOrder)
+    if case_insensitive(req.body.get("collation")):
+        seen: set[str] = set()
+        kept: list[Any] = []
+        for value in values:
+            folded = value.casefold() if isinstance(value, str) else None
+            if folded is None or folded not in seen:
+                kept.append(value)
+                if folded is not None:
+                    seen.add(folded)
+        values = kept
+    return {"values": values, "ok": 1.0}
 
 
 HANDLERS: dict[str, Handler] = {

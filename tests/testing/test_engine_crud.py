@@ -404,3 +404,28 @@ def test_expr_on_documents_missing_the_field(run: Run) -> None:
         {"delete": "c", "deletes": [{"q": body["filter"], "limit": 0}], "let": {"name": "n"}}
     )
     assert reply["n"] == 1
+
+
+def test_case_insensitive_collation(run: Run) -> None:
+    """strength 1/2 collations compare strings ignoring case; simple ones do not."""
+    run(
+        {
+            "insert": "c",
+            "documents": [{"_id": 1, "x": "PING"}, {"_id": 2, "x": "ping"}, {"_id": 3, "x": 1}],
+        }
+    )
+    ci = {"locale": "en_US", "strength": 2}
+    assert (
+        len(run({"find": "c", "filter": {"x": "Ping"}, "collation": ci})["cursor"]["firstBatch"])
+        == 2
+    )
+    assert (
+        run({"find": "c", "filter": {"x": "Ping"}, "collation": {"locale": "simple"}})["cursor"][
+            "firstBatch"
+        ]
+        == []
+    )
+    assert run({"count": "c", "query": {"x": {"$eq": "PinG"}}, "collation": ci})["n"] == 2
+    assert run({"distinct": "c", "key": "x", "collation": ci})["values"] == [1, "PING"]
+    reply = run({"delete": "c", "deletes": [{"q": {"x": "pInG"}, "limit": 0, "collation": ci}]})
+    assert reply["n"] == 2
