@@ -18,11 +18,12 @@ Commands (mongomock 4.3 is the query engine):
 * Sessions: endSessions, killSessions, killAllSessions(ByPattern), commitTransaction,
   abortTransaction; retryable writes and transactions keyed by ``lsid`` + ``txnNumber``.
 
-Emulated around mongomock (``engine_rewrite``, ``engine_writes``): ``let`` variables, case-insensitive
-collations, ``$replaceWith``, ``$type: "null"``, ``arrayFilters``, null ``_id`` upserts, top-level
-``$`` field names, first-writer-wins WriteConflict between transactions. Not emulated: views,
-``$text``, ``$setField``, ``$rand``, accent-insensitive collation, JavaScript (``$where`` is guessed,
-its ``sleep()`` reported by ``delay_seconds``), non-transactional writes blocking on transactions.
+Emulated around mongomock (``engine_rewrite``, ``engine_writes``): ``let`` variables,
+case-insensitive collations, ``$replaceWith``, ``$type: "null"``, ``arrayFilters``, null ``_id``
+upserts, top-level ``$`` field names, first-writer-wins WriteConflict between transactions.
+Not emulated: views, ``$text``, ``$setField``, ``$rand``, accent-insensitive collation,
+JavaScript (``$where`` is guessed, its ``sleep()`` reported by ``delay_seconds``), and
+non-transactional writes waiting for transactions.
 
 Call an ``Engine`` from one thread only (the server's event-loop thread): mongomock is not
 thread-safe.
