@@ -546,14 +546,14 @@ def install_client(client: Any) -> None:
     """Put the backport on one client (state already stored on it)."""
     client._retry_internal = types.MethodType(_csot.apply(_retry_internal), client)
     client._select_server = types.MethodType(_select_server, client)
-    _shared.enable_topology(client._topology_settings._topology_id)
+    _shared.enable_topology(client._topology_settings)
     if not issubclass(client._topology_settings.pool_class, AsyncBackpressurePool):
         _tag_topology(client._topology)
 
 
 def uninstall_client(client: Any) -> None:
     """Remove the backport's instance attributes from one client."""
-    _shared.disable_topology(client._topology_settings._topology_id)
+    _shared.disable_topology(client._topology_settings)
     vars(client).pop("_retry_internal", None)
     vars(client).pop("_select_server", None)
     _untag_topology(client._topology)

@@ -14,6 +14,7 @@ import socket
 import ssl
 import sys
 import threading
+import weakref
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -76,21 +77,22 @@ WRAPPED_MARK = "__backpressure_wrapped__"
 
 _TRANSACTION_ENDS = frozenset({"commitTransaction", "abortTransaction"})
 
-# Topology ids (one per client, stable across topology rebuilds) of the enabled clients.
-_ENABLED_TOPOLOGIES: set[Any] = set()
+# Enabled clients by topology id (one per client, stable across topology rebuilds).  The values
+# are the clients' TopologySettings, held weakly: a client dropped without disable leaves nothing.
+_ENABLED_TOPOLOGIES: weakref.WeakValueDictionary[Any, Any] = weakref.WeakValueDictionary()
 _REGISTRY_LOCK = threading.Lock()
 
 
-def enable_topology(topology_id: Any) -> None:
-    """Mark the client owning ``topology_id`` as enabled for the class-level hooks."""
+def enable_topology(settings: Any) -> None:
+    """Mark the client owning ``settings`` (its TopologySettings) as enabled for the hooks."""
     with _REGISTRY_LOCK:
-        _ENABLED_TOPOLOGIES.add(topology_id)
+        _ENABLED_TOPOLOGIES[settings._topology_id] = settings
 
 
-def disable_topology(topology_id: Any) -> None:
-    """Make the class-level hooks inert again for the client owning ``topology_id``."""
+def disable_topology(settings: Any) -> None:
+    """Make the class-level hooks inert again for the client owning ``settings``."""
     with _REGISTRY_LOCK:
-        _ENABLED_TOPOLOGIES.discard(topology_id)
+        _ENABLED_TOPOLOGIES.pop(settings._topology_id, None)
 
 
 def topology_enabled(topology_id: Any) -> bool:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import threading
 import uuid
 from typing import Any
 
+import pymongo
 import pytest
 from pymongo import monitoring
 from pymongo.errors import AutoReconnect
@@ -15,6 +17,7 @@ from pymongo.errors import AutoReconnect
 import backpressure
 from backpressure import DRAFT
 from backpressure._backport import NATIVE_BACKPRESSURE, NATIVE_REASON
+from backpressure._backport._shared import topology_enabled
 from backpressure.testing import EmbeddedServer
 from tests.integration.conftest import ClientFactory, resolve
 
@@ -243,3 +246,15 @@ async def test_disabled_client_back_to_stock_connection_handling(
     with pytest.raises(AutoReconnect):
         await resolve(client.db.coll.insert_one({"_id": 1}))
     assert recorder.cleared >= 1
+
+
+def test_registry_forgets_dropped_clients(standalone_server: EmbeddedServer) -> None:
+    """An enabled client closed and dropped without disable leaves no registry entry behind."""
+    client: Any = pymongo.MongoClient(standalone_server.uri, connect=False)
+    backpressure.enable(client, DRAFT)
+    topology_id = client._topology_settings._topology_id
+    assert topology_enabled(topology_id)
+    client.close()
+    del client
+    gc.collect()
+    assert not topology_enabled(topology_id)
