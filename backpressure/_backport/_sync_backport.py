@@ -189,11 +189,33 @@ class _SyncRetryLoop:
                     if self._is_retrying() and not self._after_overload:
                         # pymongo's own retry needs sessions: report the error retried.
                         self._raise(self._last_error)
-                return self._func(self._session, conn, self._retryable)
+                watch = self._bulk is not None and self._starts_transaction
+                if watch:
+                    self._watch_batches(conn)
+                try:
+                    return self._func(self._session, conn, self._retryable)
+                finally:
+                    if watch:
+                        vars(conn).pop("write_command", None)
         except PyMongoError as exc:
             if self._retryable:
                 _CLIENT_MODULE._add_retryable_write_error(exc, max_wire_version, is_mongos)
             raise
+
+    def _watch_batches(self, conn: Any) -> None:
+        """Notice when a batch of a bulk write that opens a transaction completes.
+
+        Once one batch has completed the server has started the transaction, so an overload
+        on a later batch must not send ``startTransaction`` again.
+        """
+        write_command = conn.write_command
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            reply = write_command(*args, **kwargs)
+            self._starts_transaction = False
+            return reply
+
+        conn.write_command = watched
 
     def _read_once(self) -> Any:
         """One read attempt on a freshly selected server and connection."""
