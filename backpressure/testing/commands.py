@@ -16,7 +16,12 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from backpressure.testing.engine_base import CommandError
-from backpressure.testing.failpoints import FAIL_COMMAND, FailCommandConfig
+from backpressure.testing.failpoints import (
+    FAIL_COMMAND,
+    FAIL_POINTS,
+    ON_PRIMARY_TRANSACTIONAL_WRITE,
+    FailCommandConfig,
+)
 from backpressure.testing.member import ConnectionState, MemberState
 from backpressure.testing.topology import (
     MAX_BSON_OBJECT_SIZE,
@@ -238,9 +243,13 @@ def _configure_fail_point(
     member: MemberState, conn: ConnectionState, db: str, body: dict[str, Any]
 ) -> dict[str, Any]:
     name = body.get("configureFailPoint")
-    if name != FAIL_COMMAND:
-        raise CommandError(2, f"Cannot find fail point named {name!r}: only 'failCommand' exists")
-    count = member.fail_command.configure(FailCommandConfig.parse(body))
+    if name == FAIL_COMMAND:
+        count = member.fail_command.configure(FailCommandConfig.parse(body))
+    elif name == ON_PRIMARY_TRANSACTIONAL_WRITE:
+        count = member.transactional_write.configure(body)
+    else:
+        known = ", ".join(repr(n) for n in FAIL_POINTS)
+        raise CommandError(2, f"Cannot find fail point named {name!r}: only {known} exist")
     return {"count": count, "ok": 1.0}
 
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Optional, Union
 
+from backpressure.testing.failpoints import FAIL_POINTS
 from backpressure.testing.member import CONTROL_APP_NAME
 from backpressure.testing.parameters import start_parameters
 from backpressure.testing.server import Deployment
@@ -219,8 +220,9 @@ class EmbeddedServer:
         return [int(r.get("count", 0)) for r in self._each(body, member)]
 
     def disable_fail_points(self, member: Optional[MemberRef] = None) -> None:
-        """Switch ``failCommand`` off."""
-        self._each({"configureFailPoint": "failCommand", "mode": "off"}, member)
+        """Switch ``failCommand`` and ``onPrimaryTransactionalWrite`` off."""
+        for name in FAIL_POINTS:
+            self._each({"configureFailPoint": name, "mode": "off"}, member)
 
     def set_parameter(self, member: Optional[MemberRef] = None, **params: Any) -> None:
         """``setParameter`` on one member or all of them."""

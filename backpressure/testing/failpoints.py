@@ -1,4 +1,4 @@
-"""The ``failCommand`` fail point as data and logic, following mongod's rules (no I/O).
+"""The ``failCommand`` and ``onPrimaryTransactionalWrite`` fail points, following mongod's rules.
 
 Theory of operation: ``configureFailPoint`` documents are validated into a
 :class:`FailCommandConfig` (mode + data). For every command the server asks
@@ -7,6 +7,13 @@ Theory of operation: ``configureFailPoint`` documents are validated into a
 moves the mode's counters (``skip``, ``times``) and the ``count`` of activations. An activation
 returns a :class:`FailAction`; the transport then blocks, closes or fails the command in that
 order of precedence.
+
+``onPrimaryTransactionalWrite`` (:class:`TransactionalWriteFailPoint`) shares the modes. The
+transport asks it for each retryable write (``txnNumber`` outside a transaction) that a primary
+is about to apply for the first time. An activation either applies the write and then drops the
+connection (``closeConnection``, default true), or, with ``failBeforeCommitExceptionCode``, fails
+the write without applying it (and still drops the connection unless ``closeConnection`` is
+false). No I/O here.
 """
 
 from __future__ import annotations
@@ -21,14 +28,28 @@ from backpressure.testing.engine_base import CommandError
 __all__ = [
     "FAILPOINT_ERRMSG",
     "FAIL_COMMAND",
+    "FAIL_POINTS",
+    "ON_PRIMARY_TRANSACTIONAL_WRITE",
+    "TRANSACTIONAL_WRITE_ERRMSG",
     "FailAction",
     "FailCommand",
     "FailCommandConfig",
+    "TransactionalWriteAction",
+    "TransactionalWriteFailPoint",
     "canonical_command_name",
 ]
 
 FAIL_COMMAND = "failCommand"
-"""The only fail point the embedded server implements."""
+"""The fail point that fails, blocks or closes chosen commands."""
+
+ON_PRIMARY_TRANSACTIONAL_WRITE = "onPrimaryTransactionalWrite"
+"""The fail point that interrupts retryable writes on the primary."""
+
+FAIL_POINTS = (FAIL_COMMAND, ON_PRIMARY_TRANSACTIONAL_WRITE)
+"""The fail points the embedded server implements."""
+
+TRANSACTIONAL_WRITE_ERRMSG = "Failing write due to the onPrimaryTransactionalWrite failpoint"
+"""The ``errmsg`` of a ``failBeforeCommitExceptionCode`` error (the write is not applied)."""
 
 FAILPOINT_ERRMSG = "Failing command via 'failCommand' failpoint"
 """The ``errmsg`` mongod uses for injected errors."""
@@ -143,16 +164,54 @@ def _parse_action(data: Mapping[str, Any]) -> FailAction:
     )
 
 
-class FailCommand:
+class _Modes:
+    """The mode bookkeeping every fail point shares: ``off``, ``alwaysOn``, ``times``, ``skip``
+    and ``activationProbability``, plus the activation ``count``."""
+
+    def __init__(self, random: Callable[[], float]) -> None:
+        self._random = random
+        self._mode = "off"
+        self._remaining = 0.0
+        self.count = 0
+        """How many times the fail point has activated since it was last configured."""
+
+    def _set_mode(self, mode: str, value: float) -> int:
+        previous = self.count
+        self._mode = mode
+        self._remaining = value
+        self.count = 0
+        return previous
+
+    def _switch_off(self) -> None:
+        self._mode = "off"
+
+    def _activate(self) -> bool:
+        """Move the mode's counters for one matching event; True when the fail point fires."""
+        if self._mode == "off":
+            return False
+        if self._mode == "skip":
+            if self._remaining > 0:
+                self._remaining -= 1
+                return False
+        elif self._mode == "times":
+            if self._remaining <= 0:
+                return False
+            self._remaining -= 1
+            if self._remaining <= 0:
+                self._switch_off()
+        elif self._mode == "activationProbability" and self._random() >= self._remaining:
+            return False  # for this mode ``_remaining`` holds the probability
+        self.count += 1
+        return True
+
+
+class FailCommand(_Modes):
     """The state of one member's ``failCommand`` fail point."""
 
     def __init__(self, random: Callable[[], float] = _random.random) -> None:
         """Start switched off; ``random`` decides ``activationProbability`` draws."""
-        self._random = random
+        super().__init__(random)
         self._config = FailCommandConfig("off", 0, frozenset(), None, FailAction())
-        self._remaining = 0.0
-        self.count = 0
-        """How many times the fail point has activated since it was last configured."""
 
     @property
     def config(self) -> FailCommandConfig:
@@ -166,15 +225,16 @@ class FailCommand:
 
     def configure(self, config: FailCommandConfig) -> int:
         """Install ``config``; return the activation count of the previous configuration."""
-        previous = self.count
         self._config = config
-        self._remaining = config.mode_value
-        self.count = 0
-        return previous
+        return self._set_mode(config.mode, config.mode_value)
 
     def disable(self) -> None:
         """Switch the fail point off."""
         self.configure(FailCommandConfig("off", 0, frozenset(), None, FailAction()))
+
+    def _switch_off(self) -> None:
+        super()._switch_off()
+        self._config = FailCommandConfig("off", 0, frozenset(), None, FailAction())
 
     def evaluate(self, command_name: str, app_name: Optional[str]) -> Optional[FailAction]:
         """Return the action for this command, or ``None`` when the fail point does not fire."""
@@ -185,17 +245,58 @@ class FailCommand:
             return None
         if config.app_name is not None and config.app_name != app_name:
             return None
-        if config.mode == "skip":
-            if self._remaining > 0:
-                self._remaining -= 1
-                return None
-        elif config.mode == "times":
-            if self._remaining <= 0:
-                return None
-            self._remaining -= 1
-            if self._remaining <= 0:
-                self._config = FailCommandConfig("off", 0, frozenset(), None, FailAction())
-        elif config.mode == "activationProbability" and self._random() >= config.mode_value:
-            return None
-        self.count += 1
-        return config.action
+        return config.action if self._activate() else None
+
+
+@dataclass(frozen=True)
+class TransactionalWriteAction:
+    """What an activated ``onPrimaryTransactionalWrite`` does to one retryable write."""
+
+    close_connection: bool = True
+    """Drop the connection instead of replying (after applying the write, unless it fails)."""
+    error_code: Optional[int] = None
+    """``failBeforeCommitExceptionCode``: fail the write with this code; it is not applied."""
+
+    @classmethod
+    def parse(cls, command: Mapping[str, Any]) -> tuple[str, float, TransactionalWriteAction]:
+        """Validate a ``configureFailPoint`` command: (mode, mode value, action)."""
+        mode, mode_value = _parse_mode(command.get("mode"))
+        data = command.get("data", {})
+        if not isinstance(data, Mapping):
+            raise CommandError(2, "'data' must be an object")
+        close = data.get("closeConnection", True)
+        if not isinstance(close, bool):
+            raise CommandError(2, "'closeConnection' must be a boolean")
+        code = data.get("failBeforeCommitExceptionCode")
+        if code is not None and (not isinstance(code, (int, float)) or isinstance(code, bool)):
+            raise CommandError(2, "'failBeforeCommitExceptionCode' must be a number")
+        return mode, mode_value, cls(close, None if code is None else int(code))
+
+
+class TransactionalWriteFailPoint(_Modes):
+    """The state of one member's ``onPrimaryTransactionalWrite`` fail point."""
+
+    def __init__(self, random: Callable[[], float] = _random.random) -> None:
+        """Start switched off; ``random`` decides ``activationProbability`` draws."""
+        super().__init__(random)
+        self.action = TransactionalWriteAction()
+        """What the next activation does."""
+
+    @property
+    def active(self) -> bool:
+        """True unless the mode is ``off``."""
+        return self._mode != "off"
+
+    def configure(self, command: Mapping[str, Any]) -> int:
+        """Validate and install a ``configureFailPoint`` command; return the previous count."""
+        mode, value, action = TransactionalWriteAction.parse(command)
+        self.action = action
+        return self._set_mode(mode, value)
+
+    def disable(self) -> None:
+        """Switch the fail point off."""
+        self._set_mode("off", 0)
+
+    def evaluate(self) -> Optional[TransactionalWriteAction]:
+        """Return the action for one first-time retryable write, or ``None``."""
+        return self.action if self._activate() else None

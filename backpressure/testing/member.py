@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
-from backpressure.testing.failpoints import FailCommand
+from backpressure.testing.failpoints import FailCommand, TransactionalWriteFailPoint
 from backpressure.testing.parameters import ServerParameters
 from backpressure.testing.ratelimit import AdmissionLimiter
 from backpressure.testing.stats import ConnectionRecord, MemberStats
@@ -46,7 +46,7 @@ class ConnectionState:
 
 
 class MemberState:
-    """Parameters, fail point, limiters and statistics of one member."""
+    """Parameters, fail points, limiters and statistics of one member."""
 
     def __init__(
         self,
@@ -62,6 +62,8 @@ class MemberState:
         self.start_parameters = dict(start_parameters)
         self.parameters = ServerParameters(start_parameters)
         self.fail_command = FailCommand()
+        self.transactional_write = TransactionalWriteFailPoint()
+        """The ``onPrimaryTransactionalWrite`` fail point."""
         self.request_limiter = AdmissionLimiter(self.parameters.request_limiter())
         self.connection_limiter = AdmissionLimiter(self.parameters.connection_limiter())
         self.stats = MemberStats()
@@ -79,8 +81,9 @@ class MemberState:
         self.connection_limiter.apply(self.parameters.connection_limiter())
 
     def reset(self) -> None:
-        """Fail point off, parameters and limiters back to start-up settings, counters zeroed."""
+        """Fail points off, parameters and limiters back to start-up settings, counters zeroed."""
         self.fail_command.disable()
+        self.transactional_write.disable()
         self.parameters = ServerParameters(self.start_parameters)
         self.request_limiter.apply(self.parameters.request_limiter())
         self.connection_limiter.apply(self.parameters.connection_limiter())

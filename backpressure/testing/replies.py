@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from backpressure.testing.engine_base import CODE_NAMES
+from backpressure.testing.engine_base import code_name_of
 
 __all__ = [
     "RATE_LIMITED_ERRMSG",
@@ -88,7 +88,7 @@ def error_reply(
         "ok": 0.0,
         "errmsg": errmsg,
         "code": code,
-        "codeName": code_name or CODE_NAMES.get(code, "UnknownError"),
+        "codeName": code_name or code_name_of(code),
     }
     final = mongod_labels(code, name, body) if labels is None else list(labels)
     if final:

@@ -8,8 +8,13 @@ other connections. A request goes through these steps:
 1. framing (``wire.py``); a malformed or oversized message closes only that connection;
 2. the first hello records the handshake (appName, compressors) for statistics and fail points;
 3. the ingress request limiter (hellos and control commands are exempt, see ``commands.py``);
-4. the ``failCommand`` fail point: block, then close, then error (``failpoints.py``);
-5. server-level commands (``commands.py``), else role checks and ``Engine.execute``;
+4. the ``failCommand`` fail point: block, then close, then error (``failpoints.py``); a close or
+   an error is reported to ``Engine.note_injected_error`` (mongod has already checked the
+   session out and begun a ``startTransaction`` transaction when the fail point fires);
+5. server-level commands (``commands.py``), else role checks and ``Engine.execute``, preceded by
+   the time the command would take in mongod (``$where`` ``sleep()`` calls, the await of a
+   change-stream getMore), slept without blocking other connections; the
+   ``onPrimaryTransactionalWrite`` fail point wraps first-time retryable writes on a primary;
 6. reply decoration: ``writeConcernError`` from the fail point, ``baseBackoffMS`` on overload
    errors, ``$clusterTime``/``operationTime`` for replica sets and sharded clusters.
 
@@ -35,7 +40,12 @@ from backpressure.testing.commands import (
     SECONDARY_ALWAYS_OK,
 )
 from backpressure.testing.engine_base import CommandContext, CommandError
-from backpressure.testing.failpoints import FailAction, canonical_command_name
+from backpressure.testing.failpoints import (
+    TRANSACTIONAL_WRITE_ERRMSG,
+    FailAction,
+    TransactionalWriteAction,
+    canonical_command_name,
+)
 from backpressure.testing.member import CONTROL_APP_NAME, ConnectionState, MemberState
 from backpressure.testing.parameters import start_parameters
 from backpressure.testing.replies import (
@@ -64,6 +74,8 @@ log = logging.getLogger("backpressure.testing.server")
 
 _SECONDARY_OK_FLAG = 4  # OP_QUERY flag bit 2
 _SUPPORTED_COMPRESSORS = ("zlib",)
+_TRANSACTIONAL_WRITES = frozenset({"insert", "update", "delete", "findAndModify", "bulkWrite"})
+"""Commands ``onPrimaryTransactionalWrite`` interrupts when they carry a ``txnNumber``."""
 
 
 def _default_engine() -> Engine:
@@ -282,10 +294,12 @@ class Deployment:
                 await asyncio.sleep(action.block_ms / 1000.0)
                 started = time.thread_time()
             if action.close_connection:
+                self._note_injected_error(request)
                 if counters is not None:
                     counters.failed += 1
                 raise _Close
             if action.error_code is not None:
+                self._note_injected_error(request)
                 reply = error_reply(
                     action.error_code,
                     action.errmsg,
@@ -294,12 +308,77 @@ class Deployment:
                     labels=action.error_labels,
                 )
         if reply is None:
-            reply = self._execute(state, conn, request, name)
+            wait = 0.0 if name in ADMIN_COMMANDS else self._wait_seconds(request)
+            if wait > 0:
+                state.cpu_seconds += time.thread_time() - started
+                await asyncio.sleep(wait)
+                started = time.thread_time()
+            write_action = self._transactional_write_action(state, conn, request, name)
+            if write_action is not None and write_action.error_code is not None:
+                self._note_injected_error(request)
+                if write_action.close_connection:
+                    if counters is not None:
+                        counters.failed += 1
+                    raise _Close
+                reply = error_reply(
+                    write_action.error_code,
+                    TRANSACTIONAL_WRITE_ERRMSG,
+                    name=name,
+                    body=request.body,
+                )
+            else:
+                reply = self._execute(state, conn, request, name)
+                if write_action is not None and write_action.close_connection:
+                    if counters is not None:
+                        counters.failed += 1
+                    raise _Close  # the write is applied; the client sees a network error
             if action is not None and action.write_concern_error is not None:
                 _attach_write_concern_error(reply, action.write_concern_error, name, request.body)
         self._decorate(state, reply, counters)
         state.cpu_seconds += time.thread_time() - started
         return reply
+
+    def _note_injected_error(self, request: Request) -> None:
+        """Tell the engine a fail point answered this command before it ran."""
+        try:
+            self.engine.note_injected_error(request.db, request.body)
+        except Exception:  # never let bookkeeping turn an injected error into a crash
+            log.exception("noting the injected error of %r failed", request.command_name)
+
+    def _wait_seconds(self, request: Request) -> float:
+        """How long mongod would take before answering: ``$where`` sleeps, change-stream awaits."""
+        try:
+            delay = self.engine.delay_seconds(request.db, request.body)
+            return delay + self.engine.await_seconds(request.body)
+        except Exception:
+            log.exception("computing the delay of %r failed", request.command_name)
+            return 0.0
+
+    def _transactional_write_action(
+        self, state: MemberState, conn: ConnectionState, request: Request, name: str
+    ) -> Optional[TransactionalWriteAction]:
+        """Evaluate ``onPrimaryTransactionalWrite`` for a first-time retryable write.
+
+        A retry of an applied write is answered from the session's record without reaching the
+        write path, so it neither fires nor moves the fail point's counters.
+        """
+        point = state.transactional_write
+        body = request.body
+        if (
+            not point.active
+            or conn.control
+            or state.member.role not in ("primary", "mongos")
+            or name not in _TRANSACTIONAL_WRITES
+            or body.get("txnNumber") is None
+            or "autocommit" in body
+        ):
+            return None
+        lsid = body.get("lsid")
+        txn_number = body.get("txnNumber")
+        for record in self.engine.txn_stats():
+            if record["txnNumber"] == txn_number and record["lsid"] == lsid and record["applied"]:
+                return None
+        return point.evaluate()
 
     def _record_handshake(
         self, state: MemberState, conn: ConnectionState, body: dict[str, Any]

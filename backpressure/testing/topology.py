@@ -2,6 +2,8 @@
 
 The server never advertises ``topologyVersion``, so pymongo's monitors poll once per
 ``heartbeatFrequencyMS`` instead of streaming awaitable hellos (valid for every pymongo 4.x).
+Replica-set members report ``lastWrite`` (the cluster clock's latest time; all members share one
+data store, so secondaries are never behind), which ``maxStalenessSeconds`` needs.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from bson.binary import Binary
+from bson.int64 import Int64
 from bson.timestamp import Timestamp
 
 from backpressure.testing.wire import MAX_MESSAGE_SIZE_BYTES
@@ -79,6 +82,10 @@ class ClusterClock:
             self._seconds, self._increment = now, 1
         else:
             self._increment += 1
+        return Timestamp(self._seconds, self._increment)
+
+    def latest(self) -> Timestamp:
+        """The latest cluster time handed out, without advancing."""
         return Timestamp(self._seconds, self._increment)
 
     def gossip(self, timestamp: Timestamp) -> dict[str, Any]:
@@ -168,6 +175,7 @@ class Topology:
             )
             if primary is not None:
                 reply["primary"] = primary.address
+            reply["lastWrite"] = self._last_write()
             if member.role == "secondary":
                 reply["ismaster" if legacy else "isWritablePrimary"] = False
         elif self.kind == "sharded":
@@ -187,3 +195,18 @@ class Topology:
             reply["compression"] = compression
         reply["ok"] = 1.0
         return reply
+
+    def _last_write(self) -> dict[str, Any]:
+        """``lastWrite`` of a replica-set hello: op times and their wall-clock dates.
+
+        mongod's dates have second precision (they come from the op time's seconds).
+        """
+        ts = self.clock.latest()
+        op_time = {"ts": ts, "t": Int64(1)}
+        date = datetime.datetime.fromtimestamp(ts.time, tz=datetime.timezone.utc)
+        return {
+            "opTime": op_time,
+            "lastWriteDate": date,
+            "majorityOpTime": dict(op_time),
+            "majorityWriteDate": date,
+        }

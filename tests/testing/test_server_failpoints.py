@@ -325,3 +325,138 @@ def test_injected_error_in_transaction_does_not_abort_it(
         assert info.value.has_error_label("TransientTransactionError")
         coll.insert_one({"_id": 2}, session=session)
     assert sorted(d["_id"] for d in coll.find()) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("data", [{"errorCode": 112}, {"closeConnection": True}])
+def test_failed_first_command_still_starts_the_transaction(
+    replicaset_server: EmbeddedServer, make_client: Any, data: dict[str, Any]
+) -> None:
+    """mongod begins the transaction before failCommand fires: the next command continues it.
+
+    The client sent ``startTransaction`` with the failed insert only; the second insert has no
+    ``startTransaction`` and must find the transaction, and the commit must succeed.
+    """
+    listener = _StartedCommands()
+    client = make_client(replicaset_server.uri, event_listeners=[listener])
+    coll = client.test.c
+    coll.insert_one({"_id": 0})
+    _fail(replicaset_server, {"times": 1}, failCommands=["insert"], **data)
+    with client.start_session() as session, session.start_transaction():
+        with pytest.raises(PyMongoError) as info:
+            coll.insert_one({"_id": 1}, session=session)
+        assert info.value.has_error_label("TransientTransactionError")
+        coll.insert_one({"_id": 2}, session=session)
+    inserts = [c for c in listener.commands if "insert" in c and "autocommit" in c]
+    assert [c.get("startTransaction") for c in inserts] == [True, None]
+    assert sorted(d["_id"] for d in coll.find()) == [0, 2]
+
+
+class _StartedCommands(monitoring.CommandListener):
+    def __init__(self) -> None:
+        self.commands: list[dict[str, Any]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.commands.append(dict(event.command))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+def _txn_records(server: EmbeddedServer) -> list[dict[str, Any]]:
+    return [t for t in server.stats()["transactions"] if t["txnNumber"] >= 1]
+
+
+def _write_fail(server: EmbeddedServer, mode: Any, **data: Any) -> None:
+    server.configure_fail_point(
+        {"configureFailPoint": "onPrimaryTransactionalWrite", "mode": mode, "data": data}
+    )
+
+
+def test_transactional_write_close_after_apply_is_retried_once(
+    replicaset_server: EmbeddedServer, make_client: Any
+) -> None:
+    """onPrimaryTransactionalWrite applies the insert, then drops the connection; the retry
+    gets the stored reply, so the document is written once."""
+    client = make_client(replicaset_server.uri)
+    coll = client.test.c
+    _write_fail(replicaset_server, {"times": 1})
+    assert coll.insert_one({"_id": 1}).inserted_id == 1
+    assert list(coll.find()) == [{"_id": 1}]
+    (record,) = _txn_records(replicaset_server)
+    assert (record["attempts"], record["applied"]) == (2, True)
+    assert replicaset_server.stats(0)["commands"]["insert"] == {
+        "received": 2,
+        "failed": 1,
+        "rejected": 0,
+    }
+
+
+def test_transactional_write_alwayson_fires_once_per_write(
+    replicaset_server: EmbeddedServer, make_client: Any
+) -> None:
+    """A retry of an applied write does not reach the write path, so alwaysOn lets it through;
+    writes without a txnNumber (retryWrites=false) are never affected."""
+    client = make_client(replicaset_server.uri)
+    _write_fail(replicaset_server, "alwaysOn")
+    client.test.c.update_one({"_id": 1}, {"$set": {"x": 1}}, upsert=True)
+    plain = make_client(replicaset_server.uri, retryWrites=False)
+    plain.test.c.insert_one({"_id": 2})
+    assert replicaset_server.configure_fail_point(
+        {"configureFailPoint": "onPrimaryTransactionalWrite", "mode": "off"}, member=0
+    ) == [1]
+    assert list(client.test.c.find().sort("_id", 1)) == [{"_id": 1, "x": 1}, {"_id": 2}]
+
+
+def test_transactional_write_fail_before_commit_is_not_applied(
+    replicaset_server: EmbeddedServer, make_client: Any
+) -> None:
+    """failBeforeCommitExceptionCode fails the write unapplied; a retryable code is retried."""
+    client = make_client(replicaset_server.uri)
+    coll = client.test.c
+    _write_fail(
+        replicaset_server, {"times": 1}, closeConnection=False, failBeforeCommitExceptionCode=91
+    )
+    coll.insert_one({"_id": 1})
+    (record,) = _txn_records(replicaset_server)
+    assert (record["attempts"], record["applied"]) == (1, True)
+    _write_fail(
+        replicaset_server, {"times": 1}, closeConnection=False, failBeforeCommitExceptionCode=2
+    )
+    with pytest.raises(OperationFailure) as info:
+        coll.insert_one({"_id": 2})
+    assert info.value.code == 2
+    assert list(coll.find()) == [{"_id": 1}]
+
+
+def test_invalid_transactional_write_configuration(standalone_server: EmbeddedServer) -> None:
+    """A non-boolean closeConnection is BadValue, like other malformed fail point data."""
+    reply = standalone_server.command(
+        {
+            "configureFailPoint": "onPrimaryTransactionalWrite",
+            "mode": "alwaysOn",
+            "data": {"closeConnection": 1},
+        }
+    )
+    assert (reply["ok"], reply["code"]) == (0.0, 2)
+
+
+def test_write_concern_error_on_commit_is_retried(
+    replicaset_server: EmbeddedServer, make_client: Any
+) -> None:
+    """A retryable writeConcernError on commitTransaction: the client retries the commit."""
+    client = make_client(replicaset_server.uri)
+    coll = client.test.c
+    _fail(
+        replicaset_server,
+        {"times": 1},
+        failCommands=["commitTransaction"],
+        writeConcernError={"code": 91, "errmsg": "Replication is being shut down"},
+    )
+    with client.start_session() as session, session.start_transaction():
+        coll.insert_one({"_id": 1}, session=session)
+    assert list(coll.find()) == [{"_id": 1}]
+    counters = replicaset_server.stats(0)["commands"]["commitTransaction"]
+    assert counters["received"] == 2

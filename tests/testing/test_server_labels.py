@@ -1,4 +1,4 @@
-"""mongod's error-label rules as the embedded server applies them (pure)."""
+"""mongod's error-label rules and code names as the embedded server applies them."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from backpressure.testing import EmbeddedServer
 from backpressure.testing.replies import error_reply, mongod_labels, rate_limited_reply
 
 _RETRYABLE_WRITE = {"insert": "c", "txnNumber": 1}
@@ -53,3 +54,15 @@ def test_rate_limited_reply_labels() -> None:
     """Without retries allowed the rejection keeps only SystemOverloadedError."""
     assert rate_limited_reply(True)["errorLabels"] == ["SystemOverloadedError", "RetryableError"]
     assert rate_limited_reply(False)["errorLabels"] == ["SystemOverloadedError"]
+
+
+def test_unknown_codes_are_named_like_mongod_assertions(
+    standalone_server: EmbeddedServer, raw_connect: Any
+) -> None:
+    """A code without a name becomes ``Location<code>``, as mongod names assertion codes."""
+    assert error_reply(4242, "x", name="ping", body={"ping": 1})["codeName"] == "Location4242"
+    standalone_server.configure_fail_point(
+        {"mode": {"times": 1}, "data": {"failCommands": ["ping"], "errorCode": 4242}}
+    )
+    reply = raw_connect(standalone_server.primary_address).command({"ping": 1})
+    assert (reply["code"], reply["codeName"]) == (4242, "Location4242")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import time
 import uuid
 from typing import Any, Callable
@@ -147,3 +148,19 @@ def test_closed_connections_stay_in_stats(
         time.sleep(0.02)
     assert conns
     assert all(c["closedAt"] is not None for c in conns)
+
+
+def test_max_staleness_reads_from_a_secondary(
+    replicaset_server: EmbeddedServer, make_client: Any
+) -> None:
+    """Hello carries lastWrite like mongod's, so maxStalenessSeconds can select a secondary."""
+    writer = make_client(replicaset_server.uri)
+    writer.test.c.insert_one({"_id": 1})
+    client = make_client(replicaset_server.uri + "&readPreference=secondary&maxStalenessSeconds=90")
+    cursor = client.test.c.find()
+    assert list(cursor) == [{"_id": 1}]
+    assert cursor.address in replicaset_server.addresses[1:]
+    hello = client.admin.command("hello")
+    last_write = hello["lastWrite"]
+    assert last_write["opTime"]["t"] == 1
+    assert isinstance(last_write["lastWriteDate"], datetime.datetime)
