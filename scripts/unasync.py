@@ -1,7 +1,9 @@
 """Generate the sync twins of async modules, line by line.
 
 Usage: ``python scripts/unasync.py`` rewrites the generated files; ``python scripts/unasync.py
---check`` exits with status 1 when a generated file is stale or a substitution went unused.
+--check`` exits with status 1 when a generated file is stale or a substitution went unused.  A
+generated file that differs from what its source gives and is newer than the source looks
+hand-edited: it is not overwritten unless ``--force`` is given.
 
 Each output line is the input line with the substitutions below applied, so both files have the
 same number of lines and a traceback line number in one is the same line in the other.
@@ -60,17 +62,26 @@ def main(argv: list[str] | None = None) -> int:
     """Generate (or with ``--check`` verify) every sync twin; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if a twin is stale")
+    parser.add_argument("--force", action="store_true", help="overwrite hand-edited twins")
     args = parser.parse_args(argv)
     used: set[str] = set()
     stale = []
+    refused = []
     for source, target in FILES.items():
-        expected = unasync_text((ROOT / source).read_text(encoding="utf-8"), used)
+        source_path = ROOT / source
+        expected = unasync_text(source_path.read_text(encoding="utf-8"), used)
         target_path = ROOT / target
         current = target_path.read_text(encoding="utf-8") if target_path.exists() else None
         if current == expected:
             continue
         if args.check:
             stale.append(target)
+        elif (
+            current is not None
+            and not args.force
+            and target_path.stat().st_mtime > source_path.stat().st_mtime
+        ):
+            refused.append(target)
         else:
             target_path.write_text(expected, encoding="utf-8")
             print(f"wrote {target}")
@@ -78,6 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     if unused:
         print("These patterns were not used:", ", ".join(unused), file=sys.stderr)
+        status = 1
+    if refused:
+        print(
+            "Refusing to overwrite hand-edited files (newer than their source; edit the async",
+            "source instead, or pass --force):",
+            ", ".join(refused),
+            file=sys.stderr,
+        )
         status = 1
     if stale:
         print(

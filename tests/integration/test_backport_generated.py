@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from pathlib import Path
 from types import ModuleType
@@ -48,3 +49,26 @@ def test_unused_pattern_is_reported(
     )
     assert unasync.main(["--check"]) == 1
     assert "NeverUsedName" in capsys.readouterr().err
+
+
+def test_hand_edited_twin_is_not_overwritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A twin newer than its source and different from it is kept unless --force is given."""
+    unasync = _unasync()
+    source = tmp_path / "a.py"
+    target = tmp_path / "s.py"
+    source.write_text("".join(f"{pattern}\n" for pattern, _ in unasync.SUBS), encoding="utf-8")
+    target.write_text("hand edit\n", encoding="utf-8")
+    os.utime(source, (1_000_000, 1_000_000))  # the source is older than the twin
+    monkeypatch.setattr(unasync, "ROOT", tmp_path)
+    monkeypatch.setattr(unasync, "FILES", {"a.py": "s.py"})
+    monkeypatch.setattr(
+        unasync, "_COMPILED", [(re.compile(re.escape(p)), r) for p, r in unasync.SUBS]
+    )
+    assert unasync.main([]) == 1
+    assert "Refusing to overwrite" in capsys.readouterr().err
+    assert target.read_text(encoding="utf-8") == "hand edit\n"
+    assert unasync.main(["--force"]) == 0
+    assert unasync.main(["--check"]) == 0
+    assert target.read_text(encoding="utf-8") != "hand edit\n"
