@@ -159,6 +159,7 @@ class _AsyncRetryLoop:
 
     async def _select(self) -> Any:
         """Select the server for the next attempt, avoiding the deprioritized ones."""
+        self._server = None
         self._server = await self._client._select_server(
             self._selector,
             self._session,
