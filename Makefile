@@ -29,6 +29,7 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict backpressure
+	$(BIN)/python scripts/unasync.py --check
 
 format: $(VENV)/.installed
 	$(BIN)/ruff format .

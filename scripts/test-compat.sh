@@ -12,7 +12,7 @@ for version in "$@"; do
         "$PYTHON" -m venv "$env" && "$env/bin/python" -m pip install -q --upgrade pip || { failed+=("$version(venv)"); continue; }
     fi
     if [ ! -f "$env/.installed" ] || [ pyproject.toml -nt "$env/.installed" ]; then
-        "$env/bin/python" -m pip install -q -e '.[test,motor,server]' "pymongo==$version" \
+        "$env/bin/python" -m pip install -q -e '.[test,motor,server,demo]' "pymongo==$version" \
             && touch "$env/.installed" || { failed+=("$version(install)"); continue; }
     fi
     echo "=== pymongo $version ($("$env/bin/python" -c 'import motor; print("motor", motor.version)'))"
