@@ -226,6 +226,40 @@ def _prepare(
     return _Prepared(host, rest, policy, tuple(listeners))
 
 
+def _construct(
+    client: Any,
+    base_init: Callable[..., None],
+    host: Any,
+    positional: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    setting: Any,
+    listeners: Sequence[RetryListener],
+    *,
+    is_async: bool,
+    close_on_failure: bool,
+) -> None:
+    """Build ``client``: the base constructor with our options taken out, then ``enable``.
+
+    ``base_init`` is the base class's bound ``__init__`` (``super().__init__``); ``positional``
+    are the arguments that follow ``host``.  With ``close_on_failure`` a failing ``enable``
+    closes the client before the error propagates (the sync clients, whose ``close`` is not a
+    coroutine).
+
+    Raises:
+        InvalidPolicyError: an invalid keyword value.
+    """
+    prepared = _prepare(host, kwargs, setting, listeners, is_async=is_async)
+    base_init(prepared.host, *positional, **prepared.kwargs)
+    if prepared.policy is None:
+        return
+    try:
+        enable(client, prepared.policy, listeners=prepared.listeners)
+    except BaseException:
+        if close_on_failure:
+            client.close()
+        raise
+
+
 class MongoClient(pymongo.MongoClient[_DocumentType]):
     """``pymongo.MongoClient`` with overload-aware retries (on unless ``backpressure=False``)."""
 
@@ -248,22 +282,17 @@ class MongoClient(pymongo.MongoClient[_DocumentType]):
             InvalidPolicyError: an invalid ``backpressure``, ``maxAdaptiveRetries`` or
                 ``enableOverloadRetargeting`` keyword value.
         """
-        prepared = _prepare(host, kwargs, backpressure, backpressure_listeners, is_async=False)
-        super().__init__(
-            prepared.host,
-            port,
-            document_class,
-            tz_aware,
-            connect,
-            type_registry,
-            **prepared.kwargs,
+        _construct(
+            self,
+            super().__init__,
+            host,
+            (port, document_class, tz_aware, connect, type_registry),
+            kwargs,
+            backpressure,
+            backpressure_listeners,
+            is_async=False,
+            close_on_failure=True,
         )
-        if prepared.policy is not None:
-            try:
-                enable(self, prepared.policy, listeners=prepared.listeners)
-            except BaseException:
-                self.close()
-                raise
 
 
 class AsyncMongoClient(pymongo.AsyncMongoClient[_DocumentType]):
@@ -288,18 +317,17 @@ class AsyncMongoClient(pymongo.AsyncMongoClient[_DocumentType]):
             InvalidPolicyError: an invalid ``backpressure``, ``maxAdaptiveRetries`` or
                 ``enableOverloadRetargeting`` keyword value.
         """
-        prepared = _prepare(host, kwargs, backpressure, backpressure_listeners, is_async=True)
-        super().__init__(
-            prepared.host,
-            port,
-            document_class,
-            tz_aware,
-            connect,
-            type_registry,
-            **prepared.kwargs,
+        _construct(
+            self,
+            super().__init__,
+            host,
+            (port, document_class, tz_aware, connect, type_registry),
+            kwargs,
+            backpressure,
+            backpressure_listeners,
+            is_async=True,
+            close_on_failure=False,
         )
-        if prepared.policy is not None:
-            enable(self, prepared.policy, listeners=prepared.listeners)
 
 
 _MOTOR_CLIENT: Optional[type] = None
@@ -326,14 +354,17 @@ def motor_client_class() -> type:
         ) -> None:
             """Create a client; arguments as Motor's plus our options."""
             host = kwargs.pop("host", args[0] if args else None)
-            prepared = _prepare(host, kwargs, backpressure, backpressure_listeners, is_async=False)
-            super().__init__(prepared.host, *args[1:], **prepared.kwargs)
-            if prepared.policy is not None:
-                try:
-                    enable(self, prepared.policy, listeners=prepared.listeners)
-                except BaseException:
-                    self.close()
-                    raise
+            _construct(
+                self,
+                super().__init__,
+                host,
+                args[1:],
+                kwargs,
+                backpressure,
+                backpressure_listeners,
+                is_async=False,
+                close_on_failure=True,
+            )
 
     AsyncIOMotorClient.__module__ = __name__
     _MOTOR_CLIENT = AsyncIOMotorClient
