@@ -8,6 +8,7 @@ fixture: :func:`resolve` awaits a value only when it is awaitable, so the same b
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import threading
 from collections.abc import Awaitable, Iterator, Sequence
@@ -40,6 +41,41 @@ async def to_list(cursor: Any) -> list[Any]:
     if hasattr(cursor, "__aiter__"):
         return [doc async for doc in cursor]
     return list(cursor)
+
+
+def zero_jitter() -> float:
+    """Jitter pinned to 0: no backoff sleeps."""
+    return 0.0
+
+
+async def in_transaction(client: Any, *writes: Callable[[Any], Any], abort: bool = False) -> None:
+    """Run ``writes`` (each called with the session) in one transaction, then commit it.
+
+    With ``abort`` the transaction is aborted instead; the session is ended either way.
+    """
+    session = await resolve(client.start_session())
+    try:
+        await resolve(session.start_transaction())
+        for write in writes:
+            await resolve(write(session))
+        if abort:
+            await resolve(session.abort_transaction())
+        else:
+            await resolve(session.commit_transaction())
+    finally:
+        await resolve(session.end_session())
+
+
+async def wait_for_mongoses(client: Any, count: int = 2, timeout: float = 10.0) -> None:
+    """Wait until the client's monitors have discovered ``count`` mongos routers."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        descriptions = client.topology_description.server_descriptions().values()
+        if sum(d.server_type_name == "Mongos" for d in descriptions) >= count:
+            return
+        assert loop.time() < deadline, "the mongos routers were not all discovered"
+        await asyncio.sleep(0.01)
 
 
 def overload_fail_point(
@@ -222,6 +258,12 @@ async def clients(flavour: str) -> Any:
 
 
 @pytest.fixture
+def server(request: pytest.FixtureRequest) -> Any:
+    """The embedded server of the topology named by an indirect parameter ("standalone", ...)."""
+    return request.getfixturevalue(f"{request.param}_server")
+
+
+@pytest.fixture
 def commands() -> CommandRecorder:
     """A fresh CommandRecorder to pass as ``event_listeners=[commands]``."""
     return CommandRecorder()
@@ -236,7 +278,7 @@ def retries() -> RetryRecorder:
 @pytest.fixture
 def no_jitter() -> Callable[[], float]:
     """A random source pinned to 0 (no backoff sleeps)."""
-    return lambda: 0.0
+    return zero_jitter
 
 
 def pairs(items: Sequence[T]) -> Iterator[tuple[T, T]]:

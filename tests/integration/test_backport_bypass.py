@@ -24,8 +24,9 @@ from tests.integration.conftest import (
     overload_fail_point,
     resolve,
     to_list,
+    wait_for_mongoses,
+    zero_jitter,
 )
-from tests.integration.test_backport_loop import wait_for_mongoses
 
 pytestmark = [
     pytest.mark.skipif(NATIVE_BACKPRESSURE, reason=NATIVE_REASON),
@@ -35,15 +36,10 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def zero() -> float:
-    """Jitter pinned to 0: no backoff sleeps."""
-    return 0.0
-
-
 def enabled_client(clients: ClientFactory, uri: str, **kwargs: Any) -> Any:
     """A backpressure client of the test's flavour with zero jitter."""
     client = clients.backpressure(uri, **kwargs)
-    backpressure.enable(client, DRAFT, random=zero)
+    backpressure.enable(client, DRAFT, random=zero_jitter)
     return client
 
 
@@ -173,7 +169,7 @@ async def test_motor_retries(replicaset_server: EmbeddedServer) -> None:
         **client_kwargs(is_async=False),
     )
     try:
-        backpressure.enable(client, DRAFT, random=zero, listeners=[retries])
+        backpressure.enable(client, DRAFT, random=zero_jitter, listeners=[retries])
         replicaset_server.configure_fail_point(overload_fail_point(["ping"], times=2))
         await client.db.command("ping")
         replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=2))

@@ -19,7 +19,7 @@ from backpressure import DRAFT
 from backpressure._backport import NATIVE_BACKPRESSURE, NATIVE_REASON
 from backpressure._backport._shared import topology_enabled
 from backpressure.testing import EmbeddedServer
-from tests.integration.conftest import ClientFactory, resolve
+from tests.integration.conftest import ClientFactory, resolve, zero_jitter
 
 pytestmark = [
     pytest.mark.skipif(NATIVE_BACKPRESSURE, reason=NATIVE_REASON),
@@ -27,11 +27,6 @@ pytestmark = [
 ]
 
 HANDSHAKES = ["isMaster", "ismaster", "hello"]
-
-
-def zero() -> float:
-    """Jitter pinned to 0: no backoff sleeps."""
-    return 0.0
 
 
 class PoolRecorder(monitoring.ConnectionPoolListener):
@@ -128,7 +123,7 @@ async def test_connection_hangups_retried_without_sdam_changes(
     app_name = f"bp-{uuid.uuid4().hex[:8]}"
     recorder = PoolRecorder()
     client = clients.backpressure(standalone_server.uri, **_connection_kwargs(app_name, recorder))
-    backpressure.enable(client, DRAFT, random=zero)
+    backpressure.enable(client, DRAFT, random=zero_jitter)
     await _warm_up(client)
     created_before = recorder.created
     standalone_server.configure_fail_point(_hangup_fail_point(app_name, 2))
@@ -160,7 +155,7 @@ async def test_enabled_after_construction_retries_hangups(
     recorder = PoolRecorder()
     client = clients.plain(standalone_server.uri, **_connection_kwargs(app_name, recorder))
     await _warm_up(client)
-    backpressure.enable(client, DRAFT, random=zero)
+    backpressure.enable(client, DRAFT, random=zero_jitter)
     standalone_server.configure_fail_point(_hangup_fail_point(app_name, 2))
     await resolve(client.db.coll.find_one({}))
     assert recorder.cleared == 0

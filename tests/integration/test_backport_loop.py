@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Callable
 
 import pytest
@@ -12,25 +11,25 @@ from pymongo.hello import Hello
 from pymongo.operations import InsertOne, UpdateOne
 
 import backpressure
-from backpressure import CURRENT_SPEC, DRAFT, Policy, StopReason, retry_summary
+from backpressure import DRAFT, Policy, StopReason, retry_summary
 from backpressure._backport import NATIVE_BACKPRESSURE, NATIVE_REASON
 from backpressure.testing import EmbeddedServer
 from tests.integration.conftest import (
     OVERLOAD_CODE,
     ClientFactory,
     CommandRecorder,
-    RetryRecorder,
+    in_transaction,
     overload_fail_point,
     resolve,
     to_list,
+    wait_for_mongoses,
+    zero_jitter,
 )
 
 pytestmark = [
     pytest.mark.skipif(NATIVE_BACKPRESSURE, reason=NATIVE_REASON),
     pytest.mark.timeout(60),
 ]
-
-ZERO: Callable[[], float] = lambda: 0.0  # noqa: E731 - jitter pinned to 0: no backoff sleeps
 
 
 def enabled_client(
@@ -39,25 +38,13 @@ def enabled_client(
     policy: Policy = DRAFT,
     *,
     listeners: tuple[Any, ...] = (),
-    random: Callable[[], float] = ZERO,
+    random: Callable[[], float] = zero_jitter,
     **kwargs: Any,
 ) -> Any:
     """A backpressure client of the test's flavour with a pinned jitter source."""
     client = clients.backpressure(uri, **kwargs)
     backpressure.enable(client, policy, listeners=listeners, random=random)
     return client
-
-
-async def wait_for_mongoses(client: Any, count: int = 2, timeout: float = 10.0) -> None:
-    """Wait until the client's monitors have discovered ``count`` mongos routers."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        descriptions = client.topology_description.server_descriptions().values()
-        if sum(d.server_type_name == "Mongos" for d in descriptions) >= count:
-            return
-        assert loop.time() < deadline, "the mongos routers were not all discovered"
-        await asyncio.sleep(0.01)
 
 
 async def test_insert_retried_with_same_txn_number(
@@ -72,31 +59,6 @@ async def test_insert_retried_with_same_txn_number(
     assert commands.failed_names() == ["insert", "insert"]
     transactions = replicaset_server.stats()["transactions"]
     assert [(t["txnNumber"], t["applied"]) for t in transactions] == [(1, True)]
-
-
-@pytest.mark.parametrize(("policy", "attempts"), [(DRAFT, 6), (CURRENT_SPEC, 3)])
-async def test_always_overloaded_attempts(
-    clients: ClientFactory,
-    replicaset_server: EmbeddedServer,
-    commands: CommandRecorder,
-    retries: RetryRecorder,
-    policy: Policy,
-    attempts: int,
-) -> None:
-    """An always overloaded server: DRAFT gives 6 attempts, CURRENT_SPEC 3, then the error."""
-    client = enabled_client(
-        clients, replicaset_server.uri, policy, listeners=(retries,), event_listeners=[commands]
-    )
-    replicaset_server.configure_fail_point(overload_fail_point(["insert"]))
-    with pytest.raises(OperationFailure) as caught:
-        await resolve(client.db.coll.insert_one({"_id": 1}))
-    assert caught.value.code == OVERLOAD_CODE
-    assert len(commands.started_commands("insert")) == attempts
-    assert len(retries.retries) == attempts - 1
-    summary = retry_summary(caught.value)
-    assert summary is not None
-    assert summary.attempts == attempts
-    assert summary.stop_reason is StopReason.ATTEMPTS_EXHAUSTED
 
 
 class _ArmAfterFirstInsert(monitoring.CommandListener):
@@ -139,34 +101,6 @@ async def test_insert_many_retries_only_failed_batch(
     ]
     assert commands.failed_names() == ["insert"]
     assert await resolve(client.db.coll.count_documents({})) == 5
-
-
-async def test_update_many_retried_without_txn_number(
-    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
-) -> None:
-    """update_many is no retryable write, yet an overload is retried (no txnNumber sent)."""
-    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
-    await resolve(client.db.coll.insert_many([{"_id": 1}, {"_id": 2}]))
-    replicaset_server.configure_fail_point(overload_fail_point(["update"], times=2))
-    result = await resolve(client.db.coll.update_many({}, {"$set": {"a": 1}}))
-    assert result.modified_count == 2
-    updates = commands.started_commands("update")
-    assert len(updates) == 3
-    assert all("txnNumber" not in cmd for cmd in updates)
-
-
-async def test_get_more_retried(
-    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
-) -> None:
-    """An overloaded getMore is retried on the same server and the cursor completes."""
-    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
-    await resolve(client.db.coll.insert_many([{"_id": i} for i in range(5)]))
-    replicaset_server.configure_fail_point(overload_fail_point(["getMore"], times=2))
-    docs = await to_list(client.db.coll.find(batch_size=2))
-    assert [d["_id"] for d in docs] == list(range(5))
-    get_mores = commands.addresses("getMore")
-    assert len(get_mores) == 4  # 2 failed + 2 needed
-    assert len(set(get_mores)) == 1
 
 
 async def test_plain_find_retried(
@@ -241,52 +175,6 @@ async def test_retry_options_ignored_when_policy_says_so(
     replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=1))
     await resolve(client.db.coll.insert_one({"_id": 1}))
     assert len(commands.started_commands("insert")) == 2
-
-
-async def test_transaction_first_command_restarts_transaction(
-    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
-) -> None:
-    """An overloaded first command of a transaction is re-sent with startTransaction."""
-    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
-    await resolve(client.db.coll.insert_one({"_id": 0}))
-    commands.reset()
-    replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=1))
-    session = await resolve(client.start_session())
-    try:
-        await resolve(session.start_transaction())
-        await resolve(client.db.coll.insert_one({"_id": 1}, session=session))
-        await resolve(client.db.coll.insert_one({"_id": 2}, session=session))
-        await resolve(session.commit_transaction())
-    finally:
-        await resolve(session.end_session())
-    inserts = commands.started_commands("insert")
-    assert [cmd.get("startTransaction", False) for cmd in inserts] == [True, True, False]
-    assert len({cmd["txnNumber"] for cmd in inserts}) == 1
-    assert await resolve(client.db.coll.count_documents({})) == 3
-
-
-async def test_commit_retried_on_overload(
-    clients: ClientFactory,
-    replicaset_server: EmbeddedServer,
-    commands: CommandRecorder,
-    retries: RetryRecorder,
-) -> None:
-    """An overloaded commitTransaction is retried and the transaction commits once."""
-    client = enabled_client(
-        clients, replicaset_server.uri, listeners=(retries,), event_listeners=[commands]
-    )
-    replicaset_server.configure_fail_point(overload_fail_point(["commitTransaction"], times=2))
-    session = await resolve(client.start_session())
-    try:
-        await resolve(session.start_transaction())
-        await resolve(client.db.coll.insert_one({"_id": 1}, session=session))
-        await resolve(session.commit_transaction())
-    finally:
-        await resolve(session.end_session())
-    assert len(commands.started_commands("commitTransaction")) == 3
-    assert [e.operation for e in retries.retries] == ["commitTransaction"] * 2
-    assert all(type(e.operation) is str for e in retries.retries)
-    assert await resolve(client.db.coll.count_documents({})) == 1
 
 
 async def test_csot_bounds_retries(
@@ -392,13 +280,11 @@ async def test_abort_retried_on_overload(
     """An overloaded abortTransaction is retried until the server accepts it."""
     client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
     replicaset_server.configure_fail_point(overload_fail_point(["abortTransaction"], times=2))
-    session = await resolve(client.start_session())
-    try:
-        await resolve(session.start_transaction())
-        await resolve(client.db.coll.insert_one({"_id": 1}, session=session))
-        await resolve(session.abort_transaction())
-    finally:
-        await resolve(session.end_session())
+    await in_transaction(
+        client,
+        lambda session: client.db.coll.insert_one({"_id": 1}, session=session),
+        abort=True,
+    )
     assert len(commands.started_commands("abortTransaction")) == 3
     assert commands.failed_names() == ["abortTransaction", "abortTransaction"]
     assert await resolve(client.db.coll.count_documents({})) == 0
@@ -486,18 +372,12 @@ async def test_transaction_bulk_later_batch_keeps_transaction(
     await resolve(client.db.coll.insert_one({"_id": 0}))
     commands.reset()
     replicaset_server.configure_fail_point(overload_fail_point(["update"], times=1))
-    session = await resolve(client.start_session())
-    try:
-        await resolve(session.start_transaction())
-        await resolve(
-            client.db.coll.bulk_write(
-                [InsertOne({"_id": 1}), UpdateOne({"_id": 1}, {"$set": {"a": 1}})],
-                session=session,
-            )
-        )
-        await resolve(session.commit_transaction())
-    finally:
-        await resolve(session.end_session())
+    await in_transaction(
+        client,
+        lambda session: client.db.coll.bulk_write(
+            [InsertOne({"_id": 1}), UpdateOne({"_id": 1}, {"$set": {"a": 1}})], session=session
+        ),
+    )
     sent = [
         (name, cmd.get("startTransaction", False))
         for name in ("insert", "update")

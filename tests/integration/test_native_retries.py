@@ -20,9 +20,11 @@ from backpressure import CURRENT_SPEC, DRAFT, Policy, StopReason, _compat, retry
 from backpressure.labels import RETRYABLE, SYSTEM_OVERLOADED, is_retryable_overload
 from backpressure.testing.embedded import EmbeddedServer
 from tests.integration.conftest import (
+    OVERLOAD_CODE,
     ClientFactory,
     CommandRecorder,
     RetryRecorder,
+    in_transaction,
     overload_fail_point,
     resolve,
     to_list,
@@ -32,6 +34,14 @@ FAST = Policy(base_backoff=0.001, max_backoff=0.05)
 """Draft semantics with millisecond backoff, for tests where the delay is not what is tested."""
 
 
+SETUPS = [
+    pytest.param("standalone", False, id="standalone-enable"),
+    pytest.param("replicaset", True, id="replicaset-class"),
+]
+"""(topology, backpressure_class) pairs for tests run on a plain client enabled on a standalone
+and on a ``backpressure`` client class (the backport's pool on pymongo < 4.17) on a replica set."""
+
+
 def enabled_client(
     clients: ClientFactory,
     server: EmbeddedServer,
@@ -39,32 +49,56 @@ def enabled_client(
     retries: RetryRecorder,
     policy: Any = DRAFT,
     jitter: float = 0.0,
+    *,
+    backpressure_class: bool = False,
     **kwargs: Any,
 ) -> Any:
-    """A plain pymongo client of the test's flavour with backpressure enabled on it."""
-    client = clients.plain(server.uri, event_listeners=[commands], **kwargs)
-    return backpressure.enable(client, policy, listeners=[retries], random=lambda: jitter)
+    """A client of the test's flavour with backpressure enabled on it.
+
+    A plain pymongo client, or with ``backpressure_class`` a ``backpressure.MongoClient`` /
+    ``AsyncMongoClient``; either way ``enable`` then sets the policy, listener and jitter.
+    """
+    make = clients.backpressure if backpressure_class else clients.plain
+    client = make(server.uri, event_listeners=[commands], **kwargs)
+    backpressure.enable(client, policy, listeners=[retries], random=lambda: jitter)
+    return client
 
 
-async def test_draft_always_overloaded_insert_makes_six_attempts(
+@pytest.mark.parametrize(("server", "backpressure_class"), SETUPS, indirect=["server"])
+@pytest.mark.parametrize(
+    ("policy", "attempts"),
+    [
+        pytest.param(DRAFT, 6, id="draft"),
+        pytest.param(CURRENT_SPEC, 3, id="current"),
+        pytest.param(CURRENT_SPEC.replace(max_retries=1), 2, id="maxAdaptiveRetries=1"),
+    ],
+)
+async def test_always_overloaded_insert_attempts(
     clients: ClientFactory,
-    standalone_server: EmbeddedServer,
+    server: EmbeddedServer,
     commands: CommandRecorder,
     retries: RetryRecorder,
+    backpressure_class: bool,
+    policy: Policy,
+    attempts: int,
 ) -> None:
-    """Draft prose test: an always-overloaded insert is sent 6 times, then the error surfaces."""
-    client = enabled_client(clients, standalone_server, commands, retries)
-    standalone_server.configure_fail_point(overload_fail_point(["insert"]))
-    with pytest.raises(PyMongoError) as info:
+    """Prose tests: an always-overloaded insert is sent 6 times (draft), 3 times (current spec),
+    twice (maxAdaptiveRetries=1), then the overload error surfaces."""
+    client = enabled_client(
+        clients, server, commands, retries, policy, backpressure_class=backpressure_class
+    )
+    server.configure_fail_point(overload_fail_point(["insert"]))
+    with pytest.raises(OperationFailure) as info:
         await resolve(client.db.coll.insert_one({"x": 1}))
+    assert info.value.code == OVERLOAD_CODE
     assert info.value.has_error_label(SYSTEM_OVERLOADED)
     assert info.value.has_error_label(RETRYABLE)
-    assert len(commands.started_commands("insert")) == 6
+    assert len(commands.started_commands("insert")) == attempts
     summary = retry_summary(info.value)
     assert summary is not None
-    assert summary.attempts == 6
+    assert summary.attempts == attempts
     assert summary.stop_reason is StopReason.ATTEMPTS_EXHAUSTED
-    assert len(retries.retries) == 5
+    assert len(retries.retries) == attempts - 1
 
 
 async def test_retry_budget_of_two_tokens_allows_two_retries(
@@ -108,38 +142,6 @@ async def test_backoff_follows_jitter_and_draft_exponents(
     assert retries.delays == pytest.approx(want)
 
 
-async def test_current_spec_makes_three_attempts(
-    clients: ClientFactory,
-    standalone_server: EmbeddedServer,
-    commands: CommandRecorder,
-    retries: RetryRecorder,
-) -> None:
-    """Current spec: 2 retries (3 attempts), first ceiling 0.2 s (exponent from 1)."""
-    client = enabled_client(clients, standalone_server, commands, retries, CURRENT_SPEC)
-    standalone_server.configure_fail_point(overload_fail_point(["insert"]))
-    with pytest.raises(PyMongoError) as info:
-        await resolve(client.db.coll.insert_one({"x": 1}))
-    assert len(commands.started_commands("insert")) == 3
-    summary = retry_summary(info.value)
-    assert summary is not None
-    assert summary.stop_reason is StopReason.ATTEMPTS_EXHAUSTED
-
-
-async def test_max_adaptive_retries_one_makes_two_attempts(
-    clients: ClientFactory,
-    standalone_server: EmbeddedServer,
-    commands: CommandRecorder,
-    retries: RetryRecorder,
-) -> None:
-    """Current spec prose test: maxAdaptiveRetries=1 gives exactly 2 attempts."""
-    policy = CURRENT_SPEC.replace(max_retries=1)
-    client = enabled_client(clients, standalone_server, commands, retries, policy)
-    standalone_server.configure_fail_point(overload_fail_point(["insert"]))
-    with pytest.raises(PyMongoError):
-        await resolve(client.db.coll.insert_one({"x": 1}))
-    assert len(commands.started_commands("insert")) == 2
-
-
 async def test_server_base_backoff_sets_the_delays(
     clients: ClientFactory,
     standalone_server: EmbeddedServer,
@@ -177,35 +179,48 @@ async def test_insert_succeeds_after_two_overloads(
     assert await resolve(client.db.coll.count_documents({})) == 1
 
 
+@pytest.mark.parametrize(("server", "backpressure_class"), SETUPS, indirect=["server"])
 async def test_get_more_is_retried(
     clients: ClientFactory,
-    standalone_server: EmbeddedServer,
+    server: EmbeddedServer,
     commands: CommandRecorder,
     retries: RetryRecorder,
+    backpressure_class: bool,
 ) -> None:
-    """An overloaded getMore is retried on the same cursor and iteration completes."""
-    client = enabled_client(clients, standalone_server, commands, retries)
-    await resolve(client.db.coll.insert_many([{"_id": i} for i in range(3)]))
-    standalone_server.configure_fail_point(overload_fail_point(["getMore"], times=2))
-    docs = await to_list(client.db.coll.find({}, batch_size=1))
-    assert [d["_id"] for d in docs] == [0, 1, 2]
-    assert len(commands.failed_names()) == 2
+    """An overloaded getMore is retried on the same server and cursor; iteration completes."""
+    client = enabled_client(
+        clients, server, commands, retries, backpressure_class=backpressure_class
+    )
+    await resolve(client.db.coll.insert_many([{"_id": i} for i in range(5)]))
+    server.configure_fail_point(overload_fail_point(["getMore"], times=2))
+    docs = await to_list(client.db.coll.find({}, batch_size=2))
+    assert [d["_id"] for d in docs] == list(range(5))
+    assert commands.failed_names() == ["getMore", "getMore"]
     assert [e.operation for e in retries.retries] == ["getMore", "getMore"]
+    get_mores = commands.addresses("getMore")
+    assert len(get_mores) == 4  # 2 failed + 2 needed
+    assert len(set(get_mores)) == 1
 
 
+@pytest.mark.parametrize(("server", "backpressure_class"), SETUPS, indirect=["server"])
 async def test_update_many_is_retried(
     clients: ClientFactory,
-    standalone_server: EmbeddedServer,
+    server: EmbeddedServer,
     commands: CommandRecorder,
     retries: RetryRecorder,
+    backpressure_class: bool,
 ) -> None:
-    """update_many (not a retryable write) is retried on overload and applied once."""
-    client = enabled_client(clients, standalone_server, commands, retries)
+    """update_many (no retryable write: no txnNumber sent) is retried and applied once."""
+    client = enabled_client(
+        clients, server, commands, retries, backpressure_class=backpressure_class
+    )
     await resolve(client.db.coll.insert_many([{"_id": i, "n": 0} for i in range(2)]))
-    standalone_server.configure_fail_point(overload_fail_point(["update"], times=2))
+    server.configure_fail_point(overload_fail_point(["update"], times=2))
     result = await resolve(client.db.coll.update_many({}, {"$inc": {"n": 1}}))
     assert result.modified_count == 2
-    assert len(commands.started_commands("update")) == 3
+    updates = commands.started_commands("update")
+    assert len(updates) == 3
+    assert all("txnNumber" not in cmd for cmd in updates)
     docs = await to_list(client.db.coll.find({}))
     assert [d["n"] for d in docs] == [1, 1]
 
@@ -267,48 +282,55 @@ async def test_csot_deadline_stops_retries_with_the_overload_error(
     assert bucket.tokens == 999  # no token taken for the refused retry
 
 
+@pytest.mark.parametrize("backpressure_class", [False, True])
 async def test_transaction_first_command_retried_with_start_transaction(
     clients: ClientFactory,
     replicaset_server: EmbeddedServer,
     commands: CommandRecorder,
     retries: RetryRecorder,
+    backpressure_class: bool,
 ) -> None:
     """An overloaded first command of a transaction is re-sent with startTransaction."""
-    client = enabled_client(clients, replicaset_server, commands, retries, FAST)
-    await resolve(client.db.create_collection("coll"))
+    client = enabled_client(
+        clients, replicaset_server, commands, retries, FAST, backpressure_class=backpressure_class
+    )
+    await resolve(client.db.coll.insert_one({"_id": 0}))
+    commands.reset()
     replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=1))
-    session = await resolve(client.start_session())
-    try:
-        await resolve(session.start_transaction())
-        await resolve(client.db.coll.insert_one({"_id": 1}, session=session))
-        await resolve(session.commit_transaction())
-    finally:
-        await resolve(session.end_session())
+    await in_transaction(
+        client,
+        lambda session: client.db.coll.insert_one({"_id": 1}, session=session),
+        lambda session: client.db.coll.insert_one({"_id": 2}, session=session),
+    )
     inserts = commands.started_commands("insert")
-    assert len(inserts) == 2
-    assert all(doc.get("startTransaction") is True for doc in inserts)
-    assert inserts[0]["txnNumber"] == inserts[1]["txnNumber"]
-    assert await resolve(client.db.coll.count_documents({})) == 1
+    assert [cmd.get("startTransaction", False) for cmd in inserts] == [True, True, False]
+    assert len({cmd["txnNumber"] for cmd in inserts}) == 1
+    assert await resolve(client.db.coll.count_documents({})) == 3
 
 
+@pytest.mark.parametrize(("backpressure_class", "overloads"), [(False, 1), (True, 2)])
 async def test_overloaded_commit_is_retried(
     clients: ClientFactory,
     replicaset_server: EmbeddedServer,
     commands: CommandRecorder,
     retries: RetryRecorder,
+    backpressure_class: bool,
+    overloads: int,
 ) -> None:
-    """An overloaded commitTransaction is retried and the transaction commits."""
-    client = enabled_client(clients, replicaset_server, commands, retries, FAST)
+    """An overloaded commitTransaction is retried and the transaction commits once."""
+    client = enabled_client(
+        clients, replicaset_server, commands, retries, FAST, backpressure_class=backpressure_class
+    )
     await resolve(client.db.create_collection("coll"))
-    replicaset_server.configure_fail_point(overload_fail_point(["commitTransaction"], times=1))
-    session = await resolve(client.start_session())
-    try:
-        await resolve(session.start_transaction())
-        await resolve(client.db.coll.insert_one({"_id": 1}, session=session))
-        await resolve(session.commit_transaction())
-    finally:
-        await resolve(session.end_session())
-    assert len(commands.started_commands("commitTransaction")) == 2
+    replicaset_server.configure_fail_point(
+        overload_fail_point(["commitTransaction"], times=overloads)
+    )
+    await in_transaction(
+        client, lambda session: client.db.coll.insert_one({"_id": 1}, session=session)
+    )
+    assert len(commands.started_commands("commitTransaction")) == overloads + 1
+    assert [e.operation for e in retries.retries] == ["commitTransaction"] * overloads
+    assert all(type(e.operation) is str for e in retries.retries)
     assert await resolve(client.db.coll.count_documents({})) == 1
 
 
