@@ -21,7 +21,7 @@ from backpressure.testing.engine_base import (
 )
 from backpressure.testing.engine_cursors import cursor_reply
 from backpressure.testing.engine_store import guard
-from backpressure.testing.engine_writes import apply_update, insert_document
+from backpressure.testing.engine_writes import apply_update, insert_document, sort_pairs
 
 __all__ = ["HANDLERS"]
 
@@ -121,7 +121,6 @@ def _one(
         return {"ok": 1.0, "idx": idx, "n": n}
     if "updateMods" not in op:
         raise CommandError(40414, "BSON field 'updateMods' is missing in update operation")
-    sort = opt_document(op, "sort")
     outcome = apply_update(
         coll,
         ns,
@@ -130,7 +129,7 @@ def _one(
         upsert=opt_bool(op, "upsert"),
         multi=multi,
         array_filters=op.get("arrayFilters"),
-        sort=[(k, -1 if v == -1 else 1) for k, v in sort.items()] if sort else None,
+        sort=sort_pairs(opt_document(op, "sort")),
     )
     upserted = outcome.upserted
     totals["nMatched"] += outcome.matched - (1 if upserted else 0)

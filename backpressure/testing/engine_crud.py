@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from mongomock import filtering
 
@@ -24,7 +24,7 @@ from backpressure.testing.engine_base import (
 )
 from backpressure.testing.engine_rewrite import case_insensitive
 from backpressure.testing.engine_store import guard
-from backpressure.testing.engine_writes import apply_update, insert_document
+from backpressure.testing.engine_writes import apply_update, insert_document, sort_pairs
 
 __all__ = ["HANDLERS", "write_error"]
 
@@ -45,76 +45,85 @@ def _documents(body: Mapping[str, Any], field: str) -> list[Any]:
     return value
 
 
-def _insert(req: Request) -> dict[str, Any]:
+_Statement = Callable[[Any, str, int, Any], None]
+"""Applies one statement: (collection, namespace, index, statement); raises CommandError."""
+
+
+def _write_batch(
+    req: Request, field: str, apply: _Statement, summary: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """Run the statements of ``field`` through ``apply`` (an ordered batch stops at the first
+    failure); return ``summary()`` (called after the batch) plus the failures as ``writeErrors``."""
     coll_name = collection_name(req)
-    docs = _documents(req.body, "documents")
+    statements = _documents(req.body, field)
     ordered = opt_bool(req.body, "ordered", True)
     ns = f"{req.db}.{coll_name}"
     coll = req.store.collection(req.db, coll_name)
-    n = 0
     errors: list[dict[str, Any]] = []
-    for index, doc in enumerate(docs):
+    for index, stmt in enumerate(statements):
         try:
-            if not isinstance(doc, dict):
-                raise CommandError(14, "document to insert must be an object")
-            insert_document(coll, ns, doc)
-            n += 1
+            apply(coll, ns, index, stmt)
         except CommandError as exc:
             errors.append(write_error(index, exc))
             if ordered:
                 break
-    reply: dict[str, Any] = {"n": n, "ok": 1.0}
+    reply = summary()
     if errors:
         reply["writeErrors"] = errors
     return reply
 
 
+def _insert(req: Request) -> dict[str, Any]:
+    n = 0
+
+    def insert(coll: Any, ns: str, index: int, doc: Any) -> None:
+        nonlocal n
+        if not isinstance(doc, dict):
+            raise CommandError(14, "document to insert must be an object")
+        insert_document(coll, ns, doc)
+        n += 1
+
+    return _write_batch(req, "documents", insert, lambda: {"n": n, "ok": 1.0})
+
+
 def _update(req: Request) -> dict[str, Any]:
-    coll_name = collection_name(req)
-    statements = _documents(req.body, "updates")
-    ordered = opt_bool(req.body, "ordered", True)
-    ns = f"{req.db}.{coll_name}"
-    coll = req.store.collection(req.db, coll_name)
     n = modified = 0
     upserted: list[dict[str, Any]] = []
-    errors: list[dict[str, Any]] = []
-    for index, stmt in enumerate(statements):
-        try:
-            if not isinstance(stmt, Mapping):
-                raise CommandError(14, "update statement must be an object")
-            query = opt_document(stmt, "q")
-            if query is None:
-                raise CommandError(40414, "BSON field 'update.updates.q' is missing")
-            if "u" not in stmt:
-                raise CommandError(40414, "BSON field 'update.updates.u' is missing")
-            array_filters = stmt.get("arrayFilters")
-            if array_filters is not None and not isinstance(array_filters, list):
-                raise CommandError(14, "arrayFilters must be an array")
-            outcome = apply_update(
-                coll,
-                ns,
-                query,
-                stmt["u"],
-                upsert=opt_bool(stmt, "upsert"),
-                multi=opt_bool(stmt, "multi"),
-                array_filters=array_filters,
-                sort=_sort(stmt.get("sort")),
-            )
-        except CommandError as exc:
-            errors.append(write_error(index, exc))
-            if ordered:
-                break
-            continue
+
+    def update(coll: Any, ns: str, index: int, stmt: Any) -> None:
+        nonlocal n, modified
+        if not isinstance(stmt, Mapping):
+            raise CommandError(14, "update statement must be an object")
+        query = opt_document(stmt, "q")
+        if query is None:
+            raise CommandError(40414, "BSON field 'update.updates.q' is missing")
+        if "u" not in stmt:
+            raise CommandError(40414, "BSON field 'update.updates.u' is missing")
+        array_filters = stmt.get("arrayFilters")
+        if array_filters is not None and not isinstance(array_filters, list):
+            raise CommandError(14, "arrayFilters must be an array")
+        outcome = apply_update(
+            coll,
+            ns,
+            query,
+            stmt["u"],
+            upsert=opt_bool(stmt, "upsert"),
+            multi=opt_bool(stmt, "multi"),
+            array_filters=array_filters,
+            sort=_sort(stmt.get("sort")),
+        )
         n += outcome.matched
         modified += outcome.modified
         if outcome.upserted:
             upserted.append({"index": index, "_id": outcome.upserted_id})
-    reply: dict[str, Any] = {"n": n, "nModified": modified, "ok": 1.0}
-    if upserted:
-        reply["upserted"] = upserted
-    if errors:
-        reply["writeErrors"] = errors
-    return reply
+
+    def summary() -> dict[str, Any]:
+        reply: dict[str, Any] = {"n": n, "nModified": modified, "ok": 1.0}
+        if upserted:
+            reply["upserted"] = upserted
+        return reply
+
+    return _write_batch(req, "updates", update, summary)
 
 
 def _sort(value: Any) -> Optional[list[tuple[str, int]]]:
@@ -122,42 +131,29 @@ def _sort(value: Any) -> Optional[list[tuple[str, int]]]:
         return None
     if not isinstance(value, Mapping):
         raise CommandError(14, "sort must be an object")
-    return [(key, -1 if direction == -1 else 1) for key, direction in value.items()] or None
+    return sort_pairs(value)
 
 
 def _delete(req: Request) -> dict[str, Any]:
-    coll_name = collection_name(req)
-    statements = _documents(req.body, "deletes")
-    ordered = opt_bool(req.body, "ordered", True)
-    ns = f"{req.db}.{coll_name}"
-    coll = req.store.collection(req.db, coll_name)
     n = 0
-    errors: list[dict[str, Any]] = []
-    for index, stmt in enumerate(statements):
-        try:
-            if not isinstance(stmt, Mapping):
-                raise CommandError(14, "delete statement must be an object")
-            query = opt_document(stmt, "q")
-            if query is None:
-                raise CommandError(40414, "BSON field 'delete.deletes.q' is missing")
-            limit = opt_int(stmt, "limit", 0)
-            if limit not in (0, 1):
-                raise CommandError(
-                    9, f"The limit field in delete objects must be 0 or 1. Got {limit}"
-                )
-            if limit:
-                result = guard(partial(coll.delete_one, query), ns)
-            else:
-                result = guard(partial(coll.delete_many, query), ns)
-            n += result.deleted_count
-        except CommandError as exc:
-            errors.append(write_error(index, exc))
-            if ordered:
-                break
-    reply: dict[str, Any] = {"n": n, "ok": 1.0}
-    if errors:
-        reply["writeErrors"] = errors
-    return reply
+
+    def delete(coll: Any, ns: str, index: int, stmt: Any) -> None:
+        nonlocal n
+        if not isinstance(stmt, Mapping):
+            raise CommandError(14, "delete statement must be an object")
+        query = opt_document(stmt, "q")
+        if query is None:
+            raise CommandError(40414, "BSON field 'delete.deletes.q' is missing")
+        limit = opt_int(stmt, "limit", 0)
+        if limit not in (0, 1):
+            raise CommandError(9, f"The limit field in delete objects must be 0 or 1. Got {limit}")
+        if limit:
+            result = guard(partial(coll.delete_one, query), ns)
+        else:
+            result = guard(partial(coll.delete_many, query), ns)
+        n += result.deleted_count
+
+    return _write_batch(req, "deletes", delete, lambda: {"n": n, "ok": 1.0})
 
 
 def _find_and_modify(req: Request) -> dict[str, Any]:

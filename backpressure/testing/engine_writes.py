@@ -19,7 +19,13 @@ from mongomock import filtering, helpers
 from backpressure.testing.engine_base import CommandError
 from backpressure.testing.engine_store import guard
 
-__all__ = ["UpdateOutcome", "apply_update", "expand_array_filters", "insert_document"]
+__all__ = [
+    "UpdateOutcome",
+    "apply_update",
+    "expand_array_filters",
+    "insert_document",
+    "sort_pairs",
+]
 
 _filter_applies: Any = filtering.filter_applies
 _hashdict: Any = helpers.hashdict
@@ -146,6 +152,13 @@ def _check_paths(op: str, fields: Mapping[str, Any]) -> None:
                 66,
                 f"Performing an update on the path '{path}' would modify the immutable field '_id'",
             )
+
+
+def sort_pairs(spec: Optional[Mapping[str, Any]]) -> Optional[list[tuple[str, int]]]:
+    """Turn a sort document into ``apply_update``'s (field, 1 | -1) pairs; None when empty."""
+    if not spec:
+        return None
+    return [(key, -1 if direction == -1 else 1) for key, direction in spec.items()]
 
 
 def apply_update(
