@@ -50,7 +50,29 @@ def _tokens(units: int) -> float:
     return units / _SCALE
 
 
-class RetryBudget:
+class _Counted:
+    """The lock and the granted/refused counters both budgets keep."""
+
+    def __init__(self) -> None:
+        """Zero the counters."""
+        self._granted = 0
+        self._refused = 0
+        self._lock = threading.Lock()
+
+    @property
+    def granted(self) -> int:
+        """Number of ``try_acquire`` calls that succeeded."""
+        with self._lock:
+            return self._granted
+
+    @property
+    def refused(self) -> int:
+        """Number of ``try_acquire`` calls that were refused (always 0 for ``NullBudget``)."""
+        with self._lock:
+            return self._refused
+
+
+class RetryBudget(_Counted):
     """A thread-safe token bucket limiting overload retries for one client."""
 
     def __init__(
@@ -62,6 +84,7 @@ class RetryBudget:
         failure_deposit: float = 1.0,
     ) -> None:
         """Create a full bucket; every amount must be finite and >= 0 (capacity > 0)."""
+        super().__init__()
         self._capacity = _amount("capacity", capacity, positive=True)
         self._success_deposit = _amount("success_deposit", success_deposit)
         self._retry_cost = _amount("retry_cost", retry_cost)
@@ -71,9 +94,6 @@ class RetryBudget:
         self._success_units = _units(self._success_deposit)
         self._failure_units = _units(self._failure_deposit)
         self._units = self._cap_units
-        self._granted = 0
-        self._refused = 0
-        self._lock = threading.Lock()
 
     @property
     def capacity(self) -> float:
@@ -90,18 +110,6 @@ class RetryBudget:
         """Tokens currently available."""
         with self._lock:
             return _tokens(self._units)
-
-    @property
-    def granted(self) -> int:
-        """Number of ``try_acquire`` calls that succeeded."""
-        with self._lock:
-            return self._granted
-
-    @property
-    def refused(self) -> int:
-        """Number of ``try_acquire`` calls that were refused."""
-        with self._lock:
-            return self._refused
 
     def try_consume(self, n: float) -> bool:
         """Take ``n`` tokens if that many are available; return whether they were taken."""
@@ -144,14 +152,8 @@ class RetryBudget:
         return f"RetryBudget(tokens={self.tokens!r}, capacity={self._capacity!r})"
 
 
-class NullBudget:
+class NullBudget(_Counted):
     """The disabled budget: always grants, never runs out (``tokens`` is infinite)."""
-
-    def __init__(self) -> None:
-        """Create the null budget with zeroed counters."""
-        self._granted = 0
-        self._refused = 0
-        self._lock = threading.Lock()
 
     @property
     def capacity(self) -> float:
@@ -167,17 +169,6 @@ class NullBudget:
     def tokens(self) -> float:
         """Always infinite."""
         return math.inf
-
-    @property
-    def granted(self) -> int:
-        """Number of ``try_acquire`` calls (all granted)."""
-        with self._lock:
-            return self._granted
-
-    @property
-    def refused(self) -> int:
-        """Always 0."""
-        return self._refused
 
     def try_consume(self, n: float) -> bool:
         """Always True (``n`` is still validated)."""
