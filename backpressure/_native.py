@@ -28,12 +28,14 @@ client:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import random as _random
 import sys
 import time
 import weakref
+from collections.abc import Iterator
 from typing import Any, Callable, Optional
 
 from pymongo import _csot
@@ -301,28 +303,45 @@ class _Installation:
                 setattr(client, name, prior)
 
 
+@contextlib.contextmanager
+def _operation_scope(
+    installation: _Installation, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Iterator[None]:
+    """Run one ``_retry_internal`` call as the current operation; record how it ended.
+
+    The operation is current (in ``_CURRENT``) while the body runs; a failure is recorded before
+    it propagates, a success after the operation stopped being current.
+    """
+    operation = installation.begin(args, kwargs)
+    token = _CURRENT.set(operation)
+    try:
+        yield
+    except BaseException as exc:
+        operation.failed(exc)
+        raise
+    finally:
+        _CURRENT.reset(token)
+    operation.succeeded()
+
+
+def _server_selected(installation: _Installation, server: Any) -> Any:
+    """Record ``server`` as the next attempt's of the current operation (if this client's)."""
+    operation = _CURRENT.get()
+    if operation is not None and operation.installation is installation:
+        operation.attempt_started(_address(server))
+    return server
+
+
 def _sync_wrappers(installation: _Installation) -> dict[str, Callable[..., Any]]:
     """Build the instance-level wrappers for a sync client."""
 
     def _retry_internal(*args: Any, **kwargs: Any) -> Any:
-        operation = installation.begin(args, kwargs)
-        token = _CURRENT.set(operation)
-        try:
-            result = installation.target("_retry_internal")(*args, **kwargs)
-        except BaseException as exc:
-            operation.failed(exc)
-            raise
-        finally:
-            _CURRENT.reset(token)
-        operation.succeeded()
-        return result
+        with _operation_scope(installation, args, kwargs):
+            return installation.target("_retry_internal")(*args, **kwargs)
 
     def _select_server(*args: Any, **kwargs: Any) -> Any:
         server = installation.target("_select_server")(*args, **kwargs)
-        operation = _CURRENT.get()
-        if operation is not None and operation.installation is installation:
-            operation.attempt_started(_address(server))
-        return server
+        return _server_selected(installation, server)
 
     return {"_retry_internal": _retry_internal, "_select_server": _select_server}
 
@@ -331,24 +350,12 @@ def _async_wrappers(installation: _Installation) -> dict[str, Callable[..., Any]
     """Build the instance-level wrappers for an AsyncMongoClient."""
 
     async def _retry_internal(*args: Any, **kwargs: Any) -> Any:
-        operation = installation.begin(args, kwargs)
-        token = _CURRENT.set(operation)
-        try:
-            result = await installation.target("_retry_internal")(*args, **kwargs)
-        except BaseException as exc:
-            operation.failed(exc)
-            raise
-        finally:
-            _CURRENT.reset(token)
-        operation.succeeded()
-        return result
+        with _operation_scope(installation, args, kwargs):
+            return await installation.target("_retry_internal")(*args, **kwargs)
 
     async def _select_server(*args: Any, **kwargs: Any) -> Any:
         server = await installation.target("_select_server")(*args, **kwargs)
-        operation = _CURRENT.get()
-        if operation is not None and operation.installation is installation:
-            operation.attempt_started(_address(server))
-        return server
+        return _server_selected(installation, server)
 
     return {"_retry_internal": _retry_internal, "_select_server": _select_server}
 
