@@ -60,8 +60,10 @@ def test_mixed_operations_verbose() -> None:
     assert found == [{"_id": 1, "y": 1}]
 
 
-def test_errors_only_and_unordered_continue() -> None:
-    """errorsOnly lists failures only; an unordered bulk continues after a failure."""
+@pytest.mark.parametrize(("ordered", "inserted"), [(False, 2), (True, 1)])
+def test_errors_only_and_ordered_stops_at_first_error(ordered: bool, inserted: int) -> None:
+    """errorsOnly lists failures only; an ordered bulk stops at the first failure, an unordered
+    one continues after it."""
     engine = Engine()
     reply = bulk(
         engine,
@@ -71,28 +73,12 @@ def test_errors_only_and_unordered_continue() -> None:
             {"insert": 0, "document": {"_id": 2}},
         ],
         errorsOnly=True,
-        ordered=False,
+        ordered=ordered,
     )
     assert reply["nErrors"] == 1
-    assert reply["nInserted"] == 2
+    assert reply["nInserted"] == inserted
     (error,) = reply["cursor"]["firstBatch"]
     assert (error["ok"], error["idx"], error["code"]) == (0.0, 1, 11000)
-
-
-def test_ordered_stops_at_first_error() -> None:
-    """An ordered bulk stops at the first failure."""
-    engine = Engine()
-    reply = bulk(
-        engine,
-        [
-            {"insert": 0, "document": {"_id": 1}},
-            {"insert": 0, "document": {"_id": 1}},
-            {"insert": 0, "document": {"_id": 2}},
-        ],
-        errorsOnly=True,
-    )
-    assert reply["nInserted"] == 1
-    assert reply["nErrors"] == 1
 
 
 def test_bulk_cursor_batches() -> None:
