@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import pymongo
 import pymongo.common
+from pymongo import _csot
 
 __all__ = [
     "ASYNC_SHOULD_RETRY_AWAITED",
@@ -24,9 +25,25 @@ __all__ = [
     "OPTION_ATTRIBUTES",
     "PYMONGO_VERSION",
     "client_has_native_backpressure",
+    "csot_deadline",
+    "csot_expired",
     "is_async_client",
     "should_retry_is_awaited",
 ]
+
+
+def csot_deadline() -> Optional[float]:
+    """Return the CSOT deadline (``time.monotonic`` clock) or None when no timeout applies."""
+    if _csot.get_timeout() is None:
+        return None
+    deadline = _csot.get_deadline()
+    return deadline if deadline != float("inf") else None
+
+
+def csot_expired() -> bool:
+    """Return True if a CSOT timeout applies and no time is left."""
+    remaining = _csot.remaining()
+    return remaining is not None and remaining <= 0
 
 
 def _version_tuple() -> tuple[int, ...]:

@@ -38,8 +38,6 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Callable, Optional
 
-from pymongo import _csot
-
 from backpressure import _compat
 from backpressure._state import ClientState
 from backpressure.backoff import backoff_delay
@@ -53,20 +51,6 @@ __all__ = ["NativeRetryPolicy", "install", "installed_state", "uninstall"]
 _INSTALLATION_ATTR = "_backpressure_native"
 _WRAPPED = ("_retry_internal", "_select_server")
 _ABSENT = object()
-
-
-def _deadline() -> Optional[float]:
-    """Return the CSOT deadline (monotonic seconds) of the running operation, or None."""
-    if _csot.get_timeout() is None:
-        return None
-    deadline = _csot.get_deadline()
-    return deadline if deadline != float("inf") else None
-
-
-def _csot_expired() -> bool:
-    """Return True if a CSOT timeout is set and no time is left."""
-    remaining = _csot.remaining()
-    return remaining is not None and remaining <= 0
 
 
 class _Operation:
@@ -93,7 +77,7 @@ class _Operation:
     def decide(self, error: BaseException) -> float:
         """Ask the core about an overload failure; return the delay (0 when giving up)."""
         self.attempt_open = False
-        deadline = _deadline()
+        deadline = _compat.csot_deadline()
         now = time.monotonic() if deadline is not None else None
         decision = self.retries.failed(error, deadline=deadline, now=now)
         self.decision = decision
@@ -125,7 +109,7 @@ class _Operation:
             self.retries.failed(actual, retries_allowed=False)
         summary = self.retries.summary()
         if summary.stop_reason is None:
-            reason = StopReason.DEADLINE if _csot_expired() else StopReason.NOT_RETRYABLE
+            reason = StopReason.DEADLINE if _compat.csot_expired() else StopReason.NOT_RETRYABLE
             summary = dataclasses.replace(summary, stop_reason=reason)
         attach_summary(exc, summary)
 
@@ -192,7 +176,7 @@ class NativeRetryPolicy:
             return isinstance(decision, Retry)
         if attempt > self.state.policy.max_retries:
             return False
-        deadline = _deadline()
+        deadline = _compat.csot_deadline()
         if deadline is not None and time.monotonic() + delay > deadline:
             return False
         return self.state.controller.budget.try_acquire()

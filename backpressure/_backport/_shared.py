@@ -19,11 +19,11 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from pymongo import _csot
 from pymongo.errors import AutoReconnect, ClientBulkWriteException, NetworkTimeout, PyMongoError
 from pymongo.topology_description import TopologyDescription
 
 from backpressure import _compat
+from backpressure._compat import csot_deadline, csot_expired
 from backpressure.labels import add_overload_labels
 
 __all__ = [
@@ -192,20 +192,6 @@ def forget_client_bulk_error(func: Callable[..., Any], exc: PyMongoError) -> Non
             if isinstance(full_result, MutableMapping) and full_result.get("error") is exc.error:
                 full_result["error"] = None
             return
-
-
-def csot_deadline() -> Optional[float]:
-    """Return the CSOT deadline (``time.monotonic`` clock) or None when no timeout applies."""
-    if _csot.get_timeout() is None:
-        return None
-    deadline = _csot.get_deadline()
-    return deadline if deadline != float("inf") else None
-
-
-def csot_expired() -> bool:
-    """Return True if a CSOT timeout applies and no time is left."""
-    remaining = _csot.remaining()
-    return remaining is not None and remaining <= 0
 
 
 def is_transaction_end(operation: str) -> bool:
