@@ -59,24 +59,45 @@ _OPERATIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "rename": ("renameCollection", lambda c: c.db.coll.rename("renamed")),
     "drop_database": ("dropDatabase", lambda c: c.drop_database("db")),
 }
+"""runCommand and DDL helpers: they succeed once the overloads are over."""
+
+_SEARCH_INDEX_OPERATIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "create_search_index": (
+        "createSearchIndexes",
+        lambda c: c.db.coll.create_search_index({"definition": {}, "name": "s"}),
+    ),
+    "drop_search_index": ("dropSearchIndex", lambda c: c.db.coll.drop_search_index("s")),
+    "update_search_index": (
+        "updateSearchIndex",
+        lambda c: c.db.coll.update_search_index("s", {}),
+    ),
+}
+"""Search-index helpers: retried on overload, then rejected by the test server (no search)."""
 
 
-@pytest.mark.parametrize("operation", sorted(_OPERATIONS))
+@pytest.mark.parametrize("operation", sorted(_OPERATIONS) + sorted(_SEARCH_INDEX_OPERATIONS))
 async def test_bypassing_operation_retried(
     clients: ClientFactory,
     replicaset_server: EmbeddedServer,
     commands: CommandRecorder,
     operation: str,
 ) -> None:
-    """runCommand and DDL helpers succeed after two overloads, with three commands sent."""
+    """Two overloads, three commands sent: runCommand and DDL helpers then succeed, search-index
+    helpers fail with the test server's own (non-overload) error."""
     client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
     await _prepare_collection(client)
-    command_name, run = _OPERATIONS[operation]
+    rejected = operation in _SEARCH_INDEX_OPERATIONS
+    command_name, run = (_SEARCH_INDEX_OPERATIONS if rejected else _OPERATIONS)[operation]
     replicaset_server.configure_fail_point(overload_fail_point([command_name], times=2))
     commands.reset()
-    await resolve(run(client))
+    if rejected:
+        with pytest.raises(OperationFailure) as caught:
+            await resolve(run(client))
+        assert caught.value.code != OVERLOAD_CODE  # the third attempt reached the server
+    else:
+        await resolve(run(client))
     assert commands.started_names().count(command_name) == 3
-    assert commands.failed_names() == [command_name, command_name]
+    assert commands.failed_names() == [command_name] * (3 if rejected else 2)
 
 
 async def test_cursor_command_retried(
@@ -244,38 +265,6 @@ async def test_run_command_retargets_to_other_mongos(
             break
     assert retried, "no ping was sent to the overloaded mongos"
     assert retried == [sharded_server.addresses[0], sharded_server.addresses[1]]
-
-
-_SEARCH_INDEX_OPERATIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "create_search_index": (
-        "createSearchIndexes",
-        lambda c: c.db.coll.create_search_index({"definition": {}, "name": "s"}),
-    ),
-    "drop_search_index": ("dropSearchIndex", lambda c: c.db.coll.drop_search_index("s")),
-    "update_search_index": (
-        "updateSearchIndex",
-        lambda c: c.db.coll.update_search_index("s", {}),
-    ),
-}
-
-
-@pytest.mark.parametrize("operation", sorted(_SEARCH_INDEX_OPERATIONS))
-async def test_search_index_helpers_retried(
-    clients: ClientFactory,
-    replicaset_server: EmbeddedServer,
-    commands: CommandRecorder,
-    operation: str,
-) -> None:
-    """Search-index helpers are retried on overload (the test server then rejects them)."""
-    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
-    await _prepare_collection(client)
-    command_name, run = _SEARCH_INDEX_OPERATIONS[operation]
-    replicaset_server.configure_fail_point(overload_fail_point([command_name], times=2))
-    commands.reset()
-    with pytest.raises(OperationFailure) as caught:
-        await resolve(run(client))
-    assert caught.value.code != OVERLOAD_CODE  # the third attempt reached the server
-    assert commands.started_names().count(command_name) == 3
 
 
 async def test_run_command_retries_bounded_by_timeout(
