@@ -175,6 +175,54 @@ class CommandRecorder(monitoring.CommandListener):
             self.failed_log.clear()
 
 
+class FailPointSwitch(monitoring.CommandListener):
+    """Configures ``fail_point`` on ``server`` once, when the first ``command`` has ``ended``.
+
+    ``ended`` is "succeeded" or "failed"; ``check`` (when given) runs on that event first, and
+    an assertion failing in it leaves the fail point alone (pymongo swallows listener errors),
+    which ``switched`` then shows.
+    """
+
+    def __init__(
+        self,
+        server: Any,
+        command: str,
+        ended: str,
+        fail_point: dict[str, Any],
+        *,
+        check: Optional[Callable[[Any], None]] = None,
+    ) -> None:
+        """Arm the switch."""
+        if ended not in ("succeeded", "failed"):
+            raise ValueError(f"ended must be 'succeeded' or 'failed', not {ended!r}")
+        self._server = server
+        self._command = command
+        self._ended = ended
+        self._fail_point = fail_point
+        self._check = check
+        self.switched = False
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        """Ignore started events."""
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        """Switch on the first matching success (when armed for successes)."""
+        if self._ended == "succeeded":
+            self._switch(event)
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        """Switch on the first matching failure (when armed for failures)."""
+        if self._ended == "failed":
+            self._switch(event)
+
+    def _switch(self, event: Any) -> None:
+        if event.command_name == self._command and not self.switched:
+            if self._check is not None:
+                self._check(event)
+            self.switched = True
+            self._server.configure_fail_point(self._fail_point)
+
+
 class RetryRecorder:
     """A backpressure RetryListener that keeps every event (thread-safe)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pytest
-from pymongo import _csot, monitoring
+from pymongo import _csot
 from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.hello import Hello
 from pymongo.operations import InsertOne, UpdateOne
@@ -18,6 +18,7 @@ from tests.integration.conftest import (
     OVERLOAD_CODE,
     ClientFactory,
     CommandRecorder,
+    FailPointSwitch,
     in_transaction,
     overload_fail_point,
     resolve,
@@ -61,26 +62,6 @@ async def test_insert_retried_with_same_txn_number(
     assert [(t["txnNumber"], t["applied"]) for t in transactions] == [(1, True)]
 
 
-class _ArmAfterFirstInsert(monitoring.CommandListener):
-    """Configures an overload fail point once the first insert batch has succeeded."""
-
-    def __init__(self, server: EmbeddedServer) -> None:
-        self._server = server
-        self._armed = False
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        """Ignore started events."""
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        """Arm the fail point after the first insert."""
-        if event.command_name == "insert" and not self._armed:
-            self._armed = True
-            self._server.configure_fail_point(overload_fail_point(["insert"], times=1))
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        """Ignore failed events."""
-
-
 async def test_insert_many_retries_only_failed_batch(
     clients: ClientFactory,
     replicaset_server: EmbeddedServer,
@@ -89,7 +70,9 @@ async def test_insert_many_retries_only_failed_batch(
 ) -> None:
     """5 documents in 3 batches, the 2nd overloaded once: only that batch is sent again."""
     monkeypatch.setattr(Hello, "max_write_batch_size", property(lambda self: 2))
-    arm = _ArmAfterFirstInsert(replicaset_server)
+    arm = FailPointSwitch(
+        replicaset_server, "insert", "succeeded", overload_fail_point(["insert"], times=1)
+    )
     client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands, arm])
     await resolve(client.db.coll.insert_many([{"_id": i} for i in range(5)]))
     inserts = commands.started_commands("insert")
@@ -319,41 +302,16 @@ async def test_aggregate_with_out_needs_retry_writes(
     assert len(writes) == attempts
 
 
-class _ThenFailWithoutWrites(monitoring.CommandListener):
-    """After the first failed insert, make the next insert fail with NoWritesPerformed."""
-
-    def __init__(self, server: EmbeddedServer) -> None:
-        self._server = server
-        self._switched = False
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        """Ignore started events."""
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        """Ignore succeeded events."""
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        """Switch the fail point once."""
-        if event.command_name == "insert" and not self._switched:
-            self._switched = True
-            self._server.configure_fail_point(
-                {
-                    "configureFailPoint": "failCommand",
-                    "mode": {"times": 1},
-                    "data": {
-                        "failCommands": ["insert"],
-                        "errorCode": 2,
-                        "errorLabels": ["NoWritesPerformed"],
-                    },
-                }
-            )
-
-
 async def test_no_writes_performed_reports_the_earlier_error(
     clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
 ) -> None:
     """A retry failing with NoWritesPerformed raises the overload error of the attempt before."""
-    switch = _ThenFailWithoutWrites(replicaset_server)
+    no_writes = {
+        "configureFailPoint": "failCommand",
+        "mode": {"times": 1},
+        "data": {"failCommands": ["insert"], "errorCode": 2, "errorLabels": ["NoWritesPerformed"]},
+    }
+    switch = FailPointSwitch(replicaset_server, "insert", "failed", no_writes)
     client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands, switch])
     replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=1))
     with pytest.raises(OperationFailure) as caught:

@@ -14,6 +14,7 @@ from backpressure.testing.embedded import EmbeddedServer
 from tests.integration.conftest import (
     ClientFactory,
     CommandRecorder,
+    FailPointSwitch,
     RetryRecorder,
     overload_fail_point,
     resolve,
@@ -100,16 +101,9 @@ async def test_failed_classic_retry_refunds_a_token(
         "data": {"failCommands": ["insert"], "closeConnection": True},
     }
 
-    class Switch(CommandRecorder):
-        """Make the retry of the overloaded insert lose its connection."""
-
-        def failed(self, event: Any) -> None:
-            """Switch the fail point after the first (overloaded) insert."""
-            if event.command_name == "insert" and not self.failed_log:
-                self.failed_log.append(event)
-                replicaset_server.configure_fail_point(drop)
-
-    client = clients.plain(replicaset_server.uri, event_listeners=[commands, Switch()])
+    # Make the retry of the overloaded insert lose its connection.
+    switch = FailPointSwitch(replicaset_server, "insert", "failed", drop)
+    client = clients.plain(replicaset_server.uri, event_listeners=[commands, switch])
     backpressure.enable(client, FAST.replace(budget_capacity=10), random=lambda: 0.0)
     await resolve(client.admin.command("ping"))
     bucket = backpressure.budget(client)

@@ -23,6 +23,7 @@ from tests.integration.conftest import (
     OVERLOAD_CODE,
     ClientFactory,
     CommandRecorder,
+    FailPointSwitch,
     RetryRecorder,
     in_transaction,
     overload_fail_point,
@@ -358,19 +359,14 @@ async def test_no_duplicate_write_when_overload_and_network_errors_mix(
         "mode": {"times": 1},
         "data": {"failCommands": ["insert"], "closeConnection": True},
     }
-    switched: list[bool] = []
 
-    class SwitchFailPoint(CommandRecorder):
-        """After the write-concern-overloaded insert, make the next insert lose its connection."""
+    def overloaded_after_the_write(event: Any) -> None:
+        assert "writeConcernError" in event.reply
 
-        def succeeded(self, event: Any) -> None:
-            """Switch the fail point once the first insert's reply arrived."""
-            if event.command_name == "insert" and not switched:
-                assert "writeConcernError" in event.reply
-                switched.append(True)
-                replicaset_server.configure_fail_point(drop)
-
-    switcher = SwitchFailPoint()
+    # After the write-concern-overloaded insert, make the next insert lose its connection.
+    switcher = FailPointSwitch(
+        replicaset_server, "insert", "succeeded", drop, check=overloaded_after_the_write
+    )
     client2 = clients.plain(replicaset_server.uri, event_listeners=[commands, switcher])
     backpressure.enable(client2, FAST, listeners=[retries], random=lambda: 0.0)
     await resolve(client2.db.coll.insert_one({"_id": 7}))
@@ -380,7 +376,7 @@ async def test_no_duplicate_write_when_overload_and_network_errors_mix(
     assert await resolve(client2.db.coll.count_documents({})) == 1
     records = [t for t in replicaset_server.stats()["transactions"] if t["applied"]]
     assert len(records) == 1
-    assert switched == [True]
+    assert switcher.switched
 
 
 async def test_plain_client_in_the_same_process_is_untouched(
@@ -420,17 +416,10 @@ async def test_no_writes_performed_raises_the_earlier_error(
         },
     }
 
-    class Switch(CommandRecorder):
-        """After the first overloaded insert, fail the next ones with NoWritesPerformed."""
-
-        def failed(self, event: Any) -> None:
-            """Switch the fail point once."""
-            if event.command_name == "insert" and not self.failed_log:
-                self.failed_log.append(event)
-                replicaset_server.configure_fail_point(second)
-
+    # After the first overloaded insert, fail the next ones with NoWritesPerformed.
+    switch = FailPointSwitch(replicaset_server, "insert", "failed", second)
     policy = FAST.replace(max_retries=1)
-    client = clients.plain(replicaset_server.uri, event_listeners=[commands, Switch()])
+    client = clients.plain(replicaset_server.uri, event_listeners=[commands, switch])
     backpressure.enable(client, policy, listeners=[retries], random=lambda: 0.0)
     await resolve(client.admin.command("ping"))
     first = overload_fail_point(["insert"], times=1)
