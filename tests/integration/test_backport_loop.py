@@ -48,20 +48,6 @@ def enabled_client(
     return client
 
 
-async def test_insert_retried_with_same_txn_number(
-    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
-) -> None:
-    """Two overloads on insert: the third attempt succeeds, every attempt has txnNumber 1."""
-    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
-    replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=2))
-    await resolve(client.db.coll.insert_one({"_id": 1}))
-    inserts = commands.started_commands("insert")
-    assert [cmd["txnNumber"] for cmd in inserts] == [1, 1, 1]
-    assert commands.failed_names() == ["insert", "insert"]
-    transactions = replicaset_server.stats()["transactions"]
-    assert [(t["txnNumber"], t["applied"]) for t in transactions] == [(1, True)]
-
-
 async def test_insert_many_retries_only_failed_batch(
     clients: ClientFactory,
     replicaset_server: EmbeddedServer,

@@ -161,19 +161,25 @@ async def test_server_base_backoff_sets_the_delays(
     assert retries.delays == pytest.approx([0.002, 0.004])
 
 
+@pytest.mark.parametrize("backpressure_class", [False, True])
 async def test_insert_succeeds_after_two_overloads(
     clients: ClientFactory,
     replicaset_server: EmbeddedServer,
     commands: CommandRecorder,
     retries: RetryRecorder,
+    backpressure_class: bool,
 ) -> None:
-    """Two overloads then success: 3 inserts with the same txnNumber, one document written."""
-    client = enabled_client(clients, replicaset_server, commands, retries)
+    """Two overloads then success: 3 inserts, all with txnNumber 1, one document written once."""
+    client = enabled_client(
+        clients, replicaset_server, commands, retries, backpressure_class=backpressure_class
+    )
     replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=2))
     await resolve(client.db.coll.insert_one({"_id": 1}))
     inserts = commands.started_commands("insert")
-    assert len(inserts) == 3
-    assert len({doc["txnNumber"] for doc in inserts}) == 1
+    assert [cmd["txnNumber"] for cmd in inserts] == [1, 1, 1]
+    assert commands.failed_names() == ["insert", "insert"]
+    transactions = replicaset_server.stats()["transactions"]
+    assert [(t["txnNumber"], t["applied"]) for t in transactions] == [(1, True)]
     bucket = backpressure.budget(client)
     assert bucket is not None
     assert bucket.tokens == pytest.approx(1000 - 2 + 1.1)  # two retries, then success on a retry
