@@ -92,44 +92,6 @@ async def test_standalone_insert_retried(
     assert len(commands.started_commands("insert")) == 2
 
 
-@pytest.mark.parametrize(
-    ("options", "operation", "retried"),
-    [
-        ({"retryWrites": False}, "insert", False),
-        ({"retryWrites": False}, "find", True),
-        ({"retryReads": False}, "find", False),
-        ({"retryReads": False}, "insert", True),
-    ],
-)
-async def test_retry_options_gate_overload_retries(
-    clients: ClientFactory,
-    replicaset_server: EmbeddedServer,
-    commands: CommandRecorder,
-    options: dict[str, Any],
-    operation: str,
-    retried: bool,
-) -> None:
-    """retryWrites=false stops write retries, retryReads=false read retries, nothing else."""
-    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands], **options)
-    replicaset_server.configure_fail_point(overload_fail_point([operation], times=1))
-    coll = client.db.coll
-    run = (
-        (lambda: coll.insert_one({"_id": 1}))
-        if operation == "insert"
-        else (lambda: coll.find_one({}))
-    )
-    if retried:
-        await resolve(run())
-        assert len(commands.started_commands(operation)) == 2
-    else:
-        with pytest.raises(OperationFailure) as caught:
-            await resolve(run())
-        summary = retry_summary(caught.value)
-        assert summary is not None
-        assert summary.stop_reason is StopReason.RETRIES_DISABLED
-        assert len(commands.started_commands(operation)) == 1
-
-
 async def test_retry_options_ignored_when_policy_says_so(
     clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
 ) -> None:

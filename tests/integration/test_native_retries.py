@@ -440,22 +440,49 @@ async def test_no_writes_performed_raises_the_earlier_error(
     assert (summary.attempts, summary.stop_reason) == (2, StopReason.ATTEMPTS_EXHAUSTED)
 
 
-async def test_retry_writes_false_disables_overload_retries_of_writes(
+@pytest.mark.parametrize(("server", "backpressure_class"), SETUPS, indirect=["server"])
+@pytest.mark.parametrize(
+    ("options", "operation", "retried"),
+    [
+        ({"retryWrites": False}, "insert", False),
+        ({"retryWrites": False}, "find", True),
+        ({"retryReads": False}, "find", False),
+        ({"retryReads": False}, "insert", True),
+    ],
+)
+async def test_retry_options_gate_overload_retries(
     clients: ClientFactory,
-    standalone_server: EmbeddedServer,
+    server: EmbeddedServer,
     commands: CommandRecorder,
     retries: RetryRecorder,
+    backpressure_class: bool,
+    options: dict[str, Any],
+    operation: str,
+    retried: bool,
 ) -> None:
-    """retryWrites=false: the overloaded write is not retried and the summary says why."""
-    client = enabled_client(clients, standalone_server, commands, retries, retryWrites=False)
-    standalone_server.configure_fail_point(overload_fail_point(["insert"]))
-    with pytest.raises(OperationFailure) as info:
-        await resolve(client.db.coll.insert_one({"x": 1}))
-    assert len(commands.started_commands("insert")) == 1
-    summary = retry_summary(info.value)
-    assert summary is not None
-    assert summary.stop_reason is StopReason.RETRIES_DISABLED
-    assert [e.reason for e in retries.give_ups] == [StopReason.RETRIES_DISABLED]
+    """retryWrites=false stops write retries, retryReads=false read retries, nothing else; a
+    refused retry's summary and give-up event say why."""
+    client = enabled_client(
+        clients, server, commands, retries, backpressure_class=backpressure_class, **options
+    )
+    server.configure_fail_point(overload_fail_point([operation], times=1))
+    coll = client.db.coll
+    run = (
+        (lambda: coll.insert_one({"_id": 1}))
+        if operation == "insert"
+        else (lambda: coll.find_one({}))
+    )
+    if retried:
+        await resolve(run())
+        assert len(commands.started_commands(operation)) == 2
+    else:
+        with pytest.raises(OperationFailure) as caught:
+            await resolve(run())
+        summary = retry_summary(caught.value)
+        assert summary is not None
+        assert summary.stop_reason is StopReason.RETRIES_DISABLED
+        assert len(commands.started_commands(operation)) == 1
+        assert [e.reason for e in retries.give_ups] == [StopReason.RETRIES_DISABLED]
 
 
 @pytest.mark.parametrize("retarget", [True, False])
