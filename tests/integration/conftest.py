@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional, TypeVar, Union
 import pytest
 from pymongo import monitoring
 
+import backpressure
 from backpressure.events import GiveUpEvent, RetryEvent
 from backpressure.labels import RETRYABLE, SYSTEM_OVERLOADED
 
@@ -289,6 +290,28 @@ class ClientFactory:
         """Close every tracked client."""
         while self._clients:
             await resolve(self._clients.pop().close())
+
+
+def enabled_client(
+    clients: ClientFactory,
+    uri: str,
+    policy: Any = backpressure.DRAFT,
+    *,
+    listeners: Sequence[Any] = (),
+    random: Callable[[], float] = zero_jitter,
+    backpressure_class: bool = True,
+    **kwargs: Any,
+) -> Any:
+    """A client of the test's flavour with ``enable(policy, listeners, random)`` applied.
+
+    A ``backpressure.MongoClient`` / ``AsyncMongoClient`` (which on pymongo < 4.17 brings the
+    backport's pool), or with ``backpressure_class=False`` a stock pymongo client; ``kwargs`` go
+    to the constructor.
+    """
+    make = clients.backpressure if backpressure_class else clients.plain
+    client = make(uri, **kwargs)
+    backpressure.enable(client, policy, listeners=listeners, random=random)
+    return client
 
 
 @pytest.fixture(params=FLAVOURS)

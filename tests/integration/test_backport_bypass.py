@@ -21,6 +21,7 @@ from tests.integration.conftest import (
     ClientFactory,
     CommandRecorder,
     RetryRecorder,
+    enabled_client,
     overload_fail_point,
     resolve,
     to_list,
@@ -34,13 +35,6 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def enabled_client(clients: ClientFactory, uri: str, **kwargs: Any) -> Any:
-    """A backpressure client of the test's flavour with zero jitter."""
-    client = clients.backpressure(uri, **kwargs)
-    backpressure.enable(client, DRAFT, random=zero_jitter)
-    return client
 
 
 async def _prepare_collection(client: Any) -> None:
@@ -271,9 +265,14 @@ async def test_run_command_retries_bounded_by_timeout(
     clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
 ) -> None:
     """timeoutMS bounds the method-level retries of runCommand as it bounds the loop's."""
-    client = clients.backpressure(replicaset_server.uri, event_listeners=[commands], timeoutMS=150)
-    policy = DRAFT.replace(max_retries=50, base_backoff=0.02, max_backoff=0.02)
-    backpressure.enable(client, policy, random=lambda: 0.999)
+    client = enabled_client(
+        clients,
+        replicaset_server.uri,
+        DRAFT.replace(max_retries=50, base_backoff=0.02, max_backoff=0.02),
+        random=lambda: 0.999,
+        event_listeners=[commands],
+        timeoutMS=150,
+    )
     replicaset_server.configure_fail_point(overload_fail_point(["ping"]))
     with pytest.raises(PyMongoError) as caught:
         await resolve(client.db.command("ping"))

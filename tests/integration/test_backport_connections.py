@@ -19,7 +19,7 @@ from backpressure import DRAFT
 from backpressure._backport import NATIVE_BACKPRESSURE, NATIVE_REASON
 from backpressure._backport._shared import topology_enabled
 from backpressure.testing import EmbeddedServer
-from tests.integration.conftest import ClientFactory, resolve, zero_jitter
+from tests.integration.conftest import ClientFactory, enabled_client, resolve, zero_jitter
 
 pytestmark = [
     pytest.mark.skipif(NATIVE_BACKPRESSURE, reason=NATIVE_REASON),
@@ -122,8 +122,9 @@ async def test_connection_hangups_retried_without_sdam_changes(
     """Two hang-ups on new connections: the insert succeeds, no pool clear, server stays known."""
     app_name = f"bp-{uuid.uuid4().hex[:8]}"
     recorder = PoolRecorder()
-    client = clients.backpressure(standalone_server.uri, **_connection_kwargs(app_name, recorder))
-    backpressure.enable(client, DRAFT, random=zero_jitter)
+    client = enabled_client(
+        clients, standalone_server.uri, **_connection_kwargs(app_name, recorder)
+    )
     await _warm_up(client)
     created_before = recorder.created
     standalone_server.configure_fail_point(_hangup_fail_point(app_name, 2))
@@ -205,8 +206,12 @@ async def test_connection_rate_limiter_rejections_retried(
     """Connections refused by the server's connection limiter are retried after a backoff."""
     app_name = f"limited-{uuid.uuid4().hex[:8]}"
     recorder = PoolRecorder()
-    client = clients.backpressure(standalone_server.uri, **_connection_kwargs(app_name, recorder))
-    backpressure.enable(client, DRAFT, random=lambda: 0.999)
+    client = enabled_client(
+        clients,
+        standalone_server.uri,
+        random=lambda: 0.999,
+        **_connection_kwargs(app_name, recorder),
+    )
     await _warm_up(client)
     standalone_server.set_parameter(
         ingressConnectionEstablishmentRateLimiterEnabled=True,

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import pytest
 from pymongo import _csot
 from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.hello import Hello
 from pymongo.operations import InsertOne, UpdateOne
 
-import backpressure
-from backpressure import DRAFT, Policy, StopReason, retry_summary
+from backpressure import DRAFT, StopReason, retry_summary
 from backpressure._backport import NATIVE_BACKPRESSURE, NATIVE_REASON
 from backpressure.testing import EmbeddedServer
 from tests.integration.conftest import (
@@ -19,33 +16,18 @@ from tests.integration.conftest import (
     ClientFactory,
     CommandRecorder,
     FailPointSwitch,
+    enabled_client,
     in_transaction,
     overload_fail_point,
     resolve,
     to_list,
     wait_for_mongoses,
-    zero_jitter,
 )
 
 pytestmark = [
     pytest.mark.skipif(NATIVE_BACKPRESSURE, reason=NATIVE_REASON),
     pytest.mark.timeout(60),
 ]
-
-
-def enabled_client(
-    clients: ClientFactory,
-    uri: str,
-    policy: Policy = DRAFT,
-    *,
-    listeners: tuple[Any, ...] = (),
-    random: Callable[[], float] = zero_jitter,
-    **kwargs: Any,
-) -> Any:
-    """A backpressure client of the test's flavour with a pinned jitter source."""
-    client = clients.backpressure(uri, **kwargs)
-    backpressure.enable(client, policy, listeners=listeners, random=random)
-    return client
 
 
 async def test_insert_many_retries_only_failed_batch(

@@ -19,6 +19,7 @@ import backpressure
 from backpressure import CURRENT_SPEC, DRAFT, Policy, StopReason, _compat, retry_summary
 from backpressure.labels import RETRYABLE, SYSTEM_OVERLOADED, is_retryable_overload
 from backpressure.testing.embedded import EmbeddedServer
+from tests.integration import conftest
 from tests.integration.conftest import (
     OVERLOAD_CODE,
     ClientFactory,
@@ -54,15 +55,20 @@ def enabled_client(
     backpressure_class: bool = False,
     **kwargs: Any,
 ) -> Any:
-    """A client of the test's flavour with backpressure enabled on it.
+    """``conftest.enabled_client`` on ``server`` recording into ``commands`` and ``retries``.
 
-    A plain pymongo client, or with ``backpressure_class`` a ``backpressure.MongoClient`` /
-    ``AsyncMongoClient``; either way ``enable`` then sets the policy, listener and jitter.
+    A plain pymongo client unless ``backpressure_class``; ``jitter`` is the pinned random value.
     """
-    make = clients.backpressure if backpressure_class else clients.plain
-    client = make(server.uri, event_listeners=[commands], **kwargs)
-    backpressure.enable(client, policy, listeners=[retries], random=lambda: jitter)
-    return client
+    return conftest.enabled_client(
+        clients,
+        server.uri,
+        policy,
+        listeners=[retries],
+        random=lambda: jitter,
+        backpressure_class=backpressure_class,
+        event_listeners=[commands],
+        **kwargs,
+    )
 
 
 @pytest.mark.parametrize(("server", "backpressure_class"), SETUPS, indirect=["server"])

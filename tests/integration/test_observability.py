@@ -17,6 +17,7 @@ from tests.integration.conftest import (
     ClientFactory,
     CommandRecorder,
     RetryRecorder,
+    enabled_client,
     overload_fail_point,
     resolve,
 )
@@ -28,8 +29,9 @@ POLICY = Policy(max_retries=3, base_backoff=0.001)
 
 def _client(clients: ClientFactory, server: EmbeddedServer, *listeners: Any, **kw: Any) -> Any:
     """A plain client of the test's flavour, enabled with POLICY and pinned jitter."""
-    client = clients.plain(server.uri, **kw)
-    return backpressure.enable(client, POLICY, listeners=listeners, random=lambda: 0.0)
+    return enabled_client(
+        clients, server.uri, POLICY, listeners=listeners, backpressure_class=False, **kw
+    )
 
 
 async def test_one_log_line_per_retry_and_per_give_up(
