@@ -73,6 +73,16 @@ def _write_batch(
     return reply
 
 
+def _statement_query(stmt: Any, command: str, field: str) -> dict[str, Any]:
+    """Check that an update/delete statement is a document with a ``q``; return the ``q``."""
+    if not isinstance(stmt, Mapping):
+        raise CommandError(14, f"{command} statement must be an object")
+    query = opt_document(stmt, "q")
+    if query is None:
+        raise CommandError(40414, f"BSON field '{command}.{field}.q' is missing")
+    return query
+
+
 def _insert(req: Request) -> dict[str, Any]:
     n = 0
 
@@ -92,11 +102,7 @@ def _update(req: Request) -> dict[str, Any]:
 
     def update(coll: Any, ns: str, index: int, stmt: Any) -> None:
         nonlocal n, modified
-        if not isinstance(stmt, Mapping):
-            raise CommandError(14, "update statement must be an object")
-        query = opt_document(stmt, "q")
-        if query is None:
-            raise CommandError(40414, "BSON field 'update.updates.q' is missing")
+        query = _statement_query(stmt, "update", "updates")
         if "u" not in stmt:
             raise CommandError(40414, "BSON field 'update.updates.u' is missing")
         array_filters = stmt.get("arrayFilters")
@@ -139,11 +145,7 @@ def _delete(req: Request) -> dict[str, Any]:
 
     def delete(coll: Any, ns: str, index: int, stmt: Any) -> None:
         nonlocal n
-        if not isinstance(stmt, Mapping):
-            raise CommandError(14, "delete statement must be an object")
-        query = opt_document(stmt, "q")
-        if query is None:
-            raise CommandError(40414, "BSON field 'delete.deletes.q' is missing")
+        query = _statement_query(stmt, "delete", "deletes")
         limit = opt_int(stmt, "limit", 0)
         if limit not in (0, 1):
             raise CommandError(9, f"The limit field in delete objects must be 0 or 1. Got {limit}")
