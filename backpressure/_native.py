@@ -13,9 +13,10 @@ client:
   exponent and the attempt limit follow our policy whatever number pymongo passes in.
   ``should_retry`` is ``async def`` only where the loop awaits it (4.17 async).
 * ``client._retry_internal`` is wrapped on the instance (a pass-through around the original,
-  ``@_csot.apply`` included): it opens one ``OperationRetries`` per operation in a context
-  variable (thread- and task-local), records success (token deposits) and attaches the retry
-  summary to the raised error.
+  ``@_csot.apply`` included): it makes the operation current in a context variable (thread- and
+  task-local), records success (token deposits) and attaches the retry summary to the raised
+  error.  The operation's ``OperationRetries`` is created only once something other than a
+  first-attempt success happens, so the success path costs a few attribute reads.
 * ``client._select_server`` is wrapped on the instance to record the server of each attempt.
   An attempt that started while the previous one never reached our policy means pymongo retried
   a classic (non-overload) error; such a failed retry refunds a token as the spec asks.
@@ -28,14 +29,13 @@ client:
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import dataclasses
 import random as _random
 import sys
 import time
+import types
 import weakref
-from collections.abc import Iterator
 from typing import Any, Callable, Optional
 
 from backpressure import _compat
@@ -53,25 +53,67 @@ _WRAPPED = ("_retry_internal", "_select_server")
 _ABSENT = object()
 
 
+_NOT_SELECTED = object()
+
+
 class _Operation:
-    """The retry bookkeeping of one call of the native loop on one client."""
+    """The retry bookkeeping of one call of the native loop on one client.
 
-    __slots__ = ("attempt_open", "decision", "installation", "retries")
+    The success path is kept cheap: the ``OperationRetries`` (and the operation name and server
+    address it needs) is created only when something other than a first-attempt success
+    happens: a failure reaching our policy, a second server selection (pymongo retried an error)
+    or an error raised by the loop.  Until then only the first selected server is remembered.
+    """
 
-    def __init__(self, installation: _Installation, retries: OperationRetries) -> None:
-        """Track ``retries`` for an operation running on ``installation``'s client."""
+    __slots__ = (
+        "args",
+        "attempt_open",
+        "decision",
+        "first",
+        "installation",
+        "kwargs",
+        "retries",
+        "state",
+    )
+
+    def __init__(
+        self, installation: _Installation, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """Track one ``_retry_internal(*args, **kwargs)`` call on ``installation``'s client."""
         self.installation = installation
-        self.retries = retries
+        self.state = installation.state
+        self.args = args
+        self.kwargs = kwargs
+        self.retries: Optional[OperationRetries] = None
+        self.first: Any = _NOT_SELECTED
         self.attempt_open = False
         self.decision: Optional[Decision] = None
 
-    def attempt_started(self, address: Optional[tuple[str, int]]) -> None:
+    def tracked(self) -> OperationRetries:
+        """Return the operation's ``OperationRetries``, creating it on first need."""
+        retries = self.retries
+        if retries is None:
+            retries = self.state.new_operation(_operation_name(self.args, self.kwargs))
+            if self.first is not _NOT_SELECTED:
+                retries.attempt_started(_address(self.first))
+                self.first = _NOT_SELECTED
+            self.retries = retries
+        return retries
+
+    def attempt_started(self, server: Any) -> None:
         """Record an attempt; settle the previous one if pymongo retried it classically."""
-        if self.attempt_open and self.retries.retries > 0:
+        retries = self.retries
+        if retries is None:
+            if self.first is _NOT_SELECTED:
+                self.first = server  # the first attempt: nothing else to do yet
+                self.attempt_open = True
+                return
+            retries = self.tracked()
+        if self.attempt_open and retries.retries > 0:
             # The previous attempt was a retry that failed without reaching our policy: an error
             # without the overload label.  The spec refunds one token for that.
-            self.retries.controller.budget.record_non_overload_failure()
-        self.retries.attempt_started(address)
+            retries.controller.budget.record_non_overload_failure()
+        retries.attempt_started(_address(server))
         self.attempt_open = True
 
     def decide(self, error: BaseException) -> float:
@@ -79,7 +121,7 @@ class _Operation:
         self.attempt_open = False
         deadline = _compat.csot_deadline()
         now = time.monotonic() if deadline is not None else None
-        decision = self.retries.failed(error, deadline=deadline, now=now)
+        decision = self.tracked().failed(error, deadline=deadline, now=now)
         self.decision = decision
         return decision.delay if isinstance(decision, Retry) else 0.0
 
@@ -91,12 +133,22 @@ class _Operation:
     def succeeded(self) -> None:
         """Record success (deposits tokens)."""
         self.attempt_open = False
-        self.retries.succeeded()
+        retries = self.retries
+        if retries is None:
+            # A first-attempt success: all there is to record is the deposit.
+            self.state.controller.record_success(retried=False)
+        else:
+            retries.succeeded()
 
     def failed(self, exc: BaseException) -> None:
         """Account for the error the loop raised and attach the retry summary to it."""
-        if not isinstance(exc, Exception) or self.retries.attempts == 0:
-            return  # cancellation, or no server was ever selected: nothing to account for
+        if not isinstance(exc, Exception):
+            return  # cancellation: nothing to account for
+        if self.retries is None and self.first is _NOT_SELECTED:
+            return  # no server was ever selected: nothing to account for
+        retries = self.tracked()
+        if retries.attempts == 0:
+            return
         actual: BaseException = exc
         cause = exc.__cause__
         if cause is not None and has_no_writes_performed(cause):
@@ -106,8 +158,8 @@ class _Operation:
             # (not an overload error, or retryReads/retryWrites off).  The core records the
             # failure, logs and notifies when relevant; retries_allowed=False takes no token.
             self.attempt_open = False
-            self.retries.failed(actual, retries_allowed=False)
-        summary = self.retries.summary()
+            retries.failed(actual, retries_allowed=False)
+        summary = retries.summary()
         if summary.stop_reason is None:
             reason = StopReason.DEADLINE if _compat.csot_expired() else StopReason.NOT_RETRYABLE
             summary = dataclasses.replace(summary, stop_reason=reason)
@@ -223,7 +275,7 @@ class _Installation:
     def __init__(self, client: Any, state: ClientState) -> None:
         """Take over ``client`` for ``state``; remember everything to put back."""
         self.state = state
-        self._client = weakref.ref(client)
+        self.client_ref = weakref.ref(client)
         self.is_async = _compat.is_async_client(client)
         self.original_policy: Any = client._retry_policy
         options = client.options
@@ -240,28 +292,32 @@ class _Installation:
         # then applies the policy statelessly); only wrap what exists.
         self.wrappers: dict[str, Callable[..., Any]] = {
             name: wrapper
-            for name, wrapper in make(self).items()
+            for name, wrapper in make(self, client).items()
             if callable(getattr(type(client), name, None))
         }
 
-    def client(self) -> Any:
-        """Return the client (it is alive whenever one of its methods runs)."""
-        client = self._client()
-        if client is None:  # pragma: no cover - a method of a collected client cannot run
-            raise RuntimeError("backpressure: client was garbage-collected")
-        return client
+    def delegate(self, client: Any, name: str) -> Callable[..., Any]:
+        """Return what our wrapper of ``name`` calls, as ``delegate(client, *args, **kwargs)``.
 
-    def target(self, name: str) -> Callable[..., Any]:
-        """Return the callable our wrapper of ``name`` delegates to."""
+        Resolved once, when the wrappers are built: the method found on the instance before
+        install (a plain callable), else the class's function (called with the client first).
+        The client itself is not captured (the wrappers live on it): they pass it in.
+        """
         prior = self.prior[name]
         if prior is not _ABSENT:
-            return prior  # type: ignore[no-any-return]
-        client = self.client()
-        return getattr(type(client), name).__get__(client, type(client))  # type: ignore[no-any-return]
 
-    def begin(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Operation:
-        """Open the bookkeeping of one operation."""
-        return _Operation(self, self.state.new_operation(_operation_name(args, kwargs)))
+            def call_prior(_client: Any, *args: Any, **kwargs: Any) -> Any:
+                return prior(*args, **kwargs)
+
+            return call_prior
+        function = getattr(type(client), name)
+        if isinstance(function, types.FunctionType):
+            return function
+
+        def call_bound(client: Any, *args: Any, **kwargs: Any) -> Any:
+            return getattr(type(client), name).__get__(client, type(client))(*args, **kwargs)
+
+        return call_bound  # pragma: no cover - pymongo's methods are plain functions
 
     def apply(self, client: Any) -> None:
         """Put our policy object, option values and wrappers on ``client``."""
@@ -287,59 +343,68 @@ class _Installation:
                 setattr(client, name, prior)
 
 
-@contextlib.contextmanager
-def _operation_scope(
-    installation: _Installation, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Iterator[None]:
-    """Run one ``_retry_internal`` call as the current operation; record how it ended.
+def _sync_wrappers(installation: _Installation, client: Any) -> dict[str, Callable[..., Any]]:
+    """Build the instance-level wrappers for a sync client.
 
-    The operation is current (in ``_CURRENT``) while the body runs; a failure is recorded before
-    it propagates, a success after the operation stopped being current.
+    The success path is kept to a few attribute reads: the delegates are resolved here, the
+    operation is made current with a plain ``ContextVar.set``/``reset`` (no context manager),
+    and its bookkeeping stays lazy (see :class:`_Operation`).  A failure is recorded while the
+    operation is still current, a success after it stopped being current.
     """
-    operation = installation.begin(args, kwargs)
-    token = _CURRENT.set(operation)
-    try:
-        yield
-    except BaseException as exc:
-        operation.failed(exc)
-        raise
-    finally:
-        _CURRENT.reset(token)
-    operation.succeeded()
-
-
-def _server_selected(installation: _Installation, server: Any) -> Any:
-    """Record ``server`` as the next attempt's of the current operation (if this client's)."""
-    operation = _CURRENT.get()
-    if operation is not None and operation.installation is installation:
-        operation.attempt_started(_address(server))
-    return server
-
-
-def _sync_wrappers(installation: _Installation) -> dict[str, Callable[..., Any]]:
-    """Build the instance-level wrappers for a sync client."""
+    ref = installation.client_ref
+    retry_internal = installation.delegate(client, "_retry_internal")
+    select_server = installation.delegate(client, "_select_server")
+    current_get, current_set, current_reset = _CURRENT.get, _CURRENT.set, _CURRENT.reset
 
     def _retry_internal(*args: Any, **kwargs: Any) -> Any:
-        with _operation_scope(installation, args, kwargs):
-            return installation.target("_retry_internal")(*args, **kwargs)
+        operation = _Operation(installation, args, kwargs)
+        token = current_set(operation)
+        try:
+            result = retry_internal(ref(), *args, **kwargs)
+        except BaseException as exc:
+            operation.failed(exc)
+            raise
+        finally:
+            current_reset(token)
+        operation.succeeded()
+        return result
 
     def _select_server(*args: Any, **kwargs: Any) -> Any:
-        server = installation.target("_select_server")(*args, **kwargs)
-        return _server_selected(installation, server)
+        server = select_server(ref(), *args, **kwargs)
+        operation = current_get()
+        if operation is not None and operation.installation is installation:
+            operation.attempt_started(server)
+        return server
 
     return {"_retry_internal": _retry_internal, "_select_server": _select_server}
 
 
-def _async_wrappers(installation: _Installation) -> dict[str, Callable[..., Any]]:
-    """Build the instance-level wrappers for an AsyncMongoClient."""
+def _async_wrappers(installation: _Installation, client: Any) -> dict[str, Callable[..., Any]]:
+    """Build the instance-level wrappers for an AsyncMongoClient (as ``_sync_wrappers``)."""
+    ref = installation.client_ref
+    retry_internal = installation.delegate(client, "_retry_internal")
+    select_server = installation.delegate(client, "_select_server")
+    current_get, current_set, current_reset = _CURRENT.get, _CURRENT.set, _CURRENT.reset
 
     async def _retry_internal(*args: Any, **kwargs: Any) -> Any:
-        with _operation_scope(installation, args, kwargs):
-            return await installation.target("_retry_internal")(*args, **kwargs)
+        operation = _Operation(installation, args, kwargs)
+        token = current_set(operation)
+        try:
+            result = await retry_internal(ref(), *args, **kwargs)
+        except BaseException as exc:
+            operation.failed(exc)
+            raise
+        finally:
+            current_reset(token)
+        operation.succeeded()
+        return result
 
     async def _select_server(*args: Any, **kwargs: Any) -> Any:
-        server = await installation.target("_select_server")(*args, **kwargs)
-        return _server_selected(installation, server)
+        server = await select_server(ref(), *args, **kwargs)
+        operation = current_get()
+        if operation is not None and operation.installation is installation:
+            operation.attempt_started(server)
+        return server
 
     return {"_retry_internal": _retry_internal, "_select_server": _select_server}
 

@@ -136,6 +136,8 @@ class RetryBudget(_Counted):
 
     def record_success(self, *, retried: bool) -> None:
         """Deposit ``success_deposit`` (plus ``retry_cost`` when the success was a retry)."""
+        if self._units >= self._cap_units:
+            return  # full: nothing to add (the success hot path; see ``_add`` for why it is exact)
         self._add(self._success_units + (self._cost_units if retried else 0))
 
     def record_non_overload_failure(self) -> None:
@@ -143,7 +145,16 @@ class RetryBudget(_Counted):
         self._add(self._failure_units)
 
     def _add(self, units: int) -> None:
-        """Add ``units`` under the lock, clamped to capacity."""
+        """Add ``units`` under the lock, clamped to capacity.
+
+        A full bucket (the normal state without overload) returns without taking the lock.
+        That is exact, not an approximation: reading one int attribute is atomic, and a bucket
+        seen full at that read is one where this deposit, ordered at that instant, is clamped
+        to nothing; an acquire racing with it is simply ordered after it.  Nothing is written,
+        so the count can never exceed capacity, and the arithmetic stays integer under the lock.
+        """
+        if self._units >= self._cap_units:
+            return
         with self._lock:
             self._units = min(self._cap_units, self._units + units)
 

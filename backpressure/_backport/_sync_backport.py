@@ -40,6 +40,7 @@ from backpressure._state import STATE_ATTRIBUTE, ClientState
 from backpressure.decision import GiveUp
 from backpressure.events import attach_summary, retry_summary
 from backpressure.labels import has_no_writes_performed, is_overload, is_retryable_overload
+from backpressure.operation import OperationRetries
 
 # isort: split
 # The flavour's own modules (time and pymongo.synchronous in the generated twin).
@@ -63,6 +64,8 @@ __all__ = [
 # pymongo >= 4.17 moved some of these names; the backport only runs on 4.9-4.16.
 _CLIENT_MODULE: Any = _mongo_client
 _CLIENT_CLASS: Any = _CLIENT_MODULE.MongoClient
+
+_NO_ATTEMPT: Any = object()  # no attempt has started yet
 
 
 class _SyncRetryLoop:
@@ -89,14 +92,17 @@ class _SyncRetryLoop:
         self._session = session
         self._bulk = bulk
         self._operation = operation
-        self._name = _shared.operation_name(operation, func)
+        self._name: Optional[str] = None  # resolved on first need (see ``_tracked``)
         self._is_read = is_read
         self._address = address
         self._read_pref = read_pref
         self._selector = read_pref if is_read else writable_server_selector
         self._retryable = retryable
         self._operation_id = operation_id
-        self._ops = state.new_operation(self._name)
+        # The success path stays cheap: the OperationRetries is created only when an attempt
+        # fails or a second one starts; until then only the first attempt's address is kept.
+        self._ops: Optional[OperationRetries] = None
+        self._first_address: Any = _NO_ATTEMPT
         self._server: Any = None
         self._deprioritized: list[Any] = []
         self._last_error: Optional[PyMongoError] = None
@@ -106,6 +112,22 @@ class _SyncRetryLoop:
         self._retries = 0
         self._classic_unlimited = _csot.get_timeout() is not None
         self._starts_transaction = _shared.transaction_starting(session)
+
+    def _operation_name(self) -> str:
+        """The operation's name for logs, events and the retry options (resolved once)."""
+        name = self._name
+        if name is None:
+            name = self._name = _shared.operation_name(self._operation, self._func)
+        return name
+
+    def _tracked(self) -> OperationRetries:
+        """Return the operation's ``OperationRetries``, creating it on first need."""
+        ops = self._ops
+        if ops is None:
+            ops = self._ops = self._state.new_operation(self._operation_name())
+            if self._first_address is not _NO_ATTEMPT:
+                ops.attempt_started(self._first_address)
+        return ops
 
     def run(self) -> Any:
         """Run attempts until one succeeds or the error must be raised."""
@@ -118,7 +140,7 @@ class _SyncRetryLoop:
             try:
                 result = self._read_once() if self._is_read else self._write_once()
             except ServerSelectionTimeoutError as exc:
-                self._ops.failed(exc)
+                self._tracked().failed(exc)
                 # A retry that finds no server reports the error of the attempt before it.
                 self._raise(self._last_error if self._is_retrying() else exc, exc)
             except PyMongoError as exc:
@@ -126,7 +148,11 @@ class _SyncRetryLoop:
                 if delay > 0:
                     time.sleep(delay)
                 continue
-            self._ops.succeeded()
+            ops = self._ops
+            if ops is None:  # a first-attempt success: all there is to record is the deposit
+                self._state.controller.record_success(retried=False)
+            else:
+                ops.succeeded()
             return result
 
     def _start_retryable_write(self, session: Any) -> None:
@@ -142,7 +168,7 @@ class _SyncRetryLoop:
         assert error is not None
         if is_retryable_overload(_shared.error_to_check(error)):
             # Let the core record the stop (reason DEADLINE), as if asked before sleeping.
-            self._ops.failed(error, deadline=_shared.csot_deadline())
+            self._tracked().failed(error, deadline=_shared.csot_deadline())
         self._raise(error)
 
     def _is_retrying(self) -> bool:
@@ -152,7 +178,7 @@ class _SyncRetryLoop:
     def _raise(self, error: Optional[BaseException], cause: Optional[BaseException] = None) -> Any:
         """Raise ``error`` with the operation's retry summary attached."""
         assert error is not None
-        attach_summary(error, self._ops.summary())
+        attach_summary(error, self._tracked().summary())
         if cause is not None and cause is not error:
             raise error from cause
         raise error
@@ -168,7 +194,11 @@ class _SyncRetryLoop:
             deprioritized_servers=self._deprioritized,
             operation_id=self._operation_id,
         )
-        self._ops.attempt_started(self._server.description.address)
+        address = self._server.description.address
+        if self._ops is None and self._first_address is _NO_ATTEMPT:
+            self._first_address = address
+        else:
+            self._tracked().attempt_started(address)
         return self._server
 
     def _write_once(self) -> Any:
@@ -241,13 +271,13 @@ class _SyncRetryLoop:
             return True
         if self._is_read:
             return _shared.read_retries_allowed(
-                self._client, self._name, self._retryable, self._session
+                self._client, self._operation_name(), self._retryable, self._session
             )
-        return _shared.write_retries_allowed(self._client, self._name)
+        return _shared.write_retries_allowed(self._client, self._operation_name())
 
     def _after_overload_error(self, exc: PyMongoError, error: PyMongoError) -> float:
         """Ask the core about an overload error; prepare the retry it grants."""
-        decision = self._ops.failed(
+        decision = self._tracked().failed(
             exc,
             deadline=_shared.csot_deadline(),
             retries_allowed=self._overload_retries_allowed(),
@@ -266,7 +296,7 @@ class _SyncRetryLoop:
                 # The server never started the transaction: send startTransaction again.
                 _shared.restart_transaction(session)
                 session._unpin()
-            elif _shared.is_transaction_end(self._name):
+            elif _shared.is_transaction_end(self._operation_name()):
                 session._unpin()
         if self._server is not None and (decision.retarget or _shared.is_sharded(self._client)):
             self._deprioritized.append(self._server)
@@ -284,11 +314,12 @@ class _SyncRetryLoop:
                 self._session._unpin()
         if not (self._retryable and eligible) or self._classic_retries_exhausted():
             if retry_summary(exc) is None:
-                self._ops.failed(exc)
+                self._tracked().failed(exc)
             if not self._is_read and has_no_writes_performed(error) and self._last_error:
                 self._raise(self._last_error, exc)
             raise exc
-        self._ops.controller.record_failure(exc, retried=self._ops.retries > 0)
+        ops = self._tracked()
+        ops.controller.record_failure(exc, retried=ops.retries > 0)
         self._note_retry(exc, error)
         self._after_overload = False
         if self._server is not None and (

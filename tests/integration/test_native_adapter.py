@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import inspect
+import weakref
 from typing import Any
 
+import pymongo
 import pytest
 from pymongo.errors import PyMongoError
 
@@ -146,3 +149,47 @@ async def test_enable_twice_replaces_state_not_wrappers(
     assert second is not first
     assert second.policy.name == "current"
     assert client._retry_policy.attempts == 2
+
+
+async def test_success_path_creates_no_operation_bookkeeping(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A first-attempt success only deposits: no OperationRetries is built for it."""
+    client = clients.plain(standalone_server.uri)
+    backpressure.enable(client, DRAFT)
+    collection = client["bp"]["lazy"]
+    await resolve(collection.insert_one({"_id": 1}))
+    built: list[str] = []
+    original = backpressure.ClientState.new_operation
+
+    def counting(self: Any, operation: str) -> Any:
+        built.append(operation)
+        return original(self, operation)
+
+    monkeypatch.setattr(backpressure.ClientState, "new_operation", counting)
+    state = backpressure.state(client)
+    assert state is not None
+    budget = state.controller.budget
+    assert budget.try_consume(1.0)
+    for _ in range(5):
+        assert await resolve(collection.find_one({"_id": 1})) == {"_id": 1}
+    assert built == []
+    assert budget.tokens == 999.5  # five first-attempt deposits of 0.1
+
+
+def test_wrappers_keep_no_strong_reference_to_the_client(
+    standalone_server: EmbeddedServer,
+) -> None:
+    """The wrappers, bound once at install, reach the client through a weak reference."""
+    client: Any = pymongo.MongoClient(standalone_server.uri, connect=False)
+    backpressure.enable(client, DRAFT)
+    ref = weakref.ref(client)
+    client.close()
+    gc.disable()
+    try:
+        del client
+        assert ref() is None  # freed by reference counting: no cycle through our wrappers
+    finally:
+        gc.enable()

@@ -293,3 +293,35 @@ def test_huge_capacity() -> None:
     assert budget.try_consume(1e295)
     budget.deposit(1e299)
     assert budget.tokens == 1e300
+
+
+class _NoLock:
+    """A lock stand-in that fails the test when taken."""
+
+    def __enter__(self) -> None:
+        """Fail: the full-bucket deposit must not take the lock."""
+        raise AssertionError("lock taken")
+
+    def __exit__(self, *exc: object) -> None:
+        """Never reached."""
+
+
+def test_deposit_into_a_full_bucket_skips_the_lock_and_stays_exact() -> None:
+    """A full bucket takes deposits without locking; the count never passes capacity."""
+    budget = RetryBudget(2.0, success_deposit=0.1, retry_cost=1.0, failure_deposit=1.0)
+    real_lock = budget._lock
+    budget._lock = _NoLock()  # type: ignore[assignment]
+    budget.record_success(retried=False)
+    budget.record_success(retried=True)
+    budget.record_non_overload_failure()
+    budget.deposit(0.5)
+    budget._lock = real_lock
+    assert budget.tokens == 2.0
+    assert budget.try_acquire()
+    for _ in range(9):
+        budget.record_success(retried=False)
+    assert budget.tokens == 1.9
+    budget.record_success(retried=False)
+    assert budget.tokens == 2.0  # ten deposits of 0.1 make exactly one token
+    budget.record_success(retried=True)
+    assert budget.tokens == 2.0
