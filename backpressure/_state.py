@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from backpressure.decision import RetryController
 from backpressure.events import RetryListener
-from backpressure.operation import OperationRetries
+from backpressure.operation import BudgetWarnings, OperationRetries
 from backpressure.policy import Policy
 
 LOGGER = logging.getLogger("backpressure")
@@ -23,6 +23,12 @@ class ClientState:
     controller: RetryController
     listeners: tuple[RetryListener, ...] = ()
     logger: logging.Logger = field(default=LOGGER)
+    budget_warnings: BudgetWarnings = field(init=False, repr=False, compare=False)
+    """The client's rate limit of budget-empty WARNINGs (on the controller's clock)."""
+
+    def __post_init__(self) -> None:
+        """Create the client's budget-warning rate limit."""
+        self.budget_warnings = BudgetWarnings(clock=self.controller.clock)
 
     @property
     def policy(self) -> Policy:
@@ -32,5 +38,9 @@ class ClientState:
     def new_operation(self, operation: str) -> OperationRetries:
         """Start the retry bookkeeping of one operation (one call of the retry loop)."""
         return OperationRetries(
-            self.controller, operation, listeners=self.listeners, logger=self.logger
+            self.controller,
+            operation,
+            listeners=self.listeners,
+            logger=self.logger,
+            budget_warnings=self.budget_warnings,
         )

@@ -11,8 +11,11 @@ Nothing here sleeps or does I/O.
 from __future__ import annotations
 
 import logging
+import math
+import threading
+import time
 from collections.abc import Sequence
-from typing import Optional
+from typing import Callable, Optional
 
 from backpressure.decision import Decision, GiveUp, Retry, RetryController, StopReason
 from backpressure.events import (
@@ -25,9 +28,54 @@ from backpressure.events import (
 )
 from backpressure.labels import error_labels, is_overload
 
-__all__ = ["OperationRetries"]
+__all__ = ["BudgetWarnings", "OperationRetries"]
 
 _LOGGER = logging.getLogger("backpressure")
+
+
+class BudgetWarnings:
+    """Rate limit of the WARNING logged when a give-up finds the retry budget empty.
+
+    Under sustained overload an empty budget makes every operation give up; one WARNING line per
+    give-up would flood the log.  One ``BudgetWarnings`` is shared by all the operations of a
+    client: the first budget-empty give-up is logged at WARNING, then at most one every
+    ``interval`` seconds (on ``clock``), which tells how many were logged at DEBUG since the
+    previous WARNING.  Only logging is limited: listeners receive every give-up.
+    """
+
+    def __init__(
+        self, interval: float = 5.0, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """Allow one WARNING per ``interval`` seconds (finite, >= 0) measured on ``clock``."""
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)):
+            raise TypeError(f"interval must be a number, got {interval!r}")
+        if not math.isfinite(interval) or interval < 0:
+            raise ValueError(f"interval must be a finite number >= 0, got {interval!r}")
+        self._interval = float(interval)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last: Optional[float] = None
+        self._suppressed = 0
+
+    @property
+    def interval(self) -> float:
+        """Minimum number of seconds between two WARNINGs."""
+        return self._interval
+
+    def admit(self) -> Optional[int]:
+        """Account for one budget-empty give-up.
+
+        Return None when it must be logged at DEBUG (a WARNING was logged less than
+        ``interval`` seconds ago); otherwise the number of give-ups logged at DEBUG since the
+        previous WARNING (0 for the first), and this one is to be logged at WARNING.
+        """
+        now = self._clock()
+        with self._lock:
+            if self._last is not None and now - self._last < self._interval:
+                self._suppressed += 1
+                return None
+            suppressed, self._suppressed, self._last = self._suppressed, 0, now
+            return suppressed
 
 
 def _error_code(error: BaseException) -> Optional[int]:
@@ -66,9 +114,17 @@ class OperationRetries:
         *,
         listeners: Sequence[RetryListener] = (),
         logger: logging.Logger = _LOGGER,
+        budget_warnings: Optional[BudgetWarnings] = None,
     ) -> None:
-        """Start tracking ``operation`` (a command name) under ``controller``."""
+        """Start tracking ``operation`` (a command name) under ``controller``.
+
+        ``budget_warnings`` is the client's rate limit of budget-empty WARNINGs (shared by its
+        operations); by default the operation gets its own (so its give-up is a WARNING).
+        """
         self._controller = controller
+        self._budget_warnings = (
+            BudgetWarnings(clock=controller.clock) if budget_warnings is None else budget_warnings
+        )
         self._operation = operation
         self._listeners = tuple(listeners)
         self._logger = logger
@@ -205,16 +261,29 @@ class OperationRetries:
                 "not retrying %s: %s (%s)", self._operation, decision.reason.value, _describe(error)
             )
             return
-        level = logging.WARNING if decision.reason is StopReason.BUDGET_EMPTY else logging.INFO
+        level = logging.INFO
+        note = ""
+        if decision.reason is StopReason.BUDGET_EMPTY:
+            suppressed = self._budget_warnings.admit()
+            if suppressed is None:
+                level = logging.DEBUG  # a WARNING for this was logged less than interval ago
+            else:
+                level = logging.WARNING
+                if suppressed:
+                    note = (
+                        f"; {suppressed} more budget-empty give-up(s) logged at DEBUG "
+                        "since the previous warning"
+                    )
         self._logger.log(
             level,
-            "giving up %s after %d attempt(s) on %s, %.3fs total backoff: %s (%s)",
+            "giving up %s after %d attempt(s) on %s, %.3fs total backoff: %s (%s)%s",
             self._operation,
             max(self._attempts, 1),
             ", ".join(_format_server(s) for s in self._servers) or "unknown server",
             self._total_backoff,
             decision.reason.value,
             _describe(error),
+            note,
         )
         event = GiveUpEvent(
             operation=self._operation,
