@@ -85,6 +85,10 @@ def test_sharded_cluster_has_two_mongos(sharded_server: EmbeddedServer, make_cli
     client = make_client(sharded_server.uri)
     client.test.c.insert_one({"_id": 1})
     assert client.topology_description.topology_type_name == "Sharded"
+    # The insert needs one router; discovery of the second may still be under way.
+    deadline = time.monotonic() + 10
+    while set(client.nodes) != set(sharded_server.addresses) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert set(client.nodes) == set(sharded_server.addresses)
     host, port = sharded_server.addresses[1]
     other = make_client(host, port=port, directConnection=True)
