@@ -119,14 +119,16 @@ ASYNC_SHOULD_RETRY_AWAITED: bool = _ASYNC_POLICY is not None and (
 )
 """The async native loop awaits ``should_retry`` (so our replacement must be ``async def``)."""
 
-HAS_ASYNC_CLIENT: bool = _import("pymongo.asynchronous.mongo_client") is not None
+_ASYNC_CLIENT_MODULE = _import("pymongo.asynchronous.mongo_client")
+_ASYNC_CLIENT_CLASS: Optional[type] = getattr(_ASYNC_CLIENT_MODULE, "AsyncMongoClient", None)
+
+HAS_ASYNC_CLIENT: bool = _ASYNC_CLIENT_MODULE is not None
 """pymongo ships ``AsyncMongoClient``."""
 
 
 def is_async_client(client: object) -> bool:
     """Return True for a pymongo ``AsyncMongoClient`` (not for Motor, whose delegate is sync)."""
-    module = _import("pymongo.asynchronous.mongo_client")
-    cls = getattr(module, "AsyncMongoClient", None) if module is not None else None
+    cls = _ASYNC_CLIENT_CLASS
     return isinstance(cls, type) and isinstance(client, cls)
 
 

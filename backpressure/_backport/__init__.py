@@ -20,6 +20,7 @@ import threading
 from typing import Any
 
 from backpressure._backport._shared import NATIVE_BACKPRESSURE, NATIVE_REASON, refresh_motor
+from backpressure._compat import is_async_client
 from backpressure._state import STATE_ATTRIBUTE, ClientState
 
 __all__ = [
@@ -60,13 +61,6 @@ def _patch_classes() -> None:
     refresh_motor(_sync_backport.public_wrapped_names())
 
 
-def _is_async_client(client: Any) -> bool:
-    """Return True for an AsyncMongoClient (Motor clients arrive as their sync delegate)."""
-    from pymongo.asynchronous.mongo_client import AsyncMongoClient
-
-    return isinstance(client, AsyncMongoClient)
-
-
 def install(client: Any, state: ClientState) -> None:
     """Enable overload retries on ``client`` (a MongoClient or AsyncMongoClient) with ``state``.
 
@@ -77,7 +71,7 @@ def install(client: Any, state: ClientState) -> None:
     _require_backport()
     from pymongo.synchronous.mongo_client import MongoClient
 
-    is_async = _is_async_client(client)
+    is_async = is_async_client(client)
     if not is_async and not isinstance(client, MongoClient):
         raise TypeError(f"expected a MongoClient or AsyncMongoClient, got {type(client).__name__}")
     _patch_classes()
@@ -97,7 +91,7 @@ def uninstall(client: Any) -> None:
     if NATIVE_BACKPRESSURE or not is_installed(client):
         vars(client).pop(STATE_ATTRIBUTE, None)
         return
-    if _is_async_client(client):
+    if is_async_client(client):
         from backpressure._backport import _async_backport
 
         _async_backport.uninstall_client(client)
