@@ -179,19 +179,24 @@ def forget_client_bulk_error(func: Callable[..., Any], exc: PyMongoError) -> Non
     """
     if not isinstance(exc, ClientBulkWriteException):
         return
+    full_result = _closure_value(func, "full_result")
+    if isinstance(full_result, MutableMapping) and full_result.get("error") is exc.error:
+        full_result["error"] = None
+
+
+def _closure_value(func: Callable[..., Any], name: str) -> Any:
+    """Return the value of ``func``'s closure variable ``name``, or None (absent or unset)."""
     code = getattr(func, "__code__", None)
-    cells = getattr(func, "__closure__", None) or ()
     if code is None:
-        return
-    for name, cell in zip(code.co_freevars, cells):
-        if name == "full_result":
+        return None
+    cells = getattr(func, "__closure__", None) or ()
+    for free, cell in zip(code.co_freevars, cells):
+        if free == name:
             try:
-                full_result = cell.cell_contents
+                return cell.cell_contents
             except ValueError:
-                return
-            if isinstance(full_result, MutableMapping) and full_result.get("error") is exc.error:
-                full_result["error"] = None
-            return
+                return None
+    return None
 
 
 def is_transaction_end(operation: str) -> bool:
@@ -210,18 +215,8 @@ def operation_name(operation: str, func: Callable[..., Any]) -> str:
     operation = value if isinstance(value, str) else str(operation)
     if operation != "abortTransaction":
         return operation
-    code = getattr(func, "__code__", None)
-    cells = getattr(func, "__closure__", None) or ()
-    if code is None:
-        return operation
-    for name, cell in zip(code.co_freevars, cells):
-        if name == "command_name":
-            try:
-                value = cell.cell_contents
-            except ValueError:
-                return operation
-            return value if isinstance(value, str) else operation
-    return operation
+    value = _closure_value(func, "command_name")
+    return value if isinstance(value, str) else operation
 
 
 def restart_transaction(session: Any) -> None:
