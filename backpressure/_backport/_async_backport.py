@@ -476,10 +476,11 @@ def _method_with_retries(
             state: Optional[ClientState] = getattr(client, STATE_ATTRIBUTE, None)
             if state is None or _shared.METHOD_ATTEMPT.get() is not None:
                 return await original(self, *args, **kwargs)
-            session = _shared.session_argument(signature, (self, *args), kwargs)
+            arguments = _shared.bound_arguments(signature, (self, *args), kwargs)
+            session = arguments.get("session")
             if session is not None and session.in_transaction:
                 return await original(self, *args, **kwargs)
-            label = _shared.command_name(name, signature, (self, *args), kwargs)
+            label = _shared.command_name(name, arguments)
             retry = _AsyncMethodRetry(client, state, label, run_command)
             timeout = getattr(self, "_timeout", None)
             if _csot.get_timeout() is None and timeout is not None:

@@ -34,6 +34,7 @@ __all__ = [
     "NATIVE_REASON",
     "WRAPPED_MARK",
     "MethodAttempt",
+    "bound_arguments",
     "command_name",
     "csot_deadline",
     "csot_expired",
@@ -52,7 +53,6 @@ __all__ = [
     "refresh_motor",
     "replace_attribute",
     "restart_transaction",
-    "session_argument",
     "topology_enabled",
     "transaction_starting",
     "write_retries_allowed",
@@ -288,24 +288,22 @@ METHOD_ATTEMPT: contextvars.ContextVar[Optional[MethodAttempt]] = contextvars.Co
 """Set while a method-level retry runs; nested wrapped methods then run without retrying."""
 
 
-def session_argument(signature: inspect.Signature, args: tuple[Any, ...], kwargs: Any) -> Any:
-    """Return the ``session`` argument of a call bound to ``signature`` (self included)."""
+def bound_arguments(
+    signature: inspect.Signature, args: tuple[Any, ...], kwargs: Any
+) -> Mapping[str, Any]:
+    """Return a call's arguments bound to ``signature`` (self included); {} if it cannot bind."""
     try:
-        bound = signature.bind_partial(*args, **kwargs)
+        return signature.bind_partial(*args, **kwargs).arguments
     except TypeError:
-        return None
-    return bound.arguments.get("session")
+        return {}
 
 
-def command_name(
-    default: str, signature: inspect.Signature, args: tuple[Any, ...], kwargs: Any
-) -> str:
-    """Return the name of the command passed to ``Database.command`` (first key), or ``default``."""
-    try:
-        bound = signature.bind_partial(*args, **kwargs)
-    except TypeError:
-        return default
-    command = bound.arguments.get("command")
+def command_name(default: str, arguments: Mapping[str, Any]) -> str:
+    """Return the name of the command passed to ``Database.command`` (first key), or ``default``.
+
+    ``arguments`` are the call's :func:`bound_arguments`.
+    """
+    command = arguments.get("command")
     if isinstance(command, str):
         return command
     if isinstance(command, Mapping):
