@@ -66,6 +66,12 @@ def _canonical(key: str) -> Optional[str]:
     return _SPELLINGS.get(key.lower())
 
 
+def _invalid(option: str, allowed: str, value: object, *, from_uri: bool) -> InvalidPolicyError:
+    """Build the error for an invalid value of ``option``, naming what is allowed."""
+    where = "URI option" if from_uri else "option"
+    return InvalidPolicyError(f"The value of {where} {option} must be {allowed}, got {value!r}")
+
+
 def _validate_max_adaptive_retries(value: object, *, from_uri: bool) -> int:
     """Return ``value`` as an int in 0..100 or raise InvalidPolicyError."""
     allowed = f"an integer from 0 to {MAX_ADAPTIVE_RETRIES_LIMIT}"
@@ -78,10 +84,7 @@ def _validate_max_adaptive_retries(value: object, *, from_uri: bool) -> int:
         except ValueError:
             number = None
     if number is None or not 0 <= number <= MAX_ADAPTIVE_RETRIES_LIMIT:
-        where = "URI option" if from_uri else "option"
-        raise InvalidPolicyError(
-            f"The value of {where} {MAX_ADAPTIVE_RETRIES} must be {allowed}, got {value!r}"
-        )
+        raise _invalid(MAX_ADAPTIVE_RETRIES, allowed, value, from_uri=from_uri)
     return number
 
 
@@ -91,11 +94,8 @@ def _validate_retargeting(value: object, *, from_uri: bool) -> bool:
         return value
     if isinstance(value, str) and value in _URI_BOOLEANS:
         return _URI_BOOLEANS[value]
-    where = "URI option" if from_uri else "option"
-    raise InvalidPolicyError(
-        f"The value of {where} {ENABLE_OVERLOAD_RETARGETING} must be 'true' or 'false'"
-        f"{'' if from_uri else ' (or a bool)'}, got {value!r}"
-    )
+    allowed = "'true' or 'false'" if from_uri else "'true' or 'false' (or a bool)"
+    raise _invalid(ENABLE_OVERLOAD_RETARGETING, allowed, value, from_uri=from_uri)
 
 
 def _validate_switch(value: object, *, from_uri: bool) -> Union[bool, Policy]:
@@ -114,10 +114,7 @@ def _validate_switch(value: object, *, from_uri: bool) -> Union[bool, Policy]:
         if from_uri
         else "a bool, a Policy, 'draft' or 'current'"
     )
-    where = "URI option" if from_uri else "option"
-    raise InvalidPolicyError(
-        f"The value of {where} {BACKPRESSURE} must be {allowed}, got {value!r}"
-    )
+    raise _invalid(BACKPRESSURE, allowed, value, from_uri=from_uri)
 
 
 def validate_option(name: str, value: object, *, from_uri: bool = False) -> Any:
