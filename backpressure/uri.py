@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Optional, Union
 from urllib.parse import unquote_plus
 
-from backpressure.policy import InvalidPolicyError, Policy, resolve_policy
+from backpressure.policy import _MAX_RETRIES_LIMIT, InvalidPolicyError, Policy, resolve_policy
 
 __all__ = [
     "BACKPRESSURE",
@@ -47,7 +47,7 @@ OPTION_NAMES: tuple[str, str, str] = (
 )
 """Canonical names of the options this module owns."""
 
-MAX_ADAPTIVE_RETRIES_LIMIT = 100
+MAX_ADAPTIVE_RETRIES_LIMIT: int = _MAX_RETRIES_LIMIT
 """Largest accepted ``maxAdaptiveRetries`` (the largest ``Policy.max_retries``)."""
 
 # Lower-cased spellings accepted for each option (pymongo also accepts snake_case keywords).
