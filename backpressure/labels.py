@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional
 
-from pymongo.errors import PyMongoError
+from pymongo.errors import ClientBulkWriteException, PyMongoError
 
 __all__ = [
     "NO_WRITES_PERFORMED",
@@ -69,10 +69,6 @@ def error_labels(exc: BaseException) -> frozenset[str]:
 
 def _bulk_inner_error(exc: BaseException) -> Optional[PyMongoError]:
     """Return the top-level ``error`` of a ClientBulkWriteException if it is a PyMongoError."""
-    try:
-        from pymongo.errors import ClientBulkWriteException
-    except ImportError:  # pragma: no cover - pymongo < 4.9 lacks it
-        return None
     if not isinstance(exc, ClientBulkWriteException):
         return None
     try:
