@@ -49,7 +49,11 @@ class _ControlConnection:
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._lock = threading.Lock()
         self._request_id = 0
-        self.command({"hello": 1, "client": {"application": {"name": CONTROL_APP_NAME}}})
+        try:
+            self.command({"hello": 1, "client": {"application": {"name": CONTROL_APP_NAME}}})
+        except BaseException:
+            self._sock.close()
+            raise
 
     def command(self, doc: Mapping[str, Any]) -> dict[str, Any]:
         body = dict(doc)
@@ -137,7 +141,8 @@ class EmbeddedServer:
                 self._start_process()
             else:
                 self._start_thread()
-            self._controls = [_ControlConnection(a) for a in self._addresses]
+            for address in self._addresses:  # one by one: stop() closes those already open
+                self._controls.append(_ControlConnection(address))
             if self.connection_rate_limit is not None:
                 # Give back the connection tokens the control connections just took.
                 for control in self._controls:
