@@ -101,7 +101,11 @@ def measure_overhead(
         raise ValueError("rounds and block must be >= 1")
     policy = POLICIES["draft"]
     plain: MongoClient[Document] = MongoClient(uri)
-    enabled = policy.open(uri)
+    try:
+        enabled = policy.open(uri)
+    except BaseException:
+        plain.close()
+        raise
     try:
         seed = plain["backpressure_bench"]["overhead"]
         seed.drop()
