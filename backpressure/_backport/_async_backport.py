@@ -110,7 +110,6 @@ class _AsyncRetryLoop:
         self._after_overload = False
         self._overload_seen = False
         self._retries = 0
-        self._classic_unlimited = _csot.get_timeout() is not None
         self._starts_transaction = _shared.transaction_starting(session)
 
     def _operation_name(self) -> str:
@@ -333,7 +332,7 @@ class _AsyncRetryLoop:
         pymongo retries once, without limit under CSOT; after an overload, up to the policy's
         retry count in total (as pymongo 4.17 does with maxAdaptiveRetries).
         """
-        if not self._is_retrying() or self._classic_unlimited:
+        if not self._is_retrying() or _csot.get_timeout() is not None:
             return False
         return not self._overload_seen or self._retries >= self._state.policy.max_retries
 
