@@ -122,13 +122,15 @@ class WorkloadConfig:
     def __post_init__(self) -> None:
         """Validate the numbers."""
         if not self.capacity > 0:
-            raise ValueError("capacity must be > 0")
+            raise ValueError(f"WorkloadConfig.capacity must be > 0, got {self.capacity!r}")
         if self.threads < 1:
-            raise ValueError("threads must be >= 1")
+            raise ValueError(f"WorkloadConfig.threads must be >= 1, got {self.threads!r}")
         if not 0.0 <= self.read_fraction <= 1.0:
-            raise ValueError("read_fraction must be in 0..1")
+            raise ValueError(
+                f"WorkloadConfig.read_fraction must be in 0..1, got {self.read_fraction!r}"
+            )
         if self.keys < 1:
-            raise ValueError("keys must be >= 1")
+            raise ValueError(f"WorkloadConfig.keys must be >= 1, got {self.keys!r}")
 
 
 @dataclass(frozen=True)

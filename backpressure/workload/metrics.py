@@ -49,7 +49,7 @@ def iqr(values: Sequence[float]) -> Optional[float]:
 def amplification(attempts: int, successes: int) -> Optional[float]:
     """Return attempts per success, or None when nothing succeeded."""
     if attempts < 0 or successes < 0:
-        raise ValueError("attempts and successes must be >= 0")
+        raise ValueError(f"attempts and successes must be >= 0, got {attempts!r} and {successes!r}")
     if successes == 0:
         return None
     return attempts / successes
