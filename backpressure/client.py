@@ -16,6 +16,7 @@ are also read from the connection string (see :mod:`backpressure.uri`).  With
 from __future__ import annotations
 
 import random as _random
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -331,13 +332,24 @@ class AsyncMongoClient(pymongo.AsyncMongoClient[_DocumentType]):
 
 
 _MOTOR_CLIENT: Optional[type] = None
+_MOTOR_CLIENT_LOCK = threading.Lock()
 
 
 def motor_client_class() -> type:
-    """Return ``backpressure.AsyncIOMotorClient`` (imports Motor on first use)."""
+    """Return ``backpressure.AsyncIOMotorClient`` (imports Motor on first use).
+
+    Built once even when threads ask at the same time, so ``isinstance`` checks hold.
+    """
     global _MOTOR_CLIENT
-    if _MOTOR_CLIENT is not None:
-        return _MOTOR_CLIENT
+    if _MOTOR_CLIENT is None:
+        with _MOTOR_CLIENT_LOCK:
+            if _MOTOR_CLIENT is None:
+                _MOTOR_CLIENT = _build_motor_client_class()
+    return _MOTOR_CLIENT
+
+
+def _build_motor_client_class() -> type:
+    """Define the ``AsyncIOMotorClient`` subclass (imports Motor)."""
     from motor import motor_asyncio
 
     base: Any = motor_asyncio.AsyncIOMotorClient
@@ -367,7 +379,6 @@ def motor_client_class() -> type:
             )
 
     AsyncIOMotorClient.__module__ = __name__
-    _MOTOR_CLIENT = AsyncIOMotorClient
     return AsyncIOMotorClient
 
 
