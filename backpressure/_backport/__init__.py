@@ -57,8 +57,9 @@ def _patch_classes() -> None:
 
         _async_backport.patch_classes()
         _sync_backport.patch_classes()
+        # Inside the lock: no thread may see the hooks installed before Motor sees them too.
+        refresh_motor(_sync_backport.public_wrapped_names())
         _patched = True
-    refresh_motor(_sync_backport.public_wrapped_names())
 
 
 def install(client: Any, state: ClientState) -> None:
