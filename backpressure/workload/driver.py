@@ -398,6 +398,8 @@ def _drive(
                 if elapsed > reported:
                     progress(elapsed - reported)
                     reported = elapsed
+    with lock:  # workers still running past the drain timeout take no further arrival
+        cursor[0] = len(times)
     if progress is not None and planned > reported:
         progress(planned - reported)
     end = max([clock(), *(r[2] for r in records)]) if records else clock()
