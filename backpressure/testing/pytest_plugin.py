@@ -10,6 +10,7 @@ Registered as the ``backpressure`` pytest11 plugin. Fixtures (none is autouse):
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any, Callable
 
@@ -29,17 +30,16 @@ ServerFactory = Callable[..., EmbeddedServer]
 
 @pytest.fixture
 def embedded_server_factory() -> Iterator[ServerFactory]:
-    """Start ``EmbeddedServer(**kwargs)`` on demand; stop them all at teardown."""
-    started: list[EmbeddedServer] = []
+    """Start ``EmbeddedServer(**kwargs)`` on demand; stop them all at teardown.
 
-    def factory(**kwargs: Any) -> EmbeddedServer:
-        server = EmbeddedServer(**kwargs).start()
-        started.append(server)
-        return server
+    The servers stop in reverse order, every one of them even if stopping another fails.
+    """
+    with contextlib.ExitStack() as started:
 
-    yield factory
-    for server in reversed(started):
-        server.stop()
+        def factory(**kwargs: Any) -> EmbeddedServer:
+            return started.enter_context(EmbeddedServer(**kwargs))
+
+        yield factory
 
 
 def _session_server(topology: str) -> Callable[[], Iterator[EmbeddedServer]]:
