@@ -276,7 +276,6 @@ class _Installation:
         """Take over ``client`` for ``state``; remember everything to put back."""
         self.state = state
         self.client_ref = weakref.ref(client)
-        self.is_async = _compat.is_async_client(client)
         self.original_policy: Any = client._retry_policy
         options = client.options
         self.original_options = tuple(getattr(options, attr) for attr in _compat.OPTION_ATTRIBUTES)
@@ -287,7 +286,7 @@ class _Installation:
             else _PlainRetryPolicy
         )
         self.policy: NativeRetryPolicy = policy_class(self)
-        make = _async_wrappers if self.is_async else _sync_wrappers
+        make = _async_wrappers if _compat.is_async_client(client) else _sync_wrappers
         # A future pymongo without one of these methods still gets the policy object (which
         # then applies the policy statelessly); only wrap what exists.
         self.wrappers: dict[str, Callable[..., Any]] = {
