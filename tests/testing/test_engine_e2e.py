@@ -102,8 +102,6 @@ def test_transaction_with_transaction_helper(rs: Client) -> None:
 
 def test_client_bulk_write(rs: Client) -> None:
     """client.bulk_write across two namespaces (pymongo >= 4.9, wire 25)."""
-    if not hasattr(rs, "bulk_write"):
-        pytest.skip("pymongo without client.bulk_write")
     result = rs.bulk_write(
         [
             InsertOne(namespace="db.cb1", document={"_id": 1}),
