@@ -15,21 +15,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from backpressure._state import ClientState
-from backpressure.backoff import backoff_ceiling, backoff_delay
-from backpressure.budget import NullBudget, RetryBudget, budget_for
-from backpressure.client import (
-    AsyncMongoClient,
-    MongoClient,
-    budget,
-    disable,
-    enable,
-    is_enabled,
-    state,
+from backpressure.core.backoff import backoff_ceiling, backoff_delay
+from backpressure.core.budget import NullBudget, RetryBudget, budget_for
+from backpressure.core.client_state import ClientState
+from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
+from backpressure.core.events import (
+    GiveUpEvent,
+    RetryEvent,
+    RetryListener,
+    RetrySummary,
+    retry_summary,
 )
-from backpressure.decision import GiveUp, Retry, RetryController, StopReason
-from backpressure.events import GiveUpEvent, RetryEvent, RetryListener, RetrySummary, retry_summary
-from backpressure.labels import (
+from backpressure.core.labels import (
     NO_WRITES_PERFORMED,
     RETRYABLE,
     SYSTEM_OVERLOADED,
@@ -39,8 +36,8 @@ from backpressure.labels import (
     is_retryable_overload,
     server_base_backoff,
 )
-from backpressure.operation import OperationRetries
-from backpressure.policy import (
+from backpressure.core.operation import OperationRetries
+from backpressure.core.policy import (
     CURRENT_SPEC,
     DRAFT,
     PRESETS,
@@ -48,7 +45,16 @@ from backpressure.policy import (
     Policy,
     resolve_policy,
 )
-from backpressure.uri import parse_backpressure_options
+from backpressure.switch.client import (
+    AsyncMongoClient,
+    MongoClient,
+    budget,
+    disable,
+    enable,
+    is_enabled,
+    state,
+)
+from backpressure.switch.uri_options import parse_backpressure_options
 
 __version__ = "0.1.0"
 
@@ -99,7 +105,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """Build ``AsyncIOMotorClient`` on first access (imports Motor)."""
     if name == "AsyncIOMotorClient":
-        from backpressure.client import motor_client_class
+        from backpressure.switch.client import motor_client_class
 
         return motor_client_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

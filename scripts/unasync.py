@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 FILES = {
-    "backpressure/_backport/_async_backport.py": "backpressure/_backport/_sync_backport.py",
+    "backpressure/adapters/backport/async_loop.py": "backpressure/adapters/backport/sync_loop.py",
 }
 """Async source -> generated sync twin, relative to the repository root."""
 

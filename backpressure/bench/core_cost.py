@@ -16,10 +16,10 @@ from typing import Callable
 
 from pymongo.errors import OperationFailure
 
-from backpressure.decision import Retry, RetryController
-from backpressure.labels import RETRYABLE, SYSTEM_OVERLOADED
-from backpressure.operation import OperationRetries
-from backpressure.policy import DRAFT, Policy
+from backpressure.core.decision import Retry, RetryController
+from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
+from backpressure.core.operation import OperationRetries
+from backpressure.core.policy import DRAFT, Policy
 
 __all__ = ["CoreCost", "measure_core_cost"]
 

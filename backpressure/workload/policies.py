@@ -20,7 +20,7 @@ import pymongo
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
-from backpressure.policy import CURRENT_SPEC, DRAFT, Policy
+from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
 
 __all__ = [
     "POLICIES",

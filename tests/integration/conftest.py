@@ -18,8 +18,8 @@ import pytest
 from pymongo import monitoring
 
 import backpressure
-from backpressure.events import GiveUpEvent, RetryEvent
-from backpressure.labels import RETRYABLE, SYSTEM_OVERLOADED
+from backpressure.core.events import GiveUpEvent, RetryEvent
+from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
 
 T = TypeVar("T")
 

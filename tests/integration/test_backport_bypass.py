@@ -14,7 +14,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 
 import backpressure
 from backpressure import DRAFT, StopReason, retry_summary
-from backpressure._backport import NATIVE_BACKPRESSURE, NATIVE_REASON, client_kwargs
+from backpressure.adapters.backport import NATIVE_BACKPRESSURE, NATIVE_REASON, client_kwargs
 from backpressure.testing import EmbeddedServer
 from tests.integration.conftest import (
     OVERLOAD_CODE,
@@ -202,7 +202,7 @@ _MOTOR_FIRST = textwrap.dedent(
     import asyncio, sys
     import motor.motor_asyncio  # Motor builds its classes before any backpressure patch
     import backpressure
-    from backpressure._backport import client_kwargs
+    from backpressure.adapters.backport import client_kwargs
     from tests.integration.conftest import CommandRecorder
 
     async def main():

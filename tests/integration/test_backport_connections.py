@@ -16,8 +16,8 @@ from pymongo.errors import AutoReconnect
 
 import backpressure
 from backpressure import DRAFT
-from backpressure._backport import NATIVE_BACKPRESSURE, NATIVE_REASON
-from backpressure._backport._shared import topology_enabled
+from backpressure.adapters.backport import NATIVE_BACKPRESSURE, NATIVE_REASON
+from backpressure.adapters.backport.shared import topology_enabled
 from backpressure.testing import EmbeddedServer
 from tests.integration.conftest import ClientFactory, enabled_client, resolve, zero_jitter
 

@@ -9,7 +9,7 @@ from pymongo.hello import Hello
 from pymongo.operations import InsertOne, UpdateOne
 
 from backpressure import DRAFT, StopReason, retry_summary
-from backpressure._backport import NATIVE_BACKPRESSURE, NATIVE_REASON
+from backpressure.adapters.backport import NATIVE_BACKPRESSURE, NATIVE_REASON
 from backpressure.testing import EmbeddedServer
 from tests.integration.conftest import (
     OVERLOAD_CODE,

@@ -13,7 +13,8 @@ import pytest
 from pymongo.errors import PyMongoError
 
 import backpressure
-from backpressure import CURRENT_SPEC, DRAFT, InvalidPolicyError, Policy, _compat
+from backpressure import CURRENT_SPEC, DRAFT, InvalidPolicyError, Policy
+from backpressure.adapters import seams
 from backpressure.testing.embedded import EmbeddedServer
 from tests.integration.conftest import (
     ClientFactory,
@@ -26,7 +27,7 @@ from tests.integration.conftest import (
 
 pytestmark = pytest.mark.timeout(60)
 
-STOCK_ATTEMPTS = 3 if _compat.HAS_NATIVE_BACKPRESSURE else 1
+STOCK_ATTEMPTS = 3 if seams.HAS_NATIVE_BACKPRESSURE else 1
 """Inserts a stock client sends to an always-overloaded server (pymongo >= 4.17 retries twice)."""
 
 
@@ -93,7 +94,7 @@ async def test_uri_can_switch_backpressure_off(
     uri = standalone_server.uri + "?backpressure=false&maxAdaptiveRetries=0"
     client = clients.backpressure(uri, event_listeners=[commands])
     assert backpressure.state(client) is None
-    if _compat.HAS_NATIVE_BACKPRESSURE:
+    if seams.HAS_NATIVE_BACKPRESSURE:
         assert client.options.max_adaptive_retries == 0
     assert await _inserts_until_failure(client, standalone_server, commands) == 1
 

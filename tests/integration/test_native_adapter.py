@@ -12,7 +12,8 @@ import pytest
 from pymongo.errors import PyMongoError
 
 import backpressure
-from backpressure import DRAFT, Policy, _compat, _native
+from backpressure import DRAFT, Policy
+from backpressure.adapters import native, seams
 from backpressure.testing.embedded import EmbeddedServer
 from tests.integration.conftest import (
     ClientFactory,
@@ -25,7 +26,7 @@ from tests.integration.conftest import (
 
 pytestmark = [
     pytest.mark.skipif(
-        not _compat.HAS_NATIVE_BACKPRESSURE,
+        not seams.HAS_NATIVE_BACKPRESSURE,
         reason="pymongo has no native overload retry loop (the backport is tested elsewhere)",
     ),
     pytest.mark.timeout(60),
@@ -47,8 +48,8 @@ async def test_policy_object_replaces_pymongo_policy_in_the_right_flavour(
     original = client._retry_policy
     backpressure.enable(client, DRAFT)
     ours = client._retry_policy
-    assert isinstance(ours, _native.NativeRetryPolicy)
-    awaited = clients.is_async and _compat.ASYNC_SHOULD_RETRY_AWAITED
+    assert isinstance(ours, native.NativeRetryPolicy)
+    awaited = clients.is_async and seams.ASYNC_SHOULD_RETRY_AWAITED
     assert inspect.iscoroutinefunction(ours.should_retry) is awaited
     assert inspect.iscoroutinefunction(original.should_retry) is awaited
     assert (ours.attempts, ours.backoff_initial, ours.backoff_max) == (5, 0.1, 10.0)

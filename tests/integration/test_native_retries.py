@@ -16,8 +16,9 @@ import pytest
 from pymongo.errors import OperationFailure, PyMongoError
 
 import backpressure
-from backpressure import CURRENT_SPEC, DRAFT, Policy, StopReason, _compat, retry_summary
-from backpressure.labels import RETRYABLE, SYSTEM_OVERLOADED, is_retryable_overload
+from backpressure import CURRENT_SPEC, DRAFT, Policy, StopReason, retry_summary
+from backpressure.adapters import seams
+from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED, is_retryable_overload
 from backpressure.testing.embedded import EmbeddedServer
 from tests.integration import conftest
 from tests.integration.conftest import (
@@ -404,7 +405,7 @@ async def test_plain_client_in_the_same_process_is_untouched(
     with pytest.raises(PyMongoError) as info:
         await resolve(plain.db.coll.insert_one({"x": 1}))
     # pymongo >= 4.17 retries overload itself (maxAdaptiveRetries=2); older pymongo does not.
-    expected = 3 if _compat.HAS_NATIVE_BACKPRESSURE else 1
+    expected = 3 if seams.HAS_NATIVE_BACKPRESSURE else 1
     assert len(commands.started_commands("insert")) == expected
     assert retry_summary(info.value) is None
     assert retries.retries == []

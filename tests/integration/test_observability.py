@@ -10,7 +10,7 @@ from pymongo.errors import PyMongoError, ServerSelectionTimeoutError
 
 import backpressure
 from backpressure import GiveUpEvent, Policy, RetryEvent, StopReason, retry_summary
-from backpressure.labels import RETRYABLE, SYSTEM_OVERLOADED
+from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
 from backpressure.testing.embedded import EmbeddedServer
 from tests.integration.conftest import (
     OVERLOAD_CODE,

@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from backpressure import _compat
+from backpressure.adapters import seams
 from backpressure.testing.unified import (
     Deployment,
     Outcome,
@@ -71,7 +71,7 @@ def _suites() -> list[tuple[Path, str]]:
         (SHARED_SPEC_TESTS / "client-backpressure", "current"),
         (SHARED_SPEC_TESTS / "client-backpressure-2026-03", "draft"),
     ]
-    if _compat.HAS_NATIVE_BACKPRESSURE:
+    if seams.HAS_NATIVE_BACKPRESSURE:
         suites.append((SHARED_SPEC_TESTS / "client-backpressure", "none"))
     return suites
 

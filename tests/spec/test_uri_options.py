@@ -1,6 +1,7 @@
 """The URI-options spec files (``valid``/``warning``/``hosts``/``auth``/``options``).
 
-Our options are parsed by ``backpressure.uri.parse_backpressure_options`` (every pymongo era);
+Our options are parsed by ``backpressure.switch.uri_options.parse_backpressure_options`` (every
+pymongo era);
 when pymongo has native backpressure (>= 4.17) the same files are also checked against
 ``pymongo.uri_parser.parse_uri``, the reference. Hosts and auth, when a test gives them, are
 checked with pymongo's parser.
@@ -17,9 +18,9 @@ from typing import Any
 import pytest
 from pymongo import uri_parser
 
-from backpressure import _compat
+from backpressure.adapters import seams
+from backpressure.switch.uri_options import parse_backpressure_options
 from backpressure.testing.unified.loader import load_document
-from backpressure.uri import parse_backpressure_options
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_SPEC_TESTS = Path(
@@ -27,7 +28,7 @@ SHARED_SPEC_TESTS = Path(
 ).resolve()
 URI_OPTIONS = SHARED_SPEC_TESTS / "uri-options"
 
-PARSERS = ["backpressure"] + (["pymongo"] if _compat.HAS_NATIVE_BACKPRESSURE else [])
+PARSERS = ["backpressure"] + (["pymongo"] if seams.HAS_NATIVE_BACKPRESSURE else [])
 
 
 def _cases() -> list[Any]:

@@ -1,4 +1,4 @@
-"""Unit tests for backpressure.backoff: the formula per attempt for both presets."""
+"""Unit tests for backpressure.core.backoff: the formula per attempt for both presets."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backpressure.backoff import backoff_ceiling, backoff_delay
-from backpressure.policy import CURRENT_SPEC, DRAFT, Policy
+from backpressure.core.backoff import backoff_ceiling, backoff_delay
+from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
 
 DRAFT_CEILINGS = [0.1, 0.2, 0.4, 0.8, 1.6]
 CURRENT_CEILINGS = [0.2, 0.4]

@@ -11,8 +11,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from backpressure.budget import NullBudget, RetryBudget, budget_for
-from backpressure.policy import CURRENT_SPEC, DRAFT
+from backpressure.core.budget import NullBudget, RetryBudget, budget_for
+from backpressure.core.policy import CURRENT_SPEC, DRAFT
 
 
 def test_starts_full() -> None:

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from pymongo.errors import OperationFailure
 
-from backpressure._state import ClientState
-from backpressure.decision import GiveUp, RetryController, StopReason
-from backpressure.events import GiveUpEvent, RetryEvent
-from backpressure.labels import RETRYABLE, SYSTEM_OVERLOADED
-from backpressure.operation import BudgetWarnings
-from backpressure.policy import DRAFT
+from backpressure.core.client_state import ClientState
+from backpressure.core.decision import GiveUp, RetryController, StopReason
+from backpressure.core.events import GiveUpEvent, RetryEvent
+from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
+from backpressure.core.operation import BudgetWarnings
+from backpressure.core.policy import DRAFT
 
 A = ("a.example", 27017)
 

@@ -8,10 +8,10 @@ from typing import Any, cast
 import pytest
 from pymongo.errors import AutoReconnect, OperationFailure
 
-from backpressure.budget import NullBudget, RetryBudget
-from backpressure.decision import GiveUp, Retry, RetryController, StopReason
-from backpressure.labels import RETRYABLE, SYSTEM_OVERLOADED
-from backpressure.policy import CURRENT_SPEC, DRAFT, Policy
+from backpressure.core.budget import NullBudget, RetryBudget
+from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
+from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
+from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
 
 
 def near(value: float) -> float:

@@ -1,4 +1,4 @@
-"""Unit tests for backpressure.labels: classification and the server backoff hint."""
+"""Unit tests for backpressure.core.labels: classification and the server backoff hint."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pymongo.errors import (
     PyMongoError,
 )
 
-from backpressure import labels
-from backpressure.labels import (
+from backpressure.core import labels
+from backpressure.core.labels import (
     NO_WRITES_PERFORMED,
     RETRYABLE,
     RETRYABLE_WRITE,

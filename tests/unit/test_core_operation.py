@@ -8,8 +8,8 @@ from typing import Any, cast
 import pytest
 from pymongo.errors import AutoReconnect, DuplicateKeyError, OperationFailure
 
-from backpressure.decision import GiveUp, Retry, RetryController, StopReason
-from backpressure.events import (
+from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
+from backpressure.core.events import (
     GiveUpEvent,
     RetryEvent,
     RetryListener,
@@ -17,9 +17,9 @@ from backpressure.events import (
     attach_summary,
     retry_summary,
 )
-from backpressure.labels import RETRYABLE, SYSTEM_OVERLOADED
-from backpressure.operation import OperationRetries
-from backpressure.policy import CURRENT_SPEC, DRAFT, Policy
+from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
+from backpressure.core.operation import OperationRetries
+from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
 
 
 def near(value: float) -> float:

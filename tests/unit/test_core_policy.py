@@ -1,4 +1,4 @@
-"""Unit tests for backpressure.policy: validation, presets and resolve_policy."""
+"""Unit tests for backpressure.core.policy: validation, presets and resolve_policy."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pymongo.errors import ConfigurationError
 
-from backpressure.policy import (
+from backpressure.core.policy import (
     CURRENT_SPEC,
     DEFAULT_POLICY,
     DRAFT,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from backpressure import CURRENT_SPEC, DRAFT, InvalidPolicyError, Policy
-from backpressure.uri import (
+from backpressure.switch.uri_options import (
     BACKPRESSURE,
     ENABLE_OVERLOAD_RETARGETING,
     MAX_ADAPTIVE_RETRIES,

@@ -6,7 +6,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
-from backpressure.decision import StopReason
+from backpressure.core.decision import StopReason
 
 __all__ = [
     "GiveUpEvent",

@@ -22,9 +22,9 @@ from typing import Any, Callable, Optional
 from pymongo.errors import AutoReconnect, ClientBulkWriteException, NetworkTimeout, PyMongoError
 from pymongo.topology_description import TopologyDescription
 
-from backpressure import _compat
-from backpressure._compat import csot_deadline, csot_expired
-from backpressure.labels import add_overload_labels
+from backpressure.adapters import seams
+from backpressure.adapters.seams import csot_deadline, csot_expired
+from backpressure.core.labels import add_overload_labels
 
 __all__ = [
     "CLASSIC_DEPRIORITIZES_ALWAYS",
@@ -58,7 +58,7 @@ __all__ = [
     "write_retries_allowed",
 ]
 
-NATIVE_BACKPRESSURE: bool = _compat.HAS_NATIVE_BACKPRESSURE
+NATIVE_BACKPRESSURE: bool = seams.HAS_NATIVE_BACKPRESSURE
 """True when the installed pymongo retries overload errors itself (>= 4.17)."""
 
 NATIVE_REASON = "pymongo has native backpressure; the backport is not used"

@@ -3,13 +3,13 @@
 ``enable`` works on a ``pymongo.MongoClient``, a ``pymongo.AsyncMongoClient`` or a Motor
 ``AsyncIOMotorClient`` (on its sync ``delegate``), per client: other clients in the process are
 unaffected.  It installs the adapter that fits the client: the native adapter
-(:mod:`backpressure._native`) when pymongo has its own overload retry loop (4.17+), else the
-backport (:mod:`backpressure._backport`, pymongo 4.9-4.16).
+(:mod:`backpressure.adapters.native`) when pymongo has its own overload retry loop (4.17+), else the
+backport (:mod:`backpressure.adapters.backport`, pymongo 4.9-4.16).
 
 The client classes accept every pymongo argument plus ``backpressure`` (``True``, ``False``,
-``"draft"``, ``"current"`` or a :class:`~backpressure.policy.Policy`), ``backpressure_listeners``,
+``"draft"``, ``"current"`` or a :class:`~backpressure.Policy`), ``backpressure_listeners``,
 ``maxAdaptiveRetries`` and ``enableOverloadRetargeting``; the last two (and ``backpressure``)
-are also read from the connection string (see :mod:`backpressure.uri`).  With
+are also read from the connection string (see :mod:`backpressure.switch.uri_options`).  With
 ``backpressure=False`` they are stock pymongo clients.
 """
 
@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 import pymongo
 
-from backpressure import _compat
-from backpressure._state import STATE_ATTRIBUTE, ClientState
-from backpressure.budget import Budget
-from backpressure.decision import RetryController
-from backpressure.events import RetryListener
-from backpressure.policy import InvalidPolicyError, Policy, resolve_policy
-from backpressure.uri import (
+from backpressure.adapters import seams
+from backpressure.core.budget import Budget
+from backpressure.core.client_state import STATE_ATTRIBUTE, ClientState
+from backpressure.core.decision import RetryController
+from backpressure.core.events import RetryListener
+from backpressure.core.policy import InvalidPolicyError, Policy, resolve_policy
+from backpressure.switch.uri_options import (
     BACKPRESSURE,
     ENABLE_OVERLOAD_RETARGETING,
     MAX_ADAPTIVE_RETRIES,
@@ -76,7 +76,7 @@ def _pymongo_client(client: Any) -> Any:
     delegate = getattr(client, "delegate", None)
     if isinstance(delegate, pymongo.MongoClient):
         return delegate
-    if isinstance(client, pymongo.MongoClient) or _compat.is_async_client(client):
+    if isinstance(client, pymongo.MongoClient) or seams.is_async_client(client):
         return client
     raise TypeError(
         "backpressure works with pymongo.MongoClient, pymongo.AsyncMongoClient and "
@@ -86,17 +86,17 @@ def _pymongo_client(client: Any) -> Any:
 
 def _adapter(target: Any) -> ModuleType:
     """Return the adapter module for ``target``: native (pymongo 4.17+) or the backport."""
-    if _compat.client_has_native_backpressure(target):
-        from backpressure import _native
+    if seams.client_has_native_backpressure(target):
+        from backpressure.adapters import native
 
-        return _native
+        return native
     try:
-        from backpressure import _backport
+        from backpressure.adapters import backport as _backport
     except ImportError as exc:  # pragma: no cover - the backport ships with the package
         raise RuntimeError(
             "backpressure: pymongo "
-            + ".".join(map(str, _compat.PYMONGO_VERSION))
-            + " has no native overload retries and the backport (backpressure._backport) "
+            + ".".join(map(str, seams.PYMONGO_VERSION))
+            + " has no native overload retries and the backport (backpressure.adapters.backport) "
             "could not be imported"
         ) from exc
     return _backport
@@ -215,13 +215,13 @@ def _prepare(
         raise InvalidPolicyError(
             f"backpressure_listeners must be a sequence of RetryListener, got {listeners!r}"
         )
-    if _compat.HAS_NATIVE_BACKPRESSURE:
+    if seams.HAS_NATIVE_BACKPRESSURE:
         # pymongo's own options: the user's values stay the client's "original" ones.
         for name in (MAX_ADAPTIVE_RETRIES, ENABLE_OVERLOAD_RETARGETING):
             if name in options:
                 rest[name] = options[name]
     elif policy is not None:
-        from backpressure import _backport
+        from backpressure.adapters import backport as _backport
 
         rest.update(_backport.client_kwargs(is_async=is_async))
     return _Prepared(host, rest, policy, tuple(listeners))

@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
-from backpressure.backoff import backoff_delay
-from backpressure.budget import Budget, budget_for
-from backpressure.labels import is_overload, is_retryable_overload, server_base_backoff
-from backpressure.policy import Policy
+from backpressure.core.backoff import backoff_delay
+from backpressure.core.budget import Budget, budget_for
+from backpressure.core.labels import is_overload, is_retryable_overload, server_base_backoff
+from backpressure.core.policy import Policy
 
 __all__ = ["Decision", "GiveUp", "Retry", "RetryController", "StopReason"]
 

@@ -18,7 +18,7 @@ import threading
 from typing import TYPE_CHECKING, Union
 
 if TYPE_CHECKING:
-    from backpressure.policy import Policy
+    from backpressure.core.policy import Policy
 
 __all__ = ["NullBudget", "RetryBudget", "budget_for"]
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from backpressure._backport._shared import NATIVE_BACKPRESSURE, NATIVE_REASON, refresh_motor
-from backpressure._compat import is_async_client
-from backpressure._state import STATE_ATTRIBUTE, ClientState
+from backpressure.adapters.backport.shared import NATIVE_BACKPRESSURE, NATIVE_REASON, refresh_motor
+from backpressure.adapters.seams import is_async_client
+from backpressure.core.client_state import STATE_ATTRIBUTE, ClientState
 
 __all__ = [
     "NATIVE_BACKPRESSURE",
@@ -53,7 +53,8 @@ def _patch_classes() -> None:
     with _PATCH_LOCK:
         if _patched:
             return
-        from backpressure._backport import _async_backport, _sync_backport
+        from backpressure.adapters.backport import async_loop as _async_backport
+        from backpressure.adapters.backport import sync_loop as _sync_backport
 
         _async_backport.patch_classes()
         _sync_backport.patch_classes()
@@ -78,11 +79,11 @@ def install(client: Any, state: ClientState) -> None:
     _patch_classes()
     setattr(client, STATE_ATTRIBUTE, state)
     if is_async:
-        from backpressure._backport import _async_backport
+        from backpressure.adapters.backport import async_loop as _async_backport
 
         _async_backport.install_client(client)
     else:
-        from backpressure._backport import _sync_backport
+        from backpressure.adapters.backport import sync_loop as _sync_backport
 
         _sync_backport.install_client(client)
 
@@ -93,11 +94,11 @@ def uninstall(client: Any) -> None:
         vars(client).pop(STATE_ATTRIBUTE, None)
         return
     if is_async_client(client):
-        from backpressure._backport import _async_backport
+        from backpressure.adapters.backport import async_loop as _async_backport
 
         _async_backport.uninstall_client(client)
     else:
-        from backpressure._backport import _sync_backport
+        from backpressure.adapters.backport import sync_loop as _sync_backport
 
         _sync_backport.uninstall_client(client)
     vars(client).pop(STATE_ATTRIBUTE, None)
@@ -116,9 +117,9 @@ def client_kwargs(*, is_async: bool) -> dict[str, Any]:
     """
     _require_backport()
     if is_async:
-        from backpressure._backport._async_backport import AsyncBackpressurePool
+        from backpressure.adapters.backport.async_loop import AsyncBackpressurePool
 
         return {"_pool_class": AsyncBackpressurePool}
-    from backpressure._backport._sync_backport import BackpressurePool
+    from backpressure.adapters.backport.sync_loop import BackpressurePool
 
     return {"_pool_class": BackpressurePool}

@@ -38,13 +38,13 @@ import types
 import weakref
 from typing import Any, Callable, Optional
 
-from backpressure import _compat
-from backpressure._state import ClientState
-from backpressure.backoff import backoff_delay
-from backpressure.decision import Decision, Retry, StopReason
-from backpressure.events import attach_summary
-from backpressure.labels import has_no_writes_performed
-from backpressure.operation import OperationRetries
+from backpressure.adapters import seams
+from backpressure.core.backoff import backoff_delay
+from backpressure.core.client_state import ClientState
+from backpressure.core.decision import Decision, Retry, StopReason
+from backpressure.core.events import attach_summary
+from backpressure.core.labels import has_no_writes_performed
+from backpressure.core.operation import OperationRetries
 
 __all__ = ["NativeRetryPolicy", "install", "installed_state", "uninstall"]
 
@@ -119,7 +119,7 @@ class _Operation:
     def decide(self, error: BaseException) -> float:
         """Ask the core about an overload failure; return the delay (0 when giving up)."""
         self.attempt_open = False
-        deadline = _compat.csot_deadline()
+        deadline = seams.csot_deadline()
         now = time.monotonic() if deadline is not None else None
         decision = self.tracked().failed(error, deadline=deadline, now=now)
         self.decision = decision
@@ -161,7 +161,7 @@ class _Operation:
             retries.failed(actual, retries_allowed=False)
         summary = retries.summary()
         if summary.stop_reason is None:
-            reason = StopReason.DEADLINE if _compat.csot_expired() else StopReason.NOT_RETRYABLE
+            reason = StopReason.DEADLINE if seams.csot_expired() else StopReason.NOT_RETRYABLE
             summary = dataclasses.replace(summary, stop_reason=reason)
         attach_summary(exc, summary)
 
@@ -228,7 +228,7 @@ class NativeRetryPolicy:
             return isinstance(decision, Retry)
         if attempt > self.state.policy.max_retries:
             return False
-        deadline = _compat.csot_deadline()
+        deadline = seams.csot_deadline()
         if deadline is not None and time.monotonic() + delay > deadline:
             return False
         return self.state.controller.budget.try_acquire()
@@ -278,15 +278,15 @@ class _Installation:
         self.client_ref = weakref.ref(client)
         self.original_policy: Any = client._retry_policy
         options = client.options
-        self.original_options = tuple(getattr(options, attr) for attr in _compat.OPTION_ATTRIBUTES)
+        self.original_options = tuple(getattr(options, attr) for attr in seams.OPTION_ATTRIBUTES)
         self.prior: dict[str, Any] = {name: vars(client).get(name, _ABSENT) for name in _WRAPPED}
         policy_class = (
             _AwaitedRetryPolicy
-            if _compat.should_retry_is_awaited(self.original_policy)
+            if seams.should_retry_is_awaited(self.original_policy)
             else _PlainRetryPolicy
         )
         self.policy: NativeRetryPolicy = policy_class(self)
-        make = _async_wrappers if _compat.is_async_client(client) else _sync_wrappers
+        make = _async_wrappers if seams.is_async_client(client) else _sync_wrappers
         # A future pymongo without one of these methods still gets the policy object (which
         # then applies the policy statelessly); only wrap what exists.
         self.wrappers: dict[str, Callable[..., Any]] = {
@@ -322,7 +322,7 @@ class _Installation:
         """Put our policy object, option values and wrappers on ``client``."""
         policy = self.state.policy
         options = client.options
-        max_attr, retarget_attr = _compat.OPTION_ATTRIBUTES
+        max_attr, retarget_attr = seams.OPTION_ATTRIBUTES
         setattr(options, max_attr, policy.max_retries)
         setattr(options, retarget_attr, policy.retarget)
         client._retry_policy = self.policy
@@ -332,7 +332,7 @@ class _Installation:
     def restore(self, client: Any) -> None:
         """Put back what :meth:`apply` replaced."""
         client._retry_policy = self.original_policy
-        for attr, value in zip(_compat.OPTION_ATTRIBUTES, self.original_options):
+        for attr, value in zip(seams.OPTION_ATTRIBUTES, self.original_options):
             setattr(client.options, attr, value)
         for name in self.wrappers:
             prior = self.prior[name]
@@ -417,7 +417,7 @@ def install(client: Any, state: ClientState) -> None:
     Raises:
         TypeError: the client has no native backpressure loop.
     """
-    if not _compat.client_has_native_backpressure(client):
+    if not seams.client_has_native_backpressure(client):
         raise TypeError(f"{type(client).__name__} has no native backpressure retry loop")
     installation = vars(client).get(_INSTALLATION_ATTR)
     if not isinstance(installation, _Installation):

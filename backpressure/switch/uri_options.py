@@ -4,7 +4,7 @@ Theory of operation: the client classes take these options out of the URI and th
 arguments before pymongo sees them, so pymongo < 4.17 never meets an option it does not know and
 pymongo >= 4.17 gets its own two options only in the form the adapter chooses.  As in pymongo, an
 invalid value in a URI is reported with a ``UserWarning`` and ignored (``warn=False`` raises
-instead), while an invalid keyword argument raises :class:`~backpressure.policy.InvalidPolicyError`
+instead), while an invalid keyword argument raises :class:`~backpressure.InvalidPolicyError`
 naming the option and the allowed values.  ``maxAdaptiveRetries`` overrides ``Policy.max_retries``
 and ``enableOverloadRetargeting`` overrides ``Policy.retarget``.
 """
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Optional, Union
 from urllib.parse import unquote_plus
 
-from backpressure.policy import _MAX_RETRIES_LIMIT, InvalidPolicyError, Policy, resolve_policy
+from backpressure.core.policy import _MAX_RETRIES_LIMIT, InvalidPolicyError, Policy, resolve_policy
 
 __all__ = [
     "BACKPRESSURE",

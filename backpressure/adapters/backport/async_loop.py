@@ -1,4 +1,4 @@
-"""Overload retries for ``MongoClient`` on pymongo 4.9-4.16 (the sync flavour).
+"""Overload retries for ``AsyncMongoClient`` on pymongo 4.9-4.16 (the async flavour).
 
 ``_sync_backport.py`` is generated from this file by ``scripts/unasync.py``: edit this one, then
 run ``python scripts/unasync.py``.
@@ -6,7 +6,7 @@ run ``python scripts/unasync.py``.
 Theory of operation:
 
 * ``client._retry_internal`` (the loop every retryable read and write passes through) is replaced
-  on the client instance by ``_SyncRetryLoop``: the classic retryable read/write rules of
+  on the client instance by ``_AsyncRetryLoop``: the classic retryable read/write rules of
   pymongo 4.9-4.16, unchanged, plus an overload branch driven by the core
   (``OperationRetries.failed`` answers ``Retry`` or ``GiveUp``; this module sleeps).  The
   txnNumber is taken once before the first attempt; bulk writes retry batch by batch through
@@ -14,7 +14,7 @@ Theory of operation:
 * Methods that bypass ``_retry_internal`` before 4.17 (runCommand and DDL) get class-level
   wrappers, inert unless the client is enabled, that re-run the whole method on overload.  The
   client's ``_select_server`` is overridden on the instance to deprioritize servers for them.
-* ``BackpressurePool`` labels connection-establishment errors as overload errors; the
+* ``AsyncBackpressurePool`` labels connection-establishment errors as overload errors; the
   gated ``Topology.handle_error`` then leaves the server known and its pool intact.
 """
 
@@ -35,26 +35,26 @@ from pymongo.errors import (
 from pymongo.helpers_shared import _RETRYABLE_ERROR_CODES
 from pymongo.server_selectors import writable_server_selector
 
-from backpressure._backport import _shared
-from backpressure._state import STATE_ATTRIBUTE, ClientState
-from backpressure.decision import GiveUp
-from backpressure.events import attach_summary, retry_summary
-from backpressure.labels import has_no_writes_performed, is_overload, is_retryable_overload
-from backpressure.operation import OperationRetries
+from backpressure.adapters.backport import shared as _shared
+from backpressure.core.client_state import STATE_ATTRIBUTE, ClientState
+from backpressure.core.decision import GiveUp
+from backpressure.core.events import attach_summary, retry_summary
+from backpressure.core.labels import has_no_writes_performed, is_overload, is_retryable_overload
+from backpressure.core.operation import OperationRetries
 
 # isort: split
 # The flavour's own modules (time and pymongo.synchronous in the generated twin).
-import time
+import asyncio
 
-from pymongo.synchronous import mongo_client as _mongo_client
-from pymongo.synchronous.collection import Collection as _Collection
-from pymongo.synchronous.database import Database as _Database
-from pymongo.synchronous.pool import Connection as _Connection
-from pymongo.synchronous.pool import Pool as _Pool
-from pymongo.synchronous.topology import Topology as _Topology
+from pymongo.asynchronous import mongo_client as _mongo_client
+from pymongo.asynchronous.collection import AsyncCollection as _Collection
+from pymongo.asynchronous.database import AsyncDatabase as _Database
+from pymongo.asynchronous.pool import AsyncConnection as _Connection
+from pymongo.asynchronous.pool import Pool as _Pool
+from pymongo.asynchronous.topology import Topology as _Topology
 
 __all__ = [
-    "BackpressurePool",
+    "AsyncBackpressurePool",
     "install_client",
     "patch_classes",
     "public_wrapped_names",
@@ -63,12 +63,12 @@ __all__ = [
 
 # pymongo >= 4.17 moved some of these names; the backport only runs on 4.9-4.16.
 _CLIENT_MODULE: Any = _mongo_client
-_CLIENT_CLASS: Any = _CLIENT_MODULE.MongoClient
+_CLIENT_CLASS: Any = _CLIENT_MODULE.AsyncMongoClient
 
 _NO_ATTEMPT: Any = object()  # no attempt has started yet
 
 
-class _SyncRetryLoop:
+class _AsyncRetryLoop:
     """One call of ``_retry_internal``: classic retryable reads/writes plus overload retries."""
 
     def __init__(
@@ -128,7 +128,7 @@ class _SyncRetryLoop:
                 ops.attempt_started(self._first_address)
         return ops
 
-    def run(self) -> Any:
+    async def run(self) -> Any:
         """Run attempts until one succeeds or the error must be raised."""
         session = self._session
         if self._retryable and not self._is_read and session is not None:
@@ -137,15 +137,15 @@ class _SyncRetryLoop:
             if self._is_retrying() and _shared.csot_expired():
                 self._deadline_passed()
             try:
-                result = self._read_once() if self._is_read else self._write_once()
+                result = await self._read_once() if self._is_read else await self._write_once()
             except ServerSelectionTimeoutError as exc:
                 self._tracked().failed(exc)
                 # A retry that finds no server reports the error of the attempt before it.
                 self._raise(self._last_error if self._is_retrying() else exc, exc)
             except PyMongoError as exc:
-                delay = self._after_failure(exc)
+                delay = await self._after_failure(exc)
                 if delay > 0:
-                    time.sleep(delay)
+                    await asyncio.sleep(delay)
                 continue
             ops = self._ops
             if ops is None:  # a first-attempt success: all there is to record is the deposit
@@ -182,10 +182,10 @@ class _SyncRetryLoop:
             raise error from cause
         raise error
 
-    def _select(self) -> Any:
+    async def _select(self) -> Any:
         """Select the server for the next attempt, avoiding the deprioritized ones."""
         self._server = None
-        self._server = self._client._select_server(
+        self._server = await self._client._select_server(
             self._selector,
             self._session,
             self._operation,
@@ -200,13 +200,13 @@ class _SyncRetryLoop:
             self._tracked().attempt_started(address)
         return self._server
 
-    def _write_once(self) -> Any:
+    async def _write_once(self) -> Any:
         """One write attempt on a freshly selected server and connection."""
         max_wire_version = 0
         is_mongos = False
         try:
-            server = self._select()
-            with self._client._checkout(server, self._session) as conn:
+            server = await self._select()
+            async with self._client._checkout(server, self._session) as conn:
                 max_wire_version = conn.max_wire_version
                 is_mongos = conn.is_mongos
                 supported = bool(
@@ -223,7 +223,7 @@ class _SyncRetryLoop:
                 if watch:
                     self._watch_batches(conn)
                 try:
-                    return self._func(self._session, conn, self._retryable)
+                    return await self._func(self._session, conn, self._retryable)
                 finally:
                     if watch:
                         vars(conn).pop("write_command", None)
@@ -240,28 +240,28 @@ class _SyncRetryLoop:
         """
         write_command = conn.write_command
 
-        def watched(*args: Any, **kwargs: Any) -> Any:
-            reply = write_command(*args, **kwargs)
+        async def watched(*args: Any, **kwargs: Any) -> Any:
+            reply = await write_command(*args, **kwargs)
             self._starts_transaction = False
             return reply
 
         conn.write_command = watched
 
-    def _read_once(self) -> Any:
+    async def _read_once(self) -> Any:
         """One read attempt on a freshly selected server and connection."""
-        server = self._select()
-        with self._client._conn_from_server(self._read_pref, server, self._session) as (
+        server = await self._select()
+        async with self._client._conn_from_server(self._read_pref, server, self._session) as (
             conn,
             read_pref,
         ):
-            return self._func(self._session, server, conn, read_pref)
+            return await self._func(self._session, server, conn, read_pref)
 
-    def _after_failure(self, exc: PyMongoError) -> float:
+    async def _after_failure(self, exc: PyMongoError) -> float:
         """Decide what follows a failed attempt: return the delay before the next, or raise."""
         error = _shared.error_to_check(exc)
         if is_retryable_overload(error):
-            return self._after_overload_error(exc, error)
-        self._after_classic_error(exc, error)
+            return await self._after_overload_error(exc, error)
+        await self._after_classic_error(exc, error)
         return 0.0
 
     def _overload_retries_allowed(self) -> bool:
@@ -274,7 +274,7 @@ class _SyncRetryLoop:
             )
         return _shared.write_retries_allowed(self._client, self._operation_name())
 
-    def _after_overload_error(self, exc: PyMongoError, error: PyMongoError) -> float:
+    async def _after_overload_error(self, exc: PyMongoError, error: PyMongoError) -> float:
         """Ask the core about an overload error; prepare the retry it grants."""
         decision = self._tracked().failed(
             exc,
@@ -294,14 +294,14 @@ class _SyncRetryLoop:
             if self._starts_transaction:
                 # The server never started the transaction: send startTransaction again.
                 _shared.restart_transaction(session)
-                session._unpin()
+                await session._unpin()
             elif _shared.is_transaction_end(self._operation_name()):
-                session._unpin()
+                await session._unpin()
         if self._server is not None and (decision.retarget or _shared.is_sharded(self._client)):
             self._deprioritized.append(self._server)
         return decision.delay
 
-    def _after_classic_error(self, exc: PyMongoError, error: PyMongoError) -> None:
+    async def _after_classic_error(self, exc: PyMongoError, error: PyMongoError) -> None:
         """Apply pymongo's own retryable read/write rules to an error that is no overload."""
         if self._is_read:
             eligible = isinstance(exc, ConnectionFailure) or (
@@ -310,7 +310,7 @@ class _SyncRetryLoop:
         else:
             eligible = self._retryable and error.has_error_label("RetryableWriteError")
             if eligible and self._session is not None:
-                self._session._unpin()
+                await self._session._unpin()
         if not (self._retryable and eligible) or self._classic_retries_exhausted():
             if retry_summary(exc) is None:
                 self._tracked().failed(exc)
@@ -347,7 +347,7 @@ class _SyncRetryLoop:
             self._last_error = exc
 
 
-def _retry_internal(
+async def _retry_internal(
     self: Any,
     func: Callable[..., Any],
     session: Any,
@@ -359,21 +359,21 @@ def _retry_internal(
     retryable: bool = False,
     operation_id: Optional[int] = None,
 ) -> Any:
-    """Replacement of ``MongoClient._retry_internal`` for an enabled client."""
+    """Replacement of ``AsyncMongoClient._retry_internal`` for an enabled client."""
     state: Optional[ClientState] = getattr(self, STATE_ATTRIBUTE, None)
     if state is None:  # disabled while an operation was starting
-        return type(self)._retry_internal(
+        return await type(self)._retry_internal(
             self, func, session, bulk, operation, is_read, address, read_pref, retryable,
             operation_id,
         )  # fmt: skip
-    loop = _SyncRetryLoop(
+    loop = _AsyncRetryLoop(
         self, state, func, session, bulk, operation, is_read, address, read_pref, retryable,
         operation_id,
     )  # fmt: skip
-    return loop.run()
+    return await loop.run()
 
 
-def _select_server(
+async def _select_server(
     self: Any,
     server_selector: Any,
     session: Any,
@@ -385,11 +385,11 @@ def _select_server(
     """Instance override of ``_select_server``: deprioritization for method-level retries."""
     attempt = _shared.METHOD_ATTEMPT.get()
     if attempt is None or deprioritized_servers is not None:
-        return type(self)._select_server(
+        return await type(self)._select_server(
             self, server_selector, session, operation, address, deprioritized_servers,
             operation_id,
         )  # fmt: skip
-    server = type(self)._select_server(
+    server = await type(self)._select_server(
         self, server_selector, session, operation, address, attempt.deprioritized or None,
         operation_id,
     )  # fmt: skip
@@ -398,7 +398,7 @@ def _select_server(
     return server
 
 
-class _SyncMethodRetry:
+class _AsyncMethodRetry:
     """Retries one call of a method that bypasses ``_retry_internal`` (runCommand, DDL)."""
 
     def __init__(self, client: Any, state: ClientState, name: str, run_command: bool) -> None:
@@ -417,7 +417,7 @@ class _SyncMethodRetry:
             return bool(options.retry_reads and options.retry_writes)
         return bool(options.retry_writes)
 
-    def run(self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: Any) -> Any:
+    async def run(self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: Any) -> Any:
         """Call ``method`` until it succeeds or the core says to give up."""
         attempt = _shared.MethodAttempt()
         token = _shared.METHOD_ATTEMPT.set(attempt)
@@ -425,7 +425,7 @@ class _SyncMethodRetry:
             while True:
                 attempt.server = None
                 try:
-                    result = method(*args, **kwargs)
+                    result = await method(*args, **kwargs)
                 except PyMongoError as exc:
                     self._ops.attempt_started(attempt.address())
                     if retry_summary(exc) is not None:
@@ -443,7 +443,7 @@ class _SyncMethodRetry:
                         decision.retarget or _shared.is_sharded(self._client)
                     ):
                         attempt.deprioritized.append(attempt.server)
-                    time.sleep(decision.delay)
+                    await asyncio.sleep(decision.delay)
                     continue
                 self._ops.attempt_started(attempt.address())
                 self._ops.succeeded()
@@ -470,23 +470,23 @@ def _method_with_retries(
         signature = inspect.signature(original)
 
         @functools.wraps(original)
-        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             client = _owning_client(owner_kind, self)
             state: Optional[ClientState] = getattr(client, STATE_ATTRIBUTE, None)
             if state is None or _shared.METHOD_ATTEMPT.get() is not None:
-                return original(self, *args, **kwargs)
+                return await original(self, *args, **kwargs)
             arguments = _shared.bound_arguments(signature, (self, *args), kwargs)
             session = arguments.get("session")
             if session is not None and session.in_transaction:
-                return original(self, *args, **kwargs)
+                return await original(self, *args, **kwargs)
             label = _shared.command_name(name, arguments)
-            retry = _SyncMethodRetry(client, state, label, run_command)
+            retry = _AsyncMethodRetry(client, state, label, run_command)
             timeout = getattr(self, "_timeout", None)
             if _csot.get_timeout() is None and timeout is not None:
                 # One client-side timeout for all attempts, as _csot.apply gives pymongo's loop.
                 with _csot._TimeoutContext(timeout):
-                    return retry.run(original, (self, *args), kwargs)
-            return retry.run(original, (self, *args), kwargs)
+                    return await retry.run(original, (self, *args), kwargs)
+            return await retry.run(original, (self, *args), kwargs)
 
         return method
 
@@ -512,7 +512,7 @@ _BYPASSING_METHODS: tuple[tuple[type, str, str, str, bool], ...] = (
 def _handle_error_with_skip(original: Any) -> Callable[..., Any]:
     """Wrap ``Topology.handle_error``: overload-labelled connection errors leave SDAM alone."""
 
-    def handle_error(self: Any, address: Any, err_ctx: Any) -> None:
+    async def handle_error(self: Any, address: Any, err_ctx: Any) -> None:
         error = err_ctx.error
         if (
             isinstance(error, ConnectionFailure)
@@ -520,7 +520,7 @@ def _handle_error_with_skip(original: Any) -> Callable[..., Any]:
             and _shared.topology_enabled(self._topology_id)
         ):
             return  # the server shed the connection: keep it known and its pool intact
-        original(self, address, err_ctx)
+        await original(self, address, err_ctx)
 
     return handle_error
 
@@ -547,13 +547,13 @@ def public_wrapped_names() -> dict[type, frozenset[str]]:
     return {owner: frozenset(found) for owner, found in names.items()}
 
 
-class BackpressurePool(_Pool):
+class AsyncBackpressurePool(_Pool):
     """Connection pool of an enabled client: connection-establishment errors become overloads."""
 
-    def connect(self, *args: Any, **kwargs: Any) -> Any:
+    async def connect(self, *args: Any, **kwargs: Any) -> Any:
         """Open a connection; label network errors and timeouts with the overload labels."""
         try:
-            return super().connect(*args, **kwargs)
+            return await super().connect(*args, **kwargs)
         except PyMongoError as exc:
             _shared.label_connection_error(self, exc)
             raise
@@ -563,9 +563,9 @@ def _labelling_connect(pool: Any) -> Callable[..., Any]:
     """Build an instance-level ``connect`` labelling errors for a pool created before install."""
     original = pool.connect
 
-    def connect(*args: Any, **kwargs: Any) -> Any:
+    async def connect(*args: Any, **kwargs: Any) -> Any:
         try:
-            return original(*args, **kwargs)
+            return await original(*args, **kwargs)
         except PyMongoError as exc:
             _shared.label_connection_error(pool, exc)
             raise
@@ -575,7 +575,7 @@ def _labelling_connect(pool: Any) -> Callable[..., Any]:
 
 def _tag_pool(pool: Any) -> Any:
     """Make an existing pool label connection errors (no-op for our own pool class)."""
-    if not isinstance(pool, BackpressurePool) and "connect" not in vars(pool):
+    if not isinstance(pool, AsyncBackpressurePool) and "connect" not in vars(pool):
         pool.connect = _labelling_connect(pool)
     return pool
 
@@ -601,7 +601,7 @@ def install_client(client: Any) -> None:
     client._retry_internal = types.MethodType(_csot.apply(_retry_internal), client)
     client._select_server = types.MethodType(_select_server, client)
     _shared.enable_topology(client._topology_settings)
-    if not issubclass(client._topology_settings.pool_class, BackpressurePool):
+    if not issubclass(client._topology_settings.pool_class, AsyncBackpressurePool):
         _tag_topology(client._topology)
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from backpressure.decision import RetryController
-from backpressure.events import RetryListener
-from backpressure.operation import BudgetWarnings, OperationRetries
-from backpressure.policy import Policy
+from backpressure.core.decision import RetryController
+from backpressure.core.events import RetryListener
+from backpressure.core.operation import BudgetWarnings, OperationRetries
+from backpressure.core.policy import Policy
 
 LOGGER = logging.getLogger("backpressure")
 

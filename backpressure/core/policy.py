@@ -1,6 +1,6 @@
 """The retry policy: a frozen, validated value object, its presets and ``resolve_policy``.
 
-Backoff formula (keep in sync with :mod:`backpressure.backoff` and the docs)::
+Backoff formula (keep in sync with :mod:`backpressure.core.backoff` and the docs)::
 
     delay(n) = jitter * min(max_backoff,
                             base * backoff_multiplier ** (first_retry_exponent + n - 1))

@@ -8,7 +8,7 @@ number as the exponent (2026-07-08).  For retry ``n`` (1 for the first retry)::
 
 ``base`` is the server's ``baseBackoffMS`` hint in seconds, clamped to ``[0, max_backoff]``, when
 given and ``policy.honour_server_backoff``; otherwise ``policy.base_backoff``.  Keep in sync with
-the :class:`~backpressure.policy.Policy` docstring and the docs.
+the :class:`~backpressure.core.policy.Policy` docstring and the docs.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from backpressure.policy import Policy
+from backpressure.core.policy import Policy
 
 __all__ = ["backoff_ceiling", "backoff_delay"]
 

@@ -4,7 +4,7 @@ Theory of operation: an adapter creates one ``OperationRetries`` per operation a
 ``attempt_started(server)`` before each attempt, then either ``succeeded()`` or
 ``failed(error, ...)``.  ``failed`` asks the controller, does the budget accounting, logs, notifies
 listeners and returns ``Retry`` (the adapter sleeps ``delay`` and tries again) or ``GiveUp`` (the
-adapter raises the error, which now carries a :class:`~backpressure.events.RetrySummary`).
+adapter raises the error, which now carries a :class:`~backpressure.core.events.RetrySummary`).
 Nothing here sleeps or does I/O.
 """
 
@@ -17,8 +17,8 @@ import time
 from collections.abc import Sequence
 from typing import Callable, Optional
 
-from backpressure.decision import Decision, GiveUp, Retry, RetryController, StopReason
-from backpressure.events import (
+from backpressure.core.decision import Decision, GiveUp, Retry, RetryController, StopReason
+from backpressure.core.events import (
     Address,
     GiveUpEvent,
     RetryEvent,
@@ -26,7 +26,7 @@ from backpressure.events import (
     RetrySummary,
     attach_summary,
 )
-from backpressure.labels import error_labels, is_overload
+from backpressure.core.labels import error_labels, is_overload
 
 __all__ = ["BudgetWarnings", "OperationRetries"]
 

@@ -1,0 +1,1 @@
+"""The public switch: enabling a client, its keyword and URI options."""
