@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 from pymongo import MongoClient
 
-from backpressure.testing.embedded import EmbeddedServer
+from backpressure.testing.server.embedded import EmbeddedServer
 
 __all__ = ["OPERATIONS", "main", "run"]
 

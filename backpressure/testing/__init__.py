@@ -12,16 +12,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from backpressure.testing.embedded import EmbeddedServer, EmbeddedServerError, MemberRef
-    from backpressure.testing.server import Deployment
+    from backpressure.testing.server.embedded import EmbeddedServer, EmbeddedServerError, MemberRef
+    from backpressure.testing.server.transport.deployment import Deployment
 
 __all__ = ["Deployment", "EmbeddedServer", "EmbeddedServerError", "MemberRef"]
 
 _LAZY = {
-    "EmbeddedServer": "backpressure.testing.embedded",
-    "EmbeddedServerError": "backpressure.testing.embedded",
-    "MemberRef": "backpressure.testing.embedded",
-    "Deployment": "backpressure.testing.server",
+    "EmbeddedServer": "backpressure.testing.server.embedded",
+    "EmbeddedServerError": "backpressure.testing.server.embedded",
+    "MemberRef": "backpressure.testing.server.embedded",
+    "Deployment": "backpressure.testing.server.transport.deployment",
 }
 
 

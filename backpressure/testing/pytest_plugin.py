@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import pytest
 
-from backpressure.testing.embedded import EmbeddedServer
+from backpressure.testing.server.embedded import EmbeddedServer
 
 __all__ = [
     "embedded_server_factory",

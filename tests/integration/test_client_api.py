@@ -15,7 +15,7 @@ from pymongo.errors import PyMongoError
 import backpressure
 from backpressure import CURRENT_SPEC, DRAFT, InvalidPolicyError, Policy
 from backpressure.adapters import seams
-from backpressure.testing.embedded import EmbeddedServer
+from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
     ClientFactory,
     CommandRecorder,

@@ -14,7 +14,7 @@ from pymongo.errors import PyMongoError
 import backpressure
 from backpressure import DRAFT, Policy
 from backpressure.adapters import native, seams
-from backpressure.testing.embedded import EmbeddedServer
+from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
     ClientFactory,
     CommandRecorder,

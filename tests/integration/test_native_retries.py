@@ -19,7 +19,7 @@ import backpressure
 from backpressure import CURRENT_SPEC, DRAFT, Policy, StopReason, retry_summary
 from backpressure.adapters import seams
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED, is_retryable_overload
-from backpressure.testing.embedded import EmbeddedServer
+from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration import conftest
 from tests.integration.conftest import (
     OVERLOAD_CODE,

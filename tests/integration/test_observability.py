@@ -11,7 +11,7 @@ from pymongo.errors import PyMongoError, ServerSelectionTimeoutError
 import backpressure
 from backpressure import GiveUpEvent, Policy, RetryEvent, StopReason, retry_summary
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
-from backpressure.testing.embedded import EmbeddedServer
+from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
     OVERLOAD_CODE,
     ClientFactory,

@@ -9,7 +9,12 @@ from typing import Any, Callable
 import pytest
 from pymongo import MongoClient
 
-from backpressure.testing.wire import HEADER_SIZE, pack_msg, parse_header, parse_reply
+from backpressure.testing.server.wire.framing import (
+    HEADER_SIZE,
+    pack_msg,
+    parse_header,
+    parse_reply,
+)
 
 
 @pytest.fixture

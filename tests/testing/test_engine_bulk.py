@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
-from backpressure.testing.engine import CommandContext, CommandError, Engine
+from backpressure.testing.server.engine.dispatch import Engine
+from backpressure.testing.server.engine.request import CommandContext
+from backpressure.testing.server.errors import CommandError
 
 CTX = CommandContext(connection_id=1, app_name=None, role="primary", max_wire_version=25)
 

@@ -6,7 +6,9 @@ from typing import Any, Callable
 
 import pytest
 
-from backpressure.testing.engine import CODE_NAMES, CommandContext, CommandError, Engine
+from backpressure.testing.server.engine.dispatch import Engine
+from backpressure.testing.server.engine.request import CommandContext
+from backpressure.testing.server.errors import CODE_NAMES, CommandError
 
 Run = Callable[..., dict[str, Any]]
 

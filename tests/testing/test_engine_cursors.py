@@ -6,7 +6,9 @@ from typing import Any, Callable
 
 import pytest
 
-from backpressure.testing.engine import CommandContext, CommandError, Engine
+from backpressure.testing.server.engine.dispatch import Engine
+from backpressure.testing.server.engine.request import CommandContext
+from backpressure.testing.server.errors import CommandError
 
 Run = Callable[..., dict[str, Any]]
 
@@ -315,9 +317,9 @@ def test_end_sessions_closes_only_that_sessions_cursors(run: Run) -> None:
 
 def test_open_cursors_are_capped(monkeypatch: pytest.MonkeyPatch) -> None:
     """Beyond MAX_OPEN_CURSORS, opening a cursor forgets the oldest one."""
-    from backpressure.testing import engine_cursors
+    from backpressure.testing.server.engine import cursors
 
-    monkeypatch.setattr(engine_cursors, "MAX_OPEN_CURSORS", 3)
+    monkeypatch.setattr(cursors, "MAX_OPEN_CURSORS", 3)
     engine = Engine()
     ctx = CommandContext(connection_id=1, app_name=None, role="primary", max_wire_version=25)
     engine.execute("db", {"insert": "c", "documents": [{}, {}]}, ctx)

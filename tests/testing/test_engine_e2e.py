@@ -9,7 +9,7 @@ import pytest
 from pymongo import InsertOne, MongoClient, ReturnDocument, UpdateOne
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
-from backpressure.testing.embedded import EmbeddedServer
+from backpressure.testing.server.embedded import EmbeddedServer
 
 Client = MongoClient[dict[str, Any]]
 

@@ -7,8 +7,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backpressure.testing.engine import CommandContext, CommandError, Engine
-from backpressure.testing.engine_writes import expand_array_filters
+from backpressure.testing.server.engine.dispatch import Engine
+from backpressure.testing.server.engine.request import CommandContext
+from backpressure.testing.server.engine.writes import expand_array_filters
+from backpressure.testing.server.errors import CommandError
 
 CTX = CommandContext(connection_id=1, app_name=None, role="primary", max_wire_version=25)
 

@@ -9,8 +9,10 @@ import pytest
 from bson import Binary
 from bson.int64 import Int64
 
-from backpressure.testing.engine import CommandContext, CommandError, Engine
-from backpressure.testing.engine_sessions import MAX_RECORDS
+from backpressure.testing.server.engine.dispatch import Engine
+from backpressure.testing.server.engine.request import CommandContext
+from backpressure.testing.server.engine.sessions import MAX_RECORDS
+from backpressure.testing.server.errors import CommandError
 
 CTX = CommandContext(connection_id=1, app_name="t", role="primary", max_wire_version=25)
 

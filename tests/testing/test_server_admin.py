@@ -8,7 +8,7 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from backpressure.testing import EmbeddedServer
-from backpressure.testing.parameters import ServerParameters
+from backpressure.testing.server.control.parameters import ServerParameters
 
 
 def test_get_parameter_star_enables_test_commands(

@@ -17,8 +17,8 @@ from pymongo.errors import (
 )
 
 from backpressure.testing import EmbeddedServer
-from backpressure.testing.engine_base import CommandError
-from backpressure.testing.failpoints import FailCommand, FailCommandConfig
+from backpressure.testing.server.control.failpoints import FailCommand, FailCommandConfig
+from backpressure.testing.server.errors import CommandError
 
 
 def _configured(mode: Any, random: Callable[[], float] = lambda: 0.5, **data: Any) -> FailCommand:

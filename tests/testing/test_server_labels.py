@@ -7,7 +7,11 @@ from typing import Any
 import pytest
 
 from backpressure.testing import EmbeddedServer
-from backpressure.testing.replies import error_reply, mongod_labels, rate_limited_reply
+from backpressure.testing.server.cluster.replies import (
+    error_reply,
+    mongod_labels,
+    rate_limited_reply,
+)
 
 _RETRYABLE_WRITE = {"insert": "c", "txnNumber": 1}
 _IN_TXN = {"insert": "c", "txnNumber": 1, "autocommit": False}

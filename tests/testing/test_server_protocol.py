@@ -11,7 +11,7 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from backpressure.testing import EmbeddedServer
-from backpressure.testing.wire import OP_REPLY, parse_header, parse_reply
+from backpressure.testing.server.wire.framing import OP_REPLY, parse_header, parse_reply
 
 
 def op_query(request_id: int, namespace: str, query: dict[str, Any], flags: int = 0) -> bytes:

@@ -11,7 +11,11 @@ import pytest
 from pymongo.errors import OperationFailure
 
 from backpressure.testing import EmbeddedServer
-from backpressure.testing.ratelimit import AdmissionLimiter, LimiterSettings, TokenBucket
+from backpressure.testing.server.control.ratelimit import (
+    AdmissionLimiter,
+    LimiterSettings,
+    TokenBucket,
+)
 
 
 class FakeClock:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backpressure.testing.wire import (
+from backpressure.testing.server.wire.framing import (
     OP_COMPRESSED,
     OP_MSG,
     OP_QUERY,

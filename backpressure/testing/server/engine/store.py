@@ -22,7 +22,7 @@ from bson.objectid import ObjectId
 from mongomock import filtering, store
 from pymongo.errors import InvalidName, PyMongoError
 
-from backpressure.testing.engine_base import CommandError
+from backpressure.testing.server.errors import CommandError
 
 __all__ = ["DataStore", "guard", "strip_where", "where_sleep_seconds"]
 

@@ -15,18 +15,17 @@ from typing import Any
 
 from bson.objectid import ObjectId
 
-from backpressure.testing.engine_base import (
-    CommandError,
+from backpressure.testing.server.engine.cursors import cursor_reply
+from backpressure.testing.server.engine.fields import opt_bool, opt_document, opt_int
+from backpressure.testing.server.engine.request import (
     Handler,
     Request,
     collection_name,
-    opt_bool,
-    opt_document,
-    opt_int,
+    session_key_of,
 )
-from backpressure.testing.engine_cursors import cursor_reply, session_key_of
-from backpressure.testing.engine_store import DataStore, guard
-from backpressure.testing.engine_writes import insert_document
+from backpressure.testing.server.engine.store import DataStore, guard
+from backpressure.testing.server.engine.writes import insert_document
+from backpressure.testing.server.errors import CommandError
 
 __all__ = ["HANDLERS"]
 

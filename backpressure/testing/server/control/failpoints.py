@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from backpressure.testing.engine_base import CommandError
+from backpressure.testing.server.errors import CommandError
 
 __all__ = [
     "FAILPOINT_ERRMSG",

@@ -1,19 +1,21 @@
-"""The embedded server's asyncio transport (accept, frame, admit, fail, dispatch, reply) and CLI.
+"""The embedded server's asyncio transport: accept, frame, admit, fail, dispatch, reply.
 
 Theory of operation: a :class:`Deployment` binds one listening socket per member on one event
 loop; all members share one engine. Each connection is one coroutine that handles its requests
 in order, so a blocked command (``blockConnection``, a queued admission) sleeps without stalling
 other connections. A request goes through these steps:
 
-1. framing (``wire.py``); a malformed or oversized message closes only that connection;
+1. framing (``wire/framing.py``); a malformed or oversized message closes only that
+   connection;
 2. the first hello records the handshake (appName, compressors) for statistics and fail points;
-3. the ingress request limiter (hellos and control commands are exempt, see ``commands.py``);
-4. the ``failCommand`` fail point: block, then close, then error (``failpoints.py``); a close or
-   an error is reported to ``Engine.note_injected_error`` (mongod has already checked the
-   session out and begun a ``startTransaction`` transaction when the fail point fires);
-5. server-level commands (``commands.py``), else role checks and ``Engine.execute``, preceded by
-   the time the command would take in mongod (``$where`` ``sleep()`` calls, the await of a
-   change-stream getMore), slept without blocking other connections; the
+3. the ingress request limiter (hellos and control commands are exempt, see
+   ``cluster/commands.py``);
+4. the ``failCommand`` fail point: block, then close, then error (``control/failpoints.py``); a
+   close or an error is reported to ``Engine.note_injected_error`` (mongod has already checked
+   the session out and begun a ``startTransaction`` transaction when the fail point fires);
+5. server-level commands (``cluster/commands.py``), else role checks and ``Engine.execute``,
+   preceded by the time the command would take in mongod (``$where`` ``sleep()`` calls, the
+   await of a change-stream getMore), slept without blocking other connections; the
    ``onPrimaryTransactionalWrite`` fail point wraps first-time retryable writes on a primary;
 6. reply decoration: ``writeConcernError`` from the fail point, ``baseBackoffMS`` on overload
    errors, ``$clusterTime``/``operationTime`` for replica sets and sharded clusters.
@@ -23,40 +25,45 @@ Any exception while handling a command becomes an ``InternalError`` reply, never
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-import signal
-import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from backpressure.testing.commands import (
+from backpressure.testing.server.cluster.commands import (
     ADMIN_COMMANDS,
     ADMIN_ONLY,
     HELLO_COMMANDS,
     RATE_LIMIT_EXEMPT,
     SECONDARY_ALWAYS_OK,
 )
-from backpressure.testing.engine_base import CommandContext, CommandError
-from backpressure.testing.failpoints import (
-    TRANSACTIONAL_WRITE_ERRMSG,
-    FailAction,
-    TransactionalWriteAction,
-    canonical_command_name,
+from backpressure.testing.server.cluster.member import (
+    CONTROL_APP_NAME,
+    ConnectionState,
+    MemberState,
 )
-from backpressure.testing.member import CONTROL_APP_NAME, ConnectionState, MemberState
-from backpressure.testing.parameters import start_parameters
-from backpressure.testing.replies import (
+from backpressure.testing.server.cluster.replies import (
     error_reply,
     is_retryable_write,
     mongod_labels,
     rate_limited_reply,
 )
-from backpressure.testing.stats import CommandCounters, ConnectionRecord
-from backpressure.testing.topology import DEFAULT_MEMBERS, TOPOLOGIES, Member, Topology
-from backpressure.testing.wire import (
+from backpressure.testing.server.cluster.topology import (
+    DEFAULT_MEMBERS,
+    Member,
+    Topology,
+)
+from backpressure.testing.server.control.failpoints import (
+    TRANSACTIONAL_WRITE_ERRMSG,
+    FailAction,
+    TransactionalWriteAction,
+    canonical_command_name,
+)
+from backpressure.testing.server.control.stats import CommandCounters, ConnectionRecord
+from backpressure.testing.server.engine.request import CommandContext
+from backpressure.testing.server.errors import CommandError
+from backpressure.testing.server.wire.framing import (
     HEADER_SIZE,
     Request,
     WireError,
@@ -66,9 +73,9 @@ from backpressure.testing.wire import (
 )
 
 if TYPE_CHECKING:
-    from backpressure.testing.engine import Engine
+    from backpressure.testing.server.engine.dispatch import Engine
 
-__all__ = ["Deployment", "main"]
+__all__ = ["Deployment"]
 
 log = logging.getLogger("backpressure.testing.server")
 
@@ -79,7 +86,7 @@ _TRANSACTIONAL_WRITES = frozenset({"insert", "update", "delete", "findAndModify"
 
 
 def _default_engine() -> Engine:
-    from backpressure.testing.engine import Engine
+    from backpressure.testing.server.engine.dispatch import Engine
 
     return Engine()
 
@@ -485,83 +492,3 @@ def _attach_write_concern_error(
     if labels:
         existing = list(reply.get("errorLabels", []))
         reply["errorLabels"] = existing + [x for x in labels if x not in existing]
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m backpressure.testing.server",
-        description="Embedded MongoDB-compatible test server with fail points and rate limiters.",
-    )
-    parser.add_argument("--topology", choices=TOPOLOGIES, default="standalone")
-    parser.add_argument("--members", type=int, default=None, help="default: 1 / 3 / 2")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="first port; 0 = ephemeral")
-    parser.add_argument("--rate-limit", type=float, default=None, metavar="OPS_PER_SEC")
-    parser.add_argument("--burst-seconds", type=float, default=1.0)
-    parser.add_argument("--queue-depth", type=int, default=0)
-    parser.add_argument("--base-backoff-ms", type=int, default=None)
-    parser.add_argument(
-        "--connection-rate-limit", type=float, default=None, metavar="CONNS_PER_SEC"
-    )
-    parser.add_argument("--connection-burst-seconds", type=float, default=1.0)
-    parser.add_argument("--connection-queue-depth", type=int, default=0)
-    parser.add_argument("--max-wire-version", type=int, default=25)
-    parser.add_argument("--server-version", default="8.2.0")
-    parser.add_argument("--log-level", default="INFO")
-    return parser
-
-
-async def _serve_until_signalled(deployment: Deployment) -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    await deployment.start()
-    try:
-        print(f"READY {deployment.uri}", flush=True)
-        await stop.wait()
-        log.info("signal received, shutting down")
-    finally:
-        await deployment.stop()
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the server until SIGINT/SIGTERM; print ``READY <uri>`` once every member listens."""
-    args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    try:
-        params = start_parameters(
-            rate_limit=args.rate_limit,
-            burst_seconds=args.burst_seconds,
-            queue_depth=args.queue_depth,
-            base_backoff_ms=args.base_backoff_ms,
-            connection_rate_limit=args.connection_rate_limit,
-            connection_burst_seconds=args.connection_burst_seconds,
-            connection_queue_depth=args.connection_queue_depth,
-        )
-        deployment = Deployment(
-            args.topology,
-            args.members,
-            host=args.host,
-            port=args.port,
-            parameters=params,
-            max_wire_version=args.max_wire_version,
-            server_version=args.server_version,
-        )
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        asyncio.run(_serve_until_signalled(deployment))
-    except OSError as exc:  # e.g. a port already in use
-        log.error("cannot serve: %s", exc)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,11 +1,12 @@
 """The embedded server's data and command engine.
 
-The transport (``server.py``) answers handshake, diagnostics and fail-point commands itself and
-hands every other command to ``Engine.execute``. The engine keeps one shared data store (mongomock)
-for all members of a topology, the open cursors, the logical sessions with their retryable-write
-records, and the transactions with their private workspaces. Command families live in
-``engine_crud``, ``engine_cursors``, ``engine_aggregate``, ``engine_ddl`` and
-``engine_bulk``; sessions and transactions in ``engine_sessions``.
+The transport (``transport/deployment.py``) and the cluster layer answer handshake, diagnostics
+and fail-point commands themselves and hand every other command to ``Engine.execute``. The engine
+keeps one shared data store (mongomock) for all members of a topology, the open cursors, the
+logical sessions with their retryable-write records, and the transactions with their private
+workspaces. Command families live in
+``crud``, ``cursor_commands``, ``aggregate``, ``ddl``, ``bulk`` and ``session_commands``;
+cursor state in ``cursors``, sessions and transactions in ``sessions``.
 
 Commands (mongomock 4.3 is the query engine):
 
@@ -18,7 +19,7 @@ Commands (mongomock 4.3 is the query engine):
 * Sessions: endSessions, killSessions, killAllSessions(ByPattern), commitTransaction,
   abortTransaction; retryable writes and transactions keyed by ``lsid`` + ``txnNumber``.
 
-Emulated around mongomock (``engine_rewrite``, ``engine_writes``): ``let`` variables,
+Emulated around mongomock (``rewrite``, ``writes``): ``let`` variables,
 case-insensitive collations, ``$replaceWith``, ``$type: "null"``, ``arrayFilters``, null ``_id``
 upserts, top-level ``$`` field names, first-writer-wins WriteConflict between transactions.
 Not emulated: views, ``$text``, ``$setField``, ``$rand``, accent-insensitive collation,
@@ -34,31 +35,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from backpressure.testing import (
-    engine_aggregate,
-    engine_bulk,
-    engine_crud,
-    engine_cursors,
-    engine_ddl,
-    engine_sessions,
+from backpressure.testing.server.engine import (
+    aggregate,
+    bulk,
+    crud,
+    cursor_commands,
+    ddl,
+    session_commands,
 )
-from backpressure.testing.engine_base import (
-    CODE_NAMES,
-    CommandContext,
-    CommandError,
-    Handler,
-    Request,
-)
-from backpressure.testing.engine_cursors import CursorRegistry
-from backpressure.testing.engine_rewrite import rewrite_body
-from backpressure.testing.engine_sessions import (
+from backpressure.testing.server.engine.cursors import CursorRegistry
+from backpressure.testing.server.engine.request import CommandContext, Handler, Request
+from backpressure.testing.server.engine.rewrite import rewrite_body
+from backpressure.testing.server.engine.sessions import (
     TRANSIENT,
     SessionRegistry,
     Transaction,
     is_transaction_command,
     session_key,
 )
-from backpressure.testing.engine_store import DataStore, where_sleep_seconds
+from backpressure.testing.server.engine.store import DataStore, where_sleep_seconds
+from backpressure.testing.server.errors import CODE_NAMES, CommandError
 
 __all__ = ["CODE_NAMES", "CommandContext", "CommandError", "Engine"]
 
@@ -128,12 +124,12 @@ class Engine:
     """Commands a secondary must reject (aggregate with ``$out``/``$merge``: see ``is_write``)."""
 
     HANDLERS: ClassVar[Mapping[str, Handler]] = {
-        **engine_crud.HANDLERS,
-        **engine_cursors.HANDLERS,
-        **engine_aggregate.HANDLERS,
-        **engine_ddl.HANDLERS,
-        **engine_bulk.HANDLERS,
-        **engine_sessions.HANDLERS,
+        **crud.HANDLERS,
+        **cursor_commands.HANDLERS,
+        **aggregate.HANDLERS,
+        **ddl.HANDLERS,
+        **bulk.HANDLERS,
+        **session_commands.HANDLERS,
     }
     """Command name to implementation."""
 

@@ -7,8 +7,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from backpressure.testing.engine_base import CommandError
-from backpressure.testing.ratelimit import UNLIMITED_RATE, LimiterSettings
+from backpressure.testing.server.control.ratelimit import UNLIMITED_RATE, LimiterSettings
+from backpressure.testing.server.errors import CommandError
 
 __all__ = ["DEFAULTS", "ServerParameters", "start_parameters"]
 

@@ -1,33 +1,16 @@
-"""Shared pieces of the embedded server's command engine: errors, codes, request context.
+"""Errors shared by every part of the embedded server: mongod's error codes and ``CommandError``.
 
-Every ``engine_*`` module imports from here, never from ``engine.py``, so the command modules and
-the engine facade do not import each other.
+The engine, the control plane (fail points, parameters) and the transport all raise and render
+``CommandError``; this module imports nothing else from the server, so any part may use it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Optional
 
-if TYPE_CHECKING:
-    from backpressure.testing.engine_cursors import CursorRegistry
-    from backpressure.testing.engine_sessions import SessionRegistry, Transaction
-    from backpressure.testing.engine_store import DataStore
-
-__all__ = [
-    "CODE_NAMES",
-    "CommandContext",
-    "CommandError",
-    "Handler",
-    "Request",
-    "code_name_of",
-    "collection_name",
-    "opt_bool",
-    "opt_document",
-    "opt_int",
-]
+__all__ = ["CODE_NAMES", "CommandError", "code_name_of"]
 
 CODE_NAMES: Mapping[int, str] = MappingProxyType(
     {
@@ -190,102 +173,3 @@ class CommandError(Exception):
     def __repr__(self) -> str:
         """Show code, name and message."""
         return f"CommandError({self.code}, {self.errmsg!r}, {self.code_name!r})"
-
-
-@dataclass
-class CommandContext:
-    """What the transport knows about the request being executed."""
-
-    connection_id: int
-    """The server-side id of the connection the request arrived on."""
-    app_name: Optional[str]
-    """The client's ``appName`` from its handshake, if any."""
-    role: str
-    """The member's role: ``standalone``, ``primary``, ``secondary`` or ``mongos``."""
-    max_wire_version: int
-    """The wire version the member advertises."""
-
-
-@dataclass
-class Request:
-    """One command as seen by a command handler."""
-
-    name: str
-    """The command name (the body's first key)."""
-    db: str
-    """The target database (``$db``)."""
-    body: dict[str, Any]
-    """The command document, document sequences merged."""
-    ctx: CommandContext
-    """The transport's context."""
-    store: DataStore
-    """The data the command reads and writes (a transaction's workspace inside transactions)."""
-    cursors: CursorRegistry
-    """The engine's open cursors."""
-    sessions: SessionRegistry
-    """The engine's sessions, retryable-write records and transactions."""
-    txn: Optional[Transaction] = None
-    """The running transaction this command belongs to, if any."""
-
-    @property
-    def target(self) -> Any:
-        """The value of the command-name field (usually the collection name)."""
-        return self.body[self.name]
-
-
-Handler = Callable[[Request], dict[str, Any]]
-"""A command implementation: request in, ``ok: 1`` reply out (or ``CommandError`` raised)."""
-
-
-def collection_name(req: Request, field: Optional[str] = None, *, virtual: bool = False) -> str:
-    """Return the collection named by ``field`` (default: the command field), validated.
-
-    With ``virtual``, cursor namespaces such as ``$cmd.aggregate`` are accepted too.
-    """
-    key = field or req.name
-    value = req.body.get(key)
-    if not isinstance(value, str):
-        raise CommandError(
-            73,
-            f"collection name has invalid type {type(value).__name__}",
-            extra={"field": key} if field else None,
-        )
-    if not value or "\x00" in value or (value.startswith("$") and not virtual):
-        raise CommandError(73, f"Invalid namespace specified '{req.db}.{value}'")
-    return value
-
-
-def opt_document(body: Mapping[str, Any], field: str) -> Optional[dict[str, Any]]:
-    """Return an optional sub-document field, or raise TypeMismatch for another type."""
-    value = body.get(field)
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise CommandError(
-            14, f"BSON field '{field}' is the wrong type '{type(value).__name__}', expected object"
-        )
-    return dict(value)
-
-
-def opt_int(body: Mapping[str, Any], field: str, default: Optional[int] = None) -> Optional[int]:
-    """Return an optional numeric field as an int, or raise TypeMismatch for another type."""
-    value = body.get(field)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CommandError(
-            14, f"BSON field '{field}' is the wrong type '{type(value).__name__}', expected number"
-        )
-    return int(value)
-
-
-def opt_bool(body: Mapping[str, Any], field: str, default: bool = False) -> bool:
-    """Return an optional boolean field (numbers accepted as mongod does)."""
-    value = body.get(field)
-    if value is None:
-        return default
-    if isinstance(value, (bool, int, float)):
-        return bool(value)
-    raise CommandError(
-        14, f"BSON field '{field}' is the wrong type '{type(value).__name__}', expected boolean"
-    )

@@ -1,4 +1,4 @@
-"""Cursors and the commands around them: find, getMore, killCursors.
+"""Server-side cursors: the registry of open cursors, batching, and the lazy find query.
 
 A ``ServerCursor`` hands out a result iterator batch by batch (find results are produced lazily
 by mongomock, so a large collection is copied only as far as it is read), capped at 16 MiB per
@@ -18,27 +18,17 @@ import bson
 from bson.int64 import Int64
 from mongomock import helpers
 
-from backpressure.testing.engine_base import (
-    CommandError,
-    Handler,
-    Request,
-    collection_name,
-    opt_bool,
-    opt_document,
-    opt_int,
-)
-from backpressure.testing.engine_sessions import session_key
-from backpressure.testing.engine_store import DataStore, guard
+from backpressure.testing.server.engine.fields import opt_document, opt_int
+from backpressure.testing.server.engine.store import DataStore, guard
+from backpressure.testing.server.errors import CommandError
 
 _patch_datetimes: Any = helpers.patch_datetime_awareness_in_document
 
 __all__ = [
-    "HANDLERS",
     "CursorRegistry",
     "ServerCursor",
     "cursor_reply",
     "run_find",
-    "session_key_of",
 ]
 
 DEFAULT_FIRST_BATCH = 101
@@ -191,11 +181,6 @@ def cursor_reply(
     return {"cursor": cursor, "ok": 1.0}
 
 
-def session_key_of(req: Request) -> Any:
-    """Return the session key of a request (``lsid.id``), or None."""
-    return session_key(req.body.get("lsid"))
-
-
 def _sort_spec(value: Any) -> Optional[list[tuple[str, int]]]:
     if value is None:
         return None
@@ -228,76 +213,3 @@ def run_find(
     spec = _patch_datetimes(query)
     dataset = collection._get_dataset(spec, sort, projection, dict)
     return itertools.islice(dataset, skip, skip + limit if limit else None)
-
-
-def _find(req: Request) -> dict[str, Any]:
-    coll = collection_name(req)
-    batch_size = opt_int(req.body, "batchSize")
-    if batch_size is not None and batch_size < 0:
-        raise CommandError(51024, "BSON field 'batchSize' value must be >= 0")
-    limit = opt_int(req.body, "limit", 0) or 0
-    single = opt_bool(req.body, "singleBatch") or limit < 0
-    docs = run_find(req.store, req.db, coll, req.body)
-    ns = f"{req.db}.{coll}"
-    if limit and batch_size:
-        batch_size = min(batch_size, abs(limit))
-    cursor_id, batch, extra = req.cursors.open(
-        ns, docs, batch_size, single_batch=single, lsid_key=session_key_of(req)
-    )
-    return cursor_reply(cursor_id, ns, batch, "firstBatch", extra)
-
-
-def _get_more(req: Request) -> dict[str, Any]:
-    cursor_id = req.body.get("getMore")
-    if isinstance(cursor_id, bool) or not isinstance(cursor_id, int):
-        raise CommandError(14, "Field 'getMore' must be of type long in: getMore")
-    coll = collection_name(req, "collection", virtual=True)
-    batch_size = opt_int(req.body, "batchSize")
-    if batch_size is not None and batch_size < 0:
-        raise CommandError(51024, "BSON field 'batchSize' value must be >= 0")
-    cursor = req.cursors.get(int(cursor_id))
-    if cursor is None:
-        raise CommandError(43, f"cursor id {cursor_id} not found")
-    ns = f"{req.db}.{coll}"
-    if cursor.ns != ns:
-        raise CommandError(
-            13,
-            f"Requested getMore on namespace '{ns}', but cursor belongs to a different "
-            f"namespace {cursor.ns}",
-        )
-    batch = cursor.next_batch(batch_size)
-    if cursor.change_stream:
-        cursor.extra["postBatchResumeToken"] = req.cursors.resume_token()
-    returned_id = cursor.cursor_id
-    if cursor.exhausted:
-        req.cursors.close(cursor.cursor_id)
-        returned_id = 0
-    return cursor_reply(returned_id, ns, batch, "nextBatch", cursor.extra)
-
-
-def _kill_cursors(req: Request) -> dict[str, Any]:
-    collection_name(req, virtual=True)
-    ids = req.body.get("cursors")
-    if not isinstance(ids, list):
-        raise CommandError(14, "Field 'cursors' must be of type array in: killCursors")
-    killed: list[Any] = []
-    not_found: list[Any] = []
-    for cursor_id in ids:
-        if isinstance(cursor_id, bool) or not isinstance(cursor_id, int):
-            raise CommandError(14, "Field 'cursors' must be an array of cursor ids (longs)")
-        (killed if req.cursors.close(int(cursor_id)) else not_found).append(cursor_id)
-    return {
-        "cursorsKilled": killed,
-        "cursorsNotFound": not_found,
-        "cursorsAlive": [],
-        "cursorsUnknown": [],
-        "ok": 1.0,
-    }
-
-
-HANDLERS: dict[str, Handler] = {
-    "find": _find,
-    "getMore": _get_more,
-    "killCursors": _kill_cursors,
-}
-"""Command name to handler."""

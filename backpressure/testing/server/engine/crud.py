@@ -2,7 +2,7 @@
 
 Per-statement failures of insert/update/delete become ``writeErrors`` entries (``index``,
 ``code``, ``errmsg``); ordered batches stop at the first one. The per-document primitives live in
-``engine_writes``.
+``writes``.
 """
 
 from __future__ import annotations
@@ -13,18 +13,12 @@ from typing import Any, Callable, Optional
 
 from mongomock import filtering
 
-from backpressure.testing.engine_base import (
-    CommandError,
-    Handler,
-    Request,
-    collection_name,
-    opt_bool,
-    opt_document,
-    opt_int,
-)
-from backpressure.testing.engine_rewrite import case_insensitive
-from backpressure.testing.engine_store import guard
-from backpressure.testing.engine_writes import apply_update, insert_document, sort_pairs
+from backpressure.testing.server.engine.fields import opt_bool, opt_document, opt_int
+from backpressure.testing.server.engine.request import Handler, Request, collection_name
+from backpressure.testing.server.engine.rewrite import case_insensitive
+from backpressure.testing.server.engine.store import guard
+from backpressure.testing.server.engine.writes import apply_update, insert_document, sort_pairs
+from backpressure.testing.server.errors import CommandError
 
 __all__ = ["HANDLERS", "write_error"]
 

@@ -7,14 +7,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
-from backpressure.testing.failpoints import FailCommand, TransactionalWriteFailPoint
-from backpressure.testing.parameters import ServerParameters
-from backpressure.testing.ratelimit import AdmissionLimiter
-from backpressure.testing.stats import ConnectionRecord, MemberStats
-from backpressure.testing.topology import Member, Topology
+from backpressure.testing.server.cluster.topology import Member, Topology
+from backpressure.testing.server.control.failpoints import FailCommand, TransactionalWriteFailPoint
+from backpressure.testing.server.control.parameters import ServerParameters
+from backpressure.testing.server.control.ratelimit import AdmissionLimiter
+from backpressure.testing.server.control.stats import ConnectionRecord, MemberStats
 
 if TYPE_CHECKING:
-    from backpressure.testing.engine import Engine
+    from backpressure.testing.server.engine.dispatch import Engine
 
 __all__ = ["CONTROL_APP_NAME", "ConnectionState", "MemberState"]
 

@@ -17,7 +17,7 @@ from bson.binary import Binary
 from bson.int64 import Int64
 from bson.timestamp import Timestamp
 
-from backpressure.testing.wire import MAX_MESSAGE_SIZE_BYTES
+from backpressure.testing.server.wire.framing import MAX_MESSAGE_SIZE_BYTES
 
 __all__ = [
     "DEFAULT_MEMBERS",

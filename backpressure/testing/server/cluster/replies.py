@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from backpressure.testing.engine_base import code_name_of
+from backpressure.testing.server.errors import code_name_of
 
 __all__ = [
     "RATE_LIMITED_ERRMSG",

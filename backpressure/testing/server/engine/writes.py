@@ -16,8 +16,8 @@ from bson import json_util
 from bson.objectid import ObjectId
 from mongomock import filtering, helpers
 
-from backpressure.testing.engine_base import CommandError
-from backpressure.testing.engine_store import guard
+from backpressure.testing.server.engine.store import guard
+from backpressure.testing.server.errors import CommandError
 
 __all__ = [
     "UpdateOutcome",

@@ -13,17 +13,11 @@ from typing import Any
 
 import bson
 
-from backpressure.testing.engine_base import (
-    CommandError,
-    Handler,
-    Request,
-    collection_name,
-    opt_bool,
-    opt_document,
-    opt_int,
-)
-from backpressure.testing.engine_cursors import cursor_reply
-from backpressure.testing.engine_store import DataStore, guard
+from backpressure.testing.server.engine.cursors import cursor_reply
+from backpressure.testing.server.engine.fields import opt_bool, opt_document, opt_int
+from backpressure.testing.server.engine.request import Handler, Request, collection_name
+from backpressure.testing.server.engine.store import DataStore, guard
+from backpressure.testing.server.errors import CommandError
 
 __all__ = ["HANDLERS"]
 

@@ -20,13 +20,18 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Optional, Union
 
-from backpressure.testing.failpoints import FAIL_POINTS
-from backpressure.testing.member import CONTROL_APP_NAME
-from backpressure.testing.parameters import start_parameters
-from backpressure.testing.server import Deployment
-from backpressure.testing.stats import merge_stats
-from backpressure.testing.topology import DEFAULT_MEMBERS, TOPOLOGIES
-from backpressure.testing.wire import HEADER_SIZE, pack_msg, parse_header, parse_reply
+from backpressure.testing.server.cluster.member import CONTROL_APP_NAME
+from backpressure.testing.server.cluster.topology import DEFAULT_MEMBERS, TOPOLOGIES
+from backpressure.testing.server.control.failpoints import FAIL_POINTS
+from backpressure.testing.server.control.parameters import start_parameters
+from backpressure.testing.server.control.stats import merge_stats
+from backpressure.testing.server.transport.deployment import Deployment
+from backpressure.testing.server.wire.framing import (
+    HEADER_SIZE,
+    pack_msg,
+    parse_header,
+    parse_reply,
+)
 
 __all__ = ["EmbeddedServer", "EmbeddedServerError", "MemberRef"]
 

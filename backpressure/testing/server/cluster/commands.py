@@ -15,19 +15,19 @@ import time
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from backpressure.testing.engine_base import CommandError
-from backpressure.testing.failpoints import (
+from backpressure.testing.server.cluster.member import ConnectionState, MemberState
+from backpressure.testing.server.cluster.topology import (
+    MAX_BSON_OBJECT_SIZE,
+    SET_NAME,
+    version_array,
+)
+from backpressure.testing.server.control.failpoints import (
     FAIL_COMMAND,
     FAIL_POINTS,
     ON_PRIMARY_TRANSACTIONAL_WRITE,
     FailCommandConfig,
 )
-from backpressure.testing.member import ConnectionState, MemberState
-from backpressure.testing.topology import (
-    MAX_BSON_OBJECT_SIZE,
-    SET_NAME,
-    version_array,
-)
+from backpressure.testing.server.errors import CommandError
 
 __all__ = [
     "ADMIN_COMMANDS",

@@ -11,17 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from backpressure.testing.engine_base import (
-    CommandError,
-    Handler,
-    Request,
-    opt_bool,
-    opt_document,
-    opt_int,
-)
-from backpressure.testing.engine_cursors import cursor_reply
-from backpressure.testing.engine_store import guard
-from backpressure.testing.engine_writes import apply_update, insert_document, sort_pairs
+from backpressure.testing.server.engine.cursors import cursor_reply
+from backpressure.testing.server.engine.fields import opt_bool, opt_document, opt_int
+from backpressure.testing.server.engine.request import Handler, Request
+from backpressure.testing.server.engine.store import guard
+from backpressure.testing.server.engine.writes import apply_update, insert_document, sort_pairs
+from backpressure.testing.server.errors import CommandError
 
 __all__ = ["HANDLERS"]
 

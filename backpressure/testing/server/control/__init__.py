@@ -1,0 +1,1 @@
+"""The control plane: fail points, ingress rate limiters, server parameters, statistics."""

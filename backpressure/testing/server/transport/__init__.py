@@ -1,0 +1,1 @@
+"""The asyncio transport: listening sockets, connections, the per-request pipeline."""

@@ -1,0 +1,1 @@
+"""Sans-I/O wire protocol: parse requests and pack replies, no sockets."""
