@@ -21,11 +21,14 @@ from backpressure.core.client_state import ClientState
 from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
 from backpressure.core.events import (
     GiveUpEvent,
+    OperationFinishedEvent,
+    OperationListener,
     RetryEvent,
     RetryListener,
     RetrySummary,
     retry_summary,
 )
+from backpressure.core.extras import MissingExtraError
 from backpressure.core.labels import (
     NO_WRITES_PERFORMED,
     RETRYABLE,
@@ -37,6 +40,7 @@ from backpressure.core.labels import (
     server_base_backoff,
 )
 from backpressure.core.operation import OperationRetries
+from backpressure.core.overrides import Criticality
 from backpressure.core.policy import (
     CURRENT_SPEC,
     DRAFT,
@@ -45,6 +49,7 @@ from backpressure.core.policy import (
     Policy,
     resolve_policy,
 )
+from backpressure.core.stats import BackpressureStats, ServerStats
 from backpressure.switch.client import (
     AsyncMongoClient,
     MongoClient,
@@ -53,7 +58,10 @@ from backpressure.switch.client import (
     enable,
     is_enabled,
     state,
+    stats,
 )
+from backpressure.switch.overrides import overrides
+from backpressure.switch.registry import register, unregister
 from backpressure.switch.uri_options import parse_backpressure_options
 
 __version__ = "0.1.0"
@@ -67,12 +75,17 @@ __all__ = [
     "SYSTEM_OVERLOADED",
     "AsyncIOMotorClient",
     "AsyncMongoClient",
+    "BackpressureStats",
     "ClientState",
+    "Criticality",
     "GiveUp",
     "GiveUpEvent",
     "InvalidPolicyError",
+    "MissingExtraError",
     "MongoClient",
     "NullBudget",
+    "OperationFinishedEvent",
+    "OperationListener",
     "OperationRetries",
     "Policy",
     "Retry",
@@ -81,6 +94,7 @@ __all__ = [
     "RetryEvent",
     "RetryListener",
     "RetrySummary",
+    "ServerStats",
     "StopReason",
     "__version__",
     "add_overload_labels",
@@ -94,11 +108,15 @@ __all__ = [
     "is_enabled",
     "is_overload",
     "is_retryable_overload",
+    "overrides",
     "parse_backpressure_options",
+    "register",
     "resolve_policy",
     "retry_summary",
     "server_base_backoff",
     "state",
+    "stats",
+    "unregister",
 ]
 
 

@@ -123,7 +123,7 @@ class _Operation:
         now = time.monotonic() if deadline is not None else None
         decision = self.tracked().failed(error, deadline=deadline, now=now)
         self.decision = decision
-        return decision.delay if isinstance(decision, Retry) else 0.0
+        return decision.sleep_seconds if isinstance(decision, Retry) else 0.0
 
     def take_decision(self) -> Optional[Decision]:
         """Return and forget the decision made by the last ``decide``."""
@@ -135,8 +135,9 @@ class _Operation:
         self.attempt_open = False
         retries = self.retries
         if retries is None:
-            # A first-attempt success: all there is to record is the deposit.
-            self.state.controller.record_success(retried=False)
+            # A first-attempt success: a deposit and a cached finished event.
+            first = self.first
+            self.state.first_attempt_succeeded(None if first is _NOT_SELECTED else _address(first))
         else:
             retries.succeeded()
 
@@ -164,6 +165,7 @@ class _Operation:
             reason = StopReason.DEADLINE if seams.csot_expired() else StopReason.NOT_RETRYABLE
             summary = dataclasses.replace(summary, stop_reason=reason)
         attach_summary(exc, summary)
+        retries.ended()
 
 
 _CURRENT: contextvars.ContextVar[Optional[_Operation]] = contextvars.ContextVar(

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
 from backpressure.core.decision import RetryController
-from backpressure.core.events import RetryListener
+from backpressure.core.events import Address, OperationFinishedEvent, RetryListener
 from backpressure.core.operation import BudgetWarnings, OperationRetries
+from backpressure.core.overrides import OperationSettings
 from backpressure.core.policy import Policy
+from backpressure.core.stats import BackpressureStats, StatsRecorder
 
 LOGGER = logging.getLogger("backpressure")
 
@@ -16,31 +20,117 @@ STATE_ATTRIBUTE = "_backpressure_state"
 """Name of the attribute that holds a client's `ClientState` while backpressure is enabled."""
 
 
+def _operation_listeners(listeners: Sequence[Any]) -> tuple[Any, ...]:
+    """The listeners that implement ``operation_finished``."""
+    return tuple(
+        listener
+        for listener in listeners
+        if callable(getattr(listener, "operation_finished", None))
+    )
+
+
+def _retry_listeners(listeners: Sequence[Any]) -> tuple[Any, ...]:
+    """The listeners that implement ``retried`` and ``gave_up``."""
+    return tuple(
+        listener
+        for listener in listeners
+        if callable(getattr(listener, "retried", None))
+        and callable(getattr(listener, "gave_up", None))
+    )
+
+
 @dataclass
 class ClientState:
-    """What one enabled client carries: its controller (policy + budget) and its listeners."""
+    """What one enabled client carries: its controller (policy + budget) and its listeners.
+
+    ``listeners`` may implement ``retried``/``gave_up`` (the ``RetryListener`` protocol),
+    ``operation_finished`` (the ``OperationListener`` protocol), or both.  ``settings`` is called
+    when an operation starts its retry bookkeeping; it returns the operation's overrides and test
+    mode (the switch layer reads them from a context variable), or None.
+    """
 
     controller: RetryController
-    listeners: tuple[RetryListener, ...] = ()
+    listeners: tuple[Any, ...] = ()
     logger: logging.Logger = field(default=LOGGER)
+    settings: Optional[Callable[[], Optional[OperationSettings]]] = None
+    label: str = ""
+    """How metrics name this client (its seed list by default)."""
     budget_warnings: BudgetWarnings = field(init=False, repr=False, compare=False)
     """The client's rate limit of budget-empty WARNINGs (on the controller's clock)."""
+    stats: StatsRecorder = field(init=False, repr=False, compare=False)
+    """The client's statistics (see ``backpressure.stats``)."""
 
     def __post_init__(self) -> None:
-        """Create the client's budget-warning rate limit."""
+        """Create the client's budget-warning rate limit and statistics."""
         self.budget_warnings = BudgetWarnings(clock=self.controller.clock)
+        self.stats = StatsRecorder()
+        self._first_attempt_events: dict[Optional[Address], OperationFinishedEvent] = {}
+        self._refresh_listeners()
+
+    def _refresh_listeners(self) -> None:
+        """Split ``listeners`` by the protocols they implement."""
+        self._retry_listeners: tuple[RetryListener, ...] = _retry_listeners(self.listeners)
+        self._observers: tuple[Any, ...] = (self.stats, *_operation_listeners(self.listeners))
+
+    def add_listener(self, listener: Any) -> None:
+        """Add ``listener`` for the operations that start from now on (no-op if present)."""
+        if not any(existing is listener for existing in self.listeners):
+            self.listeners = (*self.listeners, listener)
+            self._refresh_listeners()
+
+    def remove_listener(self, listener: Any) -> None:
+        """Remove ``listener`` (no-op if absent)."""
+        self.listeners = tuple(item for item in self.listeners if item is not listener)
+        self._refresh_listeners()
 
     @property
     def policy(self) -> Policy:
         """The policy this client retries with."""
         return self.controller.policy
 
+    def snapshot(self) -> BackpressureStats:
+        """Return the client's statistics so far."""
+        return self.stats.snapshot()
+
+    def operation_finished(self, event: OperationFinishedEvent) -> None:
+        """Hand a finished operation to the statistics and the operation listeners."""
+        for observer in self._observers:
+            try:
+                observer.operation_finished(event)
+            except Exception:
+                self.logger.exception("backpressure operation listener %r failed", observer)
+
+    def first_attempt_succeeded(self, server: Optional[Address]) -> None:
+        """Record an operation that succeeded on its first attempt on ``server``.
+
+        The adapters' success path: a token deposit and one finished event (cached per server,
+        so nothing is allocated after the first).
+        """
+        self.controller.record_success(retried=False)
+        event = self._first_attempt_events.get(server)
+        if event is None:
+            event = OperationFinishedEvent(
+                operation=None,
+                attempt_servers=(server,),
+                retry_delays=(),
+                succeeded=True,
+                stop_reason=None,
+            )
+            self._first_attempt_events[server] = event
+        self.operation_finished(event)
+
     def new_operation(self, operation: str) -> OperationRetries:
         """Start the retry bookkeeping of one operation (one call of the retry loop)."""
+        controller = self.controller
+        if self.settings is not None:
+            settings = self.settings()
+            if settings is not None:
+                controller = settings.controller_for(controller)
         return OperationRetries(
-            self.controller,
+            controller,
             operation,
-            listeners=self.listeners,
+            listeners=self._retry_listeners,
             logger=self.logger,
             budget_warnings=self.budget_warnings,
+            on_finished=self.operation_finished,
         )

@@ -40,11 +40,21 @@ class StopReason(enum.Enum):
 
 @dataclass(frozen=True)
 class Retry:
-    """Retry after ``delay`` seconds; ``retarget`` asks to avoid the server that failed."""
+    """Retry after ``delay`` seconds; ``retarget`` asks to avoid the server that failed.
+
+    ``sleep`` is what the driver sleeps: ``delay`` itself, or 0 in test mode (the delay is still
+    reported and counted).
+    """
 
     retry_number: int
     delay: float
     retarget: bool
+    sleep: Optional[float] = None
+
+    @property
+    def sleep_seconds(self) -> float:
+        """Seconds the driver sleeps before the retry."""
+        return self.delay if self.sleep is None else self.sleep
 
 
 @dataclass(frozen=True)
@@ -68,19 +78,34 @@ class RetryController:
         budget: Optional[Budget] = None,
         random: Callable[[], float] = _random.random,
         clock: Callable[[], float] = time.monotonic,
+        sleeps: bool = True,
     ) -> None:
-        """Create a controller; ``budget`` defaults to ``budget_for(policy)``."""
+        """Create a controller; ``budget`` defaults to ``budget_for(policy)``.
+
+        With ``sleeps`` False (test mode) every ``Retry`` asks the driver not to sleep.
+        """
         self.policy: Policy = policy
         """The policy in force."""
         self.budget: Budget = budget_for(policy) if budget is None else budget
         """The shared retry budget."""
         self._random = random
         self._clock = clock
+        self._sleeps = sleeps
 
     @property
     def clock(self) -> Callable[[], float]:
         """The injected monotonic clock."""
         return self._clock
+
+    @property
+    def random(self) -> Callable[[], float]:
+        """The injected jitter source in [0, 1)."""
+        return self._random
+
+    @property
+    def sleeps(self) -> bool:
+        """Whether drivers sleep the granted delays (False in test mode)."""
+        return self._sleeps
 
     def decide(
         self,
@@ -111,7 +136,12 @@ class RetryController:
                 return GiveUp(StopReason.DEADLINE)
         if not self.budget.try_acquire():
             return GiveUp(StopReason.BUDGET_EMPTY)
-        return Retry(retry_number=retry_number, delay=delay, retarget=policy.retarget)
+        return Retry(
+            retry_number=retry_number,
+            delay=delay,
+            retarget=policy.retarget,
+            sleep=None if self._sleeps else 0.0,
+        )
 
     def record_success(self, *, retried: bool) -> None:
         """Account for a successful operation (``retried``: it succeeded on a retry)."""

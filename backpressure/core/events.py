@@ -10,6 +10,8 @@ from backpressure.core.decision import StopReason
 
 __all__ = [
     "GiveUpEvent",
+    "OperationFinishedEvent",
+    "OperationListener",
     "RetryEvent",
     "RetryListener",
     "RetrySummary",
@@ -50,6 +52,40 @@ class GiveUpEvent:
 
 
 @dataclass(frozen=True)
+class OperationFinishedEvent:
+    """One operation finished: it succeeded, gave up, or raised an error we do not retry.
+
+    ``attempt_servers`` holds the server of each attempt in order (None where unknown);
+    ``retry_delays`` the backoff granted after each failed attempt (one per retry).
+    ``stop_reason`` is set when the operation gave up on an overload error (what listeners get
+    a ``GiveUpEvent`` for); it is None when it succeeded and when it failed on an error that has
+    nothing to do with overload.  ``operation`` is None for first-attempt successes, whose
+    command name is not resolved (to keep the success path cheap).
+    """
+
+    operation: Optional[str]
+    attempt_servers: tuple[Optional[Address], ...]
+    retry_delays: tuple[float, ...]
+    succeeded: bool
+    stop_reason: Optional[StopReason]
+
+    @property
+    def attempts(self) -> int:
+        """Attempts sent (at least 1)."""
+        return max(len(self.attempt_servers), 1)
+
+    @property
+    def retries(self) -> int:
+        """Retries granted."""
+        return len(self.retry_delays)
+
+    @property
+    def total_backoff(self) -> float:
+        """Sum of the granted backoff delays, in seconds."""
+        return sum(self.retry_delays)
+
+
+@dataclass(frozen=True)
 class RetrySummary:
     """What the retry machinery did for one operation (``stop_reason`` None when it succeeded)."""
 
@@ -67,6 +103,18 @@ class RetryListener(Protocol):
 
     def gave_up(self, event: GiveUpEvent) -> None:
         """Called when retrying stops and the error is raised."""
+
+
+class OperationListener(Protocol):
+    """Receives one event per finished operation (metrics and statistics use it).
+
+    A listener passed to ``enable`` or ``backpressure.register`` may implement this method as
+    well as (or instead of) the ``RetryListener`` ones; exceptions it raises are logged and
+    ignored.
+    """
+
+    def operation_finished(self, event: OperationFinishedEvent) -> None:
+        """Called once when an operation succeeds, gives up or fails."""
 
 
 def retry_summary(exc: BaseException) -> Optional[RetrySummary]:

@@ -21,6 +21,7 @@ from backpressure.core.decision import Decision, GiveUp, Retry, RetryController,
 from backpressure.core.events import (
     Address,
     GiveUpEvent,
+    OperationFinishedEvent,
     RetryEvent,
     RetryListener,
     RetrySummary,
@@ -115,11 +116,14 @@ class OperationRetries:
         listeners: Sequence[RetryListener] = (),
         logger: logging.Logger = _LOGGER,
         budget_warnings: Optional[BudgetWarnings] = None,
+        on_finished: Optional[Callable[[OperationFinishedEvent], None]] = None,
     ) -> None:
         """Start tracking ``operation`` (a command name) under ``controller``.
 
         ``budget_warnings`` is the client's rate limit of budget-empty WARNINGs (shared by its
         operations); by default the operation gets its own (so its give-up is a WARNING).
+        ``on_finished`` receives one ``OperationFinishedEvent`` when the operation succeeds or
+        gives up (the client's statistics and metrics).
         """
         self._controller = controller
         self._budget_warnings = (
@@ -134,6 +138,9 @@ class OperationRetries:
         self._servers: list[Address] = []
         self._current_server: Optional[Address] = None
         self._stop_reason: Optional[StopReason] = None
+        self._on_finished = on_finished
+        self._attempt_servers: list[Optional[Address]] = []
+        self._delays: list[float] = []
 
     @property
     def controller(self) -> RetryController:
@@ -183,6 +190,7 @@ class OperationRetries:
         """Record the start of an attempt on ``server`` (None when unknown)."""
         self._attempts += 1
         self._current_server = server
+        self._attempt_servers.append(server)
         if server is not None and server not in self._servers:
             self._servers.append(server)
 
@@ -190,6 +198,32 @@ class OperationRetries:
         """Record success and deposit tokens (more when it succeeded on a retry)."""
         self._stop_reason = None
         self._controller.record_success(retried=self._retries > 0)
+        self._finish(succeeded=True, reason=None)
+
+    def ended(self) -> None:
+        """Report the operation as finished with an error, if no outcome was reported yet.
+
+        For adapters whose operation raises without a decision of the core (e.g. no server
+        could be selected for a granted retry).
+        """
+        self._finish(succeeded=False, reason=self._stop_reason)
+
+    def _finish(self, *, succeeded: bool, reason: Optional[StopReason]) -> None:
+        """Send the ``OperationFinishedEvent`` (once) to ``on_finished``."""
+        callback, self._on_finished = self._on_finished, None
+        if callback is None:
+            return
+        event = OperationFinishedEvent(
+            operation=self._operation,
+            attempt_servers=tuple(self._attempt_servers),
+            retry_delays=tuple(self._delays),
+            succeeded=succeeded,
+            stop_reason=reason,
+        )
+        try:
+            callback(event)
+        except Exception:
+            self._logger.exception("backpressure operation listener failed")
 
     def failed(
         self,
@@ -222,6 +256,7 @@ class OperationRetries:
         """Account for, log and announce a granted retry."""
         self._retries += 1
         self._total_backoff += decision.delay
+        self._delays.append(decision.delay)
         attempt = max(self._attempts, 1)
         self._logger.info(
             "retrying %s after attempt %d in %.3fs on %s: %s",
@@ -260,6 +295,7 @@ class OperationRetries:
             self._logger.debug(
                 "not retrying %s: %s (%s)", self._operation, decision.reason.value, _describe(error)
             )
+            self._finish(succeeded=False, reason=None)
             return
         level = logging.INFO
         note = ""
@@ -298,3 +334,4 @@ class OperationRetries:
                 listener.gave_up(event)
             except Exception:
                 self._logger.exception("backpressure retry listener %r failed", listener)
+        self._finish(succeeded=False, reason=decision.reason)

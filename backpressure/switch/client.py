@@ -30,6 +30,9 @@ from backpressure.core.client_state import STATE_ATTRIBUTE, ClientState
 from backpressure.core.decision import RetryController
 from backpressure.core.events import RetryListener
 from backpressure.core.policy import InvalidPolicyError, Policy, resolve_policy
+from backpressure.core.stats import BackpressureStats
+from backpressure.switch import registry
+from backpressure.switch.overrides import current_settings
 from backpressure.switch.uri_options import (
     BACKPRESSURE,
     ENABLE_OVERLOAD_RETARGETING,
@@ -51,6 +54,7 @@ __all__ = [
     "enable",
     "is_enabled",
     "state",
+    "stats",
 ]
 
 C = TypeVar("C")
@@ -118,7 +122,9 @@ def enable(
         client: a ``pymongo.MongoClient``, ``pymongo.AsyncMongoClient`` or Motor
             ``AsyncIOMotorClient``.
         policy: True (the draft spec), a preset name ("draft", "current") or a Policy.
-        listeners: receive a RetryEvent per retry and a GiveUpEvent per give-up.
+        listeners: receive a RetryEvent per retry and a GiveUpEvent per give-up (and an
+            OperationFinishedEvent per operation if they implement ``operation_finished``),
+            after the listeners registered with ``backpressure.register``.
         random: jitter source in [0, 1) (tests pin it); defaults to ``random.random``.
 
     Raises:
@@ -130,10 +136,25 @@ def enable(
         return disable(client)
     target = _pymongo_client(client)
     controller = RetryController(resolved, random=_random.random if random is None else random)
-    new_state = ClientState(controller, tuple(listeners))
+    new_state = ClientState(
+        controller,
+        (*registry.registered_listeners(), *listeners),
+        settings=current_settings,
+        label=_client_label(target),
+    )
     _adapter(target).install(target, new_state)
     setattr(target, STATE_ATTRIBUTE, new_state)
+    registry.track(target, new_state)
     return client
+
+
+def _client_label(target: Any) -> str:
+    """Name a client for metrics: its seed list ``host:port,...`` (sorted)."""
+    seeds = getattr(getattr(target, "_topology_settings", None), "seeds", None) or ()
+    try:
+        return ",".join(sorted(f"{host}:{port}" for host, port in seeds)) or "client"
+    except (TypeError, ValueError):
+        return "client"
 
 
 def disable(client: C) -> C:
@@ -143,6 +164,7 @@ def disable(client: C) -> C:
         return client
     _adapter(target).uninstall(target)
     vars(target).pop(STATE_ATTRIBUTE, None)
+    registry.untrack(target)
     return client
 
 
@@ -155,6 +177,19 @@ def state(client: Any) -> Optional[ClientState]:
 def is_enabled(client: Any) -> bool:
     """Return True if backpressure is enabled on ``client``."""
     return state(client) is not None
+
+
+def stats(client: Any) -> BackpressureStats:
+    """Return a frozen snapshot of ``client``'s retry statistics since it was enabled.
+
+    Raises:
+        ValueError: ``client`` is not enabled.
+        TypeError: ``client`` is not a supported client.
+    """
+    current = state(client)
+    if current is None:
+        raise ValueError("backpressure is not enabled on this client: it has no statistics")
+    return current.snapshot()
 
 
 def budget(client: Any) -> Optional[Budget]:

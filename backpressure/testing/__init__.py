@@ -14,14 +14,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from backpressure.testing.server.embedded import EmbeddedServer, EmbeddedServerError, MemberRef
     from backpressure.testing.server.transport.deployment import Deployment
+    from backpressure.testing.testmode import set_testing
 
-__all__ = ["Deployment", "EmbeddedServer", "EmbeddedServerError", "MemberRef"]
+__all__ = ["Deployment", "EmbeddedServer", "EmbeddedServerError", "MemberRef", "set_testing"]
 
 _LAZY = {
     "EmbeddedServer": "backpressure.testing.server.embedded",
     "EmbeddedServerError": "backpressure.testing.server.embedded",
     "MemberRef": "backpressure.testing.server.embedded",
     "Deployment": "backpressure.testing.server.transport.deployment",
+    "set_testing": "backpressure.testing.testmode",
 }
 
 

@@ -148,8 +148,9 @@ class _AsyncRetryLoop:
                     await asyncio.sleep(delay)
                 continue
             ops = self._ops
-            if ops is None:  # a first-attempt success: all there is to record is the deposit
-                self._state.controller.record_success(retried=False)
+            if ops is None:  # a first-attempt success: a deposit and a cached finished event
+                first = self._first_address
+                self._state.first_attempt_succeeded(None if first is _NO_ATTEMPT else first)
             else:
                 ops.succeeded()
             return result
@@ -177,7 +178,9 @@ class _AsyncRetryLoop:
     def _raise(self, error: Optional[BaseException], cause: Optional[BaseException] = None) -> Any:
         """Raise ``error`` with the operation's retry summary attached."""
         assert error is not None
-        attach_summary(error, self._tracked().summary())
+        ops = self._tracked()
+        attach_summary(error, ops.summary())
+        ops.ended()
         if cause is not None and cause is not error:
             raise error from cause
         raise error
@@ -299,7 +302,7 @@ class _AsyncRetryLoop:
                 await session._unpin()
         if self._server is not None and (decision.retarget or _shared.is_sharded(self._client)):
             self._deprioritized.append(self._server)
-        return decision.delay
+        return decision.sleep_seconds
 
     async def _after_classic_error(self, exc: PyMongoError, error: PyMongoError) -> None:
         """Apply pymongo's own retryable read/write rules to an error that is no overload."""
@@ -443,7 +446,7 @@ class _AsyncMethodRetry:
                         decision.retarget or _shared.is_sharded(self._client)
                     ):
                         attempt.deprioritized.append(attempt.server)
-                    await asyncio.sleep(decision.delay)
+                    await asyncio.sleep(decision.sleep_seconds)
                     continue
                 self._ops.attempt_started(attempt.address())
                 self._ops.succeeded()

@@ -1,0 +1,163 @@
+"""Aggregate statistics of one client: counters fed by finished operations, frozen snapshots.
+
+``StatsRecorder`` is an ``OperationListener`` that every enabled client carries; it adds each
+finished operation to its counters under a lock held only around the arithmetic.
+``snapshot()`` returns a ``BackpressureStats`` value (frozen, with read-only mappings) that never
+changes afterwards.  Per server: attempts are counted on the server they went to, a retry and
+its backoff on the server whose failure caused it, an operation and its give-up on the server of
+its last attempt.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Optional
+
+from backpressure.core.decision import StopReason
+from backpressure.core.events import Address, OperationFinishedEvent
+
+__all__ = ["BackpressureStats", "ServerStats", "StatsRecorder"]
+
+
+@dataclass(frozen=True)
+class ServerStats:
+    """What one server saw of a client's operations (see the module docstring for attribution)."""
+
+    operations: int
+    """Operations whose last attempt went to this server."""
+    attempts: int
+    """Attempts sent to this server."""
+    retries: int
+    """Retries granted after an overload error from this server."""
+    gave_up: Mapping[StopReason, int]
+    """Give-ups by reason whose last attempt went to this server."""
+    backoff_seconds: float
+    """Backoff granted after overload errors from this server, in seconds."""
+
+
+@dataclass(frozen=True)
+class BackpressureStats:
+    """A frozen snapshot of one client's retry statistics since it was enabled."""
+
+    operations: int
+    """Operations finished (succeeded or raised)."""
+    succeeded: int
+    """Operations that succeeded (on the first attempt or on a retry)."""
+    failed: int
+    """Operations that raised an error (give-ups and errors unrelated to overload)."""
+    attempts: int
+    """Attempts sent by finished operations."""
+    retries: int
+    """Overload retries granted."""
+    gave_up: Mapping[StopReason, int]
+    """Operations that stopped retrying an overload error, by reason."""
+    backoff_seconds: float
+    """Backoff granted in all, in seconds (what the retry loops slept, except in test mode)."""
+    servers: Mapping[Address, ServerStats]
+    """The same per server ``(host, port)``; attempts whose server is unknown are left out."""
+
+    @property
+    def gave_up_total(self) -> int:
+        """Give-ups of every reason."""
+        return sum(self.gave_up.values())
+
+    @property
+    def attempts_per_operation(self) -> float:
+        """Attempts over operations (1.0 means no retries; 0.0 before any operation)."""
+        return self.attempts / self.operations if self.operations else 0.0
+
+
+class _ServerCounters:
+    """Mutable per-server counters behind ``StatsRecorder``'s lock."""
+
+    __slots__ = ("attempts", "backoff", "gave_up", "operations", "retries")
+
+    def __init__(self) -> None:
+        """Start at zero."""
+        self.operations = 0
+        self.attempts = 0
+        self.retries = 0
+        self.backoff = 0.0
+        self.gave_up: dict[StopReason, int] = {}
+
+    def freeze(self) -> ServerStats:
+        """Return the counters as a ``ServerStats``."""
+        return ServerStats(
+            operations=self.operations,
+            attempts=self.attempts,
+            retries=self.retries,
+            gave_up=MappingProxyType(dict(self.gave_up)),
+            backoff_seconds=self.backoff,
+        )
+
+
+class StatsRecorder:
+    """Thread-safe counters of finished operations; an ``OperationListener``."""
+
+    def __init__(self) -> None:
+        """Start with every counter at zero."""
+        self._lock = threading.Lock()
+        self._operations = 0
+        self._succeeded = 0
+        self._attempts = 0
+        self._retries = 0
+        self._backoff = 0.0
+        self._gave_up: dict[StopReason, int] = {}
+        self._servers: dict[Address, _ServerCounters] = {}
+
+    def _server(self, address: Address) -> _ServerCounters:
+        """Return the counters of ``address`` (created on first use; lock held)."""
+        counters = self._servers.get(address)
+        if counters is None:
+            counters = self._servers[address] = _ServerCounters()
+        return counters
+
+    def operation_finished(self, event: OperationFinishedEvent) -> None:
+        """Add one finished operation to the counters."""
+        servers = event.attempt_servers
+        delays = event.retry_delays
+        last: Optional[Address] = servers[-1] if servers else None
+        with self._lock:
+            self._operations += 1
+            self._attempts += event.attempts
+            if event.succeeded:
+                self._succeeded += 1
+            if delays:
+                self._retries += len(delays)
+                self._backoff += sum(delays)
+            reason = event.stop_reason
+            if reason is not None:
+                self._gave_up[reason] = self._gave_up.get(reason, 0) + 1
+            for address in servers:
+                if address is not None:
+                    self._server(address).attempts += 1
+            for index, delay in enumerate(delays):
+                address = servers[index] if index < len(servers) else None
+                if address is not None:
+                    counters = self._server(address)
+                    counters.retries += 1
+                    counters.backoff += delay
+            if last is not None:
+                counters = self._server(last)
+                counters.operations += 1
+                if reason is not None:
+                    counters.gave_up[reason] = counters.gave_up.get(reason, 0) + 1
+
+    def snapshot(self) -> BackpressureStats:
+        """Return the counters so far as a frozen ``BackpressureStats``."""
+        with self._lock:
+            return BackpressureStats(
+                operations=self._operations,
+                succeeded=self._succeeded,
+                failed=self._operations - self._succeeded,
+                attempts=self._attempts,
+                retries=self._retries,
+                gave_up=MappingProxyType(dict(self._gave_up)),
+                backoff_seconds=self._backoff,
+                servers=MappingProxyType(
+                    {address: counters.freeze() for address, counters in self._servers.items()}
+                ),
+            )

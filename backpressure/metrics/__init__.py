@@ -1,0 +1,123 @@
+"""Metrics a user can scrape or export: Prometheus or OpenTelemetry, each an optional extra.
+
+Turning them on is one call; neither library is imported before it::
+
+    import backpressure.metrics
+
+    backpressure.metrics.enable_prometheus()      # extra: pymongo-backpressure[prometheus]
+    backpressure.metrics.enable_opentelemetry()   # extra: pymongo-backpressure[otel]
+
+Without ``clients`` the metrics cover every client enabled now and later; with ``clients`` only
+those.  Calling again for the same registry or meter provider returns the same object.  What is
+measured: retries (by operation, server, retry number and error code), give-ups by reason,
+attempts per operation, backoff seconds, each client's budget tokens, and the amplification
+(attempts over operations) of the last ``window`` seconds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Optional
+
+from backpressure.metrics._recorder import AmplificationWindow, MetricsListener
+
+if TYPE_CHECKING:
+    from backpressure.metrics.opentelemetry import OpenTelemetryMetrics
+    from backpressure.metrics.prometheus import PrometheusMetrics
+
+__all__ = [
+    "AmplificationWindow",
+    "MetricsListener",
+    "disable_metrics",
+    "enable_opentelemetry",
+    "enable_prometheus",
+]
+
+_LOCK = threading.Lock()
+_ENABLED: dict[int, tuple[Any, Any]] = {}
+"""id(registry or provider) -> (that object, the metrics serving it)."""
+
+
+def _existing(target: Any) -> Optional[Any]:
+    """Return the metrics already serving ``target`` (lock held)."""
+    found = _ENABLED.get(id(target))
+    return found[1] if found is not None and found[0] is target else None
+
+
+def enable_prometheus(
+    registry: Optional[Any] = None,
+    *,
+    clients: Optional[Iterable[Any]] = None,
+    window: float = 60.0,
+) -> PrometheusMetrics:
+    """Expose the retry metrics in a prometheus-client registry; return the exporter.
+
+    Args:
+        registry: a ``prometheus_client.CollectorRegistry``; the default registry if None.
+        clients: the enabled clients to cover; every client enabled now and later if None.
+        window: seconds of the amplification gauge's sliding window.
+
+    Raises:
+        MissingExtraError: prometheus-client is not installed (the ``prometheus`` extra).
+        ValueError: one of ``clients`` is not enabled.
+    """
+    from backpressure.metrics.prometheus import PrometheusMetrics
+
+    with _LOCK:
+        if clients is None:
+            registry_key = _default_prometheus_registry() if registry is None else registry
+            existing = _existing(registry_key)
+            if existing is not None:
+                return existing  # type: ignore[no-any-return]
+        metrics = PrometheusMetrics(registry, clients, window=window)
+        if clients is None:
+            _ENABLED[id(metrics.registry)] = (metrics.registry, metrics)
+        return metrics
+
+
+def _default_prometheus_registry() -> Any:
+    """Return prometheus-client's default registry (raises MissingExtraError without it)."""
+    from backpressure.core.extras import require
+
+    return require("prometheus_client.registry", "prometheus", "Prometheus metrics").REGISTRY
+
+
+def enable_opentelemetry(
+    meter_provider: Optional[Any] = None,
+    *,
+    clients: Optional[Iterable[Any]] = None,
+    window: float = 60.0,
+) -> OpenTelemetryMetrics:
+    """Report the retry metrics through an OpenTelemetry meter provider; return the reporter.
+
+    Args:
+        meter_provider: a ``MeterProvider``; the global one (``metrics.get_meter_provider()``)
+            if None.
+        clients: the enabled clients to cover; every client enabled now and later if None.
+        window: seconds of the amplification gauge's sliding window.
+
+    Raises:
+        MissingExtraError: opentelemetry-api is not installed (the ``otel`` extra).
+        ValueError: one of ``clients`` is not enabled.
+    """
+    from backpressure.metrics.opentelemetry import OpenTelemetryMetrics
+
+    with _LOCK:
+        if clients is None and meter_provider is not None:
+            existing = _existing(meter_provider)
+            if existing is not None:
+                return existing  # type: ignore[no-any-return]
+        metrics = OpenTelemetryMetrics(meter_provider, clients, window=window)
+        if clients is None and meter_provider is not None:
+            _ENABLED[id(meter_provider)] = (meter_provider, metrics)
+        return metrics
+
+
+def disable_metrics() -> None:
+    """Close every exporter enabled without ``clients`` (their clients stop being measured)."""
+    with _LOCK:
+        enabled = list(_ENABLED.values())
+        _ENABLED.clear()
+    for _target, metrics in enabled:
+        metrics.close()

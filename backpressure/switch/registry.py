@@ -1,0 +1,95 @@
+"""Process-wide listeners (``backpressure.register``) and the enabled clients they reach.
+
+Like ``pymongo.monitoring.register``, a registered listener applies to every client enabled
+afterwards.  The clients enabled so far are tracked weakly (a closed, unreferenced client is
+dropped), so that metrics can also be attached to clients that were enabled before them.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from backpressure.core.client_state import ClientState
+
+__all__ = [
+    "enabled_states",
+    "register",
+    "registered_listeners",
+    "track",
+    "unregister",
+    "untrack",
+]
+
+_LOCK = threading.Lock()
+_LISTENERS: tuple[Any, ...] = ()
+_CLIENTS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def _check_listener(listener: Any) -> None:
+    """Raise TypeError unless ``listener`` implements one of the listener protocols."""
+    retry = callable(getattr(listener, "retried", None)) and callable(
+        getattr(listener, "gave_up", None)
+    )
+    operation = callable(getattr(listener, "operation_finished", None))
+    if not (retry or operation):
+        raise TypeError(
+            "a backpressure listener needs retried() and gave_up() (RetryListener) or "
+            f"operation_finished() (OperationListener); {type(listener).__name__} has neither"
+        )
+
+
+def register(listener: Any) -> None:
+    """Add ``listener`` to every client enabled from now on (no-op if already registered).
+
+    ``listener`` implements ``RetryListener`` (``retried``, ``gave_up``), ``OperationListener``
+    (``operation_finished``) or both.  Clients enabled before keep their listeners.
+
+    Raises:
+        TypeError: ``listener`` implements neither protocol.
+    """
+    global _LISTENERS
+    _check_listener(listener)
+    with _LOCK:
+        if not any(existing is listener for existing in _LISTENERS):
+            _LISTENERS = (*_LISTENERS, listener)
+
+
+def unregister(listener: Any) -> None:
+    """Stop adding ``listener`` to clients enabled from now on (no-op if not registered)."""
+    global _LISTENERS
+    with _LOCK:
+        _LISTENERS = tuple(existing for existing in _LISTENERS if existing is not listener)
+
+
+def registered_listeners() -> tuple[Any, ...]:
+    """Return the registered listeners, in registration order."""
+    return _LISTENERS
+
+
+def track(client: Any, state: ClientState) -> None:
+    """Remember that ``client`` (a pymongo client) is enabled with ``state``."""
+    with _LOCK:
+        _CLIENTS[id(client)] = client
+
+
+def untrack(client: Any) -> None:
+    """Forget ``client``."""
+    with _LOCK:
+        if _CLIENTS.get(id(client)) is client:
+            del _CLIENTS[id(client)]
+
+
+def enabled_states() -> list[tuple[Any, ClientState]]:
+    """Return ``(client, state)`` for every live enabled client."""
+    from backpressure.core.client_state import STATE_ATTRIBUTE
+
+    with _LOCK:
+        clients = list(_CLIENTS.values())
+    found = []
+    for client in clients:
+        state = getattr(client, STATE_ATTRIBUTE, None)
+        if isinstance(state, ClientState):
+            found.append((client, state))
+    return found
