@@ -1,8 +1,9 @@
 """Process-wide listeners (``backpressure.register``) and the enabled clients they reach.
 
 Like ``pymongo.monitoring.register``, a registered listener applies to every client enabled
-afterwards.  The clients enabled so far are tracked weakly (a closed, unreferenced client is
-dropped), so that metrics can also be attached to clients that were enabled before them.
+afterwards.  The clients enabled so far are tracked weakly (an unreferenced client is dropped,
+a closed one is skipped), so that metrics can also be attached to clients that were enabled
+before them.
 """
 
 from __future__ import annotations
@@ -82,13 +83,18 @@ def untrack(client: Any) -> None:
 
 
 def enabled_states() -> list[tuple[Any, ClientState]]:
-    """Return ``(client, state)`` for every live enabled client."""
+    """Return ``(client, state)`` for every live, open, enabled client.
+
+    A closed client is left out: pymongo 4 clients cannot be used after ``close()``.
+    """
     from backpressure.core.client_state import STATE_ATTRIBUTE
 
     with _LOCK:
         clients = list(_CLIENTS.values())
     found = []
     for client in clients:
+        if getattr(client, "_closed", False) is True:
+            continue
         state = getattr(client, STATE_ATTRIBUTE, None)
         if isinstance(state, ClientState):
             found.append((client, state))

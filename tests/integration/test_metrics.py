@@ -1,0 +1,237 @@
+"""Prometheus and OpenTelemetry metrics, read from their real exposition, on real clients."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from pymongo.errors import PyMongoError
+
+import backpressure
+import backpressure.metrics
+from backpressure import Policy
+from backpressure.testing.embedded import EmbeddedServer
+from tests.integration.conftest import (
+    ClientFactory,
+    enabled_client,
+    overload_fail_point,
+    resolve,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = Policy(max_retries=3, base_backoff=0.001)
+SIX = {
+    "backpressure_retries",
+    "backpressure_giveups",
+    "backpressure_attempts_per_operation",
+    "backpressure_backoff_seconds",
+    "backpressure_budget_tokens",
+    "backpressure_amplification_ratio",
+}
+
+
+def _scrape(registry: CollectorRegistry) -> dict[str, list[Any]]:
+    """Parse the registry's text exposition: family name -> samples."""
+    text = generate_latest(registry).decode()
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def _value(samples: list[Any], name: str, **labels: str) -> float:
+    """The value of the one sample called ``name`` whose labels include ``labels``."""
+    (match,) = [
+        s
+        for s in samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
+    return float(match.value)
+
+
+async def _retry_twice_then_give_up(client: Any, server: EmbeddedServer) -> None:
+    """An insert that succeeds on its third attempt, then one that gives up after 4."""
+    server.configure_fail_point(overload_fail_point(["insert"], times=2))
+    await resolve(client.db.coll.insert_one({"x": 1}))
+    server.configure_fail_point(overload_fail_point(["insert"]))
+    with pytest.raises(PyMongoError):
+        await resolve(client.db.coll.insert_one({"x": 2}))
+    server.configure_fail_point({"configureFailPoint": "failCommand", "mode": "off"})
+
+
+@pytest.fixture
+def registry() -> Iterator[CollectorRegistry]:
+    """A fresh prometheus-client registry; metrics enabled on it are closed after the test."""
+    registry = CollectorRegistry()
+    yield registry
+    backpressure.metrics.disable_metrics()
+
+
+async def test_prometheus_six_metrics_after_one_call(
+    clients: ClientFactory, standalone_server: EmbeddedServer, registry: CollectorRegistry
+) -> None:
+    """enable_prometheus(registry) and a scrape shows the six metrics with the right values."""
+    before = enabled_client(clients, standalone_server.uri, FAST, backpressure_class=False)
+    backpressure.metrics.enable_prometheus(registry)
+    after = enabled_client(clients, standalone_server.uri, FAST, backpressure_class=False)
+    host, port = standalone_server.addresses[0]
+    await _retry_twice_then_give_up(before, standalone_server)
+    await resolve(after.db.coll.find_one({}))
+    families = _scrape(registry)
+    assert set(families) >= SIX
+    retries = families["backpressure_retries"]
+    first = {"operation": "insert", "server": f"{host}:{port}", "error_code": "462"}
+    assert _value(retries, "backpressure_retries_total", retry_number="1", **first) == 2
+    assert _value(retries, "backpressure_retries_total", retry_number="3", **first) == 1
+    giveups = families["backpressure_giveups"]
+    assert _value(giveups, "backpressure_giveups_total", reason="attempts_exhausted") == 1
+    attempts = families["backpressure_attempts_per_operation"]
+    assert _value(attempts, "backpressure_attempts_per_operation_count") == 3
+    assert _value(attempts, "backpressure_attempts_per_operation_sum") == 3 + 4 + 1
+    assert _value(attempts, "backpressure_attempts_per_operation_bucket", le="1.0") == 1
+    assert _value(attempts, "backpressure_attempts_per_operation_bucket", le="3.0") == 2
+    backoff = families["backpressure_backoff_seconds"]
+    assert _value(backoff, "backpressure_backoff_seconds_count") == 5
+    tokens = families["backpressure_budget_tokens"]
+    expected = sorted(backpressure.budget(c).tokens for c in (before, after))  # type: ignore[union-attr]
+    assert sorted(s.value for s in tokens) == expected
+    assert expected[0] < 1000.0
+    ratio = families["backpressure_amplification_ratio"]
+    assert _value(ratio, "backpressure_amplification_ratio") == pytest.approx(8 / 3)
+
+
+async def test_prometheus_covers_only_the_clients_passed(
+    clients: ClientFactory, standalone_server: EmbeddedServer, registry: CollectorRegistry
+) -> None:
+    """With clients=[a], b's retries are not counted."""
+    a = enabled_client(clients, standalone_server.uri, FAST, backpressure_class=False)
+    b = enabled_client(clients, standalone_server.uri, FAST, backpressure_class=False)
+    metrics = backpressure.metrics.enable_prometheus(registry, clients=[a])
+    try:
+        await _retry_twice_then_give_up(b, standalone_server)
+        assert _scrape(registry)["backpressure_retries"] == []
+        await _retry_twice_then_give_up(a, standalone_server)
+        assert len(_scrape(registry)["backpressure_retries"]) == 3
+        assert len(_scrape(registry)["backpressure_budget_tokens"]) == 1
+    finally:
+        metrics.close()
+    with pytest.raises(ValueError, match="enabled"):
+        backpressure.metrics.enable_prometheus(registry, clients=[clients.plain("mongodb://x")])
+
+
+def test_prometheus_enable_twice_returns_the_same_exporter(registry: CollectorRegistry) -> None:
+    """A second call for the same registry does not register the collector twice."""
+    first = backpressure.metrics.enable_prometheus(registry)
+    assert backpressure.metrics.enable_prometheus(registry) is first
+    backpressure.metrics.disable_metrics()
+    assert "backpressure_retries" not in _scrape(registry)
+
+
+@pytest.fixture
+def otel_reader() -> Iterator[tuple[MeterProvider, InMemoryMetricReader]]:
+    """An SDK meter provider with an in-memory reader; metrics are closed after the test."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    yield provider, reader
+    backpressure.metrics.disable_metrics()
+    provider.shutdown()
+
+
+def _otel_points(reader: InMemoryMetricReader) -> dict[str, Any]:
+    """Instrument name -> (unit, data points) from one collection."""
+    data = reader.get_metrics_data()
+    found: dict[str, Any] = {}
+    assert data is not None
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            assert scope.scope.name == "backpressure"
+            for metric in scope.metrics:
+                found[metric.name] = (metric.unit, list(metric.data.data_points))
+    return found
+
+
+async def test_opentelemetry_instruments_with_units(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    otel_reader: tuple[MeterProvider, InMemoryMetricReader],
+) -> None:
+    """enable_opentelemetry(provider): the in-memory reader sees every instrument, with units."""
+    provider, reader = otel_reader
+    backpressure.metrics.enable_opentelemetry(provider)
+    client = enabled_client(clients, standalone_server.uri, FAST, backpressure_class=False)
+    host, port = standalone_server.addresses[0]
+    await _retry_twice_then_give_up(client, standalone_server)
+    points = _otel_points(reader)
+    assert {name: unit for name, (unit, _) in points.items()} == {
+        "backpressure.retries": "{retry}",
+        "backpressure.giveups": "{giveup}",
+        "backpressure.operation.attempts": "{attempt}",
+        "backpressure.backoff.duration": "s",
+        "backpressure.budget.tokens": "{token}",
+        "backpressure.amplification": "1",
+    }
+    retries = {
+        p.attributes["backpressure.retry.number"]: p.value
+        for p in points["backpressure.retries"][1]
+    }
+    assert retries == {1: 2, 2: 2, 3: 1}
+    sample = points["backpressure.retries"][1][0].attributes
+    assert sample["db.operation.name"] == "insert"
+    assert sample["server.address"] == f"{host}:{port}"
+    assert sample["db.response.status_code"] == "462"
+    (giveup,) = points["backpressure.giveups"][1]
+    assert (dict(giveup.attributes), giveup.value) == (
+        {"backpressure.reason": "attempts_exhausted"},
+        1,
+    )
+    (attempts,) = points["backpressure.operation.attempts"][1]
+    assert (attempts.count, attempts.sum) == (2, 7)
+    (backoff,) = points["backpressure.backoff.duration"][1]
+    assert backoff.count == 5
+    (tokens,) = points["backpressure.budget.tokens"][1]
+    assert tokens.value == backpressure.budget(client).tokens  # type: ignore[union-attr]
+    assert tokens.value < 1000.0
+    (ratio,) = points["backpressure.amplification"][1]
+    assert ratio.value == pytest.approx(7 / 2)
+
+
+def test_metrics_import_neither_library_until_enabled() -> None:
+    """Importing backpressure and backpressure.metrics loads no Prometheus or OTel module."""
+    code = (
+        "import sys, backpressure, backpressure.metrics\n"
+        "bad = [m for m in sys.modules if m.startswith(('prometheus_client', 'opentelemetry'))]\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("call", "extra"),
+    [("enable_prometheus", "prometheus"), ("enable_opentelemetry", "otel")],
+)
+def test_a_missing_extra_names_the_extra_to_install(call: str, extra: str) -> None:
+    """Without the library, enabling raises MissingExtraError naming the pip extra."""
+    blocked = "prometheus_client" if extra == "prometheus" else "opentelemetry"
+    code = (
+        "import sys\n"
+        f"sys.modules[{blocked!r}] = None\n"
+        "import backpressure, backpressure.metrics\n"
+        "try:\n"
+        f"    backpressure.metrics.{call}()\n"
+        "except backpressure.MissingExtraError as exc:\n"
+        "    print(exc.extra); print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    lines = out.stdout.splitlines()
+    assert lines[0] == extra
+    assert f"pip install 'pymongo-backpressure[{extra}]'" in lines[1]
