@@ -17,7 +17,7 @@ from pymongo.errors import PyMongoError
 import backpressure
 import backpressure.metrics
 from backpressure import Policy
-from backpressure.testing.embedded import EmbeddedServer
+from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
     ClientFactory,
     enabled_client,

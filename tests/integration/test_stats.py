@@ -13,7 +13,7 @@ import backpressure
 from backpressure import OperationFinishedEvent, Policy, StopReason
 from backpressure.core.policy import InvalidPolicyError
 from backpressure.testing import set_testing
-from backpressure.testing.embedded import EmbeddedServer
+from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
     ClientFactory,
     RetryRecorder,
