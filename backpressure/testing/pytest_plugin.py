@@ -6,17 +6,26 @@ Registered as the ``backpressure`` pytest11 plugin. Fixtures (none is autouse):
   server and stops every server it started at the end of the test.
 * ``standalone_server``, ``replicaset_server`` (3 members), ``sharded_server`` (2 mongos):
   in-process servers started once per session and ``reset()`` before each test that uses them.
+
+The plugin costs nothing until a test asks for one of these fixtures: the embedded server (and
+mongomock, from the ``server`` extra) is imported by the first fixture that needs it, and a
+missing extra fails that test with an error naming it.  Turn the plugin off with
+``pytest -p no:backpressure`` (or ``addopts = ["-p", "no:backpressure"]``); with
+``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` turn it on with ``-p backpressure.testing.pytest_plugin``.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from backpressure.testing.server.embedded import EmbeddedServer
+from backpressure.core.extras import require
+
+if TYPE_CHECKING:
+    from backpressure.testing.server.embedded import EmbeddedServer
 
 __all__ = [
     "embedded_server_factory",
@@ -25,7 +34,15 @@ __all__ = [
     "standalone_server",
 ]
 
-ServerFactory = Callable[..., EmbeddedServer]
+ServerFactory = Callable[..., "EmbeddedServer"]
+
+
+def _server_class() -> type[EmbeddedServer]:
+    """Import the embedded server on first use (raises MissingExtraError without mongomock)."""
+    require("mongomock", "server", "The embedded test server")
+    from backpressure.testing.server.embedded import EmbeddedServer
+
+    return EmbeddedServer
 
 
 @pytest.fixture
@@ -37,14 +54,14 @@ def embedded_server_factory() -> Iterator[ServerFactory]:
     with contextlib.ExitStack() as started:
 
         def factory(**kwargs: Any) -> EmbeddedServer:
-            return started.enter_context(EmbeddedServer(**kwargs))
+            return started.enter_context(_server_class()(**kwargs))
 
         yield factory
 
 
 def _session_server(topology: str) -> Callable[[], Iterator[EmbeddedServer]]:
     def fixture() -> Iterator[EmbeddedServer]:
-        with EmbeddedServer(topology) as server:
+        with _server_class()(topology) as server:
             yield server
 
     fixture.__doc__ = f"One in-process {topology} embedded server for the whole session."
