@@ -17,6 +17,12 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
 	touch $@
 
+# `make demo` needs only the package and its demo extra; a full install already has them.
+$(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
+	if [ ! -f $(VENV)/.installed ] || [ pyproject.toml -nt $(VENV)/.installed ]; then \
+		$(BIN)/python -m pip install -q -e '.[demo]'; fi
+	touch $@
+
 install: $(VENV)/.installed
 
 test: $(VENV)/.installed
@@ -35,7 +41,7 @@ format: $(VENV)/.installed
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-demo: $(VENV)/.installed
+demo: $(VENV)/.demo-installed
 	$(BIN)/python -m backpressure.demo $(DEMO_ARGS)
 
 bench: $(VENV)/.installed
