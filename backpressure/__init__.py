@@ -40,6 +40,7 @@ from backpressure.core.labels import (
     server_base_backoff,
 )
 from backpressure.core.operation import OperationRetries
+from backpressure.core.outer import handled_by_backpressure, is_transient, retry_outside
 from backpressure.core.overrides import Criticality
 from backpressure.core.policy import (
     CURRENT_SPEC,
@@ -104,14 +105,17 @@ __all__ = [
     "budget_for",
     "disable",
     "enable",
+    "handled_by_backpressure",
     "has_no_writes_performed",
     "is_enabled",
     "is_overload",
     "is_retryable_overload",
+    "is_transient",
     "overrides",
     "parse_backpressure_options",
     "register",
     "resolve_policy",
+    "retry_outside",
     "retry_summary",
     "server_base_backoff",
     "state",
