@@ -30,7 +30,7 @@ _PLAIN = {"insert": "c"}
         (2, "insert", _IN_TXN, []),
         (251, "commitTransaction", _IN_TXN, ["TransientTransactionError"]),
         (189, "commitTransaction", _IN_TXN, ["RetryableWriteError"]),
-        (112, "commitTransaction", _IN_TXN, []),
+        (112, "commitTransaction", _IN_TXN, ["TransientTransactionError"]),
         (462, "find", {"find": "c"}, ["SystemOverloadedError", "RetryableError"]),
     ],
 )

@@ -21,6 +21,7 @@ __all__ = [
     "is_retryable_write",
     "mongod_labels",
     "rate_limited_reply",
+    "unsatisfiable_write_concern",
 ]
 
 RETRYABLE_CODES = frozenset(
@@ -28,8 +29,10 @@ RETRYABLE_CODES = frozenset(
 )
 """mongod's ``RetriableError`` category, as the retryable-writes spec lists it."""
 
-_TRANSIENT_CODES = frozenset({24, 112, 267, 13388, 249, 246})
-"""WriteConflict, LockTimeout, PreparedTransactionInProgress, StaleConfig, stale versions."""
+_TRANSIENT_CODES = frozenset({24, 112, 267, 13388, 249, 246, 239, 150})
+"""WriteConflict, LockTimeout, PreparedTransactionInProgress, StaleConfig, StaleDbVersion,
+SnapshotUnavailable, SnapshotTooOld, StaleEpoch: transient inside a transaction and on commit or
+abort alike (mongod's ``isTransientTransactionError``)."""
 
 _OVERLOAD_CODES = frozenset({462})
 """Codes mongod labels ``SystemOverloadedError`` + ``RetryableError``."""
@@ -63,9 +66,9 @@ def mongod_labels(
         if code in RETRYABLE_CODES or code in _TRANSIENT_CODES or code == _NO_SUCH_TRANSACTION:
             labels.append("TransientTransactionError")
     elif commit_or_abort:
-        if code == _NO_SUCH_TRANSACTION and not write_concern_error:
+        if (code == _NO_SUCH_TRANSACTION and not write_concern_error) or code in _TRANSIENT_CODES:
             labels.append("TransientTransactionError")
-        if code in RETRYABLE_CODES:
+        elif code in RETRYABLE_CODES:
             labels.append("RetryableWriteError")
     elif is_retryable_write(name, body) and code in RETRYABLE_CODES:
         labels.append("RetryableWriteError")
@@ -108,3 +111,28 @@ def rate_limited_reply(allow_retries: bool) -> dict[str, Any]:
         "codeName": "IngressRequestRateLimitExceeded",
         "errorLabels": labels,
     }
+
+
+def unsatisfiable_write_concern(
+    body: Mapping[str, Any], data_bearing: int
+) -> Optional[dict[str, Any]]:
+    """The ``writeConcernError`` mongod reports after a write whose ``w`` it cannot satisfy.
+
+    A number above the data-bearing members gives UnsatisfiableWriteConcern (100); a tag set name
+    other than ``majority`` gives UnknownReplWriteConcern (79). The write itself is applied.
+    """
+    concern = body.get("writeConcern")
+    w = concern.get("w") if isinstance(concern, Mapping) else None
+    if isinstance(w, (int, float)) and not isinstance(w, bool) and w > data_bearing:
+        return {
+            "code": 100,
+            "codeName": "UnsatisfiableWriteConcern",
+            "errmsg": "Not enough data-bearing nodes",
+        }
+    if isinstance(w, str) and w != "majority":
+        return {
+            "code": 79,
+            "codeName": "UnknownReplWriteConcern",
+            "errmsg": f"No write concern mode named '{w}' found in replica set configuration",
+        }
+    return None

@@ -33,7 +33,7 @@ thread-safe.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Optional
 
 from backpressure.testing.server.engine import (
     aggregate,
@@ -47,7 +47,9 @@ from backpressure.testing.server.engine.cursors import CursorRegistry
 from backpressure.testing.server.engine.request import CommandContext, Handler, Request
 from backpressure.testing.server.engine.rewrite import rewrite_body
 from backpressure.testing.server.engine.sessions import (
+    RECOVERY_SHARD_ID,
     TRANSIENT,
+    RouterTransactions,
     SessionRegistry,
     Transaction,
     is_transaction_command,
@@ -138,12 +140,25 @@ class Engine:
         self.store = DataStore()
         self.cursors = CursorRegistry()
         self.sessions = SessionRegistry()
+        self.routers: dict[int, RouterTransactions] = {}
+        """Per mongos (by member index), the transactions it routes."""
 
     def reset(self) -> None:
         """Drop all data, cursors, sessions and transactions."""
         self.store = DataStore()
         self.cursors.clear()
         self.sessions.clear()
+        for router in self.routers.values():
+            router.clear()
+
+    def _router(self, ctx: CommandContext) -> Optional[RouterTransactions]:
+        """The router state of the mongos a command arrived at (None on a mongod)."""
+        if ctx.role != "mongos":
+            return None
+        router = self.routers.get(ctx.member_index)
+        if router is None:
+            router = self.routers[ctx.member_index] = RouterTransactions()
+        return router
 
     @classmethod
     def command_name(cls, body: Mapping[str, Any]) -> str:
@@ -212,7 +227,9 @@ class Engine:
             return float(max_time) / 1000.0
         return 1.0
 
-    def note_injected_error(self, db: str, body: dict[str, Any]) -> None:
+    def note_injected_error(
+        self, db: str, body: dict[str, Any], ctx: Optional[CommandContext] = None
+    ) -> None:
         """Record a command that a fail point answered before it reached ``execute``.
 
         mongod checks the session out, and begins the transaction of a ``startTransaction``
@@ -230,6 +247,9 @@ class Engine:
             self.sessions.enter(body, name, self.store)
         except CommandError:
             return
+        router = None if ctx is None else self._router(ctx)
+        if router is not None:
+            router.start(session_key(body.get("lsid")), int(body["txnNumber"]))
 
     def in_transaction(self, body: dict[str, Any]) -> bool:
         """True if this command belongs to a running (or starting) multi-document transaction."""
@@ -253,8 +273,19 @@ class Engine:
         body = rewrite_body(name, body)
         req = Request(name, db, body, ctx, self.store, self.cursors, self.sessions)
         if is_transaction_command(body):
-            return self._in_transaction(req, handler)
+            router = self._router(ctx)
+            if router is None:
+                return self._in_transaction(req, handler)
+            return self._routed_transaction(req, handler, router)
         self.sessions.note(body)
+        if name in ("endSessions", "killSessions", "killAllSessions", "killAllSessionsByPattern"):
+            reply = handler(req)
+            for router in self.routers.values():
+                if name.startswith("killAll"):
+                    router.clear()
+                else:
+                    router.forget([session_key(lsid) for lsid in body.get(name) or ()])
+            return reply
         if name in ("commitTransaction", "abortTransaction"):
             if "txnNumber" in body:
                 raise CommandError(251, f"{name} requires autocommit: false", labels=(TRANSIENT,))
@@ -264,6 +295,64 @@ class Engine:
                 raise CommandError(72, "Transaction number requires a session ID")
             return self.sessions.retryable_write(body, lambda: handler(req))
         return handler(req)
+
+    def _routed_transaction(
+        self, req: Request, handler: Handler, router: RouterTransactions
+    ) -> dict[str, Any]:
+        """A transaction command on a mongos: only the mongos that started it may continue it.
+
+        Every statement's reply carries the ``recoveryToken`` naming the shard; a commit sent to
+        another mongos without it fails with NoSuchTransaction (TransientTransactionError), with
+        it the commit decision is recovered from the shard.
+        """
+        key = session_key(req.body.get("lsid"))
+        txn_number = req.body["txnNumber"]
+        if not isinstance(txn_number, int) or isinstance(txn_number, bool):
+            raise CommandError(14, "BSON field 'txnNumber' is the wrong type, expected long")
+        starting = req.body.get("startTransaction") is True
+        if not starting and not router.knows(key, txn_number):
+            if req.name == "commitTransaction" and "recoveryToken" in req.body:
+                return self._recover_commit(req)
+            raise CommandError(
+                251,
+                f"Transaction {txn_number} is not known to this mongos"
+                + (
+                    "; a commit on another mongos needs the recoveryToken"
+                    if req.name == "commitTransaction"
+                    else ""
+                ),
+                labels=(TRANSIENT,),
+            )
+        if starting and req.name not in ("commitTransaction", "abortTransaction"):
+            router.start(key, txn_number)
+        reply = self._in_transaction(req, handler)
+        if req.name not in ("commitTransaction", "abortTransaction"):
+            reply["recoveryToken"] = {"recoveryShardId": RECOVERY_SHARD_ID}
+        return reply
+
+    def _recover_commit(self, req: Request) -> dict[str, Any]:
+        """Commit through a ``recoveryToken``: report the shard's decision, never start one.
+
+        A committed transaction answers ok (the commit is acknowledged again); one that never
+        received a commit is aborted, as the shard does when a recovery finds no decision.
+        """
+        token = req.body["recoveryToken"]
+        if not isinstance(token, Mapping):
+            raise CommandError(14, "BSON field 'recoveryToken' is the wrong type, expected object")
+        shard = token.get("recoveryShardId")
+        if shard != RECOVERY_SHARD_ID:
+            raise CommandError(70, f"Shard {shard!r} not found", "ShardNotFound")
+        txn = self.sessions.find(req.body)
+        if txn is not None and txn.state == "committed":
+            self.sessions.commit(txn, req.body["lsid"], self.store)
+            return {"ok": 1.0}
+        if txn is not None:
+            txn.finish("aborted")
+        raise CommandError(
+            251,
+            "Recovering the transaction's outcome found the transaction aborted",
+            labels=(TRANSIENT,),
+        )
 
     def _in_transaction(self, req: Request, handler: Handler) -> dict[str, Any]:
         if req.name not in _ALLOWED_IN_TRANSACTION:

@@ -25,6 +25,8 @@ class CommandContext:
     """The member's role: ``standalone``, ``primary``, ``secondary`` or ``mongos``."""
     max_wire_version: int
     """The wire version the member advertises."""
+    member_index: int = 0
+    """The member's position in the topology (tells one mongos from another)."""
 
 
 @dataclass

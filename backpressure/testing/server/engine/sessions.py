@@ -26,7 +26,9 @@ from backpressure.testing.server.errors import CommandError
 
 __all__ = [
     "MAX_RECORDS",
+    "RECOVERY_SHARD_ID",
     "TRANSIENT",
+    "RouterTransactions",
     "SessionRegistry",
     "Transaction",
     "TxnRecord",
@@ -41,6 +43,9 @@ MAX_RECORDS = 10_000
 
 TRANSIENT = "TransientTransactionError"
 """The label mongod puts on errors after which the whole transaction may be retried."""
+
+RECOVERY_SHARD_ID = "shard0"
+"""The one shard behind every emulated mongos; a ``recoveryToken`` names it."""
 
 
 @dataclass
@@ -322,3 +327,37 @@ def _txn_number(body: Mapping[str, Any]) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise CommandError(14, "BSON field 'txnNumber' is the wrong type, expected long")
     return int(value)
+
+
+class RouterTransactions:
+    """What one mongos knows of the transactions it routes: per session, the latest txnNumber.
+
+    In a sharded cluster the transaction itself lives on the shards (here: the engine's
+    ``SessionRegistry``), while each mongos keeps its own router state. A mongos that did not
+    route a transaction's statements cannot continue, commit or abort it; it can only recover a
+    commit decision from the shard through the ``recoveryToken`` the first mongos returned.
+    """
+
+    def __init__(self) -> None:
+        """Start knowing no transaction."""
+        self._routed: OrderedDict[Any, int] = OrderedDict()
+
+    def start(self, key: Any, txn_number: int) -> None:
+        """Remember that this mongos started transaction ``txn_number`` of session ``key``."""
+        self._routed[key] = txn_number
+        self._routed.move_to_end(key)
+        while len(self._routed) > MAX_RECORDS:
+            self._routed.popitem(last=False)
+
+    def knows(self, key: Any, txn_number: int) -> bool:
+        """True when this mongos routed transaction ``txn_number`` of session ``key``."""
+        return key is not None and self._routed.get(key) == txn_number
+
+    def forget(self, keys: list[Any]) -> None:
+        """Drop the router state of ended sessions."""
+        for key in keys:
+            self._routed.pop(key, None)
+
+    def clear(self) -> None:
+        """Forget every routed transaction."""
+        self._routed.clear()

@@ -48,6 +48,7 @@ from backpressure.testing.server.cluster.replies import (
     is_retryable_write,
     mongod_labels,
     rate_limited_reply,
+    unsatisfiable_write_concern,
 )
 from backpressure.testing.server.cluster.topology import (
     DEFAULT_MEMBERS,
@@ -301,12 +302,12 @@ class Deployment:
                 await asyncio.sleep(action.block_ms / 1000.0)
                 started = time.thread_time()
             if action.close_connection:
-                self._note_injected_error(request)
+                self._note_injected_error(state, conn, request)
                 if counters is not None:
                     counters.failed += 1
                 raise _Close
             if action.error_code is not None:
-                self._note_injected_error(request)
+                self._note_injected_error(state, conn, request)
                 reply = error_reply(
                     action.error_code,
                     action.errmsg,
@@ -322,7 +323,7 @@ class Deployment:
                 started = time.thread_time()
             write_action = self._transactional_write_action(state, conn, request, name)
             if write_action is not None and write_action.error_code is not None:
-                self._note_injected_error(request)
+                self._note_injected_error(state, conn, request)
                 if write_action.close_connection:
                     if counters is not None:
                         counters.failed += 1
@@ -341,14 +342,38 @@ class Deployment:
                     raise _Close  # the write is applied; the client sees a network error
             if action is not None and action.write_concern_error is not None:
                 _attach_write_concern_error(reply, action.write_concern_error, name, request.body)
+            elif "writeConcernError" not in reply and self.kind == "replicaset":
+                self._check_write_concern(reply, name, request.body)
         self._decorate(state, reply, counters)
         state.cpu_seconds += time.thread_time() - started
         return reply
 
-    def _note_injected_error(self, request: Request) -> None:
+    def _check_write_concern(self, reply: dict[str, Any], name: str, body: dict[str, Any]) -> None:
+        """Report a ``w`` the replica set cannot satisfy, after the write, as mongod does."""
+        if name not in ("commitTransaction", "abortTransaction") and (
+            not self.engine.is_write(name, body) or "autocommit" in body
+        ):
+            return
+        error = unsatisfiable_write_concern(body, data_bearing=len(self.roles))
+        if error is not None:
+            _attach_write_concern_error(reply, error, name, body)
+
+    def _context(self, state: MemberState, conn: ConnectionState) -> CommandContext:
+        """What the engine needs to know about the member and connection of a command."""
+        return CommandContext(
+            connection_id=conn.connection_id,
+            app_name=conn.app_name,
+            role=state.member.role,
+            max_wire_version=self.max_wire_version,
+            member_index=state.member.index,
+        )
+
+    def _note_injected_error(
+        self, state: MemberState, conn: ConnectionState, request: Request
+    ) -> None:
         """Tell the engine a fail point answered this command before it ran."""
         try:
-            self.engine.note_injected_error(request.db, request.body)
+            self.engine.note_injected_error(request.db, request.body, self._context(state, conn))
         except Exception:  # never let bookkeeping turn an injected error into a crash
             log.exception("noting the injected error of %r failed", request.command_name)
 
@@ -414,12 +439,7 @@ class Deployment:
             if handler is not None:
                 return handler(state, conn, request.db, body)
             self._check_role(state, request, name)
-            ctx = CommandContext(
-                connection_id=conn.connection_id,
-                app_name=conn.app_name,
-                role=state.member.role,
-                max_wire_version=self.max_wire_version,
-            )
+            ctx = self._context(state, conn)
             return self.engine.execute(request.db, body, ctx)
         except CommandError as exc:
             reply = exc.to_reply()
