@@ -1,10 +1,19 @@
 """A fleet-scale policy lab: the real decision core in virtual time, and the physical limit.
 
-``backpressure.sim.oracle`` needs nothing beyond the standard library; the simulator itself
-(``run``, scenarios, the CLI ``python -m backpressure.sim``) needs the ``sim`` extra (SimPy).
+``backpressure.sim.oracle`` (the physical-limit oracle) needs only the standard library.  The
+simulator, ``run``, the scenarios and the CLI ``python -m backpressure.sim`` need the ``sim``
+extra (SimPy); they are imported on first use::
+
+    from backpressure.sim import run
+
+    result = run("sustained-3x", ["no-retries", "current", "draft"], seed=1)
+    result.policies["draft"].app_errors
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from backpressure.sim.oracle import (
     Capacity,
@@ -14,10 +23,75 @@ from backpressure.sim.oracle import (
     physical_min_errors,
 )
 
+if TYPE_CHECKING:
+    from backpressure.sim.model import (
+        ClientGroup,
+        ClosedLoop,
+        LimiterSpec,
+        OpenLoop,
+        Phase,
+        Scenario,
+        ServerSpec,
+    )
+    from backpressure.sim.policies import SimPolicy, available_policies
+    from backpressure.sim.runner import PolicyResult, Result, run
+    from backpressure.sim.scenarios import SCENARIOS, scenario, scenario_names
+
 __all__ = [
+    "SCENARIOS",
     "Capacity",
+    "ClientGroup",
+    "ClosedLoop",
+    "LimiterSpec",
+    "OpenLoop",
+    "Phase",
     "PhysicalLimit",
+    "PolicyResult",
+    "Result",
+    "Scenario",
+    "ServerSpec",
+    "SimPolicy",
+    "available_policies",
     "closed_loop_min_error_fraction",
     "physical_limit",
     "physical_min_errors",
+    "run",
+    "scenario",
+    "scenario_names",
 ]
+
+_LAZY = {
+    "ClientGroup": "backpressure.sim.model",
+    "ClosedLoop": "backpressure.sim.model",
+    "LimiterSpec": "backpressure.sim.model",
+    "OpenLoop": "backpressure.sim.model",
+    "Phase": "backpressure.sim.model",
+    "Scenario": "backpressure.sim.model",
+    "ServerSpec": "backpressure.sim.model",
+    "SimPolicy": "backpressure.sim.policies",
+    "available_policies": "backpressure.sim.policies",
+    "PolicyResult": "backpressure.sim.runner",
+    "Result": "backpressure.sim.runner",
+    "run": "backpressure.sim.runner",
+    "SCENARIOS": "backpressure.sim.scenarios",
+    "scenario": "backpressure.sim.scenarios",
+    "scenario_names": "backpressure.sim.scenarios",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the simulator's names on first use (they need SimPy, the ``sim`` extra)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'backpressure.sim' has no attribute {name!r}")
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as exc:
+        if exc.name == "simpy":
+            raise ModuleNotFoundError(
+                "backpressure.sim needs SimPy: pip install 'pymongo-backpressure[sim]'",
+                name="simpy",
+            ) from exc
+        raise
+    globals()[name] = value
+    return value

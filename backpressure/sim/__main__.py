@@ -1,0 +1,119 @@
+"""``python -m backpressure.sim``: run a named scenario under several policies.
+
+Usage::
+
+    python -m backpressure.sim --list
+    python -m backpressure.sim fleet --seed 1 --json fleet.json --png fleet.png
+    python -m backpressure.sim sustained-3x --policies no-retries,current,draft
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from backpressure.sim.policies import available_policies
+from backpressure.sim.report import format_table, write_chart, write_json
+from backpressure.sim.runner import run
+from backpressure.sim.scenarios import SCENARIOS, scenario
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m backpressure.sim",
+        description=(
+            "Simulate MongoDB clients under overload with the package's real decision core, "
+            "and compare the policies with the physical limit."
+        ),
+    )
+    parser.add_argument("scenario", nargs="?", help="a scenario name (see --list)")
+    parser.add_argument("--list", action="store_true", help="list scenarios and policies")
+    parser.add_argument(
+        "--policies",
+        default=",".join(available_policies()),
+        help="comma-separated policy names (default: all: %(default)s)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--png", type=Path, metavar="PATH", help="draw the chart to a PNG")
+    parser.add_argument(
+        "--progress",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="progress bar (auto: only when stdout is a terminal)",
+    )
+    return parser
+
+
+def _listing() -> str:
+    """Scenarios and policies, one per line."""
+    lines = ["scenarios:"]
+    for name, factory in SCENARIOS.items():
+        lines.append(f"  {name:<22} {factory().description}")
+    lines.append("policies:")
+    for name, policy in available_policies().items():
+        lines.append(f"  {name:<22} {policy.description}")
+    return "\n".join(lines)
+
+
+def _progress_bar(total: float, enabled: bool) -> tuple[Optional[Callable[[float], None]], Any]:
+    """A tqdm bar over simulated seconds, or nothing."""
+    if not enabled:
+        return None, None
+    from tqdm import tqdm
+
+    bar = tqdm(total=round(total, 1), unit="sim s", leave=False, dynamic_ncols=True)
+
+    def advance(seconds: float) -> None:
+        bar.update(round(seconds, 3))
+
+    return advance, bar
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.list:
+        print(_listing())
+        return 0
+    if not args.scenario:
+        parser.error("name a scenario (see --list)")
+    try:
+        chosen = scenario(args.scenario)
+    except ValueError as exc:
+        parser.error(str(exc))
+    names = [name.strip() for name in args.policies.split(",") if name.strip()]
+    known = available_policies()
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        parser.error(
+            f"--policies: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}"
+        )
+    show = args.progress == "on" or (args.progress == "auto" and sys.stdout.isatty())
+    total = (chosen.duration_s + chosen.drain_s) * len(names)
+    advance, bar = _progress_bar(total, show)
+    try:
+        result = run(chosen, names, args.seed, progress=advance)
+    finally:
+        if bar is not None:
+            bar.close()
+    print(f"{chosen.name}: {chosen.description} (seed {args.seed})")
+    print(format_table(result))
+    if args.json is not None:
+        write_json(result, args.json)
+        print(f"JSON written to {args.json}")
+    if args.png is not None:
+        write_chart(result, args.png, title=f"{chosen.name}: {chosen.description}")
+        print(f"chart written to {args.png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,672 @@
+"""The discrete-event run of one scenario under one policy, on SimPy's virtual clock.
+
+Theory of operation.  One SimPy process per operation (and one per closed-loop worker, one per
+open-loop arrival stream).  An operation:
+
+1. selects a server as pymongo does (writes to the primary or any mongos, reads by read
+   preference; among the eligible ones, two at random and the one with fewer operations in
+   flight; servers the policy deprioritized are avoided while others remain);
+2. for an adaptive policy, asks the package's admission control whether to wait locally, or
+   whether the attempt is refused;
+3. checks a connection out of the client's pool to that server (a new connection goes through
+   the server's connection-establishment limiter; at most ``max_connecting`` are established
+   at once);
+4. spends the client's CPU for the attempt (one FIFO processor per client: one GIL), sends, and
+   the server answers at once by arithmetic (see :mod:`backpressure.sim.server`); the operation
+   waits for the reply, or until its CSOT deadline;
+5. on an overload error, hands the error to the package's ``OperationRetries`` (the same
+   bookkeeping the pymongo adapters use) and sleeps the delay it grants, or gives up.
+
+The clock and random source given to the package's objects are SimPy's ``env.now`` and a seeded
+``random.Random``, so a run is deterministic under its seed.  Arrivals and operation kinds come
+from their own seeded stream, identical for every policy, so policies are compared on the same
+offered load.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import random
+from collections import deque
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import simpy
+
+from backpressure.core.client_state import ClientState
+from backpressure.core.decision import GiveUp, RetryController
+from backpressure.sim.model import ClientGroup, ClosedLoop, OpenLoop, Scenario
+from backpressure.sim.oracle import Capacity, physical_limit
+from backpressure.sim.policies import Admission, SimPolicy, make_admission
+from backpressure.sim.server import SimServer
+
+__all__ = ["OperationLog", "RunData", "simulate"]
+
+_QUIET = logging.getLogger("backpressure.sim.quiet")
+_QUIET.setLevel(logging.CRITICAL + 10)
+_QUIET.propagate = False
+_QUIET.addHandler(logging.NullHandler())
+
+Event = Any
+"""A SimPy event (SimPy's own types are loose)."""
+
+# Why an operation failed (keys of RunData.error_reasons).
+OVERLOAD = "overload error"
+TIMEOUT = "timeout (CSOT deadline)"
+REFUSED = "refused locally"
+SKIPPED = "skipped (no free thread)"
+UNFINISHED = "unfinished at the end"
+
+
+@dataclass
+class OperationLog:
+    """What happened to every operation of one run, in arrival order of their start."""
+
+    arrival: list[float] = field(default_factory=list)
+    """When the application wanted the operation."""
+    allowed_wait: list[float] = field(default_factory=list)
+    """How long it could wait for admission and still meet its deadline."""
+    eligible: list[int] = field(default_factory=list)
+    """Index into ``RunData.eligible_sets``: the servers that could serve it."""
+
+
+@dataclass
+class RunData:
+    """Raw outcome of one simulated run (turned into a PolicyResult by backpressure.sim.run)."""
+
+    ops: int = 0
+    issued: int = 0
+    successes: int = 0
+    errors: int = 0
+    error_reasons: dict[str, int] = field(default_factory=dict)
+    latencies_ms: list[float] = field(default_factory=list)
+    server_attempts: int = 0
+    server_rejected: int = 0
+    server_work: float = 0.0
+    connections_refused: int = 0
+    local_waits: int = 0
+    timeline_ok: list[int] = field(default_factory=list)
+    timeline_errors: list[int] = field(default_factory=list)
+    timeline_offered: list[int] = field(default_factory=list)
+    timeline_received: list[int] = field(default_factory=list)
+    timeline_rejected: list[int] = field(default_factory=list)
+    capacity: list[float] = field(default_factory=list)
+    log: OperationLog = field(default_factory=OperationLog)
+    eligible_sets: list[tuple[int, ...]] = field(default_factory=list)
+    physical_min_errors: int = 0
+    physical_exact: bool = True
+    end_s: float = 0.0
+
+
+_EXPIRED = object()
+"""Value of a pool waiter woken by its deadline."""
+
+
+def _expire(waiter: Event, _alarm: Event) -> None:
+    """Wake a pool waiter at its deadline if nothing woke it before."""
+    if not waiter.triggered:
+        waiter.succeed(_EXPIRED)
+
+
+class _Pool:
+    """One client's connections to one server (pymongo's CMAP pool, as counters)."""
+
+    __slots__ = ("connecting", "idle", "total", "waiters")
+
+    def __init__(self) -> None:
+        """An empty pool."""
+        self.idle = 0
+        self.total = 0
+        self.connecting = 0
+        self.waiters: deque[Event] = deque()
+
+
+class _Client:
+    """One simulated application process with one pymongo client."""
+
+    __slots__ = (
+        "admission",
+        "cpu_free",
+        "free_threads",
+        "group",
+        "inflight",
+        "pending",
+        "pools",
+        "state",
+    )
+
+    def __init__(
+        self,
+        group: ClientGroup,
+        servers: int,
+        state: Optional[ClientState],
+        admission: Optional[Admission],
+    ) -> None:
+        """A client with empty pools."""
+        self.group = group
+        self.state = state
+        self.admission = admission
+        self.pools = [_Pool() for _ in range(servers)]
+        self.inflight = [0] * servers
+        self.cpu_free = 0.0
+        workload = group.workload
+        self.free_threads = workload.threads if isinstance(workload, OpenLoop) else None
+        self.pending: deque[float] = deque()
+
+
+class _Run:
+    """Everything one run shares: the environment, servers, clients, counters."""
+
+    def __init__(self, scenario: Scenario, policy: SimPolicy, seed: int) -> None:
+        """Build servers and clients for ``policy``."""
+        self.env = simpy.Environment()
+        self.scenario = scenario
+        self.policy = policy
+        self.seed = seed
+        self.servers = [SimServer(spec, index) for index, spec in enumerate(scenario.servers)]
+        self.data = RunData()
+        self.end = scenario.duration_s + scenario.drain_s
+        self.buckets = max(1, math.ceil(self.end / scenario.bucket_s))
+        self.width = scenario.bucket_s
+        data = self.data
+        for name in ("ok", "errors", "offered", "received", "rejected"):
+            setattr(data, f"timeline_{name}", [0] * self.buckets)
+        self.jitter = random.Random(f"{seed}:jitter").random
+        self.choice = random.Random(f"{seed}:selection")
+        self.wake = random.Random(f"{seed}:wake")
+        self._wake_jitter = [
+            group.workload.start_jitter_ms / 1000.0 if isinstance(group.workload, OpenLoop) else 0.0
+            for group in scenario.clients
+        ]
+        now: Callable[[], float] = lambda: self.env.now  # noqa: E731 (the injected clock)
+        self.clock = now
+        self.running = 0
+        self._eligible_index: dict[tuple[int, ...], int] = {}
+        self._overheads: list[float] = []
+        self.groups: list[list[_Client]] = []
+        for group in scenario.clients:
+            self.groups.append([self._new_client(group) for _ in range(group.count)])
+        self._read_sets = [self._read_candidates(group) for group in scenario.clients]
+        self._write_set = self._write_candidates()
+
+    def _new_client(self, group: ClientGroup) -> _Client:
+        """A client with its own controller (own budget) when the policy is a core policy."""
+        state: Optional[ClientState] = None
+        admission: Optional[Admission] = None
+        if self.policy.policy is not None:
+            controller = RetryController(self.policy.policy, random=self.jitter, clock=self.clock)
+            state = ClientState(controller, logger=_QUIET)
+            admission = make_admission(self.policy.policy, self.clock)
+        return _Client(group, len(self.servers), state, admission)
+
+    # -- topology ------------------------------------------------------------------------------
+
+    def _write_candidates(self) -> tuple[int, ...]:
+        """Servers that accept writes."""
+        roles = [server.spec.role for server in self.servers]
+        if self.scenario.topology == "replicaset":
+            return tuple(i for i, role in enumerate(roles) if role == "primary")
+        return tuple(range(len(self.servers)))
+
+    def _read_candidates(self, group: ClientGroup) -> tuple[int, ...]:
+        """Servers a read of ``group`` may go to (by read preference)."""
+        if self.scenario.topology != "replicaset":
+            return tuple(range(len(self.servers)))
+        primary = tuple(i for i, s in enumerate(self.servers) if s.spec.role == "primary")
+        secondaries = tuple(i for i, s in enumerate(self.servers) if s.spec.role == "secondary")
+        mode = group.read_preference
+        if mode in ("primary", "primaryPreferred"):
+            return primary
+        if mode == "secondary":
+            return secondaries or primary
+        if mode == "secondaryPreferred":
+            return secondaries or primary
+        return primary + secondaries
+
+    def _select(self, client: _Client, candidates: tuple[int, ...], avoid: int) -> SimServer:
+        """pymongo's choice: two at random, fewer operations in flight (avoiding ``avoid``)."""
+        if avoid >= 0 and len(candidates) > 1:
+            candidates = tuple(i for i in candidates if i != avoid)
+        if len(candidates) == 1:
+            return self.servers[candidates[0]]
+        first, second = self.choice.sample(candidates, 2)
+        inflight = client.inflight
+        return self.servers[first if inflight[first] <= inflight[second] else second]
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+
+    def _bucket(self, t: float) -> int:
+        """Timeline bucket of ``t``."""
+        index = int(t / self.width)
+        return index if index < self.buckets else self.buckets - 1
+
+    def _finish(self, start: float, ok: bool, reason: str = "") -> None:
+        """Record the end of an operation issued at ``start``."""
+        data = self.data
+        now = self.env.now
+        if ok:
+            data.successes += 1
+            data.latencies_ms.append((now - start) * 1000.0)
+            data.timeline_ok[self._bucket(now)] += 1
+        else:
+            data.errors += 1
+            data.error_reasons[reason] = data.error_reasons.get(reason, 0) + 1
+            data.timeline_errors[self._bucket(now)] += 1
+
+    def _log_arrival(self, arrival: float, deadline: float, eligible: tuple[int, ...]) -> None:
+        """Record an arrival for the oracle."""
+        data = self.data
+        data.ops += 1
+        data.timeline_offered[self._bucket(arrival)] += 1
+        key = self._eligible_index.get(eligible)
+        if key is None:
+            key = self._eligible_index[eligible] = len(data.eligible_sets)
+            data.eligible_sets.append(eligible)
+            self._overheads.append(
+                min(
+                    self.servers[i].spec.rtt_ms / 1000.0 + self.servers[i].service for i in eligible
+                )
+            )
+        overhead = self._overheads[key]
+        data.log.arrival.append(arrival)
+        data.log.allowed_wait.append(max(0.0, deadline - arrival - overhead))
+        data.log.eligible.append(key)
+
+    # -- the operation ----------------------------------------------------------------------
+
+    def operation(self, client: _Client, group_index: int, is_read: bool) -> Generator[Event]:
+        """Run one operation to success or failure (arrival = now)."""
+        env = self.env
+        start = env.now
+        group = client.group
+        timeout = group.timeout_ms
+        deadline = start + timeout / 1000.0 if timeout is not None else math.inf
+        candidates = self._read_sets[group_index] if is_read else self._write_set
+        self._log_arrival(start, min(deadline, self.end), candidates)
+        self.data.issued += 1
+        self.running += 1
+        jitter = self._wake_jitter[group_index]
+        if jitter > 0:
+            yield env.timeout(self.wake.expovariate(1.0 / jitter))
+        try:
+            ok, reason = yield from self._attempts(client, candidates, start, deadline, is_read)
+        finally:
+            self.running -= 1
+        self._finish(start, ok, reason)
+
+    def _attempts(
+        self,
+        client: _Client,
+        candidates: tuple[int, ...],
+        start: float,
+        deadline: float,
+        is_read: bool,
+    ) -> Generator[Event, Any, tuple[bool, str]]:
+        """The attempts of one operation; return (succeeded, failure reason)."""
+        env = self.env
+        policy = self.policy
+        kind = policy.kind
+        operation = None
+        if client.state is not None:
+            operation = client.state.new_operation("find" if is_read else "insert")
+        admission = client.admission
+        csot = deadline if deadline != math.inf else None
+        avoid = -1
+        attempts = 0
+        while True:
+            server = self._select(client, candidates, avoid)
+            if admission is not None:
+                answer = admission.admit(server.address, csot)
+                if getattr(answer, "reason", None) is not None:
+                    return False, REFUSED
+                wait = float(answer.wait)
+                if wait > 0:
+                    self.data.local_waits += 1
+                    yield env.timeout(wait)
+            attempts += 1
+            error: Optional[BaseException] = None
+            index = server.index
+            client.inflight[index] += 1
+            try:
+                connected = yield from self._checkout(client, server, deadline)
+                if connected is None:
+                    return False, TIMEOUT
+                if not connected:
+                    error = server.connection_error
+                else:
+                    ok, timed_out = yield from self._send(client, server, deadline, operation)
+                    if timed_out:
+                        return False, TIMEOUT
+                    if not ok:
+                        error = server.error
+            finally:
+                client.inflight[index] -= 1
+            if error is None:
+                if operation is not None:
+                    operation.succeeded()
+                if admission is not None:
+                    admission.record(server.address, overloaded=False)
+                return True, ""
+            if admission is not None:
+                admission.record(server.address, overloaded=True)
+            if kind == "none":
+                return False, OVERLOAD
+            if kind == "storm":
+                if attempts > policy.storm_retries or env.now >= deadline:
+                    return False, OVERLOAD
+                continue
+            assert operation is not None
+            decision = operation.failed(error, deadline=csot, now=env.now)
+            if isinstance(decision, GiveUp):
+                return False, OVERLOAD
+            if decision.retarget:
+                avoid = index
+            if decision.delay > 0:
+                yield env.timeout(decision.delay)
+
+    def _checkout(
+        self, client: _Client, server: SimServer, deadline: float
+    ) -> Generator[Event, Any, Optional[bool]]:
+        """Get a connection: True when checked out, False when refused, None on timeout."""
+        env = self.env
+        pool = client.pools[server.index]
+        group = client.group
+        while True:
+            if pool.idle > 0:
+                pool.idle -= 1
+                return True
+            if pool.total + pool.connecting < group.max_pool_size and (
+                pool.connecting < group.max_connecting
+            ):
+                pool.connecting += 1
+                accepted, ready = server.connect(env.now + server.half_rtt)
+                if ready > deadline:
+                    yield env.timeout(max(0.0, deadline - env.now))
+                    pool.connecting -= 1
+                    self._wake(pool)
+                    return None
+                yield env.timeout(ready - env.now)
+                pool.connecting -= 1
+                if accepted:
+                    pool.total += 1
+                    return True
+                self.data.connections_refused += 1
+                self._wake(pool)
+                return False
+            waiter = env.event()
+            pool.waiters.append(waiter)
+            if deadline != math.inf:
+                # Wake the waiter at its deadline unless a connection came first (cheaper than
+                # SimPy's AnyOf condition).
+                alarm = env.timeout(max(0.0, deadline - env.now))
+                alarm.callbacks.append(functools.partial(_expire, waiter))
+            woken = yield waiter
+            if woken is _EXPIRED:
+                pool.waiters.remove(waiter)
+                return None
+
+    def _wake(self, pool: _Pool) -> None:
+        """Let the first waiter of ``pool`` try again."""
+        while pool.waiters:
+            waiter = pool.waiters.popleft()
+            if not waiter.triggered:
+                waiter.succeed()
+                return
+
+    def _checkin(self, client: _Client, server: SimServer, keep: bool) -> None:
+        """Return a connection to the pool (or close it: a timed-out one is discarded)."""
+        pool = client.pools[server.index]
+        if keep:
+            pool.idle += 1
+        else:
+            pool.total -= 1
+        self._wake(pool)
+
+    def _send(
+        self, client: _Client, server: SimServer, deadline: float, operation: Any
+    ) -> Generator[Event, Any, tuple[bool, bool]]:
+        """Spend the client CPU, send, wait for the reply: (admitted, timed out)."""
+        env = self.env
+        cost = client.group.cpu_ms_per_attempt / 1000.0
+        if cost > 0:
+            begin = client.cpu_free if client.cpu_free > env.now else env.now
+            client.cpu_free = begin + cost
+            yield env.timeout(client.cpu_free - env.now)
+        if operation is not None:
+            operation.attempt_started(server.address)
+        now = env.now
+        admitted, reply = server.request(now + server.half_rtt)
+        bucket = self._bucket(now)
+        data = self.data
+        data.timeline_received[bucket] += 1
+        if not admitted:
+            data.timeline_rejected[bucket] += 1
+        if reply > deadline:
+            yield env.timeout(max(0.0, deadline - now))
+            self._checkin(client, server, keep=False)
+            return admitted, True
+        yield env.timeout(reply - now)
+        self._checkin(client, server, keep=True)
+        return admitted, False
+
+    # -- arrivals ------------------------------------------------------------------------------
+
+    def _start(self, client: _Client, group_index: int, is_read: bool) -> None:
+        """Start one operation now (through the client's threads when it has a fixed pool)."""
+        if client.free_threads is None:
+            self.env.process(self.operation(client, group_index, is_read))
+            return
+        if client.free_threads > 0:
+            client.free_threads -= 1
+            self.env.process(self._on_thread(client, group_index, is_read))
+        else:
+            client.pending.append(self.env.now if is_read else -self.env.now - 1.0)
+
+    def _on_thread(self, client: _Client, group_index: int, is_read: bool) -> Generator[Event]:
+        """Run operations on one application thread until its client has none waiting."""
+        workload = client.group.workload
+        assert isinstance(workload, OpenLoop)
+        while True:
+            yield from self.operation(client, group_index, is_read)
+            now = self.env.now
+            picked = False
+            while client.pending:
+                code = client.pending.popleft()
+                due = code if code >= 0 else -code - 1.0
+                if now - due > workload.max_lag_s:
+                    self._skip(due, group_index, code >= 0)
+                    continue
+                is_read = code >= 0
+                picked = True
+                break
+            if not picked:
+                assert client.free_threads is not None
+                client.free_threads += 1
+                return
+
+    def _skip(self, due: float, group_index: int, is_read: bool) -> None:
+        """Count an arrival skipped because no thread was free for ``max_lag_s``."""
+        data = self.data
+        candidates = self._read_sets[group_index] if is_read else self._write_set
+        timeout = self.scenario.clients[group_index].timeout_ms
+        deadline = due + timeout / 1000.0 if timeout is not None else math.inf
+        self._log_arrival(due, min(deadline, self.end), candidates)
+        data.errors += 1
+        data.error_reasons[SKIPPED] = data.error_reasons.get(SKIPPED, 0) + 1
+        data.timeline_errors[self._bucket(self.env.now)] += 1
+
+    def open_loop(self, group_index: int, workload: OpenLoop) -> Generator[Event]:
+        """Generate the arrivals of an open-loop group, phase by phase."""
+        env = self.env
+        group = self.scenario.clients[group_index]
+        clients = self.groups[group_index]
+        rng = random.Random(f"{self.seed}:arrivals:{group_index}")
+        read_fraction = group.read_fraction
+        start = 0.0
+        for phase in workload.phases:
+            end = start + phase.duration_s
+            rate = phase.rate_per_s
+            if rate > 0:
+                count = round(rate * phase.duration_s)
+                for j in range(count):
+                    if workload.arrivals == "poisson":
+                        at = env.now + rng.expovariate(rate)
+                        if at >= end:
+                            break
+                    else:
+                        at = start + (j + 0.5) / rate
+                    if at > env.now:
+                        yield env.timeout(at - env.now)
+                    client = clients[rng.randrange(len(clients)) if len(clients) > 1 else 0]
+                    self._start(client, group_index, rng.random() < read_fraction)
+            if end > env.now:
+                yield env.timeout(end - env.now)
+            start = end
+
+    def closed_loop(
+        self, group_index: int, client: _Client, workload: ClosedLoop, rng: random.Random
+    ) -> Generator[Event]:
+        """One closed-loop worker: operations back to back until the workload's end."""
+        env = self.env
+        think = workload.think_ms / 1000.0
+        read_fraction = client.group.read_fraction
+        while env.now < workload.duration_s:
+            yield from self.operation(client, group_index, rng.random() < read_fraction)
+            if think > 0:
+                yield env.timeout(think)
+
+    # -- the whole run ---------------------------------------------------------------------------
+
+    def run(self, progress: Optional[Callable[[float], None]] = None) -> RunData:
+        """Run to the scenario's end and return the raw data."""
+        env = self.env
+        for index, group in enumerate(self.scenario.clients):
+            workload = group.workload
+            if isinstance(workload, OpenLoop):
+                env.process(self.open_loop(index, workload))
+            else:
+                rng = random.Random(f"{self.seed}:closed:{index}")
+                for client in self.groups[index]:
+                    for _ in range(workload.workers):
+                        env.process(self.closed_loop(index, client, workload, rng))
+        step = max(self.width, self.end / 100.0)
+        reached = 0.0
+        while reached < self.end:
+            target = min(self.end, reached + step)
+            env.run(until=target)
+            if progress is not None:
+                progress(target - reached)
+            reached = target
+        return self._collect()
+
+    def _collect(self) -> RunData:
+        """Count what is still running as failed and fill in the server totals and the oracle."""
+        data = self.data
+        unfinished = self.running
+        if unfinished > 0:
+            data.errors += unfinished
+            data.error_reasons[UNFINISHED] = unfinished
+        # Arrivals still waiting for a thread at the end were never run.
+        for group_index, clients in enumerate(self.groups):
+            for client in clients:
+                for code in client.pending:
+                    self._skip(code if code >= 0 else -code - 1.0, group_index, code >= 0)
+                client.pending.clear()
+        data.server_attempts = sum(server.received for server in self.servers)
+        data.server_rejected = sum(server.rejected for server in self.servers)
+        data.server_work = sum(server.work for server in self.servers)
+        data.connections_refused = sum(server.connections_refused for server in self.servers)
+        used = sorted({index for eligible in data.eligible_sets for index in eligible})
+        data.capacity = [
+            sum(self.servers[index].capacity_at(i * self.width) for index in used)
+            for i in range(self.buckets)
+        ]
+        data.end_s = self.end
+        data.physical_min_errors, data.physical_exact = _oracle(data, self.scenario)
+        return data
+
+
+def _capacity(spec_limiter: Any) -> Capacity:
+    """The oracle's view of one server's request limiter."""
+    return Capacity(
+        spec_limiter.rate_per_s,
+        burst_seconds=spec_limiter.burst_seconds,
+        changes=tuple(spec_limiter.changes),
+    )
+
+
+def _oracle(data: RunData, scenario: Scenario) -> tuple[int, bool]:
+    """The physical minimum of app errors for the run's arrival log (and whether it is exact).
+
+    Operations are grouped by the set of servers that could serve them.  Groups whose server sets
+    are disjoint are independent, and their minima add up.  When sets overlap (reads that may go
+    to any member next to writes bound to the primary), each union ``S`` of overlapping sets gives
+    a floor: the operations that can use nothing but ``S`` against the tokens of ``S`` alone.
+    The largest of those floors is kept, marked inexact.  Servers without a limiter never fail
+    an operation.
+    """
+    sets = data.eligible_sets
+    if not sets:
+        return 0, True
+    parent = list(range(len(sets)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i in range(len(sets)):
+        for j in range(i + 1, len(sets)):
+            if set(sets[i]) & set(sets[j]):
+                parent[find(i)] = find(j)
+    components: dict[int, list[int]] = {}
+    for i in range(len(sets)):
+        components.setdefault(find(i), []).append(i)
+    total = 0
+    exact = True
+    log = data.log
+    for members in components.values():
+        unions: set[frozenset[int]] = {frozenset()}
+        for i in members:
+            unions |= {union | frozenset(sets[i]) for union in unions}
+        unions.discard(frozenset())
+        best = 0
+        for union in unions:
+            limiters = [scenario.servers[s].limiter for s in sorted(union)]
+            if any(limiter is None for limiter in limiters):
+                continue
+            inside = {i for i in members if frozenset(sets[i]) <= union}
+            arrivals = [a for a, k in zip(log.arrival, log.eligible) if k in inside]
+            waits = [w for w, k in zip(log.allowed_wait, log.eligible) if k in inside]
+            capacities = [_capacity(limiter) for limiter in limiters]
+            limit = physical_limit(arrivals, waits, capacities)
+            best = max(best, limit.min_errors)
+            if len(members) == 1:
+                exact = exact and limit.exact
+        if len(members) > 1:
+            exact = False
+        total += best
+    return total, exact
+
+
+def simulate(
+    scenario: Scenario,
+    policy: SimPolicy,
+    seed: int,
+    progress: Optional[Callable[[float], None]] = None,
+) -> RunData:
+    """Run ``scenario`` under ``policy`` with ``seed`` and return the raw data."""
+    return _Run(scenario, policy, seed).run(progress)
+
+
+def percentile(values: Sequence[float], q: float) -> Optional[float]:
+    """The ``q``-th percentile (nearest rank) of ``values``, None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100.0 * len(ordered)) - 1))
+    return ordered[rank]

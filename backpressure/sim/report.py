@@ -1,0 +1,111 @@
+"""The simulator's outputs: a table that fits 100 columns, the JSON file and the PNG chart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from backpressure.sim.runner import PolicyResult, Result
+
+__all__ = ["format_table", "write_chart", "write_json"]
+
+
+def _ms(value: Optional[float]) -> str:
+    """A latency cell."""
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _versus_floor(policy: PolicyResult) -> str:
+    """App errors as a multiple of the physical floor."""
+    if policy.physical_min_errors == 0:
+        return "-" if policy.app_errors == 0 else "inf"
+    return f"{policy.app_errors / policy.physical_min_errors:.2f}x"
+
+
+def format_table(result: Result) -> str:
+    """One row per policy: errors next to the physical floor, load, goodput, latency."""
+    header = (
+        f"{'policy':<12} {'ops':>9} {'app errors':>10} {'floor':>9} {'vs floor':>8} "
+        f"{'att/op':>6} {'goodput/s':>9} {'p99 ms':>7} {'rejected':>10} {'wall s':>6}"
+    )
+    lines = [header, "-" * len(header)]
+    inexact = False
+    for policy in result.policies.values():
+        floor = f"{policy.physical_min_errors:,}"
+        if not policy.physical_exact:
+            floor = ">=" + floor
+            inexact = True
+        lines.append(
+            f"{policy.name:<12} {policy.ops:>9,} {policy.app_errors:>10,} {floor:>9} "
+            f"{_versus_floor(policy):>8} {policy.attempts_per_op:>6.2f} "
+            f"{policy.goodput_per_s:>9,.1f} {_ms(policy.p99_ms):>7} "
+            f"{policy.server_rejected:>10,} {policy.wall_s:>6.1f}"
+        )
+    lines.append("")
+    lines.append(
+        "floor: the fewest app errors any client policy could have had on these arrivals "
+        "(offline optimum)"
+    )
+    if inexact:
+        lines.append(">=: a lower bound (operations with different eligible servers overlap)")
+    return "\n".join(lines)
+
+
+def write_json(result: Result, path: Path) -> None:
+    """Write ``result.to_json()`` to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
+
+
+def write_chart(result: Result, path: Path, title: Optional[str] = None) -> None:
+    """Draw goodput, app errors and server load against capacity over time, per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+    colours = plt.get_cmap("tab10")
+    first = next(iter(result.policies.values()))
+    t = list(first.timeline["t"])
+    width = t[1] - t[0] if len(t) > 1 else 1.0
+    centres = [x + width / 2 for x in t]
+    goodput_ax, errors_ax, load_ax = axes
+    goodput_ax.plot(
+        centres, first.timeline["offered"], color="0.6", linestyle="--", label="offered"
+    )
+    capacity = [c if c != float("inf") else float("nan") for c in first.timeline["capacity"]]
+    load_ax.step(t, capacity, where="post", color="black", linestyle="--", label="capacity")
+    for index, (name, policy) in enumerate(result.policies.items()):
+        colour = colours(index % 10)
+        timeline: Any = policy.timeline
+        goodput_ax.plot(centres, timeline["goodput"], color=colour, label=name)
+        errors_ax.plot(centres, timeline["errors"], color=colour, label=name)
+        load_ax.plot(centres, timeline["received"], color=colour, label=name)
+    goodput_ax.set_ylabel("goodput (ops/s)")
+    errors_ax.set_ylabel("app errors (ops/s)")
+    load_ax.set_ylabel("server load (requests/s)")
+    load_ax.set_xlabel("simulated time (s)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+        for start, _label in result.phases:
+            ax.axvline(start, color="0.8", linewidth=0.8)
+    for start, label in result.phases:
+        goodput_ax.annotate(
+            label,
+            (start, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, -12),
+            textcoords="offset points",
+            fontsize=8,
+            color="0.35",
+        )
+    goodput_ax.legend(loc="upper right", fontsize=8, ncol=3)
+    load_ax.legend(loc="upper right", fontsize=8, ncol=3)
+    figure.suptitle(title or f"{result.scenario} (seed {result.seed})")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

@@ -1,0 +1,194 @@
+"""Run a scenario under several policies and summarise each run: the programmatic API.
+
+Example::
+
+    from backpressure.sim import run, scenario
+
+    result = run(scenario("sustained-3x"), ["no-retries", "current", "draft"], seed=1)
+    for name, policy in result.policies.items():
+        print(name, policy.app_errors, policy.physical_min_errors, policy.attempts_per_op)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
+
+from backpressure.core.policy import Policy
+from backpressure.sim.engine import percentile, simulate
+from backpressure.sim.model import Scenario
+from backpressure.sim.policies import SimPolicy, resolve_all
+
+__all__ = ["PolicyResult", "Result", "run"]
+
+PolicyLike = Union[str, Policy, SimPolicy]
+"""A policy name, a package Policy, or a SimPolicy."""
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    """One policy's run of one scenario."""
+
+    name: str
+    description: str
+    ops: int
+    """Operations the application wanted (arrivals), skipped ones included."""
+    app_errors: int
+    """Operations that failed (raised, timed out, refused locally, skipped or unfinished)."""
+    physical_min_errors: int
+    """The fewest app errors any policy could have had on this run's arrivals (the oracle)."""
+    physical_exact: bool
+    """Whether ``physical_min_errors`` is exact (else a floor: see the oracle)."""
+    server_attempts: int
+    """Requests the servers received (admitted or rejected)."""
+    attempts_per_op: float
+    """``server_attempts`` per operation sent (skipped ones never were)."""
+    goodput_per_s: float
+    """Successful operations per second of the scenario's arrival window."""
+    p50_ms: Optional[float]
+    """Median latency of successful operations (from when they were sent)."""
+    p99_ms: Optional[float]
+    """99th percentile latency of successful operations."""
+    issued: int
+    """Operations sent (ops minus skipped)."""
+    server_rejected: int
+    """Requests the servers' limiters rejected."""
+    server_work: float
+    """Server work in admitted-operation units (rejections cost ``rejection_cost`` each)."""
+    connections_refused: int
+    """Connections the connection-establishment limiters refused."""
+    local_waits: int
+    """Attempts an adaptive policy held locally before sending."""
+    error_reasons: Mapping[str, int]
+    """App errors by reason."""
+    timeline: Mapping[str, Sequence[float]]
+    """Per bucket: ``t``, ``offered``, ``goodput``, ``errors``, ``received``, ``rejected``,
+    ``capacity`` (per second)."""
+    wall_s: float
+    """Real seconds the simulation took."""
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON entry other tools read (exactly the issue's keys)."""
+        return {
+            "ops": self.ops,
+            "app_errors": self.app_errors,
+            "physical_min_errors": self.physical_min_errors,
+            "server_attempts": self.server_attempts,
+            "attempts_per_op": round(self.attempts_per_op, 4),
+            "goodput_per_s": round(self.goodput_per_s, 3),
+            "p99_ms": None if self.p99_ms is None else round(self.p99_ms, 3),
+        }
+
+    def details(self) -> dict[str, Any]:
+        """Everything else, for the JSON's ``details`` section."""
+        return {
+            "description": self.description,
+            "physical_exact": self.physical_exact,
+            "issued": self.issued,
+            "p50_ms": None if self.p50_ms is None else round(self.p50_ms, 3),
+            "server_rejected": self.server_rejected,
+            "server_work": round(self.server_work, 3),
+            "connections_refused": self.connections_refused,
+            "local_waits": self.local_waits,
+            "error_reasons": dict(self.error_reasons),
+            "wall_s": round(self.wall_s, 3),
+            "timeline": {k: list(v) for k, v in self.timeline.items()},
+        }
+
+
+@dataclass(frozen=True)
+class Result:
+    """A scenario's runs, one per policy, in the order given."""
+
+    scenario: str
+    seed: int
+    duration_s: float
+    policies: Mapping[str, PolicyResult]
+    phases: tuple[tuple[float, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"scenario", "seed", "policies": {NAME: {...}}, "details": {NAME: {...}}}``."""
+        return {
+            "scenario": self.scenario,
+            "seed": self.seed,
+            "policies": {name: policy.summary() for name, policy in self.policies.items()},
+            "details": {name: policy.details() for name, policy in self.policies.items()},
+        }
+
+
+def run_one(
+    scenario: Scenario,
+    policy: SimPolicy,
+    seed: int,
+    progress: Optional[Callable[[float], None]] = None,
+) -> PolicyResult:
+    """Simulate ``scenario`` under one policy and summarise it."""
+    started = time.perf_counter()
+    data = simulate(scenario, policy, seed, progress)
+    wall = time.perf_counter() - started
+    width = scenario.bucket_s
+    timeline = {
+        "t": [round(i * width, 6) for i in range(len(data.timeline_ok))],
+        "offered": [n / width for n in data.timeline_offered],
+        "goodput": [n / width for n in data.timeline_ok],
+        "errors": [n / width for n in data.timeline_errors],
+        "received": [n / width for n in data.timeline_received],
+        "rejected": [n / width for n in data.timeline_rejected],
+        "capacity": list(data.capacity),
+    }
+    skipped = data.ops - data.issued
+    return PolicyResult(
+        name=policy.name,
+        description=policy.description,
+        ops=data.ops,
+        app_errors=data.errors,
+        physical_min_errors=data.physical_min_errors,
+        physical_exact=data.physical_exact,
+        server_attempts=data.server_attempts,
+        attempts_per_op=data.server_attempts / data.issued if data.issued else 0.0,
+        goodput_per_s=data.successes / scenario.duration_s,
+        p50_ms=percentile(data.latencies_ms, 50),
+        p99_ms=percentile(data.latencies_ms, 99),
+        issued=data.ops - skipped,
+        server_rejected=data.server_rejected,
+        server_work=data.server_work,
+        connections_refused=data.connections_refused,
+        local_waits=data.local_waits,
+        error_reasons=dict(sorted(data.error_reasons.items())),
+        timeline=timeline,
+        wall_s=wall,
+    )
+
+
+def run(
+    scenario: Union[Scenario, str],
+    policies: Sequence[PolicyLike] = ("no-retries", "current", "draft"),
+    seed: int = 0,
+    *,
+    progress: Optional[Callable[[float], None]] = None,
+) -> Result:
+    """Run ``scenario`` (a Scenario or a scenario name) once per policy, with ``seed``.
+
+    Every policy sees the same arrivals (same seed).  ``progress(simulated_seconds)`` is called
+    as the runs advance.  Deterministic: the same arguments give the same result.
+
+    Raises:
+        ValueError: an unknown scenario or policy name, or duplicate policy names.
+    """
+    if isinstance(scenario, str):
+        from backpressure.sim.scenarios import scenario as named
+
+        scenario = named(scenario)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    resolved = resolve_all(policies)
+    results = {policy.name: run_one(scenario, policy, seed, progress) for policy in resolved}
+    return Result(
+        scenario=scenario.name,
+        seed=seed,
+        duration_s=scenario.duration_s,
+        policies=results,
+        phases=scenario.phases,
+    )

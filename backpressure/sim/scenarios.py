@@ -1,0 +1,299 @@
+"""The named scenarios of ``python -m backpressure.sim --list``.
+
+Unless a scenario says otherwise: a 3-member replica set whose primary admits ``C = 1000``
+requests/s (burst 1 s, no queue) and does ``4 C`` of work per second; 50 application processes
+with Poisson arrivals, half reads and half writes, all on the primary, with a 2 s CSOT timeout;
+the server sends no ``baseBackoffMS``.
+
+The ``bench-*`` scenarios reproduce the benchmark's open-loop runs against the embedded server
+(``backpressure.bench.overload``): one client process with 128 threads, evenly spaced arrivals,
+no timeout, C = 200/s; they are the ones the simulator is checked against.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Callable, Optional
+
+from backpressure.sim.model import (
+    ClientGroup,
+    ClosedLoop,
+    LimiterSpec,
+    OpenLoop,
+    Phase,
+    Scenario,
+    ServerSpec,
+)
+
+__all__ = ["SCENARIOS", "bench_scenario", "scenario", "scenario_names"]
+
+C = 1000.0
+"""Capacity of the default primary, in requests per second."""
+
+
+def _replica_set(
+    primary: LimiterSpec,
+    secondaries: tuple[LimiterSpec, ...] = (LimiterSpec(C), LimiterSpec(C)),
+    *,
+    service_ms: float = 0.5,
+    rtt_ms: float = 0.3,
+    work_capacity_per_s: Optional[float] = None,
+) -> tuple[ServerSpec, ...]:
+    """A primary and its secondaries."""
+    limiters = (primary, *secondaries)
+    return tuple(
+        ServerSpec(
+            f"rs{index}",
+            "primary" if index == 0 else "secondary",
+            limiter,
+            service_ms=service_ms,
+            rtt_ms=rtt_ms,
+            work_capacity_per_s=work_capacity_per_s,
+        )
+        for index, limiter in enumerate(limiters)
+    )
+
+
+def _open(phases: tuple[Phase, ...], **group: object) -> ClientGroup:
+    """50 open-loop clients with the default mix and timeout."""
+    settings: dict[str, object] = {"count": 50, "timeout_ms": 2000.0}
+    settings.update(group)
+    return ClientGroup(workload=OpenLoop(phases), **settings)  # type: ignore[arg-type]
+
+
+def _marks(phases: tuple[Phase, ...]) -> tuple[tuple[float, str], ...]:
+    """Chart marks at each phase start."""
+    marks = []
+    start = 0.0
+    for phase in phases:
+        marks.append((start, phase.name))
+        start += phase.duration_s
+    return tuple(marks)
+
+
+def _sustained(load: float) -> Scenario:
+    """``load x C`` for 20 s between quiet stretches."""
+    phases = (
+        Phase(5.0, 0.5 * C, "warm-up"),
+        Phase(20.0, load * C, f"{load:g}x C"),
+        Phase(10.0, 0.5 * C, "after"),
+    )
+    return Scenario(
+        name=f"sustained-{load:g}x",
+        description=f"{load:g}x capacity for 20 s on a replica set's primary, 2 s CSOT",
+        servers=_replica_set(LimiterSpec(C)),
+        clients=(_open(phases),),
+        phases=_marks(phases),
+    )
+
+
+def _burst() -> Scenario:
+    """A 2 s burst at 5x C."""
+    phases = (
+        Phase(5.0, 0.5 * C, "steady"),
+        Phase(2.0, 5.0 * C, "burst 5x"),
+        Phase(8.0, 0.5 * C, "after"),
+    )
+    return Scenario(
+        name="burst",
+        description="a 2 s burst at 5x capacity, then back to half load",
+        servers=_replica_set(LimiterSpec(C)),
+        clients=(_open(phases),),
+        phases=_marks(phases),
+    )
+
+
+def _hot_member() -> Scenario:
+    """Reads from any member; one secondary admits a quarter of the others."""
+    phases = (Phase(20.0, 1.8 * C, "reads 1.8x C"),)
+    return Scenario(
+        name="hot-member",
+        description=("reads from any member (nearest); rs2 admits 250/s, the others 1000/s"),
+        servers=_replica_set(LimiterSpec(C), (LimiterSpec(C), LimiterSpec(0.25 * C))),
+        clients=(_open(phases, read_fraction=1.0, read_preference="nearest"),),
+        phases=_marks(phases),
+    )
+
+
+def _fleet() -> Scenario:
+    """10,000 clients, 3 mongos, capacity to 20% for 30 s."""
+    rate = 1500.0
+    limiter = LimiterSpec(rate, changes=((15.0, 0.2 * rate), (45.0, rate)))
+    phases = (Phase(60.0, 3000.0, "0.3 op/s per client"),)
+    return Scenario(
+        name="fleet",
+        description=("10,000 clients, 3 mongos; capacity to 20% from 15 s to 45 s (a failover)"),
+        servers=tuple(ServerSpec(f"mongos{i}", "mongos", limiter, rtt_ms=0.5) for i in range(3)),
+        clients=(
+            ClientGroup(
+                count=10_000,
+                workload=OpenLoop(phases),
+                read_fraction=0.8,
+                timeout_ms=2000.0,
+            ),
+        ),
+        drain_s=3.0,
+        phases=((0.0, "normal"), (15.0, "failover: 20% capacity"), (45.0, "recovered")),
+    )
+
+
+def _retry_storm() -> Scenario:
+    """Closed-loop workers against a server whose CPU is nearly saturated by rejections."""
+    return Scenario(
+        name="retry-storm",
+        description=("800 closed-loop workers; the primary's work capacity is 1.5x its limiter"),
+        servers=_replica_set(LimiterSpec(C), work_capacity_per_s=1.5 * C),
+        clients=(
+            ClientGroup(
+                count=200,
+                workload=ClosedLoop(workers=4, duration_s=20.0),
+                timeout_ms=1000.0,
+                name="workers",
+            ),
+        ),
+        phases=((0.0, "800 workers"),),
+    )
+
+
+def _recovery() -> Scenario:
+    """3x for 10 s, then half load: how long until errors stop."""
+    phases = (
+        Phase(3.0, 0.5 * C, "steady"),
+        Phase(10.0, 3.0 * C, "3x C"),
+        Phase(17.0, 0.5 * C, "recovery"),
+    )
+    return Scenario(
+        name="recovery",
+        description="10 s at 3x capacity, then half load: time until errors stop",
+        servers=_replica_set(LimiterSpec(C)),
+        clients=(_open(phases),),
+        phases=_marks(phases),
+        bucket_s=0.5,
+    )
+
+
+def _connection_storm() -> Scenario:
+    """Cold start of 2,000 clients against a connection-establishment limiter."""
+    phases = (Phase(10.0, 2.0 * C, "cold start"),)
+    conn = LimiterSpec(200.0, burst_seconds=1.0, queue_depth=100)
+    servers = tuple(
+        ServerSpec(
+            name,
+            role,
+            LimiterSpec(4 * C),
+            connection_limiter=conn,
+        )
+        for name, role in (("rs0", "primary"), ("rs1", "secondary"), ("rs2", "secondary"))
+    )
+    return Scenario(
+        name="connection-storm",
+        description=("2,000 clients start cold; each member accepts 200 connections/s"),
+        servers=servers,
+        clients=(_open(phases, count=2000, read_preference="nearest"),),
+        phases=_marks(phases),
+    )
+
+
+BENCH_CAPACITY = 200.0
+"""The benchmark's limiter rate."""
+
+
+def bench_scenario(
+    shape: str,
+    load: float,
+    *,
+    capacity: float = 200.0,
+    threads: int = 128,
+    cpu_ms_per_attempt: float = 0.35,
+    start_jitter_ms: float = 0.5,
+    service_ms: float = 0.3,
+    rtt_ms: float = 0.1,
+    burst_seconds: float = 1.0,
+) -> Scenario:
+    """The benchmark's open-loop run ``shape`` ("sustained" or "bursty") at ``load`` x C.
+
+    Durations follow ``backpressure.bench.overload.OverloadPlan``'s defaults; the client-side
+    figures (CPU per attempt, service time, round trip) are those measured for the embedded
+    server (see the README's agreement table).
+    """
+    c = capacity
+    phases: tuple[Phase, ...]
+    if shape == "sustained":
+        phases = (Phase(1.0, 0.5 * c, "warmup"), Phase(5.0, load * c, "overload"))
+    elif shape == "bursty":
+        phases = (
+            Phase(1.0, 0.5 * c, "steady"),
+            Phase(3.0, load * c, "burst"),
+            Phase(4.0, 0.5 * c, "recovery"),
+        )
+    else:
+        raise ValueError(f"shape must be 'sustained' or 'bursty', got {shape!r}")
+    limiter = LimiterSpec(c, burst_seconds=burst_seconds)
+    servers = _replica_set(
+        limiter,
+        (limiter, limiter),
+        service_ms=service_ms,
+        rtt_ms=rtt_ms,
+        work_capacity_per_s=5000.0,
+    )
+    return Scenario(
+        name=f"bench-{shape}-{load:g}x",
+        description=(f"the benchmark's {shape} run at {load:g}x C = {c:g}/s, {threads} threads"),
+        servers=servers,
+        clients=(
+            ClientGroup(
+                count=1,
+                workload=OpenLoop(
+                    phases,
+                    arrivals="scheduled",
+                    threads=threads,
+                    max_lag_s=1.0,
+                    start_jitter_ms=start_jitter_ms,
+                ),
+                read_fraction=0.5,
+                timeout_ms=None,
+                cpu_ms_per_attempt=cpu_ms_per_attempt,
+                name="workload",
+            ),
+        ),
+        drain_s=15.0,
+        phases=_marks(phases),
+        bucket_s=0.5,
+    )
+
+
+SCENARIOS: Mapping[str, Callable[[], Scenario]] = {
+    "burst": _burst,
+    "sustained-1.5x": lambda: _sustained(1.5),
+    "sustained-3x": lambda: _sustained(3.0),
+    "sustained-10x": lambda: _sustained(10.0),
+    "hot-member": _hot_member,
+    "fleet": _fleet,
+    "retry-storm": _retry_storm,
+    "recovery": _recovery,
+    "connection-storm": _connection_storm,
+    **{
+        f"bench-{shape}-{load:g}x": functools.partial(bench_scenario, shape, load)
+        for shape in ("sustained", "bursty")
+        for load in (1.5, 3.0, 10.0)
+    },
+}
+"""Every named scenario, built on demand."""
+
+
+def scenario_names() -> tuple[str, ...]:
+    """The names, in listing order."""
+    return tuple(SCENARIOS)
+
+
+def scenario(name: str) -> Scenario:
+    """The scenario called ``name``.
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones).
+    """
+    factory = SCENARIOS.get(name)
+    if factory is None:
+        raise ValueError(f"unknown scenario {name!r}; known scenarios: {', '.join(SCENARIOS)}")
+    return factory()

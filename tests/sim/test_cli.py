@@ -1,0 +1,85 @@
+"""The command line: listing, table, JSON shape, chart, progress bar only on a terminal."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("simpy")
+
+from backpressure.sim.__main__ import main
+
+
+def test_list_names_every_scenario_and_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    """--list shows the scenarios and the policies, within 100 columns."""
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("fleet", "burst", "sustained-10x", "no-retries", "current", "draft"):
+        assert name in out
+    assert all(len(line) <= 100 for line in out.splitlines())
+
+
+def test_a_run_writes_the_json_other_tools_read(tmp_path: Path) -> None:
+    """The JSON has exactly the documented keys, and the PNG is a real image."""
+    json_path = tmp_path / "out.json"
+    png_path = tmp_path / "out.png"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backpressure.sim",
+            "bench-bursty-1.5x",
+            "--policies",
+            "no-retries,draft",
+            "--seed",
+            "3",
+            "--json",
+            str(json_path),
+            "--png",
+            str(png_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    assert "\r" not in completed.stdout  # no progress bar when stdout is not a terminal
+    assert "sim s" not in completed.stderr
+    assert all(len(line) <= 100 for line in completed.stdout.splitlines())
+    data = json.loads(json_path.read_text())
+    assert data["scenario"] == "bench-bursty-1.5x"
+    assert data["seed"] == 3
+    assert list(data["policies"]) == ["no-retries", "draft"]
+    for entry in data["policies"].values():
+        assert set(entry) == {
+            "ops",
+            "app_errors",
+            "physical_min_errors",
+            "server_attempts",
+            "attempts_per_op",
+            "goodput_per_s",
+            "p99_ms",
+        }
+        assert entry["app_errors"] >= entry["physical_min_errors"]
+    assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_arguments_exit_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown scenario or policy is a usage error naming the known ones."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["nope"])
+    assert exit_info.value.code == 2
+    assert "known scenarios" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["burst", "--policies", "fastest"])
+    assert "--policies: unknown fastest" in capsys.readouterr().err
+
+
+def test_the_progress_bar_shows_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    """--progress on draws the bar (on stderr) even when stdout is not a terminal."""
+    assert main(["bench-bursty-1.5x", "--policies", "no-retries", "--progress", "on"]) == 0
+    assert "sim s" in capsys.readouterr().err

@@ -1,0 +1,231 @@
+"""The simulator: determinism, the server model's arithmetic, and the policies it drives."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("simpy")
+
+from backpressure.core.policy import CURRENT_SPEC, DRAFT
+from backpressure.sim import (
+    ClientGroup,
+    ClosedLoop,
+    LimiterSpec,
+    OpenLoop,
+    Phase,
+    Scenario,
+    ServerSpec,
+    run,
+    scenario,
+    scenario_names,
+)
+from backpressure.sim.policies import SimPolicy, resolve
+from backpressure.sim.server import ADMITTED, QUEUED, REJECTED, Limiter, SimServer
+
+
+def _small(
+    load: float = 3.0,
+    *,
+    timeout_ms: float | None = 1000.0,
+    limiter: LimiterSpec | None = None,
+    clients: int = 5,
+    read_preference: str = "primary",
+    servers: tuple[ServerSpec, ...] | None = None,
+    work_capacity_per_s: float | None = None,
+) -> Scenario:
+    """A 4-second scenario against one primary admitting 100/s."""
+    primary = ServerSpec(
+        "rs0", "primary", limiter or LimiterSpec(100.0), work_capacity_per_s=work_capacity_per_s
+    )
+    phases = (Phase(1.0, 50.0, "warm-up"), Phase(3.0, load * 100.0, "overload"))
+    return Scenario(
+        name="small",
+        description="test",
+        servers=servers or (primary,),
+        clients=(
+            ClientGroup(
+                count=clients,
+                workload=OpenLoop(phases),
+                timeout_ms=timeout_ms,
+                read_preference=read_preference,
+            ),
+        ),
+        drain_s=3.0,
+    )
+
+
+def test_the_same_seed_gives_the_same_result() -> None:
+    """Two runs with one seed agree in every figure; another seed changes the arrivals."""
+    policies = ["no-retries", "retry-storm", "current", "draft"]
+    first = run(_small(), policies, seed=7).to_json()
+    second = run(_small(), policies, seed=7).to_json()
+    for details in (first["details"], second["details"]):
+        for entry in details.values():
+            entry.pop("wall_s")
+    assert first == second
+    other = run(_small(), policies, seed=8).to_json()
+    assert other["policies"]["draft"] != first["policies"]["draft"]
+
+
+def test_every_policy_sees_the_same_arrivals() -> None:
+    """Open-loop arrivals do not depend on the policy: the oracle's floor is the same for all."""
+    result = run(_small(), ["no-retries", "current", "draft"], seed=1)
+    floors = {policy.physical_min_errors for policy in result.policies.values()}
+    ops = {policy.ops for policy in result.policies.values()}
+    assert len(floors) == 1
+    assert len(ops) == 1
+
+
+@pytest.mark.parametrize("name", ["no-retries", "retry-storm", "current", "draft"])
+def test_no_policy_beats_the_physical_limit(name: str) -> None:
+    """App errors are never below the oracle's floor, open loop or closed loop."""
+    closed = Scenario(
+        name="closed",
+        description="test",
+        servers=(ServerSpec("rs0", "primary", LimiterSpec(100.0)),),
+        clients=(ClientGroup(count=4, workload=ClosedLoop(8, 3.0), timeout_ms=100.0),),
+        drain_s=1.0,
+    )
+    for case in (_small(), _small(10.0), closed):
+        policy = run(case, [name], seed=3).policies[name]
+        assert policy.app_errors >= policy.physical_min_errors
+        assert policy.physical_min_errors > 0
+
+
+def test_without_overload_nothing_fails_and_nothing_is_retried() -> None:
+    """Half the capacity offered: every operation succeeds at the first attempt."""
+    result = run(_small(0.5), ["no-retries", "current", "draft"], seed=2)
+    for policy in result.policies.values():
+        assert policy.app_errors == 0
+        assert policy.attempts_per_op == 1.0
+        assert policy.physical_min_errors == 0
+
+
+def test_the_policies_attempt_caps_come_from_the_core() -> None:
+    """Without a deadline, current makes at most 3 attempts per operation, draft at most 6."""
+    case = _small(10.0, timeout_ms=None, work_capacity_per_s=1e6)
+    result = run(case, ["no-retries", "current", "draft"], seed=4)
+    no_retries = result.policies["no-retries"]
+    assert no_retries.server_attempts == no_retries.issued
+    assert 2.5 < result.policies["current"].attempts_per_op <= 3.0
+    assert result.policies["current"].attempts_per_op > 1.0
+    assert result.policies["draft"].attempts_per_op <= 6.0
+
+
+def test_a_changed_policy_shows_up_unchanged() -> None:
+    """A Policy value runs through the same core: one retry allowed means <= 2 attempts/op."""
+    one_retry = CURRENT_SPEC.replace(max_retries=1, name="one-retry")
+    case = _small(10.0, timeout_ms=None, work_capacity_per_s=1e6)
+    result = run(case, [one_retry, "current"], seed=4)
+    assert 1.0 < result.policies["one-retry"].attempts_per_op <= 2.0
+    assert result.policies["one-retry"].attempts_per_op < result.policies["current"].attempts_per_op
+
+
+def test_draft_budgets_are_per_client() -> None:
+    """A draft client's 20-token bucket runs dry under overload; current has no bucket."""
+    small_budget = DRAFT.replace(budget_capacity=20.0, name="draft-20")
+    result = run(_small(10.0, timeout_ms=None, clients=1), [small_budget, DRAFT], seed=5)
+    assert result.policies["draft-20"].attempts_per_op < result.policies["draft"].attempts_per_op
+    one = run(_small(10.0, timeout_ms=None, clients=1), [small_budget], seed=5)
+    many = run(_small(10.0, timeout_ms=None, clients=20), [small_budget], seed=5)
+    assert many.policies["draft-20"].server_attempts > one.policies["draft-20"].server_attempts
+
+
+def test_retargeting_moves_retries_to_a_member_with_headroom() -> None:
+    """Reads from any member: draft (retargets) fails fewer than current on a hot member."""
+    servers = (
+        ServerSpec("rs0", "primary", LimiterSpec(100.0)),
+        ServerSpec("rs1", "secondary", LimiterSpec(100.0)),
+        ServerSpec("rs2", "secondary", LimiterSpec(20.0)),
+    )
+    case = _small(3.0, servers=servers, read_preference="nearest")
+    # read_fraction 0.5: writes still go to the primary.
+    result = run(case, ["current", "draft"], seed=6)
+    assert result.policies["draft"].app_errors < result.policies["current"].app_errors
+
+
+def test_the_limiter_admits_queues_and_rejects_by_arithmetic() -> None:
+    """Rate 10/s, bucket 2, queue 1: two admitted, one queued until 0.1 s, one rejected."""
+    limiter = Limiter(LimiterSpec(10.0, burst_seconds=0.2, queue_depth=1))
+    assert limiter.arrive(0.0) == (ADMITTED, 0.0)
+    assert limiter.arrive(0.0) == (ADMITTED, 0.0)
+    outcome, at = limiter.arrive(0.0)
+    assert outcome == QUEUED
+    assert at == pytest.approx(0.1)
+    assert limiter.arrive(0.05)[0] == REJECTED
+    # At 0.1 the queued one takes its token; the next arrival waits in the queue till 0.2.
+    outcome, at = limiter.arrive(0.1)
+    assert outcome == QUEUED
+    assert at == pytest.approx(0.2)
+
+
+def test_the_limiter_follows_rate_changes() -> None:
+    """A queued request waits through an outage: rate 0 from 1 s to 2 s, then 10/s."""
+    limiter = Limiter(
+        LimiterSpec(10.0, burst_seconds=0.1, queue_depth=5, changes=((1.0, 0.0), (2.0, 10.0)))
+    )
+    assert limiter.arrive(1.0) == (ADMITTED, 1.0)
+    outcome, at = limiter.arrive(1.0)
+    assert outcome == QUEUED
+    assert at == pytest.approx(2.1)
+
+
+def test_rejections_cost_the_server_work() -> None:
+    """A server with 10 units/s of work: each rejection takes 0.025 s of it, queued FIFO."""
+    spec = ServerSpec("rs0", "primary", LimiterSpec(1.0), work_capacity_per_s=10.0, rtt_ms=0.0)
+    server = SimServer(spec, 0)
+    assert server.request(0.0)[0]  # the bucket's one token
+    replies = [server.request(0.0)[1] for _ in range(40)]
+    assert replies[-1] == pytest.approx(0.1 + 39 * 0.025 + spec.service_ms / 1000 * 0.25)
+    assert server.work == pytest.approx(1 + 40 * 0.25)
+
+
+def test_every_named_scenario_builds_and_lists() -> None:
+    """The listed names build, and include those the issue asks for."""
+    names = scenario_names()
+    for wanted in (
+        "burst",
+        "sustained-1.5x",
+        "sustained-3x",
+        "sustained-10x",
+        "hot-member",
+        "fleet",
+        "retry-storm",
+        "recovery",
+    ):
+        assert wanted in names
+    for name in names:
+        built = scenario(name)
+        assert built.name == name
+        assert built.duration_s > 0
+    fleet = scenario("fleet")
+    assert fleet.clients[0].count == 10_000
+    assert len(fleet.servers) == 3
+    assert {server.role for server in fleet.servers} == {"mongos"}
+
+
+def test_unknown_names_are_clear_errors() -> None:
+    """Unknown scenario and policy names list the known ones."""
+    with pytest.raises(ValueError, match="unknown scenario 'nope'; known scenarios: burst"):
+        scenario("nope")
+    with pytest.raises(ValueError, match="unknown policy 'nope'; known policies: no-retries"):
+        resolve("nope")
+    with pytest.raises(ValueError, match="policy names must be distinct"):
+        run(_small(), ["draft", "draft"], seed=1)
+    with pytest.raises(ValueError, match=r"SimPolicy\.kind must be one of"):
+        SimPolicy("x", "y", "other")
+
+
+def test_bad_specs_name_the_field() -> None:
+    """Invalid model values raise errors naming the field."""
+    with pytest.raises(ValueError, match=r"LimiterSpec\.rate_per_s"):
+        LimiterSpec(-1.0)
+    with pytest.raises(ValueError, match=r"ClientGroup\.read_preference"):
+        ClientGroup(count=1, workload=ClosedLoop(1, 1.0), read_preference="fastest")
+    with pytest.raises(ValueError, match="exactly one primary"):
+        Scenario("x", "y", (ServerSpec("a", "secondary"),), (ClientGroup(1, ClosedLoop(1, 1.0)),))
+    with pytest.raises(ValueError, match=r"OpenLoop\.phases"):
+        OpenLoop(())
+    assert math.isinf(ServerSpec("a").work_capacity())
