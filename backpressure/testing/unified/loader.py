@@ -89,11 +89,20 @@ def load_spec_file(path: Path, *, display_name: str | None = None) -> SpecFile:
 
 
 def iter_spec_paths(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
-    """Expand files and folders (recursively, sorted) into the spec files they hold."""
+    """Expand files and folders (recursively, sorted) into the spec files they hold.
+
+    A folder yields one copy of each test file: where ``name.json`` and ``name.yml`` (or
+    ``.yaml``) sit side by side, as in the specifications repository, only the first in
+    :data:`SUFFIXES` order (JSON). Files named explicitly are always yielded.
+    """
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            yield from sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+            found = [p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES]
+            chosen: dict[Path, Path] = {}
+            for candidate in sorted(found, key=lambda p: SUFFIXES.index(p.suffix)):
+                chosen.setdefault(candidate.with_suffix(""), candidate)
+            yield from sorted(chosen.values())
         elif path.is_file():
             yield path
         else:
