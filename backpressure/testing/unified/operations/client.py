@@ -74,6 +74,7 @@ async def _client_bulk_write(ctx: TestContext, client: Any, raw: dict[str, Any])
 
 CLIENT_OPERATIONS: dict[str, Operation] = {
     "listDatabases": _client_list_databases,
+    "listDatabaseObjects": _client_list_databases,
     "listDatabaseNames": _client_list_database_names,
     "createChangeStream": watch,
     "clientBulkWrite": _client_bulk_write,

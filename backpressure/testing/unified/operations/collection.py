@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pymongo import ReturnDocument
@@ -14,6 +15,7 @@ from backpressure.testing.unified.operations.arguments import (
     Operation,
     to_list,
 )
+from backpressure.testing.unified.operations.results import bulk_write_document
 from backpressure.testing.unified.operations.shared import aggregate, watch
 from backpressure.testing.unified.operations.write_models import write_model
 
@@ -52,8 +54,9 @@ _FIND_AND_MODIFY_OPTIONS = {
     "sort": "sort",
     "upsert": "upsert",
     "arrayFilters": "array_filters",
-    "maxTimeMS": "max_time_ms",
-    "bypassDocumentValidation": "bypass_document_validation",
+    # find_one_and_* pass extra keywords into the command as they are: use the command's names.
+    "maxTimeMS": "maxTimeMS",
+    "bypassDocumentValidation": "bypassDocumentValidation",
 }
 
 
@@ -137,8 +140,47 @@ async def _coll_list_indexes(ctx: TestContext, coll: Any, raw: dict[str, Any]) -
 
 
 async def _coll_list_index_names(ctx: TestContext, coll: Any, raw: dict[str, Any]) -> Any:
-    """``listIndexNames``: pymongo has no such helper."""
-    raise Unsupported("listIndexNames: pymongo has no list_index_names helper")
+    """``listIndexNames``: pymongo has no helper, so the names of a ``listIndexes`` run."""
+    args = Arguments(ctx, "listIndexNames", raw)
+    kwargs = {**args.session(), **args.options({"comment": "comment"})}
+    args.done()
+    indexes = await to_list(await maybe_await(coll.list_indexes(**kwargs)))
+    return [index["name"] for index in indexes]
+
+
+async def _coll_count(ctx: TestContext, coll: Any, raw: dict[str, Any]) -> Any:
+    """``count`` (deprecated; pymongo has no helper): the ``count`` command.
+
+    Without a session it goes through ``estimated_document_count``, which passes extra keywords
+    into the ``count`` command and retries it as a read. That helper refuses sessions, so with
+    one the command is run as given (in a transaction, where reads are not retried).
+    """
+    args = Arguments(ctx, "count", raw)
+    options = {"query": args.optional("filter", {})}
+    options.update(
+        args.options(
+            {
+                "skip": "skip",
+                "limit": "limit",
+                "hint": "hint",
+                "collation": "collation",
+                "comment": "comment",
+                "maxTimeMS": "maxTimeMS",
+            }
+        )
+    )
+    session = args.session()
+    args.done()
+    if not session:
+        return await maybe_await(coll.estimated_document_count(**options))
+    reply = await maybe_await(
+        coll.database.command(
+            {"count": coll.name, **options},
+            read_preference=coll.read_preference,
+            **session,
+        )
+    )
+    return reply["n"]
 
 
 async def _coll_insert_one(ctx: TestContext, coll: Any, raw: dict[str, Any]) -> Any:
@@ -240,9 +282,12 @@ async def _coll_bulk_write(ctx: TestContext, coll: Any, raw: dict[str, Any]) -> 
     """``bulkWrite``."""
     args = Arguments(ctx, "bulkWrite", raw)
     requests = []
-    for request in args.required("requests"):
+    inserted: dict[int, Mapping[str, Any]] = {}
+    for index, request in enumerate(args.required("requests")):
         ((name, spec),) = request.items()
         requests.append(write_model(name, spec))
+        if name == "insertOne":
+            inserted[index] = spec["document"]  # pymongo sets its _id in place
     kwargs = {
         **args.session(),
         **args.options(
@@ -255,7 +300,8 @@ async def _coll_bulk_write(ctx: TestContext, coll: Any, raw: dict[str, Any]) -> 
         ),
     }
     args.done()
-    return await maybe_await(coll.bulk_write(requests, **kwargs))
+    result = await maybe_await(coll.bulk_write(requests, **kwargs))
+    return bulk_write_document(result, inserted)
 
 
 async def _coll_create_index(ctx: TestContext, coll: Any, raw: dict[str, Any]) -> Any:
@@ -306,6 +352,7 @@ COLLECTION_OPERATIONS: dict[str, Operation] = {
     "findOne": _coll_find_one,
     "listIndexes": _coll_list_indexes,
     "listIndexNames": _coll_list_index_names,
+    "count": _coll_count,
     "createChangeStream": watch,
     "insertOne": _coll_insert_one,
     "insertMany": _coll_insert_many,

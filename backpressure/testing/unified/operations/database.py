@@ -67,6 +67,7 @@ async def _db_drop_collection(ctx: TestContext, db: Any, raw: dict[str, Any]) ->
 DATABASE_OPERATIONS: dict[str, Operation] = {
     "aggregate": aggregate,
     "listCollections": _db_list_collections,
+    "listCollectionObjects": _db_list_collections,
     "listCollectionNames": _db_list_collection_names,
     "runCommand": _db_run_command,
     "createChangeStream": watch,
