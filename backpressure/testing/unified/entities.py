@@ -116,6 +116,10 @@ class TestContext:
     """The deployment's topology (``single``, ``replicaset``, ``sharded``...)."""
     fail_points: list[tuple[Any, str]] = field(default_factory=list)
     """(client, fail point name) to turn off after the test."""
+    internal_client: Any = None
+    """The runner's sync ``MongoClient`` (``assertCollectionExists`` and friends read with it)."""
+    direct_clients: dict[str, Any] = field(default_factory=dict)
+    """Sync clients connected directly to one server (``host:port``), closed after the test."""
     matcher: Optional[Matcher] = None
     """The matcher (set once the entity map exists)."""
 

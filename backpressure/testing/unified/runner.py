@@ -1,4 +1,4 @@
-"""Run unified-format tests (schema up to 1.17) against a deployment with a chosen client preset.
+"""Run unified-format tests (schema up to 1.21) against a deployment with a chosen client preset.
 
 Per test: check ``runOnRequirements`` and ``skipReason``; reset the deployment (embedded server:
 data, fail points, sessions); write ``initialData`` through an internal stock client; create the
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import enum
 import re
@@ -30,6 +31,8 @@ from typing import Any, Optional
 import pymongo
 from pymongo import MongoClient
 from pymongo.errors import (
+    BulkWriteError,
+    ClientBulkWriteException,
     NotPrimaryError,
     OperationFailure,
     PyMongoError,
@@ -54,10 +57,11 @@ from backpressure.testing.unified.events import (
     recorder_for,
 )
 from backpressure.testing.unified.loader import SpecFile, SpecTest
-from backpressure.testing.unified.matching import MatchError
+from backpressure.testing.unified.matching import MISSING, MatchError
 from backpressure.testing.unified.operations import (
     OPERATIONS,
     match_event_fields,
+    partial_bulk_write_document,
     result_document,
 )
 
@@ -74,8 +78,14 @@ __all__ = [
     "unmet_requirements",
 ]
 
-SUPPORTED_SCHEMA = (1, 17)
-"""Newest schema version the runner understands."""
+SUPPORTED_SCHEMA = (1, 21)
+"""Newest schema version the runner understands.
+
+What 1.18-1.21 added and the runner does not support is reported per test as a skip: named KMS
+providers (1.18, client-side encryption), ``authMechanism`` requirements and ``uriOptions``
+placeholders (1.19, auth), ``topologyDescriptionChangedEvent`` (1.20). ``writeErrors`` and
+``writeConcernErrors`` in ``expectError`` (1.21) are supported.
+"""
 
 PRESET_NAMES = ("none", "draft", "current")
 """``--preset`` values: stock pymongo, or our client with a policy preset."""
@@ -318,7 +328,8 @@ def _schema_unsupported(spec: SpecFile) -> Optional[str]:
     """Why a file's schemaVersion is not supported, or None."""
     version = _version_tuple(str(spec.doc.get("schemaVersion", "1.0")))
     if not version or version[0] != SUPPORTED_SCHEMA[0] or version[:2] > SUPPORTED_SCHEMA:
-        return f"schemaVersion {spec.doc.get('schemaVersion')} is newer than 1.17"
+        newest = ".".join(map(str, SUPPORTED_SCHEMA))
+        return f"schemaVersion {spec.doc.get('schemaVersion')} is newer than {newest}"
     return None
 
 
@@ -363,7 +374,12 @@ def _error_code(exc: BaseException) -> Any:
         return _error_code(inner)
     if isinstance(inner, Mapping):
         return inner.get("code")
-    return getattr(exc, "code", None)
+    code = getattr(exc, "code", None)
+    details = getattr(exc, "details", None)
+    if code is None and isinstance(details, Mapping):
+        # NotPrimaryError (an AutoReconnect) keeps the server's code only in its reply.
+        code = details.get("code")
+    return code
 
 
 def _has_label(exc: BaseException, label: str) -> bool:
@@ -395,7 +411,9 @@ def check_error(ctx: TestContext, expected: Mapping[str, Any], exc: BaseExceptio
                     f"expected error code {value}, got {_error_code(exc)}: {exc!r}"
                 )
         elif key == "errorCodeName":
-            details = getattr(exc, "details", None) or {}
+            inner = exc.error if isinstance(exc, ClientBulkWriteException) else None
+            details = getattr(inner if isinstance(inner, BaseException) else exc, "details", None)
+            details = details or {}
             if details.get("codeName") != value:
                 raise AssertionError(f"expected codeName {value}, got {details.get('codeName')}")
         elif key == "errorLabelsContain":
@@ -407,12 +425,74 @@ def check_error(ctx: TestContext, expected: Mapping[str, Any], exc: BaseExceptio
             if present:
                 raise AssertionError(f"error {exc!r} has labels {present}")
         elif key == "expectResult":
-            partial = getattr(exc, "partial_result", None)
-            if partial is None:
-                raise Unsupported("expectError.expectResult is only supported for clientBulkWrite")
-            ctx.get_matcher().match(value, result_document(partial), root=True)
+            _check_error_result(ctx, value, exc)
+        elif key == "errorResponse":
+            ctx.get_matcher().match(value, _error_response(exc), root=True, path="errorResponse")
+        elif key == "writeErrors":
+            _check_write_errors(ctx, value, exc)
+        elif key == "writeConcernErrors":
+            _check_write_concern_errors(ctx, value, exc)
         else:
             raise Unsupported(f"expectError.{key} is not supported")
+
+
+def _check_error_result(ctx: TestContext, expected: Any, exc: BaseException) -> None:
+    """``expectError.expectResult``: what a bulk write wrote before it failed."""
+    if isinstance(exc, BulkWriteError):
+        actual: Any = partial_bulk_write_document(exc.details)
+    elif isinstance(exc, ClientBulkWriteException):
+        partial = exc.partial_result
+        actual = MISSING if partial is None else result_document(partial)
+    else:
+        # e.g. a network error ending a bulkWrite: pymongo raises it without a result.
+        raise Unsupported(
+            f"expectError.expectResult: pymongo raised {type(exc).__name__}, which carries no "
+            "write result"
+        )
+    ctx.get_matcher().match(expected, actual, root=True, path="expectError.expectResult")
+
+
+def _error_response(exc: BaseException) -> Mapping[str, Any]:
+    """The server reply behind an error (a client bulk write's top-level error's reply)."""
+    if isinstance(exc, ClientBulkWriteException) and isinstance(exc.error, OperationFailure):
+        return exc.error.details or {}
+    if isinstance(exc, ClientBulkWriteException) and isinstance(exc.error, Mapping):
+        return exc.error
+    if isinstance(exc, BulkWriteError):
+        raise Unsupported("errorResponse of a BulkWriteError (it merges several replies)")
+    details = getattr(exc, "details", None)
+    if not isinstance(details, Mapping):
+        raise AssertionError(f"errorResponse: {exc!r} carries no server reply")
+    return details
+
+
+def _check_write_errors(ctx: TestContext, expected: Mapping[str, Any], exc: BaseException) -> None:
+    """``expectError.writeErrors``: exactly these indexes failed, each matching as a root."""
+    if not isinstance(exc, ClientBulkWriteException):
+        raise AssertionError(f"writeErrors: expected a client bulk write error, got {exc!r}")
+    # pymongo types them as WriteError; they are the server's documents, with the request's idx.
+    errors: list[Any] = list(exc.write_errors or [])
+    actual = {str(error["idx"]): error for error in errors}
+    if set(actual) != set(expected):
+        raise AssertionError(f"writeErrors at {sorted(actual)}, expected {sorted(expected)}")
+    for index, want in expected.items():
+        ctx.get_matcher().match(want, actual[index], root=True, path=f"writeErrors.{index}")
+
+
+def _check_write_concern_errors(
+    ctx: TestContext, expected: Sequence[Any], exc: BaseException
+) -> None:
+    """``expectError.writeConcernErrors``: the same list, in order, each matching as a root."""
+    if not isinstance(exc, ClientBulkWriteException):
+        raise AssertionError(f"writeConcernErrors: expected a client bulk write error, got {exc!r}")
+    # The format names the server's errmsg "message" (the driver's WriteConcernError field).
+    # pymongo types them as WriteConcernError; they are the server's documents.
+    errors: list[Any] = list(exc.write_concern_errors or [])
+    actual = [{"message": error.get("errmsg"), **error} for error in errors]
+    if len(actual) != len(expected):
+        raise AssertionError(f"{len(actual)} writeConcernErrors, expected {len(expected)}")
+    for i, (want, got) in enumerate(zip(expected, actual)):
+        ctx.get_matcher().match(want, got, root=True, path=f"writeConcernErrors.{i}")
 
 
 class UnifiedRunner:
@@ -456,6 +536,7 @@ class UnifiedRunner:
             open_client=self._open_client,
             is_async=self.config.flavour == "async",
             topology=self.deployment.topology,
+            internal_client=self.deployment.internal,
         )
         try:
             await create_entities(ctx, test.file.doc.get("createEntities", []))
@@ -556,7 +637,8 @@ class UnifiedRunner:
     async def _execute(self, ctx: TestContext, op: Mapping[str, Any]) -> None:
         """Run one operation and check its expectations."""
         name, obj = op["name"], op["object"]
-        args = dict(op.get("arguments", {}))
+        # A copy: pymongo sets _id on inserted documents, and a test may run more than once.
+        args = copy.deepcopy(dict(op.get("arguments", {})))
         if obj == "testRunner":
             kind, target = "testRunner", None
         else:
@@ -644,6 +726,8 @@ class UnifiedRunner:
                 await maybe_await(client.admin.command({"configureFailPoint": name, "mode": "off"}))
             except PyMongoError as exc:
                 errors.append(f"turning off {name}: {exc}")
+        for direct in ctx.direct_clients.values():
+            direct.close()
         for kind, value in reversed(list(ctx.entities.values.values())):
             try:
                 if kind == "cursor":

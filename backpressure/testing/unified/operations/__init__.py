@@ -16,7 +16,10 @@ from backpressure.testing.unified.operations.client import CLIENT_OPERATIONS
 from backpressure.testing.unified.operations.collection import COLLECTION_OPERATIONS
 from backpressure.testing.unified.operations.cursor import CURSOR_OPERATIONS
 from backpressure.testing.unified.operations.database import DATABASE_OPERATIONS
-from backpressure.testing.unified.operations.results import result_document
+from backpressure.testing.unified.operations.results import (
+    partial_bulk_write_document,
+    result_document,
+)
 from backpressure.testing.unified.operations.session import SESSION_OPERATIONS
 from backpressure.testing.unified.operations.test_runner import (
     TEST_RUNNER_OPERATIONS,
@@ -24,7 +27,14 @@ from backpressure.testing.unified.operations.test_runner import (
     wait_for_events,
 )
 
-__all__ = ["OPERATIONS", "Operation", "match_event_fields", "result_document", "wait_for_events"]
+__all__ = [
+    "OPERATIONS",
+    "Operation",
+    "match_event_fields",
+    "partial_bulk_write_document",
+    "result_document",
+    "wait_for_events",
+]
 
 OPERATIONS: dict[str, dict[str, Operation]] = {
     "client": CLIENT_OPERATIONS,

@@ -8,6 +8,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from pymongo import MongoClient
+
 from backpressure.testing.unified.entities import (
     TestContext,
     Unsupported,
@@ -32,18 +34,119 @@ async def _runner_fail_point(ctx: TestContext, _: Any, raw: dict[str, Any]) -> A
     return None
 
 
+def _driver_session(session: Any) -> Any:
+    """The pymongo ``ClientSession`` of a session entity (Motor wraps it as its delegate)."""
+    return session.delegate if type(session).__module__.startswith("motor") else session
+
+
+def _pinned_server(session: Any) -> Any:
+    """The ``(host, port)`` a session's transaction is pinned to, or None.
+
+    The format asserts on driver state that pymongo keeps private: the transaction's
+    ``pinned_address`` (set to the mongos of a sharded transaction, also after it ended).
+    """
+    return _driver_session(session)._transaction.pinned_address
+
+
+def _direct_client(ctx: TestContext, address: Any) -> Any:
+    """A sync client connected directly to one server (kept until the test ends)."""
+    host, port = address
+    key = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if key not in ctx.direct_clients:
+        ctx.direct_clients[key] = MongoClient(
+            f"mongodb://{key}/", directConnection=True, serverSelectionTimeoutMS=10000
+        )
+    return ctx.direct_clients[key]
+
+
 async def _runner_targeted_fail_point(ctx: TestContext, _: Any, raw: dict[str, Any]) -> Any:
-    """``targetedFailPoint``: without mongos pinning the session's server is the primary."""
-    if ctx.topology in ("sharded", "load-balanced"):
-        raise Unsupported("targetedFailPoint on a sharded deployment (mongos pinning)")
+    """``targetedFailPoint``: on the mongos the session is pinned to, else on the primary."""
     args = Arguments(ctx, "targetedFailPoint", raw)
     session = ctx.entities.get(args.required("session"))
     fail_point = args.required("failPoint")
     args.done()
-    client = session.client
+    if ctx.topology in ("sharded", "load-balanced"):
+        address = _pinned_server(session)
+        if address is None:
+            raise AssertionError("targetedFailPoint: the session is not pinned to a mongos")
+        client: Any = _direct_client(ctx, address)
+    else:
+        # Without mongos pinning a session's operations go to the primary.
+        client = session.client
     await maybe_await(client.admin.command(fail_point))
     ctx.fail_points.append((client, fail_point["configureFailPoint"]))
     return None
+
+
+async def _runner_assert_session_pinned(ctx: TestContext, _: Any, raw: dict[str, Any]) -> Any:
+    """``assertSessionPinned``."""
+    args = Arguments(ctx, "assertSessionPinned", raw)
+    session = ctx.entities.get(args.required("session"))
+    args.done()
+    if _pinned_server(session) is None:
+        raise AssertionError("assertSessionPinned: the session is not pinned to a server")
+    return None
+
+
+async def _runner_assert_session_unpinned(ctx: TestContext, _: Any, raw: dict[str, Any]) -> Any:
+    """``assertSessionUnpinned``."""
+    args = Arguments(ctx, "assertSessionUnpinned", raw)
+    session = ctx.entities.get(args.required("session"))
+    args.done()
+    if (address := _pinned_server(session)) is not None:
+        raise AssertionError(f"assertSessionUnpinned: the session is pinned to {address}")
+    return None
+
+
+def _collection_exists(ctx: TestContext, database: str, collection: str) -> bool:
+    """Whether a collection exists (read with the runner's internal client)."""
+    names = ctx.internal_client[database].list_collection_names(filter={"name": collection})
+    return collection in names
+
+
+def _index_exists(ctx: TestContext, database: str, collection: str, index: str) -> bool:
+    """Whether an index exists (a missing collection has none)."""
+    if not _collection_exists(ctx, database, collection):
+        return False
+    indexes = ctx.internal_client[database][collection].list_indexes()
+    return any(spec["name"] == index for spec in indexes)
+
+
+def _assert_collection(name: str, exists: bool) -> Operation:
+    """``assertCollectionExists``/``assertCollectionNotExists``."""
+
+    async def run(ctx: TestContext, _: Any, raw: dict[str, Any]) -> Any:
+        """Check the collection."""
+        args = Arguments(ctx, name, raw)
+        database = args.required("databaseName")
+        collection = args.required("collectionName")
+        args.done()
+        if _collection_exists(ctx, database, collection) != exists:
+            state = "does not exist" if exists else "exists"
+            raise AssertionError(f"{name}: collection {database}.{collection} {state}")
+        return None
+
+    run.__doc__ = f"``{name}``."
+    return run
+
+
+def _assert_index(name: str, exists: bool) -> Operation:
+    """``assertIndexExists``/``assertIndexNotExists``."""
+
+    async def run(ctx: TestContext, _: Any, raw: dict[str, Any]) -> Any:
+        """Check the index."""
+        args = Arguments(ctx, name, raw)
+        database = args.required("databaseName")
+        collection = args.required("collectionName")
+        index = args.required("indexName")
+        args.done()
+        if _index_exists(ctx, database, collection, index) != exists:
+            state = "does not exist" if exists else "exists"
+            raise AssertionError(f"{name}: index {index!r} on {database}.{collection} {state}")
+        return None
+
+    run.__doc__ = f"``{name}``."
+    return run
 
 
 async def _runner_create_entities(ctx: TestContext, _: Any, raw: dict[str, Any]) -> Any:
@@ -134,8 +237,7 @@ async def _runner_assert_session_transaction_state(
     }
     # The format asserts on the driver's transaction state, which pymongo keeps private.
     txn_state = importlib.import_module("pymongo.synchronous.client_session")._TxnState
-    inner = session.delegate if type(session).__module__.startswith("motor") else session
-    actual = inner._transaction.state
+    actual = _driver_session(session)._transaction.state
     if actual != getattr(txn_state, names[state]):
         raise AssertionError(f"session transaction state: expected {state}, got {actual}")
     return None
@@ -185,6 +287,12 @@ TEST_RUNNER_OPERATIONS: dict[str, Operation] = {
     "waitForEvent": _runner_wait_for_event,
     "assertEventCount": _runner_assert_event_count,
     "assertSessionTransactionState": _runner_assert_session_transaction_state,
+    "assertSessionPinned": _runner_assert_session_pinned,
+    "assertSessionUnpinned": _runner_assert_session_unpinned,
+    "assertCollectionExists": _assert_collection("assertCollectionExists", exists=True),
+    "assertCollectionNotExists": _assert_collection("assertCollectionNotExists", exists=False),
+    "assertIndexExists": _assert_index("assertIndexExists", exists=True),
+    "assertIndexNotExists": _assert_index("assertIndexNotExists", exists=False),
     "assertSameLsidOnLastTwoCommands": _runner_assert_same_lsid,
     "assertDifferentLsidOnLastTwoCommands": _runner_assert_different_lsid,
     "wait": _runner_wait,
