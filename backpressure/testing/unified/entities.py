@@ -200,7 +200,32 @@ def _session_options(doc: Mapping[str, Any]) -> dict[str, Any]:
     return options
 
 
-_UNSUPPORTED_ENTITIES = ("bucket", "thread", "clientEncryption")
+_UNSUPPORTED_ENTITIES = ("thread", "clientEncryption")
+
+
+def _bucket(db: Any, options: Mapping[str, Any]) -> Any:
+    """A GridFS bucket of the database entity's flavour (sync, async or Motor)."""
+    unknown = set(options) - {"bucketName", "chunkSizeBytes", "writeConcern", "readPreference"}
+    if unknown:
+        raise Unsupported(f"bucketOptions {sorted(unknown)} are not supported")
+    kwargs: dict[str, Any] = {}
+    if "bucketName" in options:
+        kwargs["bucket_name"] = options["bucketName"]
+    if "chunkSizeBytes" in options:
+        kwargs["chunk_size_bytes"] = options["chunkSizeBytes"]
+    if "writeConcern" in options:
+        kwargs["write_concern"] = write_concern(options["writeConcern"])
+    if "readPreference" in options:
+        kwargs["read_preference"] = read_preference(options["readPreference"])
+    if type(db).__module__.startswith("motor"):
+        from motor.motor_asyncio import AsyncIOMotorGridFSBucket
+
+        return AsyncIOMotorGridFSBucket(db, **kwargs)
+    import gridfs
+
+    if inspect.iscoroutinefunction(type(db).command):
+        return gridfs.AsyncGridFSBucket(db, **kwargs)
+    return gridfs.GridFSBucket(db, **kwargs)
 
 
 async def create_entities(ctx: TestContext, docs: list[Mapping[str, Any]]) -> None:
@@ -232,5 +257,8 @@ async def create_entities(ctx: TestContext, docs: list[Mapping[str, Any]]) -> No
             session = await maybe_await(client.start_session(**options))
             ctx.entities.add("session", entity_id, session)
             ctx.entities.lsids[entity_id] = dict(session.session_id)
+        elif kind == "bucket":
+            db = ctx.entities.get(spec["database"])
+            ctx.entities.add("bucket", entity_id, _bucket(db, spec.get("bucketOptions", {})))
         else:
             raise Unsupported(f"unknown entity type {kind!r}")

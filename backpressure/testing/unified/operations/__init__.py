@@ -2,16 +2,18 @@
 
 Each operation is an ``async def (ctx, target, args) -> result`` listed in the table of its
 entity kind (:data:`OPERATIONS`), one module per kind: ``client``, ``database``, ``collection``,
-``session``, ``cursor`` (saved cursors and change streams) and ``test_runner``; none is looked up
-by building a method name. Operations are written once for both flavours: ``maybe_await`` awaits
-the coroutines an ``AsyncMongoClient`` returns and passes a sync client's values through. Unknown
-arguments are never ignored: they make the test skip with the argument's name (``Unsupported``).
-Results are converted to the documents the format matches (:func:`result_document`).
+``session``, ``bucket`` (GridFS), ``cursor`` (saved cursors and change streams) and
+``test_runner``; none is looked up by building a method name. Operations are written once for
+both flavours: ``maybe_await`` awaits the coroutines an ``AsyncMongoClient`` returns and passes a
+sync client's values through. Unknown arguments are never ignored: they make the test skip with
+the argument's name (``Unsupported``). Results are converted to the documents the format matches
+(:func:`result_document`).
 """
 
 from __future__ import annotations
 
 from backpressure.testing.unified.operations.arguments import Operation
+from backpressure.testing.unified.operations.bucket import BUCKET_OPERATIONS
 from backpressure.testing.unified.operations.client import CLIENT_OPERATIONS
 from backpressure.testing.unified.operations.collection import COLLECTION_OPERATIONS
 from backpressure.testing.unified.operations.cursor import CURSOR_OPERATIONS
@@ -41,6 +43,7 @@ OPERATIONS: dict[str, dict[str, Operation]] = {
     "database": DATABASE_OPERATIONS,
     "collection": COLLECTION_OPERATIONS,
     "session": SESSION_OPERATIONS,
+    "bucket": BUCKET_OPERATIONS,
     "cursor": CURSOR_OPERATIONS,
     "testRunner": TEST_RUNNER_OPERATIONS,
 }
