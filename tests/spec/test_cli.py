@@ -31,7 +31,7 @@ tests:
     operations: []
   - description: unsupported
     operations:
-      - {name: listIndexNames, object: coll}
+      - {name: rename, object: coll, arguments: {to: renamed}}
   - description: overloaded once then retried by the current preset
     operations:
       - name: failPoint
@@ -76,7 +76,7 @@ def test_cli_reports_each_test_and_fails_on_failure(
     assert out[2].startswith(f"SKIP {prefix}skipped")
     assert out[2].endswith("skipReason: not today")
     assert out[3].startswith(f"SKIP {prefix}unsupported")
-    assert "listIndexNames" in out[3]
+    assert "rename" in out[3]
     assert out[4].startswith(f"PASS {prefix}overloaded once")
     assert out[5].startswith("2 passed, 1 failed, 2 skipped")
 

@@ -9,11 +9,23 @@ from typing import Any
 import pytest
 from bson.int64 import Int64
 from bson.objectid import ObjectId
-from pymongo.errors import AutoReconnect, OperationFailure
+from pymongo.errors import AutoReconnect, BulkWriteError, OperationFailure
+from pymongo.results import (
+    BulkWriteResult,
+    DeleteResult,
+    InsertManyResult,
+    InsertOneResult,
+    UpdateResult,
+)
 
-from backpressure.testing.unified.entities import EntityMap, TestContext
-from backpressure.testing.unified.loader import load_spec_file
+from backpressure.testing.unified.entities import EntityMap, TestContext, Unsupported
+from backpressure.testing.unified.loader import iter_spec_paths, load_spec_file
 from backpressure.testing.unified.matching import Matcher, MatchError
+from backpressure.testing.unified.operations.results import (
+    bulk_write_document,
+    partial_bulk_write_document,
+    result_document,
+)
 from backpressure.testing.unified.runner import check_error, choose_topology, unmet_requirements
 
 LSID = {"id": "lsid-0"}
@@ -139,3 +151,68 @@ def test_check_error_client_or_server() -> None:
         check_error(ctx, {"isClientError": True}, overload)
     with pytest.raises(AssertionError):
         check_error(ctx, {"errorLabelsContain": ["RetryableError"]}, overload)
+
+
+def test_folder_yields_one_copy_of_each_test_file(tmp_path: Path) -> None:
+    """JSON wins over the YAML copy beside it; lone YAML files and named files still run."""
+    for name in ("both.json", "both.yml", "yaml-only.yml", "sub/nested.yaml", "sub/nested.json"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("tests: []\n")
+    found = [p.relative_to(tmp_path).as_posix() for p in iter_spec_paths([tmp_path])]
+    assert found == ["both.json", "sub/nested.json", "yaml-only.yml"]
+    assert list(iter_spec_paths([tmp_path / "both.yml"])) == [tmp_path / "both.yml"]
+
+
+def test_unacknowledged_results_are_acknowledged_false() -> None:
+    """w:0 results become {acknowledged: false} instead of raising on their counts."""
+    for result in (
+        InsertOneResult(1, acknowledged=False),
+        InsertManyResult([1], acknowledged=False),
+        UpdateResult({}, acknowledged=False),
+        DeleteResult({}, acknowledged=False),
+        BulkWriteResult({}, acknowledged=False),
+    ):
+        assert result_document(result) == {"acknowledged": False}
+
+
+def test_bulk_write_document_inserted_ids() -> None:
+    """insertedIds only when the inserted documents are known, keyed by request index."""
+    raw = {"nInserted": 2, "nUpserted": 1, "nMatched": 0, "nModified": 0, "nRemoved": 0}
+    raw["upserted"] = [{"index": 1, "_id": 7}]
+    result = BulkWriteResult(raw, acknowledged=True)
+    assert "insertedIds" not in result_document(result)
+    document = bulk_write_document(result, {0: {"_id": 5}, 2: {"_id": 6}})
+    assert document["insertedIds"] == {"0": 5, "2": 6}
+    assert document["upsertedIds"] == {"1": 7}
+    assert document["upsertedCount"] == 1
+
+
+def test_partial_bulk_write_document() -> None:
+    """A BulkWriteError's details as the written part, without insertedIds."""
+    details = {"nInserted": 1, "nUpserted": 1, "nMatched": 2, "nModified": 1, "nRemoved": 0}
+    details["upserted"] = [{"index": 3, "_id": "u"}]
+    assert partial_bulk_write_document(details) == {
+        "deletedCount": 0,
+        "insertedCount": 1,
+        "matchedCount": 2,
+        "modifiedCount": 1,
+        "upsertedCount": 1,
+        "upsertedIds": {"3": "u"},
+    }
+
+
+def test_check_error_response_and_bulk_results() -> None:
+    """errorResponse matches the reply; expectResult needs an error that carries a result."""
+    ctx = TestContext(EntityMap(), lambda spec: None, is_async=False, topology="replicaset")  # type: ignore[arg-type,return-value]
+    failure = OperationFailure("boom", 8, {"ok": 0, "code": 8, "errmsg": "boom"})
+    check_error(ctx, {"errorResponse": {"code": 8}}, failure)
+    with pytest.raises(MatchError):
+        check_error(ctx, {"errorResponse": {"code": 9}}, failure)
+    bulk = BulkWriteError({"nInserted": 2, "writeErrors": [{"index": 2, "code": 11000}]})
+    check_error(ctx, {"expectResult": {"insertedCount": 2}}, bulk)
+    with pytest.raises(MatchError):
+        check_error(ctx, {"expectResult": {"insertedCount": 1}}, bulk)
+    with pytest.raises(Unsupported, match="AutoReconnect"):
+        check_error(ctx, {"expectResult": {"insertedCount": 0}}, AutoReconnect("closed"))
+    with pytest.raises(AssertionError, match="client bulk write"):
+        check_error(ctx, {"writeErrors": {"0": {"code": 11000}}}, bulk)

@@ -1,11 +1,15 @@
 """The unified-format spec suites, one pytest item per test, for sync, async and Motor clients.
 
-Suites: the official ``client-backpressure`` files with our ``current`` preset (and with stock
-pymongo, preset ``none``, when pymongo has native backpressure, >= 4.17: the reference); the
-2026-03 draft-era files with our ``draft`` preset; our own scenarios in ``spec-tests/`` with
-``draft`` (a client entity may state its own policy with ``backpressurePolicy``). Backoff jitter
-is pinned to 0 (``fast_backoff``): no sleeps, the same attempt counts. Unsupported features are
-reported as skips with the runner's reason.
+Suites: the official ``client-backpressure``, ``transactions-backpressure`` and
+``sdam-backpressure`` files with our ``current`` preset (and with stock pymongo, preset ``none``,
+when pymongo has native backpressure, >= 4.17: the reference); the 2026-03 draft-era files with
+our ``draft`` preset; our own scenarios in ``spec-tests/`` with ``draft`` (a client entity may
+state its own policy with ``backpressurePolicy``); the runner's own feature scenarios in
+``tests/spec/runner-scenarios/`` with stock clients. ``BACKPRESSURE_UNIFIED_SUITES`` adds
+external suites (``PATH[=PRESET]`` entries separated by ``os.pathsep``, preset ``none`` by
+default), e.g. the official CRUD or transactions folders of a specifications checkout. Backoff
+jitter is pinned to 0 (``fast_backoff``): no sleeps, the same attempt counts. Unsupported
+features are reported as skips with the runner's reason.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import pytest
 
 from backpressure.adapters import seams
 from backpressure.testing.unified import (
+    PRESET_NAMES,
     Deployment,
     Outcome,
     RunnerConfig,
@@ -40,6 +45,15 @@ SHARED_SPEC_TESTS = Path(
     os.environ.get("BACKPRESSURE_SHARED_SPEC_TESTS", REPO_ROOT / ".." / "shared" / "spec-tests")
 ).resolve()
 OWN_SPEC_TESTS = REPO_ROOT / "spec-tests"
+RUNNER_SCENARIOS = Path(__file__).resolve().parent / "runner-scenarios"
+EXTERNAL_SUITES_VARIABLE = "BACKPRESSURE_UNIFIED_SUITES"
+SHARED_SUITES = (
+    ("client-backpressure", "current"),
+    ("client-backpressure-2026-03", "draft"),
+    ("transactions-backpressure", "current"),
+    ("sdam-backpressure", "current"),
+)
+"""Shared official suites and the preset each targets (stock pymongo too where native)."""
 SHARED_MISSING = (
     f"the shared spec tests are not at {SHARED_SPEC_TESTS} (../shared/spec-tests relative to "
     "the repository root): the official client-backpressure suites are skipped"
@@ -66,13 +80,26 @@ class Case:
 
 
 def _suites() -> list[tuple[Path, str]]:
-    """(folder, preset) pairs to run."""
-    suites = [
-        (SHARED_SPEC_TESTS / "client-backpressure", "current"),
-        (SHARED_SPEC_TESTS / "client-backpressure-2026-03", "draft"),
-    ]
+    """(folder, preset) pairs of the shared suites to run."""
+    suites = [(SHARED_SPEC_TESTS / name, preset) for name, preset in SHARED_SUITES]
     if seams.HAS_NATIVE_BACKPRESSURE:
-        suites.append((SHARED_SPEC_TESTS / "client-backpressure", "none"))
+        # Stock pymongo with native backpressure is the reference for the current spec.
+        suites += [(folder, "none") for folder, preset in suites if preset == "current"]
+    return suites
+
+
+def external_suites(value: str) -> list[tuple[Path, str]]:
+    """Parse ``PATH[=PRESET]`` entries separated by ``os.pathsep`` (preset ``none`` by default)."""
+    suites = []
+    for entry in filter(None, value.split(os.pathsep)):
+        path, _, preset = entry.partition("=")
+        preset = preset or "none"
+        if preset not in PRESET_NAMES:
+            raise ValueError(
+                f"{EXTERNAL_SUITES_VARIABLE}: preset {preset!r} of {path!r} is not one of "
+                f"{PRESET_NAMES}"
+            )
+        suites.append((Path(path).expanduser().resolve(), preset))
     return suites
 
 
@@ -91,6 +118,11 @@ def _cases() -> list[Case]:
             for path in iter_spec_paths([OWN_SPEC_TESTS]):
                 spec = load_spec_file(path, display_name=f"spec-tests/{path.name}")
                 cases.extend(Case("draft", flavour, t) for t in spec.tests)
+        for path in iter_spec_paths([RUNNER_SCENARIOS]):
+            cases.extend(Case("none", flavour, t) for t in load_spec_file(path).tests)
+        for folder, preset in external_suites(os.environ.get(EXTERNAL_SUITES_VARIABLE, "")):
+            for path in iter_spec_paths([folder]):
+                cases.extend(Case(preset, flavour, t) for t in load_spec_file(path).tests)
     # The current suite once more on the sharded embedded server (2 mongos), sync clients only.
     if SHARED_SPEC_TESTS.is_dir() and not os.environ.get("MONGODB_URI"):
         for path in iter_spec_paths([SHARED_SPEC_TESTS / "client-backpressure"]):
@@ -116,3 +148,11 @@ def test_unified(case: Case, spec_deployment: DeploymentFor) -> None:
         pytest.skip(result.reason)
     if result.outcome is Outcome.FAIL:
         pytest.fail(result.reason, pytrace=False)
+
+
+def test_external_suites_parse_paths_and_presets(tmp_path: Path) -> None:
+    """PATH[=PRESET] entries, preset none by default; an unknown preset names the variable."""
+    value = os.pathsep.join([str(tmp_path / "crud"), f"{tmp_path / 'txn'}=current", ""])
+    assert external_suites(value) == [(tmp_path / "crud", "none"), (tmp_path / "txn", "current")]
+    with pytest.raises(ValueError, match=EXTERNAL_SUITES_VARIABLE):
+        external_suites(f"{tmp_path}=fastest")
