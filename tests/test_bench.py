@@ -1,22 +1,107 @@
-"""The benchmarks end to end with tiny parameters, and the goal evaluation on synthetic runs."""
+"""The benchmarks' machinery: statistics, the work counter, goal evaluation, tiny end-to-end runs.
+
+These tests check shapes and arithmetic, never speed: performance lives in ``make bench``.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
+import random
 from pathlib import Path
 from typing import Any, Optional
 
-from backpressure.bench import _generic_md, build_parser, render_markdown, run_bench
+import pytest
+
+from backpressure.bench import (
+    _generic_md,
+    build_parser,
+    overhead_goals,
+    render_markdown,
+    run_bench,
+)
 from backpressure.bench.core_cost import measure_core_cost
-from backpressure.bench.overload import OverloadRun, evaluate_goals
+from backpressure.bench.overhead import _settrace_counter, _Tally, bootstrap_ratio_ci
+from backpressure.bench.overload import (
+    BASELINE,
+    OverloadPlan,
+    ScenarioRun,
+    closed_loop_floor,
+    evaluate_goals,
+    oracle_min_errors,
+)
+from backpressure.core.backoff import backoff_ceiling
+from backpressure.core.policy import DRAFT
 from backpressure.testing import EmbeddedServer
-from backpressure.workload.driver import RunResult
+from backpressure.workload import POLICIES, WorkloadConfig
+from backpressure.workload.driver import RunResult, run_closed_loop
+
+
+def test_bootstrap_ci_of_identical_samples_is_a_point() -> None:
+    """Pairs whose halves are equal give ratio 1 with a zero-width interval."""
+    stock = [1.0 + 0.01 * k for k in range(50)]
+    assert bootstrap_ratio_ci(stock, stock) == (1.0, 1.0, 1.0)
+
+
+def test_bootstrap_ci_brackets_a_known_ratio_and_is_seeded() -> None:
+    """A 5 % overhead with noise is bracketed; the same seed gives the same interval."""
+    noise = random.Random(7)
+    stock = [100.0 + noise.gauss(0, 5) for _ in range(200)]
+    enabled = [s * 1.05 * (1 + noise.gauss(0, 0.01)) for s in stock]
+    ratio, low, high = bootstrap_ratio_ci(enabled, stock, rng=random.Random(1))
+    assert low <= ratio <= high
+    assert low < 1.05 < high
+    assert high - low < 0.01
+    assert bootstrap_ratio_ci(enabled, stock, rng=random.Random(1)) == (ratio, low, high)
+
+
+def test_bootstrap_ci_refuses_bad_input() -> None:
+    """Mismatched, empty or non-positive samples and bad settings are refused by name."""
+    with pytest.raises(ValueError, match="equal length"):
+        bootstrap_ratio_ci([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="positive"):
+        bootstrap_ratio_ci([1.0], [0.0])
+    with pytest.raises(ValueError, match="resamples"):
+        bootstrap_ratio_ci([1.0], [1.0], resamples=0)
+    with pytest.raises(ValueError, match="confidence"):
+        bootstrap_ratio_ci([1.0], [1.0], confidence=1.0)
+
+
+def _not_ours(x: int) -> int:
+    """A function outside the package."""
+    return x + 1
+
+
+def test_settrace_counter_counts_our_calls_and_lines_only() -> None:
+    """Calls of any code are counted; calls and lines only for the package's own code."""
+    empty = _Tally()
+    with _settrace_counter(empty):
+        pass  # the context manager's own exit is counted too
+    tally = _Tally()
+    with _settrace_counter(tally):
+        _not_ours(1)
+    assert (tally.calls - empty.calls, tally.our_calls, tally.our_lines) == (1, 0, 0)
+    tally = _Tally()
+    with _settrace_counter(tally):
+        backoff_ceiling(DRAFT, 1)
+    assert tally.our_calls >= 1
+    assert tally.our_lines >= 1
+    assert tally.calls >= tally.our_calls
+
+
+def test_oracle_and_closed_loop_floor() -> None:
+    """The oracle's minimum for a simple log, and the closed-loop floor's formula."""
+    # 10 arrivals at t=0 that cannot wait, one token in the bucket: 9 errors at least.
+    assert oracle_min_errors([0.0] * 10, 0.0, 1.0, 1.0) == 9
+    # The same arrivals allowed 4 s: 4 more tokens arrive in time.
+    assert oracle_min_errors([0.0] * 10, 4.0, 1.0, 1.0) == 5
+    assert closed_loop_floor(32, 1.0, 200.0) == 0.0
+    assert closed_loop_floor(512, 1.0, 200.0) == pytest.approx(1 - 200 / 512)
 
 
 def _result(policy: str) -> RunResult:
-    """A minimal RunResult for synthetic overload runs."""
+    """A minimal RunResult for synthetic runs."""
     return RunResult(
         policy=policy,
         description="",
@@ -43,54 +128,78 @@ def _result(policy: str) -> RunResult:
 
 
 def _run(
+    scenario: str,
+    kind: str,
     policy: str,
-    load: float,
-    shape: str,
     *,
-    goodput: float = 100.0,
+    workers: int = 32,
     errors: int = 0,
-    amp: Optional[float] = 10.0,
-    steady_per_op: Optional[float] = 1.05,
-) -> OverloadRun:
-    """A synthetic overload run."""
-    return OverloadRun(
+    minimum: int = 0,
+    attempts: float = 1.0,
+    goodput: float = 200.0,
+    p99: Optional[float] = 50.0,
+    refused: Optional[int] = None,
+) -> ScenarioRun:
+    """A synthetic scenario run of 1000 operations at C = 200."""
+    return ScenarioRun(
+        scenario=scenario,
+        kind=kind,
         policy=policy,
-        load=load,
-        shape=shape,
-        offered_rate=load * 100.0,
-        goodput=goodput,
-        goodput_vs_capacity=goodput / 100.0,
+        workers=workers,
+        capacity=200.0,
+        operations=1000,
         app_errors=errors,
-        raised=errors,
-        skipped=0,
-        amplification=amp,
-        attempts_per_op=1.3,
-        steady_amplification=amp,
-        steady_attempts_per_op=steady_per_op,
-        latency_p99_ms=1.0,
-        refused=None,
+        physical_min=minimum,
+        floor_fraction=closed_loop_floor(workers, 1.0, 200.0) if kind == "closed" else None,
+        attempts_per_op=attempts,
+        goodput=goodput,
+        p50_ms=1.0,
+        p99_ms=p99,
+        never_sent=0,
+        local_waits=None,
+        local_refusals=None,
+        budget_refused=refused,
         result=_result(policy),
     )
 
 
-def test_goals_met_and_not_met() -> None:
-    """Each goal is judged from the runs it names; missing runs are reported as not measured."""
+def test_goals_are_judged_per_policy_and_dropped_when_no_retries_meets_them() -> None:
+    """Closed, open and hot-member goals; a goal no-retries meets is marked dropped."""
     runs = [
-        _run("draft", 3.0, "sustained", goodput=99.0),
-        _run("draft", 10.0, "sustained", goodput=96.0, amp=10.5, steady_per_op=1.02),
-        _run("draft", 3.0, "bursty", errors=5),
-        _run("no-retries", 3.0, "bursty", errors=1000),
-        _run("pymongo-native", 10.0, "sustained", amp=25.0),
+        _run("closed 32w", "closed", BASELINE, errors=840),
+        _run("closed 32w", "closed", "draft", errors=5, attempts=1.05, p99=300.0),
+        _run("closed 32w", "closed", "current", errors=5, attempts=1.9),
+        _run("closed 512w", "closed", BASELINE, workers=512, errors=600),
+        _run("closed 512w", "closed", "draft", workers=512, errors=650),
+        _run("open 3x", "open", BASELINE, errors=600, minimum=500),
+        _run("open 3x", "open", "draft", errors=540, minimum=500, attempts=1.08),
+        _run("hot member", "hot", BASELINE, errors=400),
+        _run("hot member", "hot", "draft", errors=0, refused=3),
     ]
-    goals = {g.goal.split(":")[1].split("(")[0].strip(): g for g in evaluate_goals(runs, 100.0)}
-    met = [g.met for g in goals.values()]
-    assert len(met) == 5
-    assert goals["goodput >= 95% of C"].met is True
-    assert goals["amplification"].met is False
-    assert goals["retry overhead"].met is True
-    assert goals[">= 99% fewer app-visible errors than no-retries, 3 s burst at 3x"].met is True
-    assert goals["better amplification than pymongo's native policy, sustained 10x"].met is True
-    assert all(g.met is None for g in evaluate_goals([], 100.0))
+    goals = {g.scenario: g for g in evaluate_goals(runs, OverloadPlan())}
+    assert list(goals) == ["closed 32w", "closed 512w", "open 3x", "hot member"]
+    closed = goals["closed 32w"]
+    assert closed.met == {BASELINE: False, "draft": True, "current": False}
+    assert not closed.dropped
+    assert "errors 0.5%" in closed.figures["draft"]
+    # 512 workers: the floor is 61%, no-retries' 60% meets it, so the goal is dropped.
+    assert goals["closed 512w"].met[BASELINE] is True
+    assert goals["closed 512w"].dropped
+    assert goals["open 3x"].met == {BASELINE: False, "draft": True}
+    assert "x1.08" in goals["open 3x"].figures["draft"]
+    assert goals["hot member"].met == {BASELINE: False, "draft": False}  # a refused retry
+
+
+def test_overhead_goal_is_decided_on_the_upper_bound() -> None:
+    """The overhead goal is met only when the CI's upper bound is within the goal."""
+    section: dict[str, Any] = {
+        "goal_ratio": 1.01,
+        "cpu": [
+            {"operation": "a", "ratio": 1.0, "ratio_ci_low": 0.99, "ratio_ci_high": 1.009},
+            {"operation": "b", "ratio": 1.0, "ratio_ci_low": 0.99, "ratio_ci_high": 1.02},
+        ],
+    }
+    assert [(op, met) for op, met, _ in overhead_goals(section)] == [("a", True), ("b", False)]
 
 
 def test_core_cost_structure() -> None:
@@ -114,23 +223,45 @@ def test_generic_markdown_renders_nested_tables() -> None:
     assert "| find | 2 |" in text
 
 
+def test_closed_loop_records_every_operation(replicaset_server: EmbeddedServer) -> None:
+    """A closed loop's arrival log, counters and per-operation attempts add up."""
+    config = WorkloadConfig(capacity=30.0, burst_seconds=0.1, allowed_wait=0.2)
+    result = run_closed_loop(replicaset_server, POLICIES["no-retries"], 4, 0.5, config)
+    assert result.loop == "closed"
+    assert result.workers == 4
+    assert result.offered == result.issued == result.successes + result.errors > 0
+    assert len(result.arrivals) == result.offered
+    assert result.arrivals == sorted(result.arrivals)
+    assert result.server_received >= result.successes
+    assert result.local_waits is None  # stock pymongo reports none
+    assert sum(result.timeline["sent_by_arrival"]) == result.client_attempts
+
+
 def test_bench_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> None:
-    """A tiny benchmark run writes latest.json and latest.md with every section."""
+    """A tiny benchmark run writes latest.json and latest.md with every section and goal."""
     args = build_parser().parse_args(
         [
             "--output", str(tmp_path),
-            "--rounds", "2",
-            "--block", "5",
+            "--pairs", "3",
+            "--block", "1",
+            "--count-ops", "1",
             "--core-iterations", "200",
             "--core-threads", "2",
             "--capacity", "40",
             "--burst-seconds", "0.1",
-            "--threads", "8",
+            "--workers", "2",
+            "--closed-seconds", "0.3",
+            "--open-capacity", "40",
             "--loads", "3",
+            "--open-threads", "8",
             "--warmup", "0.1",
             "--sustained", "0.3",
             "--burst", "0.2",
-            "--recovery", "0.2",
+            "--recovery", "0.1",
+            "--hot-capacity", "20",
+            "--hot-workers", "2",
+            "--hot-seconds", "0.3",
+            "--allowed-wait", "0.2",
             "--policies", "no-retries,current",
             "--skip-roundtrips",
             "--no-progress",
@@ -147,19 +278,25 @@ def test_bench_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> 
     for key in ("machine", "config", "overhead", "core", "overload", "wall_seconds"):
         assert key in data
     assert data["machine"]["cpu_count"] >= 1
-    operations = data["overhead"]["operations"]
-    assert [o["operation"] for o in operations] == ["insert_one", "find_one", "find+getMore"]
-    assert all(o["ratio_median"] > 0 and o["plain_us"] > 0 for o in operations)
+    overhead = data["overhead"]
+    names = ["insert_one", "find_one", "find+getMore", "aggregate", "transaction"]
+    assert [c["operation"] for c in overhead["cpu"]] == names
+    assert all(c["ratio_ci_low"] <= c["ratio"] <= c["ratio_ci_high"] for c in overhead["cpu"])
+    work = {(w["operation"], w["client"]): w for w in overhead["work"]}
+    for name in names:
+        assert work[(name, "stock")]["our_calls"] == 0
+        assert work[(name, "enabled")]["our_calls"] > 0
     runs = data["overload"]["runs"]
-    assert {(r["policy"], r["shape"]) for r in runs} == {
-        ("no-retries", "sustained"),
-        ("no-retries", "bursty"),
-        ("current", "sustained"),
-        ("current", "bursty"),
-    }
+    assert [(r["scenario"], r["policy"]) for r in runs] == [
+        (scenario, policy)
+        for scenario in ("closed 2w", "open 3x", "burst 3x 0.2s", "hot member")
+        for policy in ("no-retries", "current")
+    ]
     for run in runs:
         result = run["result"]
-        assert result["server_received"] >= result["successes"]
         assert run["app_errors"] == result["errors"] + result["skipped"]
+        assert result["server_received"] >= result["successes"]
+        assert run["physical_min"] >= 0
     assert len(data["overload"]["goals"]) == 4
-    assert "### Goals (default preset)" in markdown
+    assert "### Goals (all comparisons within this run)" in markdown
+    assert "Load average" in markdown

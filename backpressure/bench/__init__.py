@@ -1,13 +1,16 @@
 """``python -m backpressure.bench``: overhead, decision-core cost, overload and server benchmarks.
 
-Writes ``bench/results/latest.json`` and ``bench/results/latest.md`` (a short Markdown report with
-the machine, the versions, the date and, per goal, whether it was met) and prints the tables.
+Writes ``latest.json`` and ``latest.md`` (the machine, the versions, the date, the load average
+and, per goal, whether it was met, with its figures) into ``--output`` (by default the untracked
+``bench-results/``) and prints the report.  The committed results in ``bench/results/`` are
+refreshed on purpose with ``--output bench/results``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -16,15 +19,15 @@ from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from backpressure.bench.core_cost import CoreCost, measure_core_cost
-from backpressure.bench.overhead import OPERATIONS, OverheadResult, measure_overhead
+from backpressure.bench.overhead import OPERATIONS, measure_overhead
 from backpressure.bench.overload import (
+    BASELINE,
     Goal,
     OverloadPlan,
-    OverloadRun,
     evaluate_goals,
     run_overload,
 )
-from backpressure.workload import POLICIES, POLICY_NAMES, WorkloadConfig
+from backpressure.workload import POLICIES
 from backpressure.workload.report import (
     fmt,
     format_table,
@@ -37,36 +40,65 @@ from backpressure.workload.server import ServerFactory, embedded_server
 __all__ = ["build_parser", "main", "render_markdown", "run_bench"]
 
 OVERHEAD_GOAL = 1.01
-"""Target for the median enabled/plain time ratio."""
+"""Target for the upper bound of the 95 % CI of enabled/stock client CPU per operation."""
+
+DEFAULT_POLICIES: tuple[str, ...] = tuple(
+    name
+    for name in ("no-retries", "pymongo-native", "current", "draft", "adaptive")
+    if name in POLICIES
+)
+"""The policies compared by default (``hand-written`` on request)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the command-line parser."""
+    plan = OverloadPlan()
     parser = argparse.ArgumentParser(
         prog="python -m backpressure.bench",
         description="Benchmarks of pymongo-backpressure against the embedded replica set.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--output", type=Path, default=Path("bench/results"), help="report dir")
+    parser.add_argument(
+        "--output", type=Path, default=Path("bench-results"), help="report dir (untracked)"
+    )
     parser.add_argument("--members", type=int, default=3, help="replica set members")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (also off when not a tty)"
+    )
     group = parser.add_argument_group("overhead (no overload)")
-    group.add_argument("--rounds", type=int, default=25, help="interleaved rounds per operation")
-    group.add_argument("--block", type=int, default=200, help="operations per block")
+    group.add_argument("--pairs", type=int, default=300, help="paired samples per operation")
+    group.add_argument("--block", type=int, default=5, help="operations per half of a pair")
+    group.add_argument("--count-ops", type=int, default=20, help="operations traced per count")
     group = parser.add_argument_group("decision core")
     group.add_argument("--core-iterations", type=int, default=100_000, help="ops per measurement")
     group.add_argument("--core-threads", type=int, default=8, help="threads of the threaded run")
     group = parser.add_argument_group("overload")
-    group.add_argument("--capacity", type=float, default=100.0, help="server rate limit C, ops/s")
-    group.add_argument("--burst-seconds", type=float, default=1.0, help="limiter burst, s")
-    group.add_argument("--threads", type=int, default=256, help="client worker threads")
-    group.add_argument("--loads", default="1.5,3,10", help="overload levels, x C")
-    group.add_argument("--warmup", type=float, default=1.0, help="seconds below C first")
-    group.add_argument("--sustained", type=float, default=5.0, help="sustained overload, s")
-    group.add_argument("--burst", type=float, default=3.0, help="burst, s")
-    group.add_argument("--recovery", type=float, default=4.0, help="recovery after the burst, s")
+    group.add_argument("--capacity", type=float, default=plan.capacity, help="closed loop C")
     group.add_argument(
-        "--policies", default=",".join(POLICY_NAMES), help="comma-separated policies"
+        "--workers", default=",".join(map(str, plan.closed_workers)), help="closed-loop workers"
+    )
+    group.add_argument("--closed-seconds", type=float, default=plan.closed_seconds)
+    group.add_argument("--open-capacity", type=float, default=plan.open_capacity, help="open C")
+    group.add_argument(
+        "--loads", default=",".join(f"{x:g}" for x in plan.open_loads), help="open loads, x C"
+    )
+    group.add_argument("--open-threads", type=int, default=plan.open_threads)
+    group.add_argument("--warmup", type=float, default=plan.warmup, help="s below C first")
+    group.add_argument("--sustained", type=float, default=plan.sustained, help="s at the load")
+    group.add_argument("--burst-load", type=float, default=plan.burst_load, help="x C")
+    group.add_argument("--burst", type=float, default=plan.burst, help="burst, s")
+    group.add_argument("--recovery", type=float, default=plan.recovery, help="after it, s")
+    group.add_argument("--hot-capacity", type=float, default=plan.hot_capacity)
+    group.add_argument("--hot-workers", type=int, default=plan.hot_workers)
+    group.add_argument("--hot-seconds", type=float, default=plan.hot_seconds)
+    group.add_argument(
+        "--allowed-wait", type=float, default=plan.allowed_wait, help="deadline per op, s"
+    )
+    group.add_argument(
+        "--burst-seconds", type=float, default=plan.burst_seconds, help="limiter burst, s"
+    )
+    group.add_argument(
+        "--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policies"
     )
     group = parser.add_argument_group("sections")
     for name in ("overhead", "core", "overload", "roundtrips"):
@@ -95,6 +127,36 @@ def _roundtrips() -> dict[str, Any]:
     return result if isinstance(result, dict) else {"result": result}
 
 
+def _plan(args: argparse.Namespace) -> OverloadPlan:
+    """The overload plan from the command line."""
+    return OverloadPlan(
+        capacity=args.capacity,
+        closed_workers=tuple(int(x) for x in _parse_list(args.workers, "workers")),
+        closed_seconds=args.closed_seconds,
+        open_capacity=args.open_capacity,
+        open_loads=tuple(float(x) for x in _parse_list(args.loads, "loads")),
+        open_threads=args.open_threads,
+        warmup=args.warmup,
+        sustained=args.sustained,
+        burst_load=args.burst_load,
+        burst=args.burst,
+        recovery=args.recovery,
+        hot_capacity=args.hot_capacity,
+        hot_workers=args.hot_workers,
+        hot_seconds=args.hot_seconds,
+        allowed_wait=args.allowed_wait,
+        burst_seconds=args.burst_seconds,
+    )
+
+
+def _load_average() -> Optional[list[float]]:
+    """The 1, 5 and 15 minute load averages (None where the platform has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
 def run_bench(
     args: argparse.Namespace,
     *,
@@ -105,36 +167,21 @@ def run_bench(
     names = _parse_list(args.policies, "policies")
     unknown = [name for name in names if name not in POLICIES]
     if unknown:
-        raise SystemExit(f"unknown policies {unknown}; choose from {', '.join(POLICY_NAMES)}")
+        raise SystemExit(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
     unavailable = {n: r for n in names if (r := POLICIES[n].unavailable()) is not None}
     runnable = [name for name in names if name not in unavailable]
-    loads = tuple(float(x) for x in _parse_list(args.loads, "loads"))
-    plan = OverloadPlan(
-        loads=loads,
-        warmup=args.warmup,
-        sustained=args.sustained,
-        burst=args.burst,
-        recovery=args.recovery,
-    )
-    config = WorkloadConfig(
-        capacity=args.capacity,
-        burst_seconds=args.burst_seconds,
-        threads=args.threads,
-        database="backpressure_bench",
-    )
+    plan = _plan(args)
     factory = server_factory or (lambda: embedded_server(members=args.members))
     started = time.perf_counter()
     report: dict[str, Any] = {
         "tool": "backpressure.bench",
         "machine": machine_info(),
+        "load_average_start": _load_average(),
         "config": {
             "server": f"embedded replica set, {args.members} members, subprocess",
-            "overhead": {"rounds": args.rounds, "block": args.block},
+            "overhead": {"pairs": args.pairs, "block": args.block, "count_ops": args.count_ops},
             "core": {"iterations": args.core_iterations, "threads": [1, args.core_threads]},
             "overload": {
-                "capacity": args.capacity,
-                "burst_seconds": args.burst_seconds,
-                "threads": args.threads,
                 **asdict(plan),
                 "policies": runnable,
                 "unavailable": unavailable,
@@ -143,10 +190,10 @@ def run_bench(
     }
     total = 0.0
     if not args.skip_overhead:
-        total += args.rounds * len(OPERATIONS)
+        total += args.pairs * len(OPERATIONS)
     if not args.skip_overload:
         total += plan.seconds_per_policy() * len(runnable)
-    bar = _progress_bar(total, disabled=args.no_progress)
+    bar = _progress_bar(total, disabled=args.no_progress or not sys.stderr.isatty())
     try:
         with quiet_backpressure_logs():
             if not args.skip_core:
@@ -157,20 +204,20 @@ def run_bench(
                 with factory() as server:
                     if not args.skip_overhead:
                         bar.set_postfix_str("overhead")
-                        overhead, integration = measure_overhead(
-                            server.uri, rounds=args.rounds, block=args.block, progress=bar.update
+                        overhead = measure_overhead(
+                            server.uri,
+                            pairs=args.pairs,
+                            block=args.block,
+                            count_operations=args.count_ops,
+                            progress=bar.update,
                         )
-                        report["overhead"] = {
-                            "enabled_client": integration,
-                            "goal_ratio": OVERHEAD_GOAL,
-                            "operations": [asdict(o) for o in overhead],
-                        }
+                        report["overhead"] = {**overhead, "goal_ratio": OVERHEAD_GOAL}
                     if not args.skip_overload:
                         bar.set_postfix_str("overload")
-                        runs = run_overload(server, runnable, plan, config, progress=bar.update)
-                        goals = evaluate_goals(runs, args.capacity)
+                        runs = run_overload(server, runnable, plan, progress=bar.update)
+                        goals = evaluate_goals(runs, plan)
                         report["overload"] = {
-                            "runs": [_run_dict(r) for r in runs],
+                            "runs": [r.to_dict() for r in runs],
                             "goals": [g.to_dict() for g in goals],
                         }
         if not args.skip_roundtrips:
@@ -179,6 +226,7 @@ def run_bench(
     finally:
         bar.close()
     report["wall_seconds"] = time.perf_counter() - started
+    report["load_average_end"] = _load_average()
 
     markdown = render_markdown(report)
     out_dir: Path = args.output
@@ -190,15 +238,8 @@ def run_bench(
     return report
 
 
-def _run_dict(run: OverloadRun) -> dict[str, Any]:
-    """An overload run as JSON-ready data (full run result included)."""
-    data = asdict(run)
-    data["result"] = run.result.to_dict()
-    return data
-
-
 def _progress_bar(total: float, *, disabled: bool) -> Any:
-    """A tqdm bar on stderr (units: overhead rounds and seconds of load)."""
+    """A tqdm bar on stderr (units: overhead pairs and seconds of load)."""
     from tqdm import tqdm
 
     return tqdm(
@@ -212,15 +253,18 @@ def _progress_bar(total: float, *, disabled: bool) -> Any:
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    """Render the report as a short Markdown document."""
+    """Render the report as a Markdown document."""
     m = report["machine"]
+    loads = [report.get("load_average_start"), report.get("load_average_end")]
+    load_text = " → ".join("/".join(f"{x:g}" for x in la) for la in loads if la)
     lines = [
         "# pymongo-backpressure benchmark results",
         "",
         f"{m['date']} · {m['cpu_count']} CPUs · {m['platform']} · Python {m['python']} · "
         f"pymongo {m['pymongo']} (C extensions: {m['pymongo_c_extensions']}) · "
         f"motor {m['motor'] or '-'} · backpressure {m['backpressure']}. "
-        f"Server: {report['config']['server']}. The machine may be shared: expect noise.",
+        f"Server: {report['config']['server']}. Load average (1/5/15 min, start → end): "
+        f"{load_text or 'unknown'}; the machine may be shared.",
         "",
     ]
     if "overhead" in report:
@@ -235,39 +279,86 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def overhead_goals(section: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    """Per operation: (operation, met, figures) of the overhead goal."""
+    goal = section["goal_ratio"]
+    return [
+        (
+            c["operation"],
+            c["ratio_ci_high"] <= goal,
+            f"{c['ratio']:.4f} [{c['ratio_ci_low']:.4f}, {c['ratio_ci_high']:.4f}]",
+        )
+        for c in section["cpu"]
+    ]
+
+
 def _overhead_md(section: dict[str, Any]) -> list[str]:
-    """The overhead section."""
-    ops = [OverheadResult(**o) for o in section["operations"]]
-    rows = [
+    """The overhead section: the work count, the CPU ratios with CIs, the goal."""
+    work = {(w["operation"], w["client"]): w for w in section["work"]}
+    work_rows = []
+    for c in section["cpu"]:
+        name = c["operation"]
+        stock, enabled = work.get((name, "stock")), work.get((name, "enabled"))
+        if stock is None or enabled is None:
+            continue
+        work_rows.append(
+            [
+                name,
+                f"{stock['calls']:.1f}",
+                f"{enabled['calls']:.1f}",
+                f"{enabled['calls'] - stock['calls']:+.1f}",
+                f"{enabled['our_calls']:.1f}",
+                f"{enabled['our_lines']:.1f}",
+            ]
+        )
+    verdicts = {op: (met, figures) for op, met, figures in overhead_goals(section)}
+    cpu_rows = [
         [
-            o.operation,
-            fmt(o.plain_us),
-            fmt(o.enabled_us),
-            f"{o.ratio_median:.3f}",
-            f"{o.ratio_iqr:.3f} ({o.ratio_p25:.3f}-{o.ratio_p75:.3f})",
-            "met" if o.ratio_median <= section["goal_ratio"] else "NOT met",
-            f"{fmt(o.plain_cpu_us)} / {fmt(o.enabled_cpu_us)}",
-            f"{o.cpu_ratio_median:.3f} ({o.cpu_ratio_p25:.3f}-{o.cpu_ratio_p75:.3f})",
+            c["operation"],
+            f"{c['stock_cpu_us']:.1f}",
+            f"{c['enabled_cpu_us']:.1f}",
+            verdicts[c["operation"]][1],
+            f"{c['ratio_of_means']:.4f}",
+            f"{c['stock_wall_us']:.0f} / {c['enabled_wall_us']:.0f}",
+            "met" if verdicts[c["operation"]][0] else "NOT met",
         ]
-        for o in ops
+        for c in section["cpu"]
     ]
-    headers = ["operation", "plain µs/op", "enabled µs/op", "ratio median", "IQR (p25-p75)"]
-    headers += [
-        f"goal <= {section['goal_ratio']}",
-        "client CPU µs/op plain / enabled",
-        "CPU ratio median (p25-p75)",
-    ]
-    block = ops[0].block if ops else 0
-    rounds = ops[0].rounds if ops else 0
+    pairs = section["cpu"][0]["pairs"] if section["cpu"] else 0
+    block = section["cpu"][0]["block"] if section["cpu"] else 0
     return [
         "## Overhead without overload",
         "",
-        f"Stock `pymongo.MongoClient` vs `{section['enabled_client']}` (draft preset) on the same "
-        f"server; {rounds} interleaved rounds of {block} operations each; ratio = enabled/plain "
-        "wall time per operation per round (the goal); client CPU = the calling thread's CPU "
-        "time (`time.thread_time`), which leaves out waiting for the server.",
+        f"Stock `pymongo.MongoClient` against `backpressure.MongoClient` with the default preset "
+        f"(`{section['preset']}`), same server, no overload.",
         "",
-        format_table(headers, rows, markdown=True),
+        f"Work added per operation, counted with `{section['tracer']}` (deterministic: Python "
+        "function calls of the whole client, and calls and line events of this package's code):",
+        "",
+        format_table(
+            ["operation", "calls stock", "calls enabled", "added", "our calls", "our lines"],
+            work_rows,
+            markdown=True,
+        ),
+        "",
+        f"Client CPU per operation (`time.thread_time` of the calling thread): {pairs} paired "
+        f"samples of {block} operations per client, alternating order, GC paused inside a pair; "
+        "ratio = median over the pairs of enabled/stock, with a 95 % bootstrap CI (pairs "
+        f"resampled). Goal: the CI's upper bound <= {section['goal_ratio']}.",
+        "",
+        format_table(
+            [
+                "operation",
+                "stock CPU µs",
+                "enabled CPU µs",
+                "ratio [95% CI]",
+                "ratio of means",
+                "wall µs stock / enabled",
+                f"goal <= {section['goal_ratio']}",
+            ],
+            cpu_rows,
+            markdown=True,
+        ),
         "",
     ]
 
@@ -291,68 +382,103 @@ def _core_md(section: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def _overload_md(section: dict[str, Any], config: dict[str, Any]) -> list[str]:
-    """The overload section with the goals."""
+def _opt_int(value: Optional[int]) -> str:
+    """Format an optional count."""
+    return "-" if value is None else f"{value:,}"
+
+
+def scenario_rows(runs: list[dict[str, Any]]) -> list[list[str]]:
+    """Table rows of the overload runs (``SCENARIO_HEADERS`` order)."""
     rows = []
-    for run in section["runs"]:
-        refused = run["refused"]
+    for r in runs:
         rows.append(
             [
-                run["policy"],
-                f"{run['load']:g}x",
-                run["shape"],
-                fmt(run["goodput"]),
-                f"{run['goodput_vs_capacity']:.0%}",
-                f"{run['app_errors']:,}"
-                + (f" ({run['skipped']:,} skipped)" if run["skipped"] else ""),
-                fmt(run["amplification"], 2),
-                fmt(run["attempts_per_op"], 2),
-                fmt(run["steady_attempts_per_op"], 2),
-                fmt(run["latency_p99_ms"]),
-                "-" if refused is None else f"{refused:,}",
+                r["scenario"],
+                r["policy"],
+                f"{r['operations']:,}",
+                f"{r['app_errors']:,} ({r['error_fraction']:.1%})",
+                _opt_int(r["physical_min"]),
+                fmt(r["vs_min"], 2),
+                fmt(r["attempts_per_op"], 2),
+                fmt(r["goodput"]),
+                fmt(r["p50_ms"]),
+                fmt(r["p99_ms"]),
+                _opt_int(r["local_waits"]),
+                f"{r['never_sent']:,}",
+                _opt_int(r["budget_refused"]),
             ]
         )
-    headers = [
-        "policy",
-        "load",
-        "shape",
-        "goodput/s",
-        "of C",
-        "app errors",
-        "attempts/success",
-        "attempts/op",
-        "steady attempts/op",
-        "p99 ms",
-        "budget refused",
-    ]
-    goals = [Goal(**g) for g in section["goals"]]
-    goal_rows = [
-        [g.goal, g.measured, "not measured" if g.met is None else ("met" if g.met else "NOT met")]
-        for g in goals
-    ]
+    return rows
+
+
+SCENARIO_HEADERS = (
+    "scenario",
+    "policy",
+    "ops",
+    "app errors",
+    "physical min",
+    "x min",
+    "attempts/op",
+    "goodput/s",
+    "p50 ms",
+    "p99 ms",
+    "local waits",
+    "never sent",
+    "budget refused",
+)
+
+
+def _overload_md(section: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """The overload section with the goals."""
     unavailable = "".join(
         f" {name} not run: {reason}." for name, reason in config["unavailable"].items()
     )
+    oracle = "the policy-lab oracle (`backpressure.sim.oracle`) on the run's own arrival log"
+    goal_rows = []
+    dropped = []
+    for g in (Goal(**g) for g in section["goals"]):
+        verdict = ", ".join(
+            f"{policy} {'-' if met is None else ('met' if met else 'NOT met')}"
+            for policy, met in g.met.items()
+        )
+        if g.dropped:
+            dropped.append(f"- {g.goal}: {verdict} ({BASELINE} meets it, so it is dropped)")
+            continue
+        figures = "; ".join(f"{policy}: {text}" for policy, text in g.figures.items())
+        goal_rows.append([g.goal, verdict, figures])
     return [
         "## Overload",
         "",
-        f"C = {config['capacity']:g} ops/s (limiter burst {config['burst_seconds']:g} s), "
-        f"{config['threads']} client threads, open-loop arrivals, 50% find_one / 25% update_one "
-        f"/ 25% insert_one. Sustained: {config['warmup']:g} s at {config['base_load']:g}x C then "
-        f"{config['sustained']:g} s at the load. Bursty: {config['warmup']:g} s at "
-        f"{config['base_load']:g}x C, {config['burst']:g} s at the load, {config['recovery']:g} s "
-        f"at {config['base_load']:g}x C. Goodput: successes/s in the overload (burst) phase after "
-        "its first second. App errors: operations that raised plus arrivals never sent "
-        "(skipped: every worker busy > 1 s). Attempts = workload commands the server received "
-        "(its counters); steady attempts/op: client-counted attempts per operation sent after "
-        f"the overload's (burst's) first {config['steady_skip']:g} s.{unavailable}",
+        f"Closed loop: C = {config['capacity']:g} ops/s, {config['closed_seconds']:g} s per run, "
+        f"workers {', '.join(map(str, config['closed_workers']))}. Open loop: C = "
+        f"{config['open_capacity']:g} ops/s, {config['open_threads']} threads, "
+        f"{config['warmup']:g} s at {config['base_load']:g}x C then {config['sustained']:g} s at "
+        f"the load; burst: {config['warmup']:g} s at {config['base_load']:g}x, "
+        f"{config['burst']:g} s at {config['burst_load']:g}x, {config['recovery']:g} s at "
+        f"{config['base_load']:g}x. Hot member: reads with readPreference=secondary, "
+        f"{config['hot_workers']} workers for {config['hot_seconds']:g} s, one secondary limited "
+        f"to {config['hot_capacity']:g} ops/s, the others unlimited. Limiter burst "
+        f"{config['burst_seconds']:g} s. Workload: 50% find_one / 25% update_one / 25% "
+        f"insert_one (hot member: reads only); every operation may take "
+        f"{config['allowed_wait']:g} s from its arrival (`pymongo.timeout`).",
         "",
-        format_table(headers, rows, markdown=True),
+        "App errors: operations that raised plus arrivals never sent (deadline passed before a "
+        f"worker was free). Physical min: {oracle}; for a closed loop that log depends on the "
+        "policy, so the closed-loop goals also use the policy-independent floor "
+        "max(0, 1 - C·wait/N). Attempts/op: workload commands the server received per "
+        "operation. Goodput: successes/s (open loop: in the overload or burst phase; closed "
+        "loop: after the first second). p50/p99: successful operations. Local waits: the "
+        "policy's local-wait events (- : it reports none). Never sent: operations that raised "
+        "without any attempt reaching the network (refused locally). Budget refused: retries "
+        f"the retry budget refused (- : no budget).{unavailable}",
         "",
-        "### Goals (default preset)",
+        format_table(list(SCENARIO_HEADERS), scenario_rows(section["runs"]), markdown=True),
         "",
-        format_table(["goal", "measured", "result"], goal_rows, markdown=True),
+        "### Goals (all comparisons within this run)",
         "",
+        format_table(["goal", "result per policy", "figures"], goal_rows, markdown=True),
+        "",
+        *(["Dropped goals:", "", *dropped, ""] if dropped else []),
     ]
 
 

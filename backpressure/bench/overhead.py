@@ -1,173 +1,477 @@
-"""Overhead with no overload: the same operations through a stock and a backpressure client.
+"""Overhead without overload: what an enabled client adds to each operation, measured two ways.
 
-Both clients talk to the same server.  Each round runs a block of ``block`` operations on one
-client, then the same block on the other (the order alternates every round, so drift and warm-up
-hit both alike); the per-round ratio enabled/plain of the time per operation is summarised by its
-median and interquartile range.  Wall time is what the application sees; the client thread's CPU
-time (``time.thread_time``) leaves out waiting for the server and so isolates the client's own
-cost, which is where a wrapper's overhead lives.
+Theory of operation.  A stock ``pymongo.MongoClient`` and a ``backpressure.MongoClient`` with
+the default preset talk to the same server; each benchmark operation runs on both.
+
+* **Work count (deterministic).**  A tracer counts, per operation, the Python function calls of
+  the whole client (stock and enabled) and the calls and line events of this package's own code
+  (``sys.settrace`` on 3.11 and older, ``sys.monitoring`` on 3.12+).  The counts do not depend on
+  the machine's load: they say exactly how much Python-level work enabling adds on a success path.
+* **Client CPU time (statistical).**  ``pairs`` paired samples: each sample runs ``block``
+  operations on one client then ``block`` on the other, in alternating order, timing the calling
+  thread's CPU (``time.thread_time``: waiting for the server is left out, the wrapper's cost is
+  not).  The estimate is the median over the pairs of enabled CPU / stock CPU; its 95 %
+  confidence interval comes from a seeded bootstrap that resamples whole pairs.  Drift that hits
+  both halves of a pair cancels in its ratio, and the median ignores the pairs a neighbour's
+  burst of work landed on.  The goal is decided on the CI's upper bound.
+
+pyperf is not used: it times wall-clock runs of one benchmark in separate worker processes and
+compares two result files with a t-test; it has neither a paired, alternating design nor a timer
+for one thread's CPU, and each worker process would have to connect to the replica set again.
 """
 
 from __future__ import annotations
 
+import gc
+import random
+import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from pathlib import Path
+from types import CodeType, FrameType
+from typing import Any, Callable, Optional
 
 from pymongo import MongoClient
+from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 
-from backpressure.workload.metrics import iqr, median, percentile
-from backpressure.workload.policies import POLICIES, Document
+from backpressure.workload.policies import Document
 
-__all__ = ["OPERATIONS", "OverheadResult", "measure_overhead"]
-
-Operation = Callable[[Collection[Document], int], None]
+__all__ = [
+    "OPERATIONS",
+    "CpuOverhead",
+    "OverheadTargets",
+    "WorkCount",
+    "bootstrap_ratio_ci",
+    "count_work",
+    "measure_cpu",
+    "measure_overhead",
+    "open_targets",
+]
 
 _SMALL_DOCS = 5
 _SMALL_BATCH = 2
+_DATABASE = "backpressure_bench"
 
 
-def _insert_one(collection: Collection[Document], i: int) -> None:
+@dataclass(frozen=True)
+class OverheadTargets:
+    """The collections (and client) one side of the comparison operates on."""
+
+    client: MongoClient[Document]
+    reads: Collection[Document]
+    """Five small documents, ``_id`` 0-4."""
+    inserts: Collection[Document]
+    """A collection that only grows."""
+    counters: Collection[Document]
+    """One document the transaction updates (a transaction's commit rewrites what it touched,
+    so it must not touch a collection that grows)."""
+
+
+Operation = Callable[[OverheadTargets, int], None]
+
+
+def _insert_one(target: OverheadTargets, i: int) -> None:
     """Insert one small document."""
-    collection.insert_one({"n": i})
+    target.inserts.insert_one({"n": i})
 
 
-def _find_one(collection: Collection[Document], i: int) -> None:
+def _find_one(target: OverheadTargets, i: int) -> None:
     """Find one document by _id."""
-    collection.find_one({"_id": i % _SMALL_DOCS})
+    target.reads.find_one({"_id": i % _SMALL_DOCS})
 
 
-def _find_get_more(collection: Collection[Document], i: int) -> None:
+def _find_get_more(target: OverheadTargets, i: int) -> None:
     """Read 5 documents in batches of 2: one find and two getMores."""
-    docs = list(collection.find({"_id": {"$lt": _SMALL_DOCS}}, batch_size=_SMALL_BATCH))
+    docs = list(target.reads.find({"_id": {"$lt": _SMALL_DOCS}}, batch_size=_SMALL_BATCH))
     if len(docs) != _SMALL_DOCS:
         raise AssertionError(f"expected {_SMALL_DOCS} documents, got {len(docs)}")
+
+
+def _aggregate(target: OverheadTargets, i: int) -> None:
+    """A two-stage aggregate returning the five documents."""
+    pipeline: list[dict[str, Any]] = [
+        {"$match": {"_id": {"$lt": _SMALL_DOCS}}},
+        {"$sort": {"_id": 1}},
+    ]
+    docs = list(target.reads.aggregate(pipeline))
+    if len(docs) != _SMALL_DOCS:
+        raise AssertionError(f"expected {_SMALL_DOCS} documents, got {len(docs)}")
+
+
+def _transaction(target: OverheadTargets, i: int) -> None:
+    """A transaction through ``with_transaction``: one update, then commit."""
+
+    def body(session: ClientSession) -> None:
+        target.counters.update_one({"_id": 0}, {"$inc": {"n": 1}}, session=session)
+
+    with target.client.start_session() as session:
+        session.with_transaction(body)
 
 
 OPERATIONS: Mapping[str, Operation] = {
     "insert_one": _insert_one,
     "find_one": _find_one,
     "find+getMore": _find_get_more,
+    "aggregate": _aggregate,
+    "transaction": _transaction,
 }
 """The measured operations by name."""
 
 
+# -- the deterministic work count ----------------------------------------------------------------
+
+
 @dataclass(frozen=True)
-class OverheadResult:
-    """One operation's timings and enabled/plain ratios."""
+class WorkCount:
+    """Python-level work per operation of one client, counted by a tracer."""
 
     operation: str
-    rounds: int
+    client: str
+    """``stock`` or ``enabled``."""
+    operations: int
+    """Operations counted."""
+    calls: float
+    """Python function calls per operation, all code (pymongo's included)."""
+    our_calls: float
+    """Calls per operation of this package's code (its benchmark and workload code excluded)."""
+    our_lines: float
+    """Line events per operation in this package's code."""
+
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
+_NOT_OURS = tuple(str(Path(_PACKAGE_DIR) / sub) for sub in ("bench", "workload", "demo"))
+
+
+def _is_ours(code: CodeType) -> bool:
+    """Whether ``code`` is this package's code (not the benchmark's own)."""
+    filename = code.co_filename
+    return filename.startswith(_PACKAGE_DIR) and not filename.startswith(_NOT_OURS)
+
+
+class _Tally:
+    """Counters a tracer fills."""
+
+    __slots__ = ("calls", "our_calls", "our_lines")
+
+    def __init__(self) -> None:
+        """Start at zero."""
+        self.calls = 0
+        self.our_calls = 0
+        self.our_lines = 0
+
+
+@contextmanager
+def _settrace_counter(tally: _Tally) -> Iterator[None]:
+    """Count calls (all code) and line events (our code) on this thread with ``sys.settrace``."""
+    ours: dict[CodeType, bool] = {}
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line":
+            tally.our_lines += 1
+        return local
+
+    def global_trace(frame: FrameType, event: str, arg: Any) -> Any:
+        if event != "call":
+            return None
+        tally.calls += 1
+        code = frame.f_code
+        mine = ours.get(code)
+        if mine is None:
+            mine = ours[code] = _is_ours(code)
+        if mine:
+            tally.our_calls += 1
+            return local
+        return None
+
+    previous = sys.gettrace()
+    sys.settrace(global_trace)
+    try:
+        yield
+    finally:
+        sys.settrace(previous)
+
+
+@contextmanager
+def _monitoring_counter(tally: _Tally) -> Iterator[None]:  # pragma: no cover - Python 3.12+
+    """Count calls (all code) and line events (our code) with ``sys.monitoring`` (3.12+)."""
+    monitoring: Any = vars(sys)["monitoring"]
+    tool = monitoring.PROFILER_ID
+    get_ident = threading.get_ident
+    thread = get_ident()
+    ours: dict[CodeType, bool] = {}
+
+    def is_ours(code: CodeType) -> bool:
+        mine = ours.get(code)
+        if mine is None:
+            mine = ours[code] = _is_ours(code)
+        return mine
+
+    def on_start(code: CodeType, offset: int) -> Any:
+        if get_ident() != thread:  # monitoring is process-wide: count this thread only
+            return None
+        tally.calls += 1
+        if is_ours(code):
+            tally.our_calls += 1
+        return None
+
+    def on_line(code: CodeType, line: int) -> Any:
+        if not is_ours(code):
+            return monitoring.DISABLE
+        if get_ident() == thread:
+            tally.our_lines += 1
+        return None
+
+    monitoring.use_tool_id(tool, "backpressure.bench")
+    try:
+        monitoring.register_callback(tool, monitoring.events.PY_START, on_start)
+        monitoring.register_callback(tool, monitoring.events.LINE, on_line)
+        monitoring.set_events(tool, monitoring.events.PY_START | monitoring.events.LINE)
+        monitoring.restart_events()
+        yield
+    finally:
+        monitoring.set_events(tool, 0)
+        monitoring.register_callback(tool, monitoring.events.PY_START, None)
+        monitoring.register_callback(tool, monitoring.events.LINE, None)
+        monitoring.free_tool_id(tool)
+
+
+def tracer_name() -> str:
+    """The tracing mechanism :func:`count_work` uses on this Python."""
+    return "sys.monitoring" if sys.version_info >= (3, 12) else "sys.settrace"
+
+
+def count_work(
+    name: str, operation: Operation, target: OverheadTargets, client: str, operations: int = 20
+) -> WorkCount:
+    """Count the Python-level work of ``operations`` runs of ``operation`` on ``target``."""
+    if operations < 1:
+        raise ValueError(f"operations must be >= 1, got {operations!r}")
+    for i in range(3):  # warm caches, the pool and the session pool
+        operation(target, i)
+    tally = _Tally()
+    counter = _monitoring_counter if sys.version_info >= (3, 12) else _settrace_counter
+    with counter(tally):
+        for i in range(operations):
+            operation(target, i)
+    return WorkCount(
+        operation=name,
+        client=client,
+        operations=operations,
+        calls=tally.calls / operations,
+        our_calls=tally.our_calls / operations,
+        our_lines=tally.our_lines / operations,
+    )
+
+
+# -- the CPU-time measure ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CpuOverhead:
+    """Client CPU per operation, enabled against stock, with a bootstrap CI on the ratio."""
+
+    operation: str
+    pairs: int
     block: int
-    plain_us: float
-    """Median time per operation of the stock client, in microseconds."""
-    enabled_us: float
-    """Median time per operation of the backpressure client, in microseconds."""
-    ratio_median: float
-    ratio_p25: float
-    ratio_p75: float
-    ratio_iqr: float
-    plain_cpu_us: float
-    """Median client-thread CPU time per operation of the stock client, in microseconds."""
+    stock_cpu_us: float
+    """Median client-thread CPU per operation of the stock client, in microseconds."""
     enabled_cpu_us: float
-    """Median client-thread CPU time per operation of the backpressure client."""
-    cpu_ratio_median: float
-    cpu_ratio_p25: float
-    cpu_ratio_p75: float
+    """Median client-thread CPU per operation of the enabled client, in microseconds."""
+    ratio: float
+    """Median over the pairs of enabled CPU / stock CPU (the goal's estimate)."""
+    ratio_ci_low: float
+    ratio_ci_high: float
+    """Bounds of the 95 % bootstrap confidence interval of ``ratio``."""
+    ratio_of_means: float
+    """Total enabled CPU / total stock CPU (less robust to outliers; shown for reference)."""
+    stock_wall_us: float
+    """Median wall time per operation of the stock client (context for the CPU figures)."""
+    enabled_wall_us: float
 
 
-def _time_block(op: Operation, collection: Collection[Document], block: int) -> tuple[float, float]:
-    """Return wall seconds and client-thread CPU seconds per operation over one block."""
+def _median(values: Sequence[float]) -> float:
+    """The median of a non-empty sample."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+def bootstrap_ratio_ci(
+    enabled: Sequence[float],
+    stock: Sequence[float],
+    *,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    rng: Optional[random.Random] = None,
+) -> tuple[float, float, float]:
+    """Return (ratio, low, high): the median paired ratio enabled/stock and its bootstrap CI.
+
+    The i-th values of ``enabled`` and ``stock`` form a pair; the percentile bootstrap resamples
+    whole pairs (``rng`` seeds it: the same samples give the same interval).
+    """
+    if len(enabled) != len(stock) or not stock:
+        raise ValueError("enabled and stock must be non-empty and of equal length")
+    if any(s <= 0 for s in stock):
+        raise ValueError("every stock sample must be a positive time")
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples!r}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    rng = rng or random.Random(0)
+    ratios = [e / s for e, s in zip(enabled, stock)]
+    n = len(ratios)
+    estimates = sorted(
+        _median([ratios[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples)
+    )
+    tail = (1.0 - confidence) / 2.0
+    low = estimates[int(tail * (resamples - 1))]
+    high = estimates[round((1.0 - tail) * (resamples - 1))]
+    return _median(ratios), low, high
+
+
+def _time_block(
+    operation: Operation, target: OverheadTargets, block: int, start: int
+) -> tuple[float, float]:
+    """Return (CPU seconds, wall seconds) of ``block`` operations on this thread."""
     cpu = time.thread_time()
-    start = time.perf_counter()
-    for i in range(block):
-        op(collection, i)
-    wall = time.perf_counter() - start
-    return wall / block, (time.thread_time() - cpu) / block
+    wall = time.perf_counter()
+    for i in range(start, start + block):
+        operation(target, i)
+    return time.thread_time() - cpu, time.perf_counter() - wall
+
+
+def measure_cpu(
+    name: str,
+    operation: Operation,
+    stock: OverheadTargets,
+    enabled: OverheadTargets,
+    *,
+    pairs: int = 200,
+    block: int = 10,
+    progress: Callable[[float], None] = lambda _: None,
+    rng: Optional[random.Random] = None,
+) -> CpuOverhead:
+    """Measure client CPU per operation over ``pairs`` alternating paired samples.
+
+    The garbage collector is paused inside each pair (and run between pairs) so that a
+    collection's cost does not land at random in one half of a pair.
+    """
+    if pairs < 2 or block < 1:
+        raise ValueError(f"pairs must be >= 2 and block >= 1, got {pairs!r} and {block!r}")
+    sides = {"stock": stock, "enabled": enabled}
+    for target in sides.values():  # warm-up
+        _time_block(operation, target, block, 0)
+    cpu: dict[str, list[float]] = {"stock": [], "enabled": []}
+    wall: dict[str, list[float]] = {"stock": [], "enabled": []}
+    gc_was_enabled = gc.isenabled()
+    try:
+        for k in range(pairs):
+            order = ("stock", "enabled") if k % 2 == 0 else ("enabled", "stock")
+            gc.collect(0)
+            gc.disable()
+            for side in order:
+                spent, elapsed = _time_block(operation, sides[side], block, k * block)
+                cpu[side].append(spent / block)
+                wall[side].append(elapsed / block)
+            if gc_was_enabled:
+                gc.enable()
+            progress(1.0)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    ratio, low, high = bootstrap_ratio_ci(cpu["enabled"], cpu["stock"], rng=rng)
+    return CpuOverhead(
+        operation=name,
+        pairs=pairs,
+        block=block,
+        stock_cpu_us=_median(cpu["stock"]) * 1e6,
+        enabled_cpu_us=_median(cpu["enabled"]) * 1e6,
+        ratio=ratio,
+        ratio_ci_low=low,
+        ratio_ci_high=high,
+        ratio_of_means=sum(cpu["enabled"]) / sum(cpu["stock"]),
+        stock_wall_us=_median(wall["stock"]) * 1e6,
+        enabled_wall_us=_median(wall["enabled"]) * 1e6,
+    )
+
+
+@contextmanager
+def open_targets(uri: str) -> Iterator[tuple[OverheadTargets, OverheadTargets, str]]:
+    """Open the stock and the enabled client; yield both sides and the enabled preset's name."""
+    import backpressure
+
+    stock_client: MongoClient[Document] = MongoClient(uri)
+    try:
+        enabled_client: MongoClient[Document] = backpressure.MongoClient(uri)
+    except BaseException:
+        stock_client.close()
+        raise
+    try:
+        state = backpressure.state(enabled_client)
+        preset = state.policy.name if state is not None else "disabled"
+        seed = stock_client[_DATABASE]["overhead"]
+        seed.drop()
+        seed.insert_many([{"_id": i} for i in range(_SMALL_DOCS)])
+        stock_client[_DATABASE]["overhead_inserts"].drop()
+        counters = stock_client[_DATABASE]["overhead_counters"]
+        counters.drop()
+        counters.insert_one({"_id": 0, "n": 0})
+
+        def side(client: MongoClient[Document]) -> OverheadTargets:
+            database = client[_DATABASE]
+            return OverheadTargets(
+                client,
+                database["overhead"],
+                database["overhead_inserts"],
+                database["overhead_counters"],
+            )
+
+        yield side(stock_client), side(enabled_client), preset
+    finally:
+        stock_client.close()
+        enabled_client.close()
 
 
 def measure_overhead(
     uri: str,
     *,
-    rounds: int = 25,
-    block: int = 200,
+    pairs: int = 200,
+    block: int = 10,
+    count_operations: int = 20,
     operations: Mapping[str, Operation] = OPERATIONS,
     progress: Callable[[float], None] = lambda _: None,
-) -> tuple[list[OverheadResult], str]:
-    """Measure every operation; return the results and how the enabled client was built."""
-    if rounds < 1 or block < 1:
-        raise ValueError("rounds and block must be >= 1")
-    policy = POLICIES["draft"]
-    plain: MongoClient[Document] = MongoClient(uri)
-    try:
-        enabled = policy.open(uri)
-    except BaseException:
-        plain.close()
-        raise
-    try:
-        seed = plain["backpressure_bench"]["overhead"]
-        seed.drop()
-        seed.insert_many([{"_id": i} for i in range(_SMALL_DOCS)])
-        pairs: dict[str, tuple[Collection[Document], Collection[Document]]] = {
-            "plain": (seed, plain["backpressure_bench"]["overhead_inserts"]),
-            "enabled": (
-                enabled.client["backpressure_bench"]["overhead"],
-                enabled.client["backpressure_bench"]["overhead_inserts"],
-            ),
-        }
+) -> dict[str, Any]:
+    """Count the work and measure the CPU of every operation; return JSON-ready data."""
+    from dataclasses import asdict
 
-        def collection_for(side: str, name: str) -> Collection[Document]:
-            reads, inserts = pairs[side]
-            return inserts if name == "insert_one" else reads
-
-        results = []
-        for name, op in operations.items():
-            for side in ("plain", "enabled"):  # warm-up block
-                _time_block(op, collection_for(side, name), block)
-            times: dict[str, list[float]] = {"plain": [], "enabled": []}
-            cpus: dict[str, list[float]] = {"plain": [], "enabled": []}
-            for r in range(rounds):
-                order = ("plain", "enabled") if r % 2 == 0 else ("enabled", "plain")
-                for side in order:
-                    wall, cpu = _time_block(op, collection_for(side, name), block)
-                    times[side].append(wall)
-                    cpus[side].append(cpu)
-                progress(1.0)
-            plain_times, enabled_times = times["plain"], times["enabled"]
-            ratios = [e / p for e, p in zip(enabled_times, plain_times)]
-            cpu_ratios = [e / p if p > 0 else 1.0 for e, p in zip(cpus["enabled"], cpus["plain"])]
-            results.append(
-                OverheadResult(
-                    operation=name,
-                    rounds=rounds,
+    rng = random.Random(12345)
+    with open_targets(uri) as (stock, enabled, preset):
+        work = []
+        for name, operation in operations.items():
+            for label, target in (("stock", stock), ("enabled", enabled)):
+                work.append(count_work(name, operation, target, label, count_operations))
+        cpu = []
+        gc.collect()
+        for name, operation in operations.items():
+            cpu.append(
+                measure_cpu(
+                    name,
+                    operation,
+                    stock,
+                    enabled,
+                    pairs=pairs,
                     block=block,
-                    plain_us=_us(median(plain_times)),
-                    enabled_us=_us(median(enabled_times)),
-                    ratio_median=_num(median(ratios)),
-                    ratio_p25=_num(percentile(ratios, 25)),
-                    ratio_p75=_num(percentile(ratios, 75)),
-                    ratio_iqr=_num(iqr(ratios)),
-                    plain_cpu_us=_us(median(cpus["plain"])),
-                    enabled_cpu_us=_us(median(cpus["enabled"])),
-                    cpu_ratio_median=_num(median(cpu_ratios)),
-                    cpu_ratio_p25=_num(percentile(cpu_ratios, 25)),
-                    cpu_ratio_p75=_num(percentile(cpu_ratios, 75)),
+                    progress=progress,
+                    rng=rng,
                 )
             )
-        return results, policy.integration()
-    finally:
-        plain.close()
-        enabled.close()
-
-
-def _num(value: Any) -> float:
-    """Unwrap a statistic of a non-empty sample."""
-    assert value is not None
-    return float(value)
-
-
-def _us(seconds: Any) -> float:
-    """Seconds to microseconds."""
-    return _num(seconds) * 1e6
+    return {
+        "preset": preset,
+        "tracer": tracer_name(),
+        "work": [asdict(w) for w in work],
+        "cpu": [asdict(c) for c in cpu],
+    }

@@ -1,27 +1,40 @@
-"""An open-loop load generator: paced arrivals served by a pool of threads, per-second timelines.
+"""The load generator: open-loop arrivals or a closed loop of workers, per-second timelines.
 
-Theory of operation: the phases are turned into one schedule of arrival times (evenly spaced at
-``load * capacity`` arrivals per second inside each phase) and a seeded mix of operations.  Worker
-threads take the next arrival from the shared schedule, sleep until its time and run it through the
-policy's ``call``.  An arrival that is more than ``max_lag`` seconds overdue when a worker reaches
-it (every worker was busy, e.g. sleeping in backoff) is counted as *skipped*, never run late, so
-the offered load stays what the phases say.  Attempts are counted twice: on the client by a command
-listener (for the per-second timeline) and on the server by its per-command ``received`` counters
-(for the totals: load amplification = received workload commands / successful operations).
+Theory of operation.  Every operation has an *arrival* instant and an *allowed wait*
+(``WorkloadConfig.allowed_wait``): the application gives up on it at ``arrival + allowed_wait``.
+It runs under ``pymongo.timeout`` with the time that remains (a CSOT deadline every policy
+sees), and the arrival log (arrival instant and allowed wait of every operation, on the clock of
+the server's limiter) is kept so the physical-limit oracle can be run on exactly these arrivals.
+
+* **Open loop** (:func:`run_policy`): the phases are turned into one schedule of arrival times
+  (evenly spaced at ``load * capacity`` per second inside each phase) and a seeded operation mix.
+  Worker threads take the next arrival, sleep until it is due and run it.  An arrival whose
+  deadline has passed before a worker reaches it (every worker was busy) is *skipped*: never sent,
+  counted as an app error, never run late, so the offered load stays what the phases say.
+* **Closed loop** (:func:`run_closed_loop`): ``workers`` threads each run operations back to back
+  for ``duration`` seconds, as a web application's thread pool does; an operation arrives when
+  its worker issues it.
+
+Attempts are counted three ways: by the server's per-command ``received`` counters (the totals:
+attempts per operation), by a command listener on the client (the per-second timeline, and per
+operation, so an operation that failed without sending anything is counted as refused locally),
+and, where the policy reports them, by its local-wait and local-refusal events.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional, Protocol
 
+import pymongo
 from pymongo import monitoring
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
@@ -37,11 +50,14 @@ from backpressure.workload.policies import ClientPolicy, Document, PolicyClient
 __all__ = [
     "WORKLOAD_COMMANDS",
     "LoadTarget",
+    "LocalEventCounter",
     "Phase",
     "PhaseResult",
+    "Record",
     "RunResult",
     "WorkloadConfig",
     "received_commands",
+    "run_closed_loop",
     "run_policy",
 ]
 
@@ -59,12 +75,14 @@ class LoadTarget(Protocol):
         """Connection string of the deployment."""
         ...
 
-    def set_rate_limit(self, rate: float, burst_seconds: float = 1.0) -> None:
-        """Switch the ingress request rate limiter on at ``rate`` ops/s."""
+    def set_rate_limit(
+        self, rate: float, burst_seconds: float = 1.0, *, member: Any = None
+    ) -> None:
+        """Switch the ingress request rate limiter on at ``rate`` ops/s (one member or all)."""
         ...
 
-    def disable_rate_limit(self) -> None:
-        """Switch the ingress request rate limiter off."""
+    def disable_rate_limit(self, member: Any = None) -> None:
+        """Switch the ingress request rate limiter off (one member or all)."""
         ...
 
     def stats(self, member: Any = None, reset: bool = False) -> dict[str, Any]:
@@ -106,8 +124,8 @@ class WorkloadConfig:
     """Share of find_one by _id; the rest is split evenly between update_one and insert_one."""
     keys: int = 200
     """Documents preloaded for reads and updates."""
-    max_lag: float = 1.0
-    """An arrival this many seconds overdue is skipped (counted, not run)."""
+    allowed_wait: float = 1.0
+    """Seconds an operation may take from its arrival: its CSOT deadline (``pymongo.timeout``)."""
     drain_timeout: float = 15.0
     """How long to wait for operations still running after the last arrival."""
     bucket_width: float = 1.0
@@ -131,6 +149,11 @@ class WorkloadConfig:
             )
         if self.keys < 1:
             raise ValueError(f"WorkloadConfig.keys must be >= 1, got {self.keys!r}")
+        if not (self.allowed_wait > 0 and math.isfinite(self.allowed_wait)):
+            raise ValueError(
+                "WorkloadConfig.allowed_wait must be a finite number > 0, "
+                f"got {self.allowed_wait!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -147,7 +170,7 @@ class PhaseResult:
     issued: int
     """Arrivals of the phase actually run (offered - skipped)."""
     skipped: int
-    """Arrivals of the phase not run because every worker was busy for > max_lag."""
+    """Arrivals of the phase never sent: their deadline passed before a worker was free."""
     succeeded: int
     """Arrivals of the phase that succeeded (whenever they finished)."""
     failed: int
@@ -164,7 +187,7 @@ class PhaseResult:
 
 @dataclass(frozen=True)
 class RunResult:
-    """One policy's run of the phases: totals, per-phase results and a per-second timeline."""
+    """One policy's run: totals, per-phase results, a per-second timeline and the arrival log."""
 
     policy: str
     description: str
@@ -173,10 +196,14 @@ class RunResult:
     duration: float
     """Wall time from the first arrival until the last operation finished."""
     offered: int
+    """Operations that arrived (open loop: scheduled; closed loop: issued by the workers)."""
     issued: int
+    """Operations handed to the client (offered - skipped)."""
     skipped: int
+    """Open loop: arrivals never handed to the client (deadline passed before a worker was free)."""
     successes: int
     errors: int
+    """Operations that raised."""
     error_types: dict[str, int]
     server_received: int
     """Workload commands the server received (rejected ones included)."""
@@ -196,6 +223,25 @@ class RunResult:
     """Retries refused by the retry budget (None without a budget)."""
     phases: list[PhaseResult]
     timeline: dict[str, list[Any]] = field(default_factory=dict)
+    loop: str = "open"
+    """``open`` (scheduled arrivals) or ``closed`` (workers running back to back)."""
+    workers: int = 0
+    """Worker threads."""
+    allowed_wait: float = 0.0
+    """Seconds each operation may take from its arrival (its deadline)."""
+    never_sent: int = 0
+    """Operations that raised without any attempt reaching the network (refused locally)."""
+    local_waits: Optional[int] = None
+    """Local-wait events the policy reported (None: the policy reports none)."""
+    local_refusals: Optional[int] = None
+    """Local-refusal events the policy reported (None: the policy reports none)."""
+    arrivals: list[float] = field(default_factory=list, repr=False)
+    """Arrival instant of every operation, seconds from the start (the limiter's clock)."""
+
+    @property
+    def app_errors(self) -> int:
+        """Operations the application lost: raised, plus arrivals never handed to the client."""
+        return self.errors + self.skipped
 
     def phase(self, name: str) -> PhaseResult:
         """Return the result of the phase called ``name``."""
@@ -205,28 +251,74 @@ class RunResult:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        """Render as JSON-ready data."""
-        return asdict(self)
+        """Render as JSON-ready data (without the arrival log, which can be long)."""
+        data = asdict(self)
+        del data["arrivals"]
+        data["app_errors"] = self.app_errors
+        return data
 
 
 class _AttemptCounter(monitoring.CommandListener):
-    """Records the start time of every workload command (one per attempt)."""
+    """Records the start time of every workload command, and counts them per operation."""
 
     def __init__(self, clock: Clock) -> None:
         """Start with no attempts."""
         self._clock = clock
+        self._local = threading.local()
         self.times: list[float] = []
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         """Record a workload command's start."""
         if event.command_name in WORKLOAD_COMMANDS:
             self.times.append(self._clock())
+            self._local.sent = getattr(self._local, "sent", 0) + 1
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         """Ignore."""
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
         """Ignore."""
+
+    def begin_operation(self) -> None:
+        """Start counting the attempts of an operation run on this thread."""
+        self._local.sent = 0
+
+    def sent(self) -> int:
+        """Attempts started on this thread since :meth:`begin_operation`."""
+        return int(getattr(self._local, "sent", 0))
+
+
+class LocalEventCounter:
+    """Counts the local waits and refusals a policy reports to its listeners.
+
+    Passed to the policies of this package as a listener; a policy that holds operations
+    locally calls ``waited(event)`` and ``refused(event)``, the retry events are ignored here.
+    """
+
+    def __init__(self) -> None:
+        """Start at zero."""
+        self._lock = threading.Lock()
+        self.waits = 0
+        self.refusals = 0
+        self.reported = False
+
+    def waited(self, event: Any) -> None:
+        """Count one local wait."""
+        with self._lock:
+            self.waits += 1
+            self.reported = True
+
+    def refused(self, event: Any) -> None:
+        """Count one local refusal."""
+        with self._lock:
+            self.refusals += 1
+            self.reported = True
+
+    def retried(self, event: Any) -> None:
+        """Ignore retries (the server counters count attempts)."""
+
+    def gave_up(self, event: Any) -> None:
+        """Ignore give-ups (the driver counts errors)."""
 
 
 def received_commands(stats: dict[str, Any], commands: Sequence[str] = WORKLOAD_COMMANDS) -> int:
@@ -257,19 +349,20 @@ def _schedule(phases: Sequence[Phase], capacity: float) -> tuple[list[float], li
 _READ, _UPDATE, _INSERT = 0, 1, 2
 
 
+def _draw(rng: random.Random, config: WorkloadConfig, index: int) -> tuple[int, int]:
+    """Draw one (kind, key) of the operation mix; ``index`` makes inserted keys unique."""
+    draw = rng.random()
+    if draw < config.read_fraction:
+        return (_READ, rng.randrange(config.keys))
+    if draw < config.read_fraction + (1.0 - config.read_fraction) / 2:
+        return (_UPDATE, rng.randrange(config.keys))
+    return (_INSERT, config.keys + index)
+
+
 def _operations(count: int, config: WorkloadConfig) -> list[tuple[int, int]]:
     """Return a seeded mix of (kind, key) pairs."""
     rng = random.Random(config.seed)
-    ops: list[tuple[int, int]] = []
-    for index in range(count):
-        draw = rng.random()
-        if draw < config.read_fraction:
-            ops.append((_READ, rng.randrange(config.keys)))
-        elif draw < config.read_fraction + (1.0 - config.read_fraction) / 2:
-            ops.append((_UPDATE, rng.randrange(config.keys)))
-        else:
-            ops.append((_INSERT, config.keys + index))
-    return ops
+    return [_draw(rng, config, index) for index in range(count)]
 
 
 def _run_one(collection: Collection[Document], kind: int, key: int) -> None:
@@ -290,6 +383,104 @@ def _prepare(client: PolicyClient, config: WorkloadConfig) -> Collection[Documen
     return collection
 
 
+Record = tuple[int, float, float, float, bool, str, int]
+"""(operation index, arrival, start, end, succeeded, error class name, attempts sent)."""
+
+
+@dataclass
+class _Raw:
+    """Raw measurements of one run."""
+
+    t0: float
+    end: float
+    planned: float
+    """Seconds of load planned (the phases)."""
+    times: list[float]
+    """Arrival offsets of every operation (open loop: scheduled, skipped ones included)."""
+    owners: list[int]
+    """Phase index of every operation."""
+    records: list[Record]
+    skipped: list[int]
+    """Skipped arrivals per phase."""
+    skipped_times: list[float]
+    """Due instants (absolute) of the skipped arrivals."""
+
+
+def _attempt(
+    client: PolicyClient,
+    collection: Collection[Document],
+    counter: _AttemptCounter,
+    kind: int,
+    key: int,
+    remaining: float,
+) -> tuple[bool, str, int]:
+    """Run one operation with ``remaining`` seconds of CSOT; return (ok, error name, sent)."""
+    counter.begin_operation()
+    try:
+        with pymongo.timeout(remaining):
+            client.call(functools.partial(_run_one, collection, kind, key))
+    except PyMongoError as exc:
+        return False, type(exc).__name__, counter.sent()
+    return True, "", counter.sent()
+
+
+class _Scenario:
+    """One run's setup: open the client, preload, limit the server, then measure."""
+
+    def __init__(
+        self,
+        target: LoadTarget,
+        policy: ClientPolicy,
+        config: WorkloadConfig,
+        clock: Clock,
+        client_options: dict[str, Any],
+        limited_member: Optional[int],
+    ) -> None:
+        """Remember the setup."""
+        self.target = target
+        self.policy = policy
+        self.config = config
+        self.clock = clock
+        self.client_options = client_options
+        self.limited_member = limited_member
+
+    def run(
+        self, drive: Callable[[PolicyClient, Collection[Document], _AttemptCounter], _Raw]
+    ) -> tuple[_Raw, dict[str, Any], Optional[int], _AttemptCounter, LocalEventCounter]:
+        """Reset the server, preload, set the limiter, zero the counters and call ``drive``."""
+        counter = _AttemptCounter(self.clock)
+        events = LocalEventCounter()
+        self.target.reset()
+        self.target.disable_rate_limit()
+        client = self.policy.open(
+            self.target.uri,
+            event_listeners=[counter],
+            local_listener=events,
+            **self.client_options,
+        )
+        try:
+            collection = _prepare(client, self.config)
+            if self.limited_member is None:
+                self.target.set_rate_limit(
+                    self.config.capacity, burst_seconds=self.config.burst_seconds
+                )
+            else:
+                self.target.set_rate_limit(
+                    self.config.capacity,
+                    burst_seconds=self.config.burst_seconds,
+                    member=self.limited_member,
+                )
+            self.target.stats(reset=True)
+            counter.times.clear()
+            raw = drive(client, collection, counter)
+            stats = self.target.stats()
+            refused = client.refused()
+        finally:
+            client.close()
+            self.target.disable_rate_limit()
+        return raw, stats, refused, counter, events
+
+
 def run_policy(
     target: LoadTarget,
     policy: ClientPolicy,
@@ -299,7 +490,7 @@ def run_policy(
     progress: Optional[Callable[[float], None]] = None,
     clock: Clock = time.perf_counter,
 ) -> RunResult:
-    """Run ``phases`` against ``target`` with ``policy`` and measure it.
+    """Run the open-loop ``phases`` against ``target`` with ``policy`` and measure it.
 
     The server is reset first (data, limiters, counters), the collection preloaded with the
     limiter off, then the limiter set to ``config.capacity`` and the counters zeroed.
@@ -308,40 +499,81 @@ def run_policy(
     """
     if not phases:
         raise ValueError("at least one phase is needed")
-    counter = _AttemptCounter(clock)
-    target.reset()
-    target.disable_rate_limit()
-    client = policy.open(target.uri, event_listeners=[counter])
-    try:
-        collection = _prepare(client, config)
-        target.set_rate_limit(config.capacity, burst_seconds=config.burst_seconds)
-        target.stats(reset=True)
-        counter.times.clear()
-        result = _drive(client, collection, policy, phases, config, counter, progress, clock)
-        stats = target.stats()
-        refused = client.refused()
-    finally:
-        client.close()
-        target.disable_rate_limit()
-    return _summarize(result, policy, phases, config, counter, stats, refused)
+    scenario = _Scenario(target, policy, config, clock, {}, None)
+
+    def drive(
+        client: PolicyClient, collection: Collection[Document], counter: _AttemptCounter
+    ) -> _Raw:
+        return _drive_open(client, collection, phases, config, counter, progress, clock)
+
+    raw, stats, refused, counter, events = scenario.run(drive)
+    return _summarize(raw, policy, phases, config, counter, stats, refused, events, "open")
 
 
-@dataclass
-class _Raw:
-    """Raw measurements of one run."""
+def run_closed_loop(
+    target: LoadTarget,
+    policy: ClientPolicy,
+    workers: int,
+    duration: float,
+    config: WorkloadConfig,
+    *,
+    read_preference: Optional[str] = None,
+    limited_member: Optional[int] = None,
+    progress: Optional[Callable[[float], None]] = None,
+    clock: Clock = time.perf_counter,
+) -> RunResult:
+    """Run ``workers`` threads issuing operations back to back for ``duration`` seconds.
 
-    t0: float
-    end: float
-    times: list[float]
-    owners: list[int]
-    records: list[tuple[int, float, float, bool, str]]
-    skipped: list[int]
+    ``read_preference`` (a pymongo mode name such as ``"secondary"``) goes to the client;
+    ``limited_member`` limits only that member (index) of the deployment, the others are not.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers!r}")
+    if not (duration > 0 and math.isfinite(duration)):
+        raise ValueError(f"duration must be a finite number > 0, got {duration!r}")
+    options: dict[str, Any] = {"maxPoolSize": workers + 10}
+    if read_preference is not None:
+        options["readPreference"] = read_preference
+    scenario = _Scenario(target, policy, config, clock, options, limited_member)
+
+    def drive(
+        client: PolicyClient, collection: Collection[Document], counter: _AttemptCounter
+    ) -> _Raw:
+        return _drive_closed(
+            client, collection, workers, duration, config, counter, progress, clock
+        )
+
+    raw, stats, refused, counter, events = scenario.run(drive)
+    phases = [Phase("closed", 0.0, duration)]
+    result = _summarize(raw, policy, phases, config, counter, stats, refused, events, "closed")
+    return dataclasses.replace(result, workers=workers)
 
 
-def _drive(
+def _join(
+    workers: Sequence[threading.Thread],
+    t0: float,
+    planned: float,
+    deadline: float,
+    progress: Optional[Callable[[float], None]],
+    clock: Clock,
+) -> None:
+    """Wait for the workers until ``deadline``, reporting progress in seconds of load."""
+    reported = 0.0
+    for thread in workers:
+        while thread.is_alive() and clock() < deadline:
+            thread.join(0.2)
+            if progress is not None:
+                elapsed = min(planned, max(0.0, clock() - t0))
+                if elapsed > reported:
+                    progress(elapsed - reported)
+                    reported = elapsed
+    if progress is not None and planned > reported:
+        progress(planned - reported)
+
+
+def _drive_open(
     client: PolicyClient,
     collection: Collection[Document],
-    policy: ClientPolicy,
     phases: Sequence[Phase],
     config: WorkloadConfig,
     counter: _AttemptCounter,
@@ -353,9 +585,11 @@ def _drive(
     ops = _operations(len(times), config)
     lock = threading.Lock()
     cursor = [0]
-    records: list[tuple[int, float, float, bool, str]] = []
+    records: list[Record] = []
     skipped = [0] * len(phases)
+    skipped_times: list[float] = []
     t0 = clock() + 0.05
+    wait_allowed = config.allowed_wait
 
     def worker() -> None:
         while True:
@@ -368,42 +602,92 @@ def _drive(
             wait = due - clock()
             if wait > 0:
                 time.sleep(wait)
-            elif -wait > config.max_lag:
+            remaining = due + wait_allowed - clock()
+            if remaining <= 0:
                 with lock:
                     skipped[owners[index]] += 1
+                    skipped_times.append(due)
                 continue
             kind, key = ops[index]
             start = clock()
-            try:
-                client.call(functools.partial(_run_one, collection, kind, key))
-            except PyMongoError as exc:
-                records.append((index, start, clock(), False, type(exc).__name__))
-            else:
-                records.append((index, start, clock(), True, ""))
+            ok, error, sent = _attempt(client, collection, counter, kind, key, remaining)
+            records.append((index, due, start, clock(), ok, error, sent))
 
-    workers = [
+    threads = [
         threading.Thread(target=worker, name=f"workload-{i}", daemon=True)
         for i in range(config.threads)
     ]
-    for thread in workers:
+    for thread in threads:
         thread.start()
     planned = sum(phase.duration for phase in phases)
-    deadline = t0 + planned + config.drain_timeout
-    reported = 0.0
-    for thread in workers:
-        while thread.is_alive() and clock() < deadline:
-            thread.join(0.2)
-            if progress is not None:
-                elapsed = min(planned, max(0.0, clock() - t0))
-                if elapsed > reported:
-                    progress(elapsed - reported)
-                    reported = elapsed
+    _join(threads, t0, planned, t0 + planned + config.drain_timeout, progress, clock)
     with lock:  # workers still running past the drain timeout take no further arrival
         cursor[0] = len(times)
-    if progress is not None and planned > reported:
-        progress(planned - reported)
-    end = max([clock(), *(r[2] for r in records)]) if records else clock()
-    return _Raw(t0, end, times, owners, list(records), skipped)
+    end = max([clock(), *(r[3] for r in records)]) if records else clock()
+    return _Raw(t0, end, planned, times, owners, list(records), skipped, list(skipped_times))
+
+
+def _drive_closed(
+    client: PolicyClient,
+    collection: Collection[Document],
+    workers: int,
+    duration: float,
+    config: WorkloadConfig,
+    counter: _AttemptCounter,
+    progress: Optional[Callable[[float], None]],
+    clock: Clock,
+) -> _Raw:
+    """Run ``workers`` threads back to back until ``duration`` has passed."""
+    records: list[Record] = []
+    lock = threading.Lock()
+    next_index = [0]
+    t0 = clock() + 0.05
+    stop = t0 + duration
+    wait_allowed = config.allowed_wait
+
+    def worker(number: int) -> None:
+        rng = random.Random(config.seed * 100_003 + number)
+        delay = t0 - clock()
+        if delay > 0:
+            time.sleep(delay)
+        while True:
+            arrival = clock()
+            if arrival >= stop:
+                return
+            with lock:
+                index = next_index[0]
+                next_index[0] += 1
+            kind, key = _draw(rng, config, index)
+            ok, error, sent = _attempt(client, collection, counter, kind, key, wait_allowed)
+            records.append((index, arrival, arrival, clock(), ok, error, sent))
+
+    threads = [
+        threading.Thread(target=worker, args=(i,), name=f"closed-{i}", daemon=True)
+        for i in range(workers)
+    ]
+    for thread in threads:
+        thread.start()
+    _join(threads, t0, duration, stop + wait_allowed + config.drain_timeout, progress, clock)
+    done = sorted(records, key=lambda r: r[0])
+    times = [r[1] - t0 for r in done]
+    end = max([clock(), *(r[3] for r in done)]) if done else clock()
+    renumbered: list[Record] = [
+        (i, arrival, start, finish, ok, error, sent)
+        for i, (_, arrival, start, finish, ok, error, sent) in enumerate(done)
+    ]
+    return _Raw(t0, end, duration, times, [0] * len(done), renumbered, [0], [])
+
+
+def _weighted_counts(
+    items: Iterable[tuple[float, int]], start: float, width: float, buckets: int
+) -> list[int]:
+    """Sum the weights of ``(time, weight)`` items per bucket (as ``bucket_counts`` places them)."""
+    sums = [0] * buckets
+    for t, weight in items:
+        if t < start:
+            continue
+        sums[min(int((t - start) / width), buckets - 1)] += weight
+    return sums
 
 
 def _summarize(
@@ -414,13 +698,15 @@ def _summarize(
     counter: _AttemptCounter,
     stats: dict[str, Any],
     refused: Optional[int],
+    events: LocalEventCounter,
+    loop: str,
 ) -> RunResult:
     """Turn raw records and server counters into a RunResult."""
     t0 = raw.t0
-    planned = sum(phase.duration for phase in phases)
-    successes = [r for r in raw.records if r[3]]
-    failures = [r for r in raw.records if not r[3]]
-    latencies = [(r[2] - r[1]) * 1000.0 for r in successes]
+    planned = raw.planned
+    successes = [r for r in raw.records if r[4]]
+    failures = [r for r in raw.records if not r[4]]
+    latencies = [(r[3] - r[1]) * 1000.0 for r in successes]
     received = received_commands(stats)
     issued = len(raw.records)
 
@@ -430,9 +716,9 @@ def _summarize(
         lo, hi = t0 + start, t0 + start + phase.duration
         mine_ok = [r for r in successes if raw.owners[r[0]] == index]
         mine_failed = sum(1 for r in failures if raw.owners[r[0]] == index)
-        completed = sum(1 for r in successes if lo <= r[2] < hi)
+        completed = sum(1 for r in successes if lo <= r[3] < hi)
         offered = sum(1 for owner in raw.owners if owner == index)
-        phase_lat = [(r[2] - r[1]) * 1000.0 for r in mine_ok]
+        phase_lat = [(r[3] - r[1]) * 1000.0 for r in mine_ok]
         phase_results.append(
             PhaseResult(
                 name=phase.name,
@@ -454,16 +740,22 @@ def _summarize(
 
     width = config.bucket_width
     buckets = max(1, math.ceil((raw.end - t0) / width))
-    ok_per = bucket_counts((r[2] for r in successes), t0, width, buckets)
+    ok_per = bucket_counts((r[3] for r in successes), t0, width, buckets)
     attempts_per = bucket_counts(counter.times, t0, width, buckets)
     timeline: dict[str, list[Any]] = {
         "t": [round(i * width, 6) for i in range(buckets)],
         "offered": bucket_counts((t0 + t for t in raw.times), t0, width, buckets),
-        "issued": bucket_counts((r[1] for r in raw.records), t0, width, buckets),
+        "issued": bucket_counts((r[2] for r in raw.records), t0, width, buckets),
         "successes": ok_per,
-        "errors": bucket_counts((r[2] for r in failures), t0, width, buckets),
+        "errors": bucket_counts((r[3] for r in failures), t0, width, buckets),
+        "skipped": bucket_counts(raw.skipped_times, t0, width, buckets),
+        "never_sent": bucket_counts((r[3] for r in failures if r[6] == 0), t0, width, buckets),
         "attempts": attempts_per,
         "amplification": [amplification(a, s) for a, s in zip(attempts_per, ok_per)],
+        "arrived": bucket_counts((t0 + t for t in raw.times), t0, width, buckets),
+        "sent_by_arrival": _weighted_counts(
+            ((r[1], r[6]) for r in raw.records), t0, width, buckets
+        ),
     }
     return RunResult(
         policy=policy.name,
@@ -476,7 +768,7 @@ def _summarize(
         skipped=sum(raw.skipped),
         successes=len(successes),
         errors=len(failures),
-        error_types=dict(Counter(r[4] for r in failures)),
+        error_types=dict(Counter(r[5] for r in failures)),
         server_received=received,
         server_rejected=_sum_counter(stats, WORKLOAD_COMMANDS, "rejected"),
         client_attempts=len(counter.times),
@@ -488,4 +780,11 @@ def _summarize(
         refused=refused,
         phases=phase_results,
         timeline=timeline,
+        loop=loop,
+        workers=config.threads,
+        allowed_wait=config.allowed_wait,
+        never_sent=sum(1 for r in failures if r[6] == 0),
+        local_waits=events.waits if events.reported else None,
+        local_refusals=events.refusals if events.reported else None,
+        arrivals=list(raw.times),
     )

@@ -7,7 +7,8 @@ application calls it (``call(fn)``), and the number of retries its budget refuse
   installed pymongo has the option, a plain client otherwise).
 * ``hand-written``: the retry loop people write with tenacity: 3 immediate retries on any error.
 * ``pymongo-native``: pymongo's own overload retries (pymongo >= 4.17 only).
-* ``current`` / ``draft``: this package's presets through ``backpressure.MongoClient``.
+* ``current`` / ``draft`` (and ``adaptive`` where the package has it): this package's presets
+  through ``backpressure.MongoClient``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pymongo
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
+from backpressure.core import policy as _presets
 from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
 
 __all__ = [
@@ -153,8 +155,12 @@ class ClientPolicy:
         """How the policy is wired (for reports)."""
         return "backpressure.MongoClient" if self.kind == "ours" else "pymongo.MongoClient"
 
-    def open(self, uri: str, **kwargs: Any) -> PolicyClient:
-        """Open a client for ``uri``; ``kwargs`` go to pymongo (e.g. ``event_listeners``)."""
+    def open(self, uri: str, *, local_listener: Any = None, **kwargs: Any) -> PolicyClient:
+        """Open a client for ``uri``; ``kwargs`` go to pymongo (e.g. ``event_listeners``).
+
+        ``local_listener`` receives this package's retry, local-wait and local-refusal events
+        (policies of kind ``ours`` only).
+        """
         reason = self.unavailable()
         if reason is not None:
             raise RuntimeError(reason)
@@ -167,10 +173,28 @@ class ClientPolicy:
         assert self.preset is not None
         import backpressure
 
+        if local_listener is not None:
+            kwargs["backpressure_listeners"] = [local_listener]
         client: MongoClient[Document] = backpressure.MongoClient(
             uri, backpressure=self.preset, **kwargs
         )
         return _Enabled(client, lambda: backpressure.budget(client), self.preset)
+
+
+def _ours() -> tuple[ClientPolicy, ...]:
+    """This package's presets; ``adaptive`` once the package has it."""
+    presets = [
+        ClientPolicy("current", "backpressure current-spec preset", "ours", CURRENT_SPEC),
+        ClientPolicy("draft", "backpressure draft preset + token budget", "ours", DRAFT),
+    ]
+    adaptive: Optional[Policy] = getattr(_presets, "ADAPTIVE", None)
+    if isinstance(adaptive, Policy):
+        presets.append(
+            ClientPolicy(
+                "adaptive", "backpressure adaptive preset (local pacing)", "ours", adaptive
+            )
+        )
+    return tuple(presets)
 
 
 POLICIES: Mapping[str, ClientPolicy] = {
@@ -179,8 +203,7 @@ POLICIES: Mapping[str, ClientPolicy] = {
         ClientPolicy("no-retries", "pymongo, no overload retries", "plain"),
         ClientPolicy("hand-written", "3 immediate retries on any error", "hand-written"),
         ClientPolicy("pymongo-native", "pymongo native (maxAdaptiveRetries=2)", "native"),
-        ClientPolicy("current", "backpressure current-spec preset", "ours", CURRENT_SPEC),
-        ClientPolicy("draft", "backpressure draft preset + token budget", "ours", DRAFT),
+        *_ours(),
     )
 }
 """Every policy by name, in report order."""
