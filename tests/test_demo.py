@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from backpressure.demo import TABLE_HEADERS, build_parser, run_demo
+from backpressure.demo import TABLE_HEADERS, TABLE_WIDTH, build_parser, run_demo
 from backpressure.testing import EmbeddedServer
 from backpressure.workload import Phase, WorkloadConfig
 from backpressure.workload.driver import _operations, _schedule, received_commands
@@ -88,6 +88,8 @@ def test_phase_and_config_validation() -> None:
         Phase("x", -1.0, 1.0)
     with pytest.raises(ValueError, match="threads"):
         WorkloadConfig(threads=0)
+    with pytest.raises(ValueError, match="allowed_wait"):
+        WorkloadConfig(allowed_wait=0.0)
 
 
 def test_received_commands_sums_workload_commands() -> None:
@@ -129,6 +131,7 @@ def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> N
     text = out.getvalue()
     assert all(header in text for header in TABLE_HEADERS)
     assert "chart:" in text
+    assert max(len(line) for line in text.splitlines()) <= TABLE_WIDTH
     png = tmp_path / "demo.png"
     assert png.exists()
     assert png.stat().st_size > 0
@@ -145,9 +148,40 @@ def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> N
         lengths = {len(series) for series in timeline.values()}
         assert len(lengths) == 1
         assert sum(timeline["successes"]) == result["successes"]
+        assert sum(timeline["arrived"]) == result["offered"]
+        assert sum(timeline["skipped"]) == result["skipped"]
+        assert sum(timeline["sent_by_arrival"]) == result["client_attempts"]
+        assert result["app_errors"] == result["errors"] + result["skipped"]
+        assert 0 <= result["never_sent"] <= result["errors"]
+        assert result["loop"] == "open"
+        assert result["allowed_wait"] == 1.0
         assert [p["name"] for p in result["phases"]] == ["steady", "burst", "recovery", "overload"]
         for phase in result["phases"]:
             assert phase["offered"] == phase["issued"] + phase["skipped"]
             assert phase["succeeded"] + phase["failed"] <= phase["issued"]
     assert data["policies"]["no-retries"]["refused"] is None
     assert data["policies"]["current"]["refused"] is None  # the current spec has no budget
+
+
+def test_demo_draws_no_progress_bar_when_stdout_is_not_a_terminal(
+    replicaset_server: EmbeddedServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --no-progress, a run whose stdout is not a terminal writes no progress bar."""
+    args = build_parser().parse_args(
+        [
+            "--capacity", "40",
+            "--threads", "4",
+            "--steady", "0.1",
+            "--burst", "0.1",
+            "--recovery", "0.1",
+            "--overload", "0.1",
+            "--policies", "no-retries",
+            "--output", str(tmp_path),
+        ]
+    )  # fmt: skip
+    out = io.StringIO()
+    run_demo(args, server_factory=lambda: contextlib.nullcontext(replicaset_server), out=out)
+    captured = capsys.readouterr()
+    assert "demo:" not in captured.err
+    assert "%|" not in captured.err
+    assert "no-retries" in out.getvalue()

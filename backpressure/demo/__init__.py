@@ -39,17 +39,18 @@ __all__ = ["build_parser", "demo_phases", "main", "result_rows", "run_demo"]
 
 TABLE_HEADERS = (
     "policy",
-    "goodput/s",
-    "burst errors",
-    "overload errors",
-    "app errors",
-    "skipped",
-    "attempts/success",
-    "attempts/op",
+    "ok/s",
+    "burst lost",
+    "overload lost",
+    "lost",
+    "unsent",
+    "att/op",
     "p50 ms",
     "p99 ms",
-    "budget refused",
+    "refused",
 )
+TABLE_WIDTH = 100
+"""The printed table fits in this many columns."""
 
 
 def demo_phases(args: argparse.Namespace) -> list[Phase]:
@@ -94,7 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--output", type=Path, default=Path("demo-results"), help="output directory"
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (there is none either when stdout is not a terminal)",
+    )
     return parser
 
 
@@ -117,9 +122,8 @@ def result_rows(results: Sequence[RunResult]) -> list[list[str]]:
                 fmt(r.goodput),
                 _phase_errors(r, "burst"),
                 _phase_errors(r, "overload"),
-                f"{r.errors + r.skipped:,}",
-                f"{r.skipped:,}",
-                fmt(r.amplification, 2),
+                f"{r.app_errors:,}",
+                f"{r.skipped + r.never_sent:,}",
                 fmt(r.attempts_per_issued, 2),
                 fmt(r.latency_p50_ms),
                 fmt(r.latency_p99_ms),
@@ -161,7 +165,7 @@ def run_demo(
     results: list[RunResult] = []
     started = time.perf_counter()
     planned = sum(phase.duration for phase in phases) * len(runnable)
-    bar = _progress_bar(planned, disabled=args.no_progress)
+    bar = _progress_bar(planned, disabled=args.no_progress or not sys.stdout.isatty())
     try:
         with quiet_backpressure_logs(), factory() as server:
             for name in runnable:
@@ -198,7 +202,9 @@ def run_demo(
     json_path = out_dir / "demo.json"
     write_json(json_path, report)
 
-    print(_describe(phases, config), file=out)
+    import textwrap
+
+    print(textwrap.fill(_describe(phases, config), width=TABLE_WIDTH), file=out)
     print(format_table(TABLE_HEADERS, result_rows(results)), file=out)
     for name, reason in skipped.items():
         print(f"{name}: not run ({reason})", file=out)
@@ -217,21 +223,23 @@ def _describe(phases: Sequence[Phase], config: WorkloadConfig) -> str:
     )
     return (
         f"Rate-limited replica set, C = {config.capacity:g} ops/s "
-        f"(burst {config.burst_seconds:g} s), {config.threads} client threads, open-loop load: "
-        f"{plan}."
+        f"(burst {config.burst_seconds:g} s), {config.threads} client threads, each operation "
+        f"allowed {config.allowed_wait:g} s, open-loop load: {plan}."
     )
 
 
 def _legend() -> str:
-    """Explain the columns."""
-    return (
-        "goodput/s: successful ops per second over all phases; burst/overload errors: arrivals "
-        "in that phase that failed (raised or skipped) / arrivals; app errors: operations that "
-        "raised plus skipped arrivals; skipped: arrivals never sent because every worker was "
-        "busy for > 1 s (client saturated); attempts/success: workload commands the server "
-        "received per successful op (load amplification); attempts/op: received per arrival "
-        "sent (retry overhead); p50/p99: latency of successful ops; budget refused: retries the "
-        "token bucket refused (- = no budget)."
+    """Explain the columns (wrapped to the table's width)."""
+    import textwrap
+
+    return textwrap.fill(
+        "ok/s: successful ops per second over all phases (goodput). burst/overload lost: "
+        "arrivals of that phase the application lost (an error raised, or never sent) / "
+        "arrivals. lost: all app errors. unsent: lost without reaching the server (no worker "
+        "free before the deadline, or refused locally). att/op: workload commands the server "
+        "received per operation sent. p50/p99: latency of successful ops. refused: retries "
+        "the retry budget refused (- = no budget).",
+        width=TABLE_WIDTH,
     )
 
 
