@@ -11,7 +11,9 @@ and ``enableOverloadRetargeting`` overrides ``Policy.retarget``.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import warnings
 from collections.abc import Mapping
 from typing import Any, Optional, Union
@@ -59,6 +61,23 @@ _SPELLINGS: Mapping[str, str] = {
     "enable_overload_retargeting": ENABLE_OVERLOAD_RETARGETING,
 }
 _URI_BOOLEANS = {"true": True, "false": False}
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _user_stacklevel() -> int:
+    """Return the ``warnings`` stacklevel of the first caller outside this package.
+
+    Called by the function that warns, so that the warning points at the user's line (the
+    ``MongoClient(...)`` call), not at this package's code.
+    """
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def _canonical(key: str) -> Optional[str]:
@@ -169,7 +188,9 @@ def parse_backpressure_options(uri: str, *, warn: bool = True) -> tuple[str, dic
             kept.append(item)
             continue
         if canonical in seen and warn:
-            warnings.warn(f"Duplicate URI option '{key}'.", UserWarning, stacklevel=2)
+            warnings.warn(
+                f"Duplicate URI option '{key}'.", UserWarning, stacklevel=_user_stacklevel()
+            )
         seen.add(canonical)
         try:
             found[canonical] = validate_option(canonical, unquote_plus(raw), from_uri=True)
@@ -177,7 +198,7 @@ def parse_backpressure_options(uri: str, *, warn: bool = True) -> tuple[str, dic
             if not warn:
                 raise
             found.pop(canonical, None)
-            warnings.warn(str(exc), UserWarning, stacklevel=2)
+            warnings.warn(str(exc), UserWarning, stacklevel=_user_stacklevel())
     if not seen:
         return uri, {}
     remaining = delimiter.join(kept)
