@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 from backpressure.core.decision import RetryController
 from backpressure.core.events import Address, OperationFinishedEvent, RetryListener
 from backpressure.core.operation import BudgetWarnings, OperationRetries
-from backpressure.core.overrides import OperationSettings
+from backpressure.core.overrides import Criticality, OperationSettings
 from backpressure.core.policy import Policy
 from backpressure.core.stats import BackpressureStats, StatsRecorder
 
@@ -122,10 +122,12 @@ class ClientState:
     def new_operation(self, operation: str) -> OperationRetries:
         """Start the retry bookkeeping of one operation (one call of the retry loop)."""
         controller = self.controller
+        criticality = Criticality.CRITICAL
         if self.settings is not None:
             settings = self.settings()
             if settings is not None:
                 controller = settings.controller_for(controller)
+                criticality = settings.criticality
         return OperationRetries(
             controller,
             operation,
@@ -133,4 +135,5 @@ class ClientState:
             logger=self.logger,
             budget_warnings=self.budget_warnings,
             on_finished=self.operation_finished,
+            criticality=criticality,
         )

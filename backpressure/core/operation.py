@@ -28,6 +28,7 @@ from backpressure.core.events import (
     attach_summary,
 )
 from backpressure.core.labels import error_labels, is_overload
+from backpressure.core.overrides import Criticality
 
 __all__ = ["BudgetWarnings", "OperationRetries"]
 
@@ -117,13 +118,15 @@ class OperationRetries:
         logger: logging.Logger = _LOGGER,
         budget_warnings: Optional[BudgetWarnings] = None,
         on_finished: Optional[Callable[[OperationFinishedEvent], None]] = None,
+        criticality: Criticality = Criticality.CRITICAL,
     ) -> None:
         """Start tracking ``operation`` (a command name) under ``controller``.
 
         ``budget_warnings`` is the client's rate limit of budget-empty WARNINGs (shared by its
         operations); by default the operation gets its own (so its give-up is a WARNING).
         ``on_finished`` receives one ``OperationFinishedEvent`` when the operation succeeds or
-        gives up (the client's statistics and metrics).
+        gives up (the client's statistics and metrics).  ``criticality`` is the operation's hint
+        from ``backpressure.overrides`` (for a policy that sheds sheddable work first).
         """
         self._controller = controller
         self._budget_warnings = (
@@ -139,6 +142,7 @@ class OperationRetries:
         self._current_server: Optional[Address] = None
         self._stop_reason: Optional[StopReason] = None
         self._on_finished = on_finished
+        self._criticality = criticality
         self._attempt_servers: list[Optional[Address]] = []
         self._delays: list[float] = []
 
@@ -146,6 +150,11 @@ class OperationRetries:
     def controller(self) -> RetryController:
         """The client's controller."""
         return self._controller
+
+    @property
+    def criticality(self) -> Criticality:
+        """The operation's criticality hint (critical unless overridden)."""
+        return self._criticality
 
     @property
     def operation(self) -> str:

@@ -126,3 +126,20 @@ def test_amplification_window_rejects_bad_lengths(bad: object) -> None:
     """The window length must be a finite number of seconds >= 1."""
     with pytest.raises((TypeError, ValueError), match="window"):
         AmplificationWindow(bad)  # type: ignore[arg-type]
+
+
+def test_client_state_hands_the_criticality_to_the_operation() -> None:
+    """new_operation applies the settings source: overridden policy and criticality."""
+    from backpressure.core.client_state import ClientState
+
+    settings = OperationSettings(
+        policy_changes=validate_policy_changes({"max_retries": 0}),
+        criticality=Criticality.SHEDDABLE,
+    )
+    state = ClientState(RetryController(DRAFT), settings=lambda: settings)
+    operation = state.new_operation("insert")
+    assert operation.criticality is Criticality.SHEDDABLE
+    assert operation.controller.policy.max_retries == 0
+    assert operation.controller.budget is state.controller.budget
+    plain = ClientState(RetryController(DRAFT)).new_operation("insert")
+    assert plain.criticality is Criticality.CRITICAL
