@@ -70,7 +70,7 @@ class ClientState:
     def _refresh_listeners(self) -> None:
         """Split ``listeners`` by the protocols they implement."""
         self._retry_listeners: tuple[RetryListener, ...] = _retry_listeners(self.listeners)
-        self._observers: tuple[Any, ...] = (self.stats, *_operation_listeners(self.listeners))
+        self._operation_listeners: tuple[Any, ...] = _operation_listeners(self.listeners)
 
     def add_listener(self, listener: Any) -> None:
         """Add ``listener`` for the operations that start from now on (no-op if present)."""
@@ -94,19 +94,28 @@ class ClientState:
 
     def operation_finished(self, event: OperationFinishedEvent) -> None:
         """Hand a finished operation to the statistics and the operation listeners."""
-        for observer in self._observers:
+        self.stats.operation_finished(event)
+        self._notify(event)
+
+    def _notify(self, event: OperationFinishedEvent) -> None:
+        """Hand a finished operation to the operation listeners (exceptions logged)."""
+        for listener in self._operation_listeners:
             try:
-                observer.operation_finished(event)
+                listener.operation_finished(event)
             except Exception:
-                self.logger.exception("backpressure operation listener %r failed", observer)
+                self.logger.exception("backpressure operation listener %r failed", listener)
 
     def first_attempt_succeeded(self, server: Optional[Address]) -> None:
         """Record an operation that succeeded on its first attempt on ``server``.
 
-        The adapters' success path: a token deposit and one finished event (cached per server,
-        so nothing is allocated after the first).
+        The adapters' success path: a token deposit, the statistics' counters, and for operation
+        listeners (metrics) one finished event, cached per server so nothing is allocated after
+        the first.
         """
         self.controller.record_success(retried=False)
+        self.stats.first_attempt_succeeded(server)
+        if not self._operation_listeners:
+            return
         event = self._first_attempt_events.get(server)
         if event is None:
             event = OperationFinishedEvent(
@@ -117,7 +126,7 @@ class ClientState:
                 stop_reason=None,
             )
             self._first_attempt_events[server] = event
-        self.operation_finished(event)
+        self._notify(event)
 
     def new_operation(self, operation: str) -> OperationRetries:
         """Start the retry bookkeeping of one operation (one call of the retry loop)."""

@@ -146,6 +146,19 @@ class StatsRecorder:
                 if reason is not None:
                     counters.gave_up[reason] = counters.gave_up.get(reason, 0) + 1
 
+    def first_attempt_succeeded(self, server: Optional[Address]) -> None:
+        """Add one operation that succeeded on its first attempt (the adapters' fast path)."""
+        with self._lock:
+            self._operations += 1
+            self._attempts += 1
+            self._succeeded += 1
+            if server is not None:
+                counters = self._servers.get(server)
+                if counters is None:
+                    counters = self._servers[server] = _ServerCounters()
+                counters.attempts += 1
+                counters.operations += 1
+
     def snapshot(self) -> BackpressureStats:
         """Return the counters so far as a frozen ``BackpressureStats``."""
         with self._lock:
