@@ -101,15 +101,19 @@ def enable_opentelemetry(
         MissingExtraError: opentelemetry-api is not installed (the ``otel`` extra).
         ValueError: one of ``clients`` is not enabled.
     """
+    from backpressure.core.extras import require
     from backpressure.metrics.opentelemetry import OpenTelemetryMetrics
 
+    if meter_provider is None:
+        api = require("opentelemetry.metrics", "otel", "OpenTelemetry metrics")
+        meter_provider = api.get_meter_provider()
     with _LOCK:
-        if clients is None and meter_provider is not None:
+        if clients is None:
             existing = _existing(meter_provider)
             if existing is not None:
                 return existing  # type: ignore[no-any-return]
         metrics = OpenTelemetryMetrics(meter_provider, clients, window=window)
-        if clients is None and meter_provider is not None:
+        if clients is None:
             _ENABLED[id(meter_provider)] = (meter_provider, metrics)
         return metrics
 

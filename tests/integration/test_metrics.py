@@ -16,6 +16,7 @@ from pymongo.errors import PyMongoError
 
 import backpressure
 import backpressure.metrics
+import backpressure.switch.registry
 from backpressure import Policy
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
@@ -130,6 +131,21 @@ def test_prometheus_enable_twice_returns_the_same_exporter(registry: CollectorRe
     assert backpressure.metrics.enable_prometheus(registry) is first
     backpressure.metrics.disable_metrics()
     assert "backpressure_retries" not in _scrape(registry)
+
+
+def test_opentelemetry_enable_twice_returns_the_same_reporter(
+    otel_reader: tuple[MeterProvider, InMemoryMetricReader],
+) -> None:
+    """A second call for the same meter provider does not create a second listener."""
+    provider, _reader = otel_reader
+    first = backpressure.metrics.enable_opentelemetry(provider)
+    assert backpressure.metrics.enable_opentelemetry(provider) is first
+    registered = [
+        listener
+        for listener in backpressure.switch.registry.registered_listeners()
+        if listener is first.listener
+    ]
+    assert len(registered) == 1
 
 
 @pytest.fixture
