@@ -31,4 +31,4 @@ def require(module: str, extra: str, feature: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        raise MissingExtraError(exc.name or module, extra, feature) from exc
+        raise MissingExtraError((exc.name or module).split(".")[0], extra, feature) from exc

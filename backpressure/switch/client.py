@@ -29,6 +29,7 @@ from backpressure.core.budget import Budget
 from backpressure.core.client_state import STATE_ATTRIBUTE, ClientState
 from backpressure.core.decision import RetryController
 from backpressure.core.events import RetryListener
+from backpressure.core.extras import require
 from backpressure.core.policy import InvalidPolicyError, Policy, resolve_policy
 from backpressure.core.stats import BackpressureStats
 from backpressure.switch import registry
@@ -385,8 +386,7 @@ def motor_client_class() -> type:
 
 def _build_motor_client_class() -> type:
     """Define the ``AsyncIOMotorClient`` subclass (imports Motor)."""
-    from motor import motor_asyncio
-
+    motor_asyncio = require("motor.motor_asyncio", "motor", "backpressure.AsyncIOMotorClient")
     base: Any = motor_asyncio.AsyncIOMotorClient
 
     class AsyncIOMotorClient(base):  # type: ignore[misc]

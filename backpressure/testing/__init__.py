@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from backpressure.core.extras import require
+
 if TYPE_CHECKING:
     from backpressure.testing.server.embedded import EmbeddedServer, EmbeddedServerError, MemberRef
     from backpressure.testing.server.transport.deployment import Deployment
@@ -32,4 +34,6 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name != "set_testing":  # the server's query engine is mongomock, the 'server' extra
+        require("mongomock", "server", f"backpressure.testing.{name}")
     return getattr(importlib.import_module(module), name)
