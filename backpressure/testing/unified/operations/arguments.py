@@ -52,6 +52,8 @@ class Arguments:
 
     def done(self) -> None:
         """Raise :class:`Unsupported` for any argument nobody consumed."""
+        if "rawData" in self._args:
+            raise Unsupported(f"{self._operation}: pymongo has no rawData option")
         if self._args:
             raise Unsupported(
                 f"{self._operation}: arguments {sorted(self._args)} are not supported"

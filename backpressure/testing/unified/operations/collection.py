@@ -342,6 +342,11 @@ async def _coll_drop(ctx: TestContext, coll: Any, raw: dict[str, Any]) -> Any:
     return None
 
 
+async def _coll_map_reduce(ctx: TestContext, coll: Any, raw: dict[str, Any]) -> Any:
+    """``mapReduce``: pymongo 4 removed its helper, and the embedded server runs no JavaScript."""
+    raise Unsupported("mapReduce: pymongo 4 has no map_reduce helper (removed in 4.0)")
+
+
 COLLECTION_OPERATIONS: dict[str, Operation] = {
     "aggregate": aggregate,
     "countDocuments": _coll_count_documents,
@@ -353,6 +358,7 @@ COLLECTION_OPERATIONS: dict[str, Operation] = {
     "listIndexes": _coll_list_indexes,
     "listIndexNames": _coll_list_index_names,
     "count": _coll_count,
+    "mapReduce": _coll_map_reduce,
     "createChangeStream": watch,
     "insertOne": _coll_insert_one,
     "insertMany": _coll_insert_many,

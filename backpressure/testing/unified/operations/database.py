@@ -64,6 +64,17 @@ async def _db_drop_collection(ctx: TestContext, db: Any, raw: dict[str, Any]) ->
     return None
 
 
+async def _db_modify_collection(ctx: TestContext, db: Any, raw: dict[str, Any]) -> Any:
+    """``modifyCollection``: the ``collMod`` command (pymongo has no helper); options as given."""
+    args = Arguments(ctx, "modifyCollection", raw)
+    name = args.required("collection")
+    kwargs = args.session()
+    options = {k: args.required(k) for k in list(raw) if k not in ("collection", "session")}
+    args.done()
+    await maybe_await(db.command({"collMod": name, **options}, **kwargs))
+    return None
+
+
 DATABASE_OPERATIONS: dict[str, Operation] = {
     "aggregate": aggregate,
     "listCollections": _db_list_collections,
@@ -73,5 +84,6 @@ DATABASE_OPERATIONS: dict[str, Operation] = {
     "createChangeStream": watch,
     "createCollection": _db_create_collection,
     "dropCollection": _db_drop_collection,
+    "modifyCollection": _db_modify_collection,
 }
 """Operations on database entities."""
