@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 from pymongo.errors import PyMongoError
 
@@ -45,6 +46,20 @@ def _scrape(registry: CollectorRegistry) -> dict[str, list[Any]]:
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
 
+def _scrape_over_http(registry: CollectorRegistry) -> dict[str, list[Any]]:
+    """Scrape ``registry`` the way Prometheus does: GET /metrics from prometheus-client's server."""
+    httpd, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    try:
+        port = httpd.server_address[1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
+            text = reply.read().decode()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=30)
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
 def _value(samples: list[Any], name: str, **labels: str) -> float:
     """The value of the one sample called ``name`` whose labels include ``labels``."""
     (match,) = [
@@ -76,14 +91,14 @@ def registry() -> Iterator[CollectorRegistry]:
 async def test_prometheus_six_metrics_after_one_call(
     clients: ClientFactory, standalone_server: EmbeddedServer, registry: CollectorRegistry
 ) -> None:
-    """enable_prometheus(registry) and a scrape shows the six metrics with the right values."""
+    """enable_prometheus(registry), then an HTTP scrape shows the six metrics with their values."""
     before = enabled_client(clients, standalone_server.uri, FAST, backpressure_class=False)
     backpressure.metrics.enable_prometheus(registry)
     after = enabled_client(clients, standalone_server.uri, FAST, backpressure_class=False)
     host, port = standalone_server.addresses[0]
     await _retry_twice_then_give_up(before, standalone_server)
     await resolve(after.db.coll.find_one({}))
-    families = _scrape(registry)
+    families = _scrape_over_http(registry)
     assert set(families) >= SIX
     retries = families["backpressure_retries"]
     first = {"operation": "insert", "server": f"{host}:{port}", "error_code": "462"}
