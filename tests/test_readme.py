@@ -226,3 +226,35 @@ def test_install_extras_exist() -> None:
     table = set(re.findall(r"^\| `([\w, `]+)` \|", section, flags=re.M))
     assert table == {"prometheus", "otel", "server", "motor", "demo", "test`, `dev"}
     assert {"prometheus", "otel", "server", "motor", "demo", "test", "dev"} <= extras
+
+
+def _unified_commands() -> list[list[str]]:
+    """The README's unified-runner command lines, split into arguments."""
+    (block,) = [b for b in _blocks("bash") if "python -m backpressure.testing.unified" in b]
+    return [shlex.split(line) for line in block.strip().splitlines()]
+
+
+@pytest.mark.slow
+def test_unified_runner_command_on_the_shared_suite() -> None:
+    """The first runner command, run as written from the checkout, passes every test."""
+    argv = _unified_commands()[0]
+    suite = ROOT / argv[-1]
+    if not suite.is_dir():
+        pytest.skip(f"{argv[-1]} is not beside the checkout")
+    result = subprocess.run(
+        [sys.executable, *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=110
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert re.search(r"^\d+ passed, 0 failed", result.stdout, flags=re.M)
+
+
+def test_unified_runner_command_against_a_uri(replicaset_server: EmbeddedServer) -> None:
+    """The second runner command works with its URI pointing at a replica set."""
+    argv = _unified_commands()[1]
+    assert "mongodb://my-mongod/" in argv
+    argv = [replicaset_server.uri if a == "mongodb://my-mongod/" else a for a in argv]
+    result = subprocess.run(
+        [sys.executable, *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=110
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert re.search(r"^\d+ passed, 0 failed", result.stdout, flags=re.M)
