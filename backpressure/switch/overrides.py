@@ -24,9 +24,9 @@ from backpressure.core.policy import InvalidPolicyError
 __all__ = [
     "TestMode",
     "current_settings",
+    "current_test_mode",
     "overrides",
     "set_test_mode",
-    "test_mode",
 ]
 
 _OVERRIDES: contextvars.ContextVar[Optional[OperationSettings]] = contextvars.ContextVar(
@@ -65,12 +65,9 @@ class _LockedRandom:
             return self._random.random()
 
 
-def test_mode() -> Optional[TestMode]:
+def current_test_mode() -> Optional[TestMode]:
     """Return the test mode in force, or None."""
     return _TEST_MODE
-
-
-test_mode.__test__ = False  # type: ignore[attr-defined]  # not a pytest test function
 
 
 def set_test_mode(mode: Optional[TestMode]) -> Optional[TestMode]:

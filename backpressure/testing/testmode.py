@@ -19,7 +19,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Optional
 
-from backpressure.switch.overrides import TestMode, set_test_mode, test_mode
+from backpressure.switch.overrides import TestMode, current_test_mode, set_test_mode
 
 __all__ = ["TestMode", "is_testing", "set_testing"]
 
@@ -70,7 +70,4 @@ def set_testing(
 
 def is_testing() -> bool:
     """Return True while test mode is on."""
-    return test_mode() is not None
-
-
-is_testing.__test__ = False  # type: ignore[attr-defined]  # not a pytest test function
+    return current_test_mode() is not None
