@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import random as _random
 import sys
 import time
 import types
@@ -39,9 +38,8 @@ import weakref
 from typing import Any, Callable, Optional
 
 from backpressure.adapters import seams
-from backpressure.core.backoff import backoff_delay
 from backpressure.core.client_state import ClientState
-from backpressure.core.decision import Decision, Retry, StopReason
+from backpressure.core.decision import Decision, GiveUp, Retry, StopReason
 from backpressure.core.events import attach_summary
 from backpressure.core.labels import has_no_writes_performed
 from backpressure.core.operation import OperationRetries
@@ -49,7 +47,7 @@ from backpressure.core.operation import OperationRetries
 __all__ = ["NativeRetryPolicy", "install", "installed_state", "uninstall"]
 
 _INSTALLATION_ATTR = "_backpressure_native"
-_WRAPPED = ("_retry_internal", "_select_server")
+_WRAPPED = ("_retry_internal", "_select_server", "_process_response")
 _ABSENT = object()
 
 
@@ -61,17 +59,20 @@ class _Operation:
 
     The success path is kept cheap: the ``OperationRetries`` (and the operation name and server
     address it needs) is created only when something other than a first-attempt success
-    happens: a failure reaching our policy, a second server selection (pymongo retried an error)
-    or an error raised by the loop.  Until then only the first selected server is remembered.
+    happens: a failure reaching our policy, a second server selection (pymongo retried an error),
+    an error raised by the loop, or the first reply to a statement that opens a transaction.
+    Until then only the first selected server is remembered.
     """
 
     __slots__ = (
         "args",
         "attempt_open",
+        "commit_attempt",
         "decision",
         "first",
         "installation",
         "kwargs",
+        "opens_transaction",
         "retries",
         "state",
     )
@@ -88,20 +89,36 @@ class _Operation:
         self.first: Any = _NOT_SELECTED
         self.attempt_open = False
         self.decision: Optional[Decision] = None
+        self.opens_transaction = seams.transaction_starting(self.session)
+        # For commitTransaction: the session's commit attempt counter when the attempt started
+        # (None for every other operation).
+        self.commit_attempt: Optional[int] = None
+        if seams.retry_internal_argument(args, kwargs, "operation") == "commitTransaction":
+            self.commit_attempt = 0
+
+    @property
+    def session(self) -> Any:
+        """The session argument of the ``_retry_internal`` call (None when absent)."""
+        return seams.retry_internal_argument(self.args, self.kwargs, "session")
 
     def tracked(self) -> OperationRetries:
         """Return the operation's ``OperationRetries``, creating it on first need."""
         retries = self.retries
         if retries is None:
-            retries = self.state.new_operation(_operation_name(self.args, self.kwargs))
+            name = seams.operation_name(
+                seams.retry_internal_argument(self.args, self.kwargs, "operation")
+            )
+            retries = self.state.new_operation(name, opens_transaction=self.opens_transaction)
             if self.first is not _NOT_SELECTED:
-                retries.attempt_started(_address(self.first))
+                retries.attempt_started(seams.server_address(self.first))
                 self.first = _NOT_SELECTED
             self.retries = retries
         return retries
 
     def attempt_started(self, server: Any) -> None:
         """Record an attempt; settle the previous one if pymongo retried it classically."""
+        if self.commit_attempt is not None:
+            self.commit_attempt = seams.commit_attempt(self.session)
         retries = self.retries
         if retries is None:
             if self.first is _NOT_SELECTED:
@@ -109,21 +126,45 @@ class _Operation:
                 self.attempt_open = True
                 return
             retries = self.tracked()
-        if self.attempt_open and retries.retries > 0:
-            # The previous attempt was a retry that failed without reaching our policy: an error
-            # without the overload label.  The spec refunds one token for that.
-            retries.controller.budget.record_non_overload_failure()
-        retries.attempt_started(_address(server))
+        if self.attempt_open:
+            # The previous attempt failed without reaching our policy and pymongo retried it:
+            # an error its classic retryable read/write rules retry.
+            retries.classic_retry()
+        retries.attempt_started(seams.server_address(server))
         self.attempt_open = True
 
+    def reply_received(self, reply: Any, session: Any) -> None:
+        """Note a reply to the statement that opens a transaction (the transaction began)."""
+        if self.opens_transaction and session is self.session and seams.reply_ok(reply):
+            self.tracked().command_processed()
+
     def decide(self, error: BaseException) -> float:
-        """Ask the core about an overload failure; return the delay (0 when giving up)."""
+        """Ask the core about an overload failure pymongo would retry; return the delay.
+
+        pymongo asks only about errors it is about to retry (labelled ``RetryableError``, or
+        retryable under its classic rules), so ``classic_retryable`` is true here.  When the
+        core grants the retry of a statement whose transaction the server already began,
+        pymongo's own revert to "starting" is undone (it would send ``startTransaction`` twice).
+        """
         self.attempt_open = False
         deadline = seams.csot_deadline()
         now = time.monotonic() if deadline is not None else None
-        decision = self.tracked().failed(error, deadline=deadline, now=now)
+        retries = self.tracked()
+        decision = retries.failed(error, deadline=deadline, now=now, classic_retryable=True)
         self.decision = decision
-        return decision.sleep_seconds if isinstance(decision, Retry) else 0.0
+        if not isinstance(decision, Retry):
+            return 0.0
+        ledger = retries.ledger
+        if ledger.opens_transaction and not ledger.restarts_transaction():
+            seams.resume_transaction(self.session)
+        if self.commit_attempt is not None:
+            # pymongo resets the counter on overload (plain write concern on the retry); the
+            # transactions spec keeps the failed attempt's write concern only while every
+            # failure was an overload error, and upgrades it after any other failure.
+            keep = ledger.commit_keeps_write_concern()
+            counter = self.commit_attempt if keep else self.commit_attempt + 1
+            seams.set_commit_attempt(self.session, counter)
+        return decision.sleep_seconds
 
     def take_decision(self) -> Optional[Decision]:
         """Return and forget the decision made by the last ``decide``."""
@@ -137,7 +178,9 @@ class _Operation:
         if retries is None:
             # A first-attempt success: a deposit and a cached finished event.
             first = self.first
-            self.state.first_attempt_succeeded(None if first is _NOT_SELECTED else _address(first))
+            self.state.first_attempt_succeeded(
+                None if first is _NOT_SELECTED else seams.server_address(first)
+            )
         else:
             retries.succeeded()
 
@@ -173,12 +216,18 @@ _CURRENT: contextvars.ContextVar[Optional[_Operation]] = contextvars.ContextVar(
 )
 
 
+_FALLBACK_DECISION: contextvars.ContextVar[Optional[Decision]] = contextvars.ContextVar(
+    "backpressure_native_fallback_decision", default=None
+)
+
+
 class NativeRetryPolicy:
     """Stands in for pymongo's ``_RetryPolicy`` on one client; decisions come from the core.
 
     ``backoff(attempt, base_backoff=None)`` accepts both the 4.17 and the 4.18+ calling
-    convention; the numbers pymongo passes are used only outside an operation opened by our
-    ``_retry_internal`` wrapper (a fallback that applies the policy statelessly).
+    convention.  It asks the core (through the operation opened by our ``_retry_internal``
+    wrapper, or, outside one, statelessly with pymongo's attempt number) and remembers the
+    decision; ``should_retry`` only returns that decision: every check is the controller's.
     """
 
     def __init__(self, installation: _Installation) -> None:
@@ -213,27 +262,37 @@ class NativeRetryPolicy:
         return operation
 
     def backoff(self, attempt: int, base_backoff: Optional[float] = None) -> float:
-        """Return the delay before retry ``attempt`` of the overload error being handled."""
+        """Return the delay before retry ``attempt`` of the overload error being handled.
+
+        ``base_backoff`` (pymongo's reading of the server hint) is not used: the core reads
+        the hint from the error itself and ignores values that are not sane numbers.
+        """
         operation = self._operation()
         error = sys.exc_info()[1]
         if operation is not None and error is not None:
             return operation.decide(error)
-        policy = self.state.policy
-        hint = base_backoff if base_backoff is not None and base_backoff >= 0 else None
-        return backoff_delay(policy, max(attempt, 1), _random.random(), hint)
+        if error is None:  # not called while an error is handled: nothing to retry
+            _FALLBACK_DECISION.set(GiveUp(StopReason.NOT_RETRYABLE))
+            return 0.0
+        deadline = seams.csot_deadline()
+        decision = self.state.controller.decide(
+            retry_number=max(attempt, 1),
+            error=error,
+            deadline=deadline,
+            now=time.monotonic() if deadline is not None else None,
+            classic_retryable=True,
+        )
+        _FALLBACK_DECISION.set(decision)
+        return decision.sleep_seconds if isinstance(decision, Retry) else 0.0
 
-    def _should_retry(self, attempt: int, delay: float) -> bool:
-        """Return the decision taken by ``backoff`` (or apply the policy statelessly)."""
+    def _should_retry(self) -> bool:
+        """Return the decision taken by the preceding ``backoff`` (refuse when there is none)."""
         operation = self._operation()
         decision = operation.take_decision() if operation is not None else None
-        if decision is not None:
-            return isinstance(decision, Retry)
-        if attempt > self.state.policy.max_retries:
-            return False
-        deadline = seams.csot_deadline()
-        if deadline is not None and time.monotonic() + delay > deadline:
-            return False
-        return self.state.controller.budget.try_acquire()
+        if decision is None:
+            decision = _FALLBACK_DECISION.get()
+            _FALLBACK_DECISION.set(None)
+        return isinstance(decision, Retry)
 
     def __repr__(self) -> str:
         """Show the policy in force."""
@@ -244,31 +303,16 @@ class _PlainRetryPolicy(NativeRetryPolicy):
     """The flavour for loops that call ``should_retry`` plainly (sync, and async from 4.18)."""
 
     def should_retry(self, attempt: int, delay: float) -> bool:
-        """Return True to retry after ``delay`` seconds."""
-        return self._should_retry(attempt, delay)
+        """Return True to retry after ``delay`` seconds (as decided by ``backoff``)."""
+        return self._should_retry()
 
 
 class _AwaitedRetryPolicy(NativeRetryPolicy):
     """The flavour for the pymongo 4.17 async loop, which awaits ``should_retry``."""
 
     async def should_retry(self, attempt: int, delay: float) -> bool:
-        """Return True to retry after ``delay`` seconds."""
-        return self._should_retry(attempt, delay)
-
-
-def _operation_name(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """Return the ``operation`` argument of a ``_retry_internal`` call."""
-    name = kwargs.get("operation", args[3] if len(args) > 3 else None)
-    name = getattr(name, "value", name)  # pymongo's _Op is a str Enum
-    return str(name) if name is not None else "unknown"
-
-
-def _address(server: Any) -> Optional[tuple[str, int]]:
-    """Return the (host, port) of a pymongo Server, or None."""
-    address = getattr(getattr(server, "description", None), "address", None)
-    if isinstance(address, tuple) and len(address) == 2:
-        return (str(address[0]), int(address[1]))
-    return None
+        """Return True to retry after ``delay`` seconds (as decided by ``backoff``)."""
+        return self._should_retry()
 
 
 class _Installation:
@@ -288,14 +332,9 @@ class _Installation:
             else _PlainRetryPolicy
         )
         self.policy: NativeRetryPolicy = policy_class(self)
-        make = _async_wrappers if seams.is_async_client(client) else _sync_wrappers
-        # A future pymongo without one of these methods still gets the policy object (which
-        # then applies the policy statelessly); only wrap what exists.
-        self.wrappers: dict[str, Callable[..., Any]] = {
-            name: wrapper
-            for name, wrapper in make(self, client).items()
-            if callable(getattr(type(client), name, None))
-        }
+        self.wrappers: dict[str, Callable[..., Any]] = _wrappers(
+            self, client, is_async=seams.is_async_client(client)
+        )
 
     def delegate(self, client: Any, name: str) -> Callable[..., Any]:
         """Return what our wrapper of ``name`` calls, as ``delegate(client, *args, **kwargs)``.
@@ -344,18 +383,70 @@ class _Installation:
                 setattr(client, name, prior)
 
 
-def _sync_wrappers(installation: _Installation, client: Any) -> dict[str, Callable[..., Any]]:
-    """Build the instance-level wrappers for a sync client.
+def _wrappers(
+    installation: _Installation, client: Any, *, is_async: bool
+) -> dict[str, Callable[..., Any]]:
+    """Build the instance-level wrappers of one client, sync or async flavour.
 
-    The success path is kept to a few attribute reads: the delegates are resolved here, the
-    operation is made current with a plain ``ContextVar.set``/``reset`` (no context manager),
-    and its bookkeeping stays lazy (see :class:`_Operation`).  A failure is recorded while the
-    operation is still current, a success after it stopped being current.
+    What the wrappers do is written once (the ``selected``/``replied`` helpers and
+    :class:`_Operation`); the two flavours differ only in awaiting the delegate.  The success
+    path is kept to a few attribute reads: the delegates are resolved here, the operation is made
+    current with a plain ``ContextVar.set``/``reset`` (no context manager), and its bookkeeping
+    stays lazy.  A failure is recorded while the operation is still current, a success after it
+    stopped being current.  ``_process_response`` sees every reply before pymongo builds an error
+    from it: hostile fields are made harmless there (see ``seams.sanitize_reply``).
     """
     ref = installation.client_ref
     retry_internal = installation.delegate(client, "_retry_internal")
     select_server = installation.delegate(client, "_select_server")
+    process_response = installation.delegate(client, "_process_response")
     current_get, current_set, current_reset = _CURRENT.get, _CURRENT.set, _CURRENT.reset
+
+    def current() -> Optional[_Operation]:
+        operation = current_get()
+        if operation is None or operation.installation is not installation:
+            return None
+        return operation
+
+    def selected(server: Any) -> Any:
+        operation = current()
+        if operation is not None:
+            operation.attempt_started(server)
+        return server
+
+    def replied(reply: Any, session: Any) -> None:
+        seams.sanitize_reply(reply)
+        operation = current()
+        if operation is not None:
+            operation.reply_received(reply, session)
+
+    if is_async:
+
+        async def _retry_internal_async(*args: Any, **kwargs: Any) -> Any:
+            operation = _Operation(installation, args, kwargs)
+            token = current_set(operation)
+            try:
+                result = await retry_internal(ref(), *args, **kwargs)
+            except BaseException as exc:
+                operation.failed(exc)
+                raise
+            finally:
+                current_reset(token)
+            operation.succeeded()
+            return result
+
+        async def _select_server_async(*args: Any, **kwargs: Any) -> Any:
+            return selected(await select_server(ref(), *args, **kwargs))
+
+        async def _process_response_async(reply: Any, session: Any) -> Any:
+            replied(reply, session)
+            return await process_response(ref(), reply, session)
+
+        return {
+            "_retry_internal": _retry_internal_async,
+            "_select_server": _select_server_async,
+            "_process_response": _process_response_async,
+        }
 
     def _retry_internal(*args: Any, **kwargs: Any) -> Any:
         operation = _Operation(installation, args, kwargs)
@@ -371,43 +462,17 @@ def _sync_wrappers(installation: _Installation, client: Any) -> dict[str, Callab
         return result
 
     def _select_server(*args: Any, **kwargs: Any) -> Any:
-        server = select_server(ref(), *args, **kwargs)
-        operation = current_get()
-        if operation is not None and operation.installation is installation:
-            operation.attempt_started(server)
-        return server
+        return selected(select_server(ref(), *args, **kwargs))
 
-    return {"_retry_internal": _retry_internal, "_select_server": _select_server}
+    def _process_response(reply: Any, session: Any) -> Any:
+        replied(reply, session)
+        return process_response(ref(), reply, session)
 
-
-def _async_wrappers(installation: _Installation, client: Any) -> dict[str, Callable[..., Any]]:
-    """Build the instance-level wrappers for an AsyncMongoClient (as ``_sync_wrappers``)."""
-    ref = installation.client_ref
-    retry_internal = installation.delegate(client, "_retry_internal")
-    select_server = installation.delegate(client, "_select_server")
-    current_get, current_set, current_reset = _CURRENT.get, _CURRENT.set, _CURRENT.reset
-
-    async def _retry_internal(*args: Any, **kwargs: Any) -> Any:
-        operation = _Operation(installation, args, kwargs)
-        token = current_set(operation)
-        try:
-            result = await retry_internal(ref(), *args, **kwargs)
-        except BaseException as exc:
-            operation.failed(exc)
-            raise
-        finally:
-            current_reset(token)
-        operation.succeeded()
-        return result
-
-    async def _select_server(*args: Any, **kwargs: Any) -> Any:
-        server = await select_server(ref(), *args, **kwargs)
-        operation = current_get()
-        if operation is not None and operation.installation is installation:
-            operation.attempt_started(server)
-        return server
-
-    return {"_retry_internal": _retry_internal, "_select_server": _select_server}
+    return {
+        "_retry_internal": _retry_internal,
+        "_select_server": _select_server,
+        "_process_response": _process_response,
+    }
 
 
 def install(client: Any, state: ClientState) -> None:

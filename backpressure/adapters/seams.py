@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any, Optional
+import sys
+from collections.abc import Mapping, MutableMapping
+from typing import Any, Callable, Optional
 
 import pymongo
 import pymongo.common
 from pymongo import _csot
+
+from backpressure.core.labels import valid_milliseconds
 
 __all__ = [
     "ASYNC_SHOULD_RETRY_AWAITED",
@@ -151,3 +155,135 @@ def should_retry_is_awaited(native_policy: object) -> bool:
     """
     method = getattr(native_policy, "should_retry", None)
     return method is not None and inspect.iscoroutinefunction(method)
+
+
+# -- the arguments of ``MongoClient._retry_internal`` --------------------------------------------
+
+_RETRY_INTERNAL_POSITIONS = {"func": 0, "session": 1, "bulk": 2, "operation": 3}
+
+
+def retry_internal_argument(args: tuple[Any, ...], kwargs: Mapping[str, Any], name: str) -> Any:
+    """Return argument ``name`` of a ``_retry_internal(func, session, bulk, operation)`` call."""
+    if name in kwargs:
+        return kwargs[name]
+    position = _RETRY_INTERNAL_POSITIONS[name]
+    return args[position] if len(args) > position else None
+
+
+def operation_name(operation: Any, func: Optional[Callable[..., Any]] = None) -> str:
+    """Name an operation (the ``operation`` argument of ``_retry_internal``) for logs and events.
+
+    pymongo passes a ``_Op`` member (a str Enum), named by its value here.  pymongo <= 4.13
+    passes ``abortTransaction`` for commits too; the real command name is then read from the
+    callback's closure (``command_name`` of ``_finish_transaction_with_retry``).
+    """
+    value = getattr(operation, "value", operation)
+    if value is None:
+        return "unknown"
+    name = value if isinstance(value, str) else str(value)
+    if name == "abortTransaction" and func is not None:
+        command = closure_value(func, "command_name")
+        if isinstance(command, str):
+            return command
+    return name
+
+
+def closure_value(func: Callable[..., Any], name: str) -> Any:
+    """Return the value of ``func``'s closure variable ``name``, or None (absent or unset)."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return None
+    cells = getattr(func, "__closure__", None) or ()
+    for free, cell in zip(code.co_freevars, cells):
+        if free == name:
+            try:
+                return cell.cell_contents
+            except ValueError:
+                return None
+    return None
+
+
+def server_address(server: Any) -> Optional[tuple[str, int]]:
+    """Return the (host, port) of a pymongo Server, or None."""
+    address = getattr(getattr(server, "description", None), "address", None)
+    if isinstance(address, tuple) and len(address) == 2:
+        return (str(address[0]), int(address[1]))
+    return None
+
+
+# -- transactions (``ClientSession._transaction``) -----------------------------------------------
+
+
+def _transaction_states(session: Any) -> Any:
+    """Return pymongo's ``_TxnState`` namespace from the module defining the session's class."""
+    for cls in type(session).__mro__:
+        states = getattr(sys.modules.get(cls.__module__), "_TxnState", None)
+        if states is not None:
+            return states
+    raise TypeError(f"{type(session).__name__} is not a pymongo ClientSession")
+
+
+def transaction_starting(session: Any) -> bool:
+    """Return True if ``session`` is in a transaction that has not sent a command yet."""
+    return bool(session is not None and session.in_transaction and session._transaction.starting())
+
+
+def restart_transaction(session: Any) -> None:
+    """Move a transaction whose first command failed back to STARTING (startTransaction again)."""
+    transaction = session._transaction
+    transaction.state = _transaction_states(session).STARTING
+    transaction.attempt = 0
+
+
+def resume_transaction(session: Any) -> None:
+    """Undo a revert to STARTING: the server already began the transaction (no second start)."""
+    if session is None or not session.in_transaction:
+        return
+    transaction = session._transaction
+    if transaction.starting():
+        transaction.state = _transaction_states(session).IN_PROGRESS
+    if hasattr(transaction, "has_completed_command"):  # pymongo >= 4.17
+        transaction.has_completed_command = True
+
+
+def commit_attempt(session: Any) -> int:
+    """Return the session's commitTransaction attempt counter (> 1 upgrades the write concern)."""
+    return int(session._transaction.attempt)
+
+
+def set_commit_attempt(session: Any, attempt: int) -> None:
+    """Set the session's commitTransaction attempt counter (see :func:`commit_attempt`)."""
+    session._transaction.attempt = attempt
+
+
+# -- replies (``MongoClient._process_response`` sees each one before pymongo builds an error) ----
+
+
+def reply_ok(reply: Any) -> bool:
+    """Return True for a command reply with ``ok: 1``."""
+    try:
+        return isinstance(reply, Mapping) and reply.get("ok") == 1
+    except Exception:
+        return False
+
+
+def sanitize_reply(reply: Any) -> None:
+    """Make hostile backpressure fields of a reply harmless, in place, before pymongo reads them.
+
+    A ``baseBackoffMS`` that is not a positive finite number is removed (pymongo >= 4.18 would
+    divide it and raise ``TypeError``); ``errorLabels`` that is not a list of strings keeps only
+    its strings (pymongo would raise ``TypeError`` building the error).  Replies that cannot be
+    changed (e.g. ``RawBSONDocument``) are left alone.
+    """
+    if not isinstance(reply, MutableMapping):
+        return
+    try:
+        if "baseBackoffMS" in reply and valid_milliseconds(reply["baseBackoffMS"]) is None:
+            del reply["baseBackoffMS"]
+        if "errorLabels" in reply:
+            labels = reply["errorLabels"]
+            if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+                kept = [x for x in labels if isinstance(x, str)] if isinstance(labels, list) else []
+                reply["errorLabels"] = kept
+    except Exception:  # a reply type we do not understand: leave it to pymongo
+        return

@@ -128,8 +128,11 @@ class ClientState:
             self._first_attempt_events[server] = event
         self._notify(event)
 
-    def new_operation(self, operation: str) -> OperationRetries:
-        """Start the retry bookkeeping of one operation (one call of the retry loop)."""
+    def new_operation(self, operation: str, *, opens_transaction: bool = False) -> OperationRetries:
+        """Start the retry bookkeeping of one operation (one call of the retry loop).
+
+        ``opens_transaction``: the operation is the first statement of a transaction.
+        """
         controller = self.controller
         criticality = Criticality.CRITICAL
         if self.settings is not None:
@@ -145,4 +148,5 @@ class ClientState:
             budget_warnings=self.budget_warnings,
             on_finished=self.operation_finished,
             criticality=criticality,
+            opens_transaction=opens_transaction,
         )

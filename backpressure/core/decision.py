@@ -2,14 +2,18 @@
 
 Theory of operation (checks in this order, the first that fails decides):
 
-1. the error must carry both ``SystemOverloadedError`` and ``RetryableError``  -> NOT_RETRYABLE
-2. the caller must allow retries (retryReads/retryWrites)                      -> RETRIES_DISABLED
-3. ``retry_number <= policy.max_retries``                                      -> ATTEMPTS_EXHAUSTED
-4. the jittered delay must end before the deadline (no token is taken first)    -> DEADLINE
-5. the budget must grant one retry                                             -> BUDGET_EMPTY
+1. the error must carry ``SystemOverloadedError`` and either ``RetryableError`` or be
+   retryable under pymongo's own (classic) rules, as the adapter says     -> NOT_RETRYABLE
+2. the caller must allow retries (retryReads/retryWrites)                 -> RETRIES_DISABLED
+3. ``retry_number <= policy.max_retries``                                 -> ATTEMPTS_EXHAUSTED
+4. the jittered delay must end before the deadline (no token is taken first) -> DEADLINE
+5. the budget must grant one retry (only for errors labelled
+   ``RetryableError``: a retry pymongo itself makes is never refused for budget) -> BUDGET_EMPTY
 
-Otherwise the answer is ``Retry(retry_number, delay, retarget)``.  The controller never sleeps;
-the driver does.
+``retry_number`` counts every failed attempt of the operation, classic ones included (see
+:class:`~backpressure.core.ledger.AttemptLedger`), so the cap holds when errors mix.  Otherwise
+the answer is ``Retry(retry_number, delay, retarget)``.  The controller never sleeps; the driver
+does.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ class Retry:
     delay: float
     retarget: bool
     sleep: Optional[float] = None
+    from_budget: bool = True
+    """Whether a budget token was taken for this retry."""
 
     @property
     def sleep_seconds(self) -> float:
@@ -115,14 +121,21 @@ class RetryController:
         deadline: Optional[float] = None,
         retries_allowed: bool = True,
         now: Optional[float] = None,
+        classic_retryable: bool = False,
     ) -> Decision:
         """Return ``Retry`` or ``GiveUp`` for retry ``retry_number`` (1 for the first retry).
 
         ``deadline`` and ``now`` are on the controller's clock; ``now`` defaults to ``clock()``.
-        A token is taken only when the answer is ``Retry``.
+        ``classic_retryable``: pymongo's retryable read/write rules retry this error (for an
+        overload error without ``RetryableError`` this keeps the retry the driver makes, with
+        backoff).  A token is taken only when the answer is ``Retry`` for an error labelled
+        ``RetryableError``.
         """
         policy = self.policy
-        if not is_retryable_overload(error):
+        if not is_overload(error):
+            return GiveUp(StopReason.NOT_RETRYABLE)
+        always_retryable = is_retryable_overload(error)
+        if not always_retryable and not classic_retryable:
             return GiveUp(StopReason.NOT_RETRYABLE)
         if not retries_allowed:
             return GiveUp(StopReason.RETRIES_DISABLED)
@@ -134,13 +147,14 @@ class RetryController:
             current = self._clock() if now is None else now
             if current + delay > deadline:
                 return GiveUp(StopReason.DEADLINE)
-        if not self.budget.try_acquire():
+        if always_retryable and not self.budget.try_acquire():
             return GiveUp(StopReason.BUDGET_EMPTY)
         return Retry(
             retry_number=retry_number,
             delay=delay,
             retarget=policy.retarget,
             sleep=None if self._sleeps else 0.0,
+            from_budget=always_retryable,
         )
 
     def record_success(self, *, retried: bool) -> None:

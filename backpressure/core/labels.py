@@ -24,6 +24,7 @@ __all__ = [
     "is_overload",
     "is_retryable_overload",
     "server_base_backoff",
+    "valid_milliseconds",
 ]
 
 SYSTEM_OVERLOADED = "SystemOverloadedError"
@@ -94,7 +95,7 @@ def has_no_writes_performed(exc: BaseException) -> bool:
     return NO_WRITES_PERFORMED in error_labels(exc)
 
 
-def _valid_ms(value: object) -> Optional[float]:
+def valid_milliseconds(value: object) -> Optional[float]:
     """Return ``value`` as milliseconds if it is a positive, finite, sane real number."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -126,7 +127,7 @@ def server_base_backoff(exc: BaseException) -> Optional[float]:
                 candidates.append(details.get("baseBackoffMS"))
             candidates.append(getattr(source, "_base_backoff_ms", None))
         for value in candidates:
-            ms = _valid_ms(value)
+            ms = valid_milliseconds(value)
             if ms is not None:
                 return ms / 1000.0
     except Exception:

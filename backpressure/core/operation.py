@@ -1,8 +1,11 @@
 """Per-operation retry state shared by every pymongo adapter (sync, async and native).
 
 Theory of operation: an adapter creates one ``OperationRetries`` per operation and calls
-``attempt_started(server)`` before each attempt, then either ``succeeded()`` or
-``failed(error, ...)``.  ``failed`` asks the controller, does the budget accounting, logs, notifies
+``attempt_started(server)`` before each attempt, then ``succeeded()``, ``classic_retry(error)``
+(pymongo's own rules retry an error that is no overload) or ``failed(error, ...)``.  Every call
+is written to the operation's :class:`~backpressure.core.ledger.AttemptLedger`, which decides
+the rules that depend on the whole history (the retry number, the cap when errors mix, the
+transaction rules).  ``failed`` asks the controller, does the budget accounting, logs, notifies
 listeners and returns ``Retry`` (the adapter sleeps ``delay`` and tries again) or ``GiveUp`` (the
 adapter raises the error, which now carries a :class:`~backpressure.core.events.RetrySummary`).
 Nothing here sleeps or does I/O.
@@ -28,6 +31,7 @@ from backpressure.core.events import (
     attach_summary,
 )
 from backpressure.core.labels import error_labels, is_overload
+from backpressure.core.ledger import AttemptLedger, AttemptOutcome
 from backpressure.core.overrides import Criticality
 
 __all__ = ["BudgetWarnings", "OperationRetries"]
@@ -119,6 +123,7 @@ class OperationRetries:
         budget_warnings: Optional[BudgetWarnings] = None,
         on_finished: Optional[Callable[[OperationFinishedEvent], None]] = None,
         criticality: Criticality = Criticality.CRITICAL,
+        opens_transaction: bool = False,
     ) -> None:
         """Start tracking ``operation`` (a command name) under ``controller``.
 
@@ -127,6 +132,7 @@ class OperationRetries:
         ``on_finished`` receives one ``OperationFinishedEvent`` when the operation succeeds or
         gives up (the client's statistics and metrics).  ``criticality`` is the operation's hint
         from ``backpressure.overrides`` (for a policy that sheds sheddable work first).
+        ``opens_transaction``: the operation is the first statement of a transaction.
         """
         self._controller = controller
         self._budget_warnings = (
@@ -135,15 +141,14 @@ class OperationRetries:
         self._operation = operation
         self._listeners = tuple(listeners)
         self._logger = logger
-        self._attempts = 0
+        self._ledger = AttemptLedger(opens_transaction=opens_transaction)
         self._retries = 0
+        self._tokens_taken = 0
         self._total_backoff = 0.0
-        self._servers: list[Address] = []
         self._current_server: Optional[Address] = None
         self._stop_reason: Optional[StopReason] = None
         self._on_finished = on_finished
         self._criticality = criticality
-        self._attempt_servers: list[Optional[Address]] = []
         self._delays: list[float] = []
 
     @property
@@ -162,13 +167,18 @@ class OperationRetries:
         return self._operation
 
     @property
+    def ledger(self) -> AttemptLedger:
+        """Every attempt of the operation (the history the retry rules are decided on)."""
+        return self._ledger
+
+    @property
     def attempts(self) -> int:
         """Attempts started so far."""
-        return self._attempts
+        return self._ledger.attempts
 
     @property
     def retries(self) -> int:
-        """Retries granted so far."""
+        """Retries granted by the overload policy so far (classic retries not included)."""
         return self._retries
 
     @property
@@ -179,7 +189,7 @@ class OperationRetries:
     @property
     def servers(self) -> tuple[Address, ...]:
         """Servers tried, in order, without duplicates."""
-        return tuple(self._servers)
+        return self._ledger.servers()
 
     @property
     def stop_reason(self) -> Optional[StopReason]:
@@ -189,7 +199,7 @@ class OperationRetries:
     def summary(self) -> RetrySummary:
         """Return the summary of what happened so far."""
         return RetrySummary(
-            attempts=self._attempts,
+            attempts=self._ledger.attempts,
             total_backoff=self._total_backoff,
             servers=self.servers,
             stop_reason=self._stop_reason,
@@ -197,16 +207,14 @@ class OperationRetries:
 
     def attempt_started(self, server: Optional[Address]) -> None:
         """Record the start of an attempt on ``server`` (None when unknown)."""
-        self._attempts += 1
         self._current_server = server
-        self._attempt_servers.append(server)
-        if server is not None and server not in self._servers:
-            self._servers.append(server)
+        self._ledger.started(server)
 
     def succeeded(self) -> None:
         """Record success and deposit tokens (more when it succeeded on a retry)."""
+        self._ledger.finished(AttemptOutcome.SUCCESS)
         self._stop_reason = None
-        self._controller.record_success(retried=self._retries > 0)
+        self._controller.record_success(retried=self._tokens_taken > 0)
         self._finish(succeeded=True, reason=None)
 
     def ended(self) -> None:
@@ -224,7 +232,7 @@ class OperationRetries:
             return
         event = OperationFinishedEvent(
             operation=self._operation,
-            attempt_servers=tuple(self._attempt_servers),
+            attempt_servers=tuple(record.server for record in self._ledger.records),
             retry_delays=tuple(self._delays),
             succeeded=succeeded,
             stop_reason=reason,
@@ -234,6 +242,21 @@ class OperationRetries:
         except Exception:
             self._logger.exception("backpressure operation listener failed")
 
+    def command_processed(self) -> None:
+        """Record that the server processed one of the operation's commands (see the ledger)."""
+        self._ledger.command_processed()
+
+    def classic_retry(self, error: Optional[BaseException] = None) -> None:
+        """Record an attempt that failed with an error pymongo's own rules retry (no overload).
+
+        ``error`` is None when the adapter only learns of the failure from the next attempt
+        (pymongo's native loop retries such errors without asking us).  A failed retry without
+        the overload label refunds a token.
+        """
+        self._ledger.finished(AttemptOutcome.CLASSIC_RETRYABLE)
+        if self._tokens_taken > 0 and (error is None or not is_overload(error)):
+            self._controller.budget.record_non_overload_failure()
+
     def failed(
         self,
         error: BaseException,
@@ -241,19 +264,31 @@ class OperationRetries:
         deadline: Optional[float] = None,
         retries_allowed: bool = True,
         now: Optional[float] = None,
+        classic_retryable: bool = False,
     ) -> Decision:
         """Record a failed attempt and return ``Retry`` or ``GiveUp``.
 
+        ``classic_retryable``: pymongo's own retryable read/write rules would retry ``error``
+        (the controller then keeps that retry for an overload error without ``RetryableError``).
+        The retry number counts every failed attempt (the ledger's), classic ones included.
         A ``GiveUp`` for an error unrelated to overload on an operation that was never retried is
         logged at DEBUG only and not reported to listeners: it is not a backpressure event.
         """
-        self._controller.record_failure(error, retried=self._retries > 0)
+        if is_overload(error):
+            outcome = AttemptOutcome.OVERLOAD
+        elif classic_retryable:
+            outcome = AttemptOutcome.CLASSIC_RETRYABLE
+        else:
+            outcome = AttemptOutcome.OTHER
+        self._ledger.finished(outcome)
+        self._controller.record_failure(error, retried=self._tokens_taken > 0)
         decision = self._controller.decide(
-            retry_number=self._retries + 1,
+            retry_number=max(self._ledger.retry_number(), 1),
             error=error,
             deadline=deadline,
             retries_allowed=retries_allowed,
             now=now,
+            classic_retryable=classic_retryable,
         )
         if isinstance(decision, Retry):
             self._on_retry(error, decision)
@@ -264,9 +299,11 @@ class OperationRetries:
     def _on_retry(self, error: BaseException, decision: Retry) -> None:
         """Account for, log and announce a granted retry."""
         self._retries += 1
+        if decision.from_budget:
+            self._tokens_taken += 1
         self._total_backoff += decision.delay
         self._delays.append(decision.delay)
-        attempt = max(self._attempts, 1)
+        attempt = max(self._ledger.attempts, 1)
         self._logger.info(
             "retrying %s after attempt %d in %.3fs on %s: %s",
             self._operation,
@@ -323,8 +360,8 @@ class OperationRetries:
             level,
             "giving up %s after %d attempt(s) on %s, %.3fs total backoff: %s (%s)%s",
             self._operation,
-            max(self._attempts, 1),
-            ", ".join(_format_server(s) for s in self._servers) or "unknown server",
+            max(self._ledger.attempts, 1),
+            ", ".join(_format_server(s) for s in self.servers) or "unknown server",
             self._total_backoff,
             decision.reason.value,
             _describe(error),
@@ -332,7 +369,7 @@ class OperationRetries:
         )
         event = GiveUpEvent(
             operation=self._operation,
-            attempts=max(self._attempts, 1),
+            attempts=max(self._ledger.attempts, 1),
             reason=decision.reason,
             total_backoff=self._total_backoff,
             servers=self.servers,

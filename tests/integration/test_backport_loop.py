@@ -6,7 +6,7 @@ import pytest
 from pymongo import _csot
 from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.hello import Hello
-from pymongo.operations import InsertOne, UpdateOne
+from pymongo.operations import InsertOne
 
 from backpressure import DRAFT, StopReason, retry_summary
 from backpressure.adapters.backport import NATIVE_BACKPRESSURE, NATIVE_REASON
@@ -250,26 +250,3 @@ async def test_no_writes_performed_reports_the_earlier_error(
     assert isinstance(caught.value.__cause__, OperationFailure)
     assert caught.value.__cause__.code == 2
     assert len(commands.started_commands("insert")) == 2
-
-
-async def test_transaction_bulk_later_batch_keeps_transaction(
-    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
-) -> None:
-    """An overload on the 2nd batch of a transaction's first bulk write: no new startTransaction."""
-    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands])
-    await resolve(client.db.coll.insert_one({"_id": 0}))
-    commands.reset()
-    replicaset_server.configure_fail_point(overload_fail_point(["update"], times=1))
-    await in_transaction(
-        client,
-        lambda session: client.db.coll.bulk_write(
-            [InsertOne({"_id": 1}), UpdateOne({"_id": 1}, {"$set": {"a": 1}})], session=session
-        ),
-    )
-    sent = [
-        (name, cmd.get("startTransaction", False))
-        for name in ("insert", "update")
-        for cmd in commands.started_commands(name)
-    ]
-    assert sent == [("insert", True), ("update", False), ("update", False)]
-    assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1, "a": 1}

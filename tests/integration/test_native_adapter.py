@@ -9,11 +9,12 @@ from typing import Any
 
 import pymongo
 import pytest
-from pymongo.errors import PyMongoError
+from pymongo.errors import OperationFailure, PyMongoError
 
 import backpressure
 from backpressure import DRAFT, Policy
 from backpressure.adapters import native, seams
+from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
     ClientFactory,
@@ -125,14 +126,27 @@ async def test_failed_classic_retry_refunds_a_token(
 async def test_fallback_outside_an_operation_applies_the_policy(
     clients: ClientFactory, standalone_server: EmbeddedServer
 ) -> None:
-    """Called outside our wrapper, the policy object still bounds attempts and delays."""
+    """Called outside our wrapper, the policy object asks the controller with pymongo's attempt
+    number, and ``should_retry`` returns exactly what ``backoff`` decided."""
     client = clients.plain(standalone_server.uri)
-    backpressure.enable(client, DRAFT.replace(max_retries=2), random=lambda: 0.0)
+    backpressure.enable(client, DRAFT.replace(max_retries=2), random=lambda: 1.0)
     policy = client._retry_policy
-    assert 0 <= policy.backoff(1) <= 0.1
-    assert 0 <= policy.backoff(2, 0.001) <= 0.002
-    assert await resolve(policy.should_retry(2, 0.0)) is True
-    assert await resolve(policy.should_retry(3, 0.0)) is False
+    overload = OperationFailure(
+        "overloaded", 462, {"ok": 0, "errorLabels": [SYSTEM_OVERLOADED, RETRYABLE]}
+    )
+    try:
+        raise overload
+    except OperationFailure:
+        assert policy.backoff(1) == pytest.approx(0.1)
+        assert await resolve(policy.should_retry(1, 0.1)) is True
+        assert policy.backoff(2) == pytest.approx(0.2)
+        assert await resolve(policy.should_retry(2, 0.2)) is True
+        assert policy.backoff(3) == 0.0
+        assert await resolve(policy.should_retry(3, 0.0)) is False
+    # Without a preceding backoff (or outside an error) there is nothing to retry.
+    assert await resolve(policy.should_retry(1, 0.0)) is False
+    assert policy.backoff(1) == 0.0
+    assert await resolve(policy.should_retry(1, 0.0)) is False
 
 
 async def test_enable_twice_replaces_state_not_wrappers(

@@ -47,14 +47,11 @@ __all__ = [
     "is_sharded",
     "is_transaction_end",
     "label_connection_error",
-    "operation_name",
     "pool_enabled",
     "read_retries_allowed",
     "refresh_motor",
     "replace_attribute",
-    "restart_transaction",
     "topology_enabled",
-    "transaction_starting",
     "write_retries_allowed",
 ]
 
@@ -179,65 +176,14 @@ def forget_client_bulk_error(func: Callable[..., Any], exc: PyMongoError) -> Non
     """
     if not isinstance(exc, ClientBulkWriteException):
         return
-    full_result = _closure_value(func, "full_result")
+    full_result = seams.closure_value(func, "full_result")
     if isinstance(full_result, MutableMapping) and full_result.get("error") is exc.error:
         full_result["error"] = None
-
-
-def _closure_value(func: Callable[..., Any], name: str) -> Any:
-    """Return the value of ``func``'s closure variable ``name``, or None (absent or unset)."""
-    code = getattr(func, "__code__", None)
-    if code is None:
-        return None
-    cells = getattr(func, "__closure__", None) or ()
-    for free, cell in zip(code.co_freevars, cells):
-        if free == name:
-            try:
-                return cell.cell_contents
-            except ValueError:
-                return None
-    return None
 
 
 def is_transaction_end(operation: str) -> bool:
     """Return True for commitTransaction and abortTransaction."""
     return operation in _TRANSACTION_ENDS
-
-
-def operation_name(operation: str, func: Callable[..., Any]) -> str:
-    """Name an operation for logs and events.
-
-    pymongo passes a ``_Op`` member, named by its value here.  pymongo <= 4.13 passes
-    ``abortTransaction`` for commits too; the real command name is then
-    read from the callback's closure (``command_name`` of ``_finish_transaction_with_retry``).
-    """
-    value = getattr(operation, "value", operation)  # pymongo's _Op is a str Enum
-    operation = value if isinstance(value, str) else str(operation)
-    if operation != "abortTransaction":
-        return operation
-    value = _closure_value(func, "command_name")
-    return value if isinstance(value, str) else operation
-
-
-def restart_transaction(session: Any) -> None:
-    """Move a transaction whose first command failed back to STARTING (startTransaction again)."""
-    transaction = session._transaction
-    transaction.state = _transaction_states(session).STARTING
-    transaction.attempt = 0
-
-
-def _transaction_states(session: Any) -> Any:
-    """Return pymongo's ``_TxnState`` namespace from the module defining the session's class."""
-    for cls in type(session).__mro__:
-        states = getattr(sys.modules.get(cls.__module__), "_TxnState", None)
-        if states is not None:
-            return states
-    raise TypeError(f"{type(session).__name__} is not a pymongo ClientSession")
-
-
-def transaction_starting(session: Any) -> bool:
-    """Return True if ``session`` is in a transaction that has not sent a command yet."""
-    return bool(session is not None and session.in_transaction and session._transaction.starting())
 
 
 def read_retries_allowed(client: Any, operation: str, retryable: bool, session: Any) -> bool:

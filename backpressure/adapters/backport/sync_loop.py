@@ -35,11 +35,13 @@ from pymongo.errors import (
 from pymongo.helpers_shared import _RETRYABLE_ERROR_CODES
 from pymongo.server_selectors import writable_server_selector
 
+from backpressure.adapters import seams
 from backpressure.adapters.backport import shared as _shared
 from backpressure.core.client_state import STATE_ATTRIBUTE, ClientState
 from backpressure.core.decision import GiveUp
 from backpressure.core.events import attach_summary, retry_summary
 from backpressure.core.labels import has_no_writes_performed, is_overload, is_retryable_overload
+from backpressure.core.ledger import AttemptLedger, AttemptOutcome
 from backpressure.core.operation import OperationRetries
 
 # isort: split
@@ -108,22 +110,23 @@ class _SyncRetryLoop:
         self._last_error: Optional[PyMongoError] = None
         self._retrying = False
         self._after_overload = False
-        self._overload_seen = False
-        self._retries = 0
-        self._starts_transaction = _shared.transaction_starting(session)
+        self._opens_transaction = seams.transaction_starting(session)
+        self._commit_attempt: Optional[int] = None  # the session's counter before this attempt
 
     def _operation_name(self) -> str:
         """The operation's name for logs, events and the retry options (resolved once)."""
         name = self._name
         if name is None:
-            name = self._name = _shared.operation_name(self._operation, self._func)
+            name = self._name = seams.operation_name(self._operation, self._func)
         return name
 
     def _tracked(self) -> OperationRetries:
         """Return the operation's ``OperationRetries``, creating it on first need."""
         ops = self._ops
         if ops is None:
-            ops = self._ops = self._state.new_operation(self._operation_name())
+            ops = self._ops = self._state.new_operation(
+                self._operation_name(), opens_transaction=self._opens_transaction
+            )
             if self._first_address is not _NO_ATTEMPT:
                 ops.attempt_started(self._first_address)
         return ops
@@ -222,9 +225,16 @@ class _SyncRetryLoop:
                     if self._is_retrying() and not self._after_overload:
                         # pymongo's own retry needs sessions: report the error retried.
                         self._raise(self._last_error)
-                watch = self._bulk is not None and self._starts_transaction
+                watch = self._bulk is not None and self._opens_transaction
                 if watch:
                     self._watch_batches(conn)
+                session = self._session
+                if (
+                    session is not None
+                    and session.in_transaction
+                    and self._operation_name() == "commitTransaction"
+                ):
+                    self._commit_attempt = seams.commit_attempt(session)
                 try:
                     return self._func(self._session, conn, self._retryable)
                 finally:
@@ -245,7 +255,7 @@ class _SyncRetryLoop:
 
         def watched(*args: Any, **kwargs: Any) -> Any:
             reply = write_command(*args, **kwargs)
-            self._starts_transaction = False
+            self._tracked().command_processed()
             return reply
 
         conn.write_command = watched
@@ -262,10 +272,20 @@ class _SyncRetryLoop:
     def _after_failure(self, exc: PyMongoError) -> float:
         """Decide what follows a failed attempt: return the delay before the next, or raise."""
         error = _shared.error_to_check(exc)
-        if is_retryable_overload(error):
+        if is_overload(error):
             return self._after_overload_error(exc, error)
         self._after_classic_error(exc, error)
         return 0.0
+
+    def _classic_eligible(self, exc: PyMongoError, error: PyMongoError) -> bool:
+        """Whether pymongo's own retryable read/write rules retry ``exc`` (count limits aside)."""
+        if not self._retryable:
+            return False
+        if self._is_read:
+            return isinstance(exc, ConnectionFailure) or (
+                isinstance(exc, OperationFailure) and exc.code in _RETRYABLE_ERROR_CODES
+            )
+        return error.has_error_label("RetryableWriteError")
 
     def _overload_retries_allowed(self) -> bool:
         """Whether retryReads/retryWrites allow retrying this operation on overload."""
@@ -278,11 +298,18 @@ class _SyncRetryLoop:
         return _shared.write_retries_allowed(self._client, self._operation_name())
 
     def _after_overload_error(self, exc: PyMongoError, error: PyMongoError) -> float:
-        """Ask the core about an overload error; prepare the retry it grants."""
-        decision = self._tracked().failed(
+        """Ask the core about an overload error; prepare the retry it grants.
+
+        An overload error without ``RetryableError`` is still retried (with backoff) when
+        pymongo's own rules retry it; the core caps all retries together once an overload error
+        has been seen, and the ledger decides the transaction rules.
+        """
+        ops = self._tracked()
+        decision = ops.failed(
             exc,
             deadline=_shared.csot_deadline(),
             retries_allowed=self._overload_retries_allowed(),
+            classic_retryable=self._classic_eligible(exc, error),
         )
         if isinstance(decision, GiveUp):
             if has_no_writes_performed(error) and self._last_error is not None:
@@ -291,37 +318,40 @@ class _SyncRetryLoop:
         self._note_retry(exc, error)
         _shared.forget_client_bulk_error(self._func, exc)
         self._after_overload = True
-        self._overload_seen = True
         session = self._session
         if session is not None and session.in_transaction:
-            if self._starts_transaction:
+            if ops.ledger.restarts_transaction():
                 # The server never started the transaction: send startTransaction again.
-                _shared.restart_transaction(session)
+                seams.restart_transaction(session)
                 session._unpin()
             elif _shared.is_transaction_end(self._operation_name()):
                 session._unpin()
+            if (
+                self._commit_attempt is not None
+                and self._operation_name() == "commitTransaction"
+                and ops.ledger.commit_keeps_write_concern()
+            ):
+                # Overload errors only so far: the retry keeps the failed attempt's write concern.
+                seams.set_commit_attempt(session, self._commit_attempt)
         if self._server is not None and (decision.retarget or _shared.is_sharded(self._client)):
             self._deprioritized.append(self._server)
         return decision.sleep_seconds
 
     def _after_classic_error(self, exc: PyMongoError, error: PyMongoError) -> None:
         """Apply pymongo's own retryable read/write rules to an error that is no overload."""
-        if self._is_read:
-            eligible = isinstance(exc, ConnectionFailure) or (
-                isinstance(exc, OperationFailure) and exc.code in _RETRYABLE_ERROR_CODES
-            )
-        else:
-            eligible = self._retryable and error.has_error_label("RetryableWriteError")
-            if eligible and self._session is not None:
-                self._session._unpin()
-        if not (self._retryable and eligible) or self._classic_retries_exhausted():
+        eligible = self._classic_eligible(exc, error)
+        if eligible and not self._is_read and self._session is not None:
+            self._session._unpin()
+        ops = self._tracked()
+        if eligible:
+            ops.ledger.finished(AttemptOutcome.CLASSIC_RETRYABLE)
+        if not eligible or self._classic_retries_exhausted(ops.ledger):
             if retry_summary(exc) is None:
-                self._tracked().failed(exc)
+                ops.failed(exc, classic_retryable=eligible)
             if not self._is_read and has_no_writes_performed(error) and self._last_error:
                 self._raise(self._last_error, exc)
             raise exc
-        ops = self._tracked()
-        ops.controller.record_failure(exc, retried=ops.retries > 0)
+        ops.classic_retry(exc)
         self._note_retry(exc, error)
         self._after_overload = False
         if self._server is not None and (
@@ -329,19 +359,22 @@ class _SyncRetryLoop:
         ):
             self._deprioritized.append(self._server)
 
-    def _classic_retries_exhausted(self) -> bool:
+    def _classic_retries_exhausted(self, ledger: AttemptLedger) -> bool:
         """Whether pymongo's own rules allow no further retry of an error that is no overload.
 
-        pymongo retries once, without limit under CSOT; after an overload, up to the policy's
-        retry count in total (as pymongo 4.17 does with maxAdaptiveRetries).
+        pymongo retries once per write batch (or operation), without limit under CSOT; once an
+        overload error has been seen, all retries together are capped at the policy's
+        ``max_retries`` (the ledger counts them).
         """
-        if not self._is_retrying() or _csot.get_timeout() is not None:
-            return False
-        return not self._overload_seen or self._retries >= self._state.policy.max_retries
+        unlimited = _csot.get_timeout() is not None
+        if ledger.overload_seen:
+            return not ledger.classic_retry_allowed(
+                self._state.policy.max_retries, unlimited=unlimited
+            )
+        return self._is_retrying() and not unlimited
 
     def _note_retry(self, exc: PyMongoError, error: PyMongoError) -> None:
         """Remember that a retry follows, and which error to report if it writes nothing."""
-        self._retries += 1
         if self._bulk is not None and not self._is_read:
             self._bulk.retrying = True
         else:
