@@ -44,7 +44,7 @@ from backpressure.core.events import attach_summary
 from backpressure.core.labels import has_no_writes_performed
 from backpressure.core.operation import OperationRetries
 
-__all__ = ["NativeRetryPolicy", "install", "installed_state", "uninstall"]
+__all__ = ["NativeRetryPolicy", "install", "installed_state", "seam_problems", "uninstall"]
 
 _INSTALLATION_ATTR = "_backpressure_native"
 _WRAPPED = ("_retry_internal", "_select_server", "_process_response")
@@ -473,6 +473,11 @@ def _wrappers(
         "_select_server": _select_server,
         "_process_response": _process_response,
     }
+
+
+def seam_problems(client: Any) -> list[str]:
+    """Return the pymongo seams this adapter needs that ``client`` does not match (none: fine)."""
+    return seams.native_problems(client)
 
 
 def install(client: Any, state: ClientState) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+import warnings
 from collections.abc import Mapping, MutableMapping
 from typing import Any, Callable, Optional
 
@@ -287,3 +288,182 @@ def sanitize_reply(reply: Any) -> None:
                 reply["errorLabels"] = kept
     except Exception:  # a reply type we do not understand: leave it to pymongo
         return
+
+
+# -- the version guard: probe each seam's shape before an adapter touches a client ---------------
+
+TESTED_RANGE: tuple[tuple[int, int], tuple[int, int]] = ((4, 9), (4, 20))
+"""The oldest and newest pymongo minor releases the adapters are tested with."""
+
+
+class UnsupportedPymongoError(TypeError):
+    """The installed pymongo lacks a private seam an adapter needs (the client is untouched)."""
+
+
+def _version_text() -> str:
+    """The installed pymongo version, for messages."""
+    return str(getattr(pymongo, "__version__", ".".join(map(str, PYMONGO_VERSION))))
+
+
+def _parameters(owner: Any, name: str) -> Optional[list[str]]:
+    """Return the parameter names of ``owner.name`` (a function), or None when it is absent."""
+    function = getattr(owner, name, None)
+    if not callable(function):
+        return None
+    try:
+        return list(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
+def _expect_parameters(
+    problems: list[str], owner: Any, label: str, name: str, expected: list[str], *, exact: bool
+) -> None:
+    """Append a problem unless ``owner.name`` takes ``expected`` (first, in order; or exactly)."""
+    found = _parameters(owner, name)
+    if found is None:
+        problems.append(f"{label}.{name} is missing")
+        return
+    head = found[: len(expected)]
+    if head != expected or (exact and found != expected):
+        problems.append(f"{label}.{name}{tuple(found)} does not take {tuple(expected)}")
+
+
+_RETRY_INTERNAL_PARAMETERS = [
+    "self",
+    "func",
+    "session",
+    "bulk",
+    "operation",
+    "is_read",
+    "address",
+    "read_pref",
+    "retryable",
+    "operation_id",
+]
+
+
+def _session_problems(client: Any) -> list[str]:
+    """Problems with the transaction internals both adapters use."""
+    problems: list[str] = []
+    flavour = "asynchronous" if is_async_client(client) else "synchronous"
+    module = _import(f"pymongo.{flavour}.client_session")
+    states = getattr(module, "_TxnState", None)
+    if not all(hasattr(states, name) for name in ("STARTING", "IN_PROGRESS")):
+        problems.append(f"pymongo.{flavour}.client_session._TxnState is missing")
+    transaction = getattr(module, "_Transaction", None)
+    if not callable(getattr(transaction, "starting", None)):
+        problems.append(f"pymongo.{flavour}.client_session._Transaction.starting is missing")
+    return problems
+
+
+def native_problems(client: Any) -> list[str]:
+    """Return the seams of the native adapter (pymongo >= 4.17) that ``client`` does not match."""
+    cls = type(client)
+    label = cls.__name__
+    problems: list[str] = []
+    _expect_parameters(
+        problems, cls, label, "_retry_internal", _RETRY_INTERNAL_PARAMETERS[:5], exact=False
+    )
+    if not callable(getattr(cls, "_select_server", None)):
+        problems.append(f"{label}._select_server is missing")
+    _expect_parameters(
+        problems, cls, label, "_process_response", ["self", "reply", "session"], exact=True
+    )
+    policy = getattr(client, "_retry_policy", None)
+    _expect_parameters(
+        problems, policy, f"{label}._retry_policy", "backoff", ["attempt"], exact=False
+    )
+    _expect_parameters(
+        problems, policy, f"{label}._retry_policy", "should_retry", ["attempt", "delay"], exact=True
+    )
+    options = getattr(client, "options", None)
+    for attr in OPTION_ATTRIBUTES:
+        if not hasattr(options, attr):
+            problems.append(f"ClientOptions.{attr} is missing")
+    return problems + _session_problems(client)
+
+
+def backport_problems(client: Any) -> list[str]:
+    """Return the seams of the backport (pymongo 4.9-4.16) that ``client`` does not match."""
+    cls = type(client)
+    label = cls.__name__
+    problems: list[str] = []
+    _expect_parameters(
+        problems, cls, label, "_retry_internal", _RETRY_INTERNAL_PARAMETERS, exact=True
+    )
+    _expect_parameters(
+        problems,
+        cls,
+        label,
+        "_select_server",
+        [
+            "self",
+            "server_selector",
+            "session",
+            "operation",
+            "address",
+            "deprioritized_servers",
+            "operation_id",
+        ],
+        exact=False,
+    )
+    for name in ("_checkout", "_conn_from_server"):
+        if not callable(getattr(cls, name, None)):
+            problems.append(f"{label}.{name} is missing")
+    module = sys.modules.get(cls.__module__)
+    for candidate in cls.__mro__:
+        if hasattr(sys.modules.get(candidate.__module__), "_add_retryable_write_error"):
+            module = sys.modules.get(candidate.__module__)
+            break
+    _expect_parameters(
+        problems,
+        module,
+        "mongo_client",
+        "_add_retryable_write_error",
+        ["exc", "max_wire_version", "is_mongos"],
+        exact=True,
+    )
+    return problems + _session_problems(client)
+
+
+def guard(client: Any, problems: list[str]) -> None:
+    """Refuse a client whose seams do not match; warn once on a newer, untested pymongo.
+
+    Raises:
+        UnsupportedPymongoError: naming the pymongo version and every seam that does not match.
+    """
+    if problems:
+        raise UnsupportedPymongoError(
+            f"backpressure cannot enable {type(client).__name__} on pymongo {_version_text()}: "
+            + "; ".join(problems)
+            + f" (tested with pymongo {_range_text()}); the client was left untouched"
+        )
+    if PYMONGO_VERSION[:2] > TESTED_RANGE[1]:
+        _warn_untested()
+
+
+def _range_text() -> str:
+    """The tested range, for messages."""
+    (low_major, low_minor), (high_major, high_minor) = TESTED_RANGE
+    return f"{low_major}.{low_minor}-{high_major}.{high_minor}"
+
+
+_WARNED: list[bool] = []
+
+
+def _warn_untested() -> None:
+    """Warn once per process that pymongo is newer than the tested range."""
+    if _WARNED:
+        return
+    _WARNED.append(True)
+    warnings.warn(
+        f"backpressure is tested with pymongo {_range_text()}; pymongo {_version_text()} is "
+        "newer, but every seam it uses matched, so it is enabled",
+        UntestedPymongoWarning,
+        stacklevel=4,
+    )
+
+
+class UntestedPymongoWarning(UserWarning):
+    """pymongo is newer than the tested range (all seams matched, so backpressure is enabled)."""

@@ -17,20 +17,31 @@ import math
 import threading
 from typing import TYPE_CHECKING, Union
 
+from backpressure.core.policy import InvalidPolicyError, short_repr
+
 if TYPE_CHECKING:
     from backpressure.core.policy import Policy
 
-__all__ = ["NullBudget", "RetryBudget", "budget_for"]
+__all__ = ["InvalidBudgetError", "NullBudget", "RetryBudget", "budget_for"]
+
+
+class InvalidBudgetError(InvalidPolicyError, ValueError):
+    """A retry budget amount is invalid (the message names it)."""
 
 
 def _amount(name: str, value: float, *, positive: bool = False) -> float:
     """Validate a token amount and return it as a float."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number (int or float), got {value!r}")
-    number = float(value)
+        raise InvalidBudgetError(f"{name} must be a number (int or float), got {short_repr(value)}")
+    bound = "> 0" if positive else ">= 0"
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        raise InvalidBudgetError(
+            f"{name} must be a finite number {bound}, got {short_repr(value)}"
+        ) from None
     if not math.isfinite(number) or number < 0 or (positive and number == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+        raise InvalidBudgetError(f"{name} must be a finite number {bound}, got {short_repr(value)}")
     return number
 
 
@@ -85,10 +96,10 @@ class RetryBudget(_Counted):
     ) -> None:
         """Create a full bucket; every amount must be finite and >= 0 (capacity > 0)."""
         super().__init__()
-        self._capacity = _amount("capacity", capacity, positive=True)
-        self._success_deposit = _amount("success_deposit", success_deposit)
-        self._retry_cost = _amount("retry_cost", retry_cost)
-        self._failure_deposit = _amount("failure_deposit", failure_deposit)
+        self._capacity = _amount("RetryBudget.capacity", capacity, positive=True)
+        self._success_deposit = _amount("RetryBudget.success_deposit", success_deposit)
+        self._retry_cost = _amount("RetryBudget.retry_cost", retry_cost)
+        self._failure_deposit = _amount("RetryBudget.failure_deposit", failure_deposit)
         self._cap_units = max(1, _units(self._capacity))
         self._cost_units = _units(self._retry_cost)
         self._success_units = _units(self._success_deposit)

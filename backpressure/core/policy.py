@@ -57,9 +57,15 @@ _MAX_RETRIES_LIMIT = 100
 _EXPONENT_LIMIT = 64
 
 
+def short_repr(value: object) -> str:
+    """``repr(value)``, shortened when huge (an int of hundreds of digits)."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+
+
 def _bad(field: str, value: object, allowed: str) -> InvalidPolicyError:
     """Build the error for one invalid field."""
-    return InvalidPolicyError(f"Policy.{field} must be {allowed}, got {value!r}")
+    return InvalidPolicyError(f"Policy.{field} must be {allowed}, got {short_repr(value)}")
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,11 @@ class Policy:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise _bad(field, value, "a number (int or float)")
-            if not math.isfinite(value):
+            try:
+                finite = math.isfinite(value)
+            except OverflowError:  # an int too large for a float
+                finite = False
+            if not finite:
                 raise _bad(field, value, "a finite number")
             if value < 0:
                 raise _bad(field, value, "a number >= 0")
@@ -170,15 +180,16 @@ _ALIASES: Mapping[str, Policy] = MappingProxyType(
 def resolve_policy(value: Union[bool, str, Policy, None]) -> Optional[Policy]:
     """Turn a user setting into a Policy, or None when backpressure is disabled.
 
-    ``None``/``False`` -> None; ``True`` -> DRAFT; a preset name ("draft", "default", "current",
-    "current-spec", case-insensitive) -> that preset; a Policy -> itself.
+    ``None``/``False``/``"false"`` -> None; ``True``/``"true"`` -> DRAFT (the strings exactly so,
+    as pymongo reads URI booleans); a preset name ("draft", "default", "current", "current-spec",
+    case-insensitive) -> that preset; a Policy -> itself.
 
     Raises:
         InvalidPolicyError: for any other value.
     """
-    if value is None or value is False:
+    if value is None or value is False or value == "false":
         return None
-    if value is True:
+    if value is True or value == "true":
         return DEFAULT_POLICY
     if isinstance(value, Policy):
         return value

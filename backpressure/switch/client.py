@@ -89,6 +89,32 @@ def _pymongo_client(client: Any) -> Any:
     )
 
 
+def validate_listeners(listeners: object, option: str = "listeners") -> tuple[Any, ...]:
+    """Return ``listeners`` as a tuple after checking that each one is a listener.
+
+    A listener implements ``retried`` and ``gave_up`` (``RetryListener``), or
+    ``operation_finished`` (``OperationListener``), or both.
+
+    Raises:
+        InvalidPolicyError: ``listeners`` is not a list or tuple, or an item is no listener
+            (the message names the option and the item).
+    """
+    if not isinstance(listeners, (list, tuple)):
+        raise InvalidPolicyError(
+            f"{option} must be a list or tuple of listeners, got {type(listeners).__name__} "
+            f"{listeners!r}"
+        )
+    for index, listener in enumerate(listeners):
+        retry = all(callable(getattr(listener, name, None)) for name in ("retried", "gave_up"))
+        finished = callable(getattr(listener, "operation_finished", None))
+        if not (retry or finished):
+            raise InvalidPolicyError(
+                f"{option}[{index}] must be a listener (a RetryListener with retried and "
+                f"gave_up, or an OperationListener with operation_finished), got {listener!r}"
+            )
+    return tuple(listeners)
+
+
 def _adapter(target: Any) -> ModuleType:
     """Return the adapter module for ``target``: native (pymongo 4.17+) or the backport."""
     if seams.client_has_native_backpressure(target):
@@ -129,21 +155,28 @@ def enable(
         random: jitter source in [0, 1) (tests pin it); defaults to ``random.random``.
 
     Raises:
-        InvalidPolicyError: ``policy`` is not a valid setting.
+        InvalidPolicyError: ``policy`` is not a valid setting, or ``listeners`` is not a list
+            or tuple of listeners.
         TypeError: ``client`` is not a supported client.
+        UnsupportedPymongoError: a pymongo internal the adapter needs does not match (the
+            message names the pymongo version and the seam); the client is left untouched.
     """
     resolved = resolve_policy(policy)
     if resolved is None:
         return disable(client)
+    checked = validate_listeners(listeners)
     target = _pymongo_client(client)
     controller = RetryController(resolved, random=_random.random if random is None else random)
     new_state = ClientState(
         controller,
-        (*registry.registered_listeners(), *listeners),
+        (*registry.registered_listeners(), *checked),
         settings=current_settings,
         label=_client_label(target),
     )
-    _adapter(target).install(target, new_state)
+    adapter = _adapter(target)
+    # Every seam is probed before anything is changed: a mismatch leaves the client untouched.
+    seams.guard(target, adapter.seam_problems(target))
+    adapter.install(target, new_state)
     setattr(target, STATE_ATTRIBUTE, new_state)
     registry.track(target, new_state)
     return client
@@ -247,10 +280,7 @@ def _prepare(
     policy = resolve_policy(switch)
     if policy is not None:
         policy = apply_overrides(policy, options)
-    if not isinstance(listeners, Sequence) or isinstance(listeners, (str, bytes)):
-        raise InvalidPolicyError(
-            f"backpressure_listeners must be a sequence of RetryListener, got {listeners!r}"
-        )
+    checked = validate_listeners(listeners, "backpressure_listeners")
     if seams.HAS_NATIVE_BACKPRESSURE:
         # pymongo's own options: the user's values stay the client's "original" ones.
         for name in (MAX_ADAPTIVE_RETRIES, ENABLE_OVERLOAD_RETARGETING):
@@ -260,7 +290,7 @@ def _prepare(
         from backpressure.adapters import backport as _backport
 
         rest.update(_backport.client_kwargs(is_async=is_async))
-    return _Prepared(host, rest, policy, tuple(listeners))
+    return _Prepared(host, rest, policy, checked)
 
 
 def _construct(

@@ -108,7 +108,10 @@ def _validate_max_adaptive_retries(value: object, *, from_uri: bool) -> int:
 
 
 def _validate_retargeting(value: object, *, from_uri: bool) -> bool:
-    """Return ``value`` as a bool (``'true'``/``'false'`` accepted) or raise InvalidPolicyError."""
+    """Return ``value`` as a bool or raise InvalidPolicyError.
+
+    pymongo's URI rule, for keywords and URIs alike: a bool, or exactly ``'true'``/``'false'``.
+    """
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value in _URI_BOOLEANS:
@@ -118,9 +121,13 @@ def _validate_retargeting(value: object, *, from_uri: bool) -> bool:
 
 
 def _validate_switch(value: object, *, from_uri: bool) -> Union[bool, Policy]:
-    """Return the ``backpressure`` value as a bool or a Policy, or raise InvalidPolicyError."""
-    if from_uri and isinstance(value, str) and value.strip().lower() in _URI_BOOLEANS:
-        return _URI_BOOLEANS[value.strip().lower()]
+    """Return the ``backpressure`` value as a bool or a Policy, or raise InvalidPolicyError.
+
+    Booleans follow pymongo's URI rule in keywords and URIs alike: a bool, or exactly
+    ``'true'``/``'false'``; preset names are case-insensitive.
+    """
+    if isinstance(value, str) and value in _URI_BOOLEANS:
+        return _URI_BOOLEANS[value]
     if isinstance(value, (str, bool, Policy)) or value is None:
         try:
             policy = resolve_policy(value)
@@ -131,7 +138,7 @@ def _validate_switch(value: object, *, from_uri: bool) -> Union[bool, Policy]:
     allowed = (
         "'true', 'false', 'draft' or 'current'"
         if from_uri
-        else "a bool, a Policy, 'draft' or 'current'"
+        else "a bool, 'true', 'false', a Policy, 'draft' or 'current'"
     )
     raise _invalid(BACKPRESSURE, allowed, value, from_uri=from_uri)
 

@@ -67,8 +67,11 @@ async def in_transaction(client: Any, *writes: Callable[[Any], Any], abort: bool
         await resolve(session.end_session())
 
 
-async def wait_for_mongoses(client: Any, count: int = 2, timeout: float = 10.0) -> None:
-    """Wait until the client's monitors have discovered ``count`` mongos routers."""
+async def wait_for_mongoses(client: Any, count: int = 2, timeout: float = 60.0) -> None:
+    """Wait until the client's monitors have discovered ``count`` mongos routers.
+
+    An AsyncMongoClient starts its monitors on its first operation: run one before waiting.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:

@@ -161,7 +161,7 @@ async def test_enabled_after_construction_retries_hangups(
     await resolve(client.db.coll.find_one({}))
     assert recorder.cleared == 0
     assert _server_types(client) == ["Standalone"]
-    assert _handshakes(standalone_server, app_name)[-1].get("backpressure") is True
+    assert _handshakes(standalone_server, app_name)[-1].get("backpressure") == "2"
 
 
 async def test_handshake_flag_only_for_enabled_client(
@@ -179,7 +179,8 @@ async def test_handshake_flag_only_for_enabled_client(
     await resolve(plain.admin.command("ping"))
     flagged = [h for h in _handshakes(standalone_server, enabled_name) if h.get("backpressure")]
     assert len(flagged) == enabled_recorder.created >= 1
-    assert all(h["backpressure"] is True for h in flagged)
+    # The handshake spec: the string "2" (the backpressure spec revision), never True or 2.
+    assert all(h["backpressure"] == "2" for h in flagged)
     plain_handshakes = _handshakes(standalone_server, plain_name)
     assert plain_handshakes
     assert not any("backpressure" in h for h in plain_handshakes)
@@ -237,7 +238,7 @@ async def test_disabled_client_back_to_stock_connection_handling(
     recorder = PoolRecorder()
     client = clients.backpressure(standalone_server.uri, **_connection_kwargs(app_name, recorder))
     await _warm_up(client)
-    assert _handshakes(standalone_server, app_name)[-1].get("backpressure") is True
+    assert _handshakes(standalone_server, app_name)[-1].get("backpressure") == "2"
     backpressure.disable(client)
     await _warm_up(client)  # a new connection, opened while disabled
     assert "backpressure" not in _handshakes(standalone_server, app_name)[-1]

@@ -156,6 +156,9 @@ async def test_policy_object_and_listeners_keywords(
         ({"backpressure": "aggressive"}, "backpressure"),
         ({"backpressure": 3}, "backpressure"),
         ({"backpressure_listeners": "not-a-list"}, "backpressure_listeners"),
+        ({"backpressure_listeners": [object()]}, r"backpressure_listeners\[0\]"),
+        ({"enableOverloadRetargeting": "TRUE"}, "enableOverloadRetargeting"),
+        ({"backpressure": "TRUE"}, "backpressure"),
         ({"maxAdaptiveRetries": 1, "max_adaptive_retries": 2}, "more than once"),
     ],
 )
@@ -167,6 +170,35 @@ def test_invalid_keywords_raise(
     with pytest.raises(InvalidPolicyError, match=names) as info:
         cls(standalone_server.uri, **kwargs)
     assert isinstance(info.value, pymongo.errors.ConfigurationError)
+
+
+@pytest.mark.parametrize(
+    ("listeners", "match"),
+    [
+        ("abc", "listeners must be a list or tuple"),
+        ([RetryRecorder(), object()], r"listeners\[1\] must be a listener"),
+        ({"retried": None}, "listeners must be a list or tuple"),
+    ],
+)
+async def test_enable_validates_listeners_once(
+    clients: ClientFactory, standalone_server: EmbeddedServer, listeners: Any, match: str
+) -> None:
+    """Bad listeners are refused at enable time, naming the item; the client stays stock."""
+    client = clients.plain(standalone_server.uri)
+    with pytest.raises(InvalidPolicyError, match=match):
+        backpressure.enable(client, DRAFT, listeners=listeners)
+    assert not backpressure.is_enabled(client)
+
+
+@pytest.mark.parametrize(("value", "enabled"), [("false", False), ("true", True)])
+async def test_keyword_boolean_strings_as_in_the_uri(
+    clients: ClientFactory, standalone_server: EmbeddedServer, value: str, enabled: bool
+) -> None:
+    """backpressure="false"/"true" as a keyword means what it means in the URI."""
+    keyword = clients.backpressure(standalone_server.uri, backpressure=value)
+    base = standalone_server.uri.split("?")[0].rstrip("/")
+    uri = clients.backpressure(f"{base}/?backpressure={value}")
+    assert backpressure.is_enabled(keyword) is backpressure.is_enabled(uri) is enabled
 
 
 async def test_invalid_uri_values_warn_and_are_ignored(

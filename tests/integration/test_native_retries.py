@@ -262,7 +262,10 @@ async def test_retry_goes_to_the_other_mongos(
     """On a sharded cluster the retry is sent to the mongos that did not fail."""
     policy = FAST.replace(max_retries=1)
     client = enabled_client(clients, sharded_server, commands, retries, policy)
-    await resolve(client.admin.command("ping"))  # discover both routers
+    await resolve(client.admin.command("ping"))  # an AsyncMongoClient connects on first use
+    # Discovering the second router takes a monitor round; under load it can come after the
+    # first operation, and then both attempts would go to the one router known.
+    await conftest.wait_for_mongoses(client)
     sharded_server.configure_fail_point(overload_fail_point(["insert"]))
     with pytest.raises(PyMongoError) as info:
         await resolve(client.db.coll.insert_one({"x": 1}))
@@ -280,19 +283,25 @@ async def test_csot_deadline_stops_retries_with_the_overload_error(
     commands: CommandRecorder,
     retries: RetryRecorder,
 ) -> None:
-    """With pymongo.timeout(0.3) the retry whose backoff would pass the deadline is refused."""
-    client = enabled_client(clients, standalone_server, commands, retries, DRAFT, 1.0)
+    """With pymongo.timeout(3.0) and delays of 1 s then 2 s, the second retry is refused.
+
+    The timeout is exactly the sum of the two delays, so the second retry would end after the
+    deadline however fast the attempts are; the first is granted unless its attempt alone took
+    2 s (a margin that holds on a loaded machine).
+    """
+    policy = DRAFT.replace(base_backoff=1.0)
+    client = enabled_client(clients, standalone_server, commands, retries, policy, 1.0)
     await resolve(client.admin.command("ping"))
     standalone_server.configure_fail_point(overload_fail_point(["insert"]))
     bucket = backpressure.budget(client)
     assert bucket is not None
-    with pytest.raises(OperationFailure) as info, pymongo.timeout(0.3):
+    with pytest.raises(OperationFailure) as info, pymongo.timeout(3.0):
         await resolve(client.db.coll.insert_one({"x": 1}))
     assert info.value.code == 462
     summary = retry_summary(info.value)
     assert summary is not None
     assert summary.stop_reason is StopReason.DEADLINE
-    assert summary.attempts == 2  # 0.1 s then 0.2 s would end after the deadline
+    assert summary.attempts == 2  # 1 s then 2 s would end after the deadline
     assert bucket.tokens == 999  # no token taken for the refused retry
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from backpressure.core.budget import NullBudget, RetryBudget, budget_for
-from backpressure.core.policy import CURRENT_SPEC, DRAFT
+from backpressure.core.policy import CURRENT_SPEC, DRAFT, InvalidPolicyError
 
 
 def test_starts_full() -> None:
@@ -325,3 +325,10 @@ def test_deposit_into_a_full_bucket_skips_the_lock_and_stays_exact() -> None:
     assert budget.tokens == 2.0  # ten deposits of 0.1 make exactly one token
     budget.record_success(retried=True)
     assert budget.tokens == 2.0
+
+
+@pytest.mark.parametrize("field", ["capacity", "success_deposit", "retry_cost", "failure_deposit"])
+def test_huge_int_is_an_invalid_policy_naming_the_field(field: str) -> None:
+    """RetryBudget(field=10**400) raises InvalidPolicyError naming the field (not OverflowError)."""
+    with pytest.raises(InvalidPolicyError, match=rf"RetryBudget\.{field} must be a finite"):
+        RetryBudget(**{field: 10**400})

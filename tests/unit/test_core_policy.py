@@ -180,3 +180,19 @@ def test_resolve_policy_rejects(value: Any) -> None:
         resolve_policy(value)
     assert "'draft'" in str(info.value)
     assert "'current'" in str(info.value)
+
+
+@pytest.mark.parametrize("field", ["base_backoff", "max_backoff", "budget_capacity"])
+def test_huge_int_is_an_invalid_policy_naming_the_field(field: str) -> None:
+    """An int too large for a float (10**400) is refused like any non-finite value."""
+    with pytest.raises(InvalidPolicyError, match=rf"Policy\.{field} must be a finite number"):
+        Policy(**{field: 10**400})
+
+
+@pytest.mark.parametrize(("value", "expected"), [("true", "draft"), ("false", None)])
+def test_boolean_strings_resolve_like_booleans(value: str, expected: object) -> None:
+    """'true'/'false' (exactly, as pymongo reads URI booleans) mean True/False."""
+    resolved = resolve_policy(value)
+    assert (resolved.name if resolved is not None else None) == expected
+    with pytest.raises(InvalidPolicyError):
+        resolve_policy(value.upper())

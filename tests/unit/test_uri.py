@@ -53,7 +53,6 @@ def test_option_names_are_case_insensitive_and_values_unquoted() -> None:
     [
         ("true", True),
         ("false", False),
-        ("FALSE", False),
         ("draft", DRAFT),
         ("current", CURRENT_SPEC),
     ],
@@ -62,6 +61,31 @@ def test_backpressure_switch_values(value: str, expected: Any) -> None:
     """backpressure= takes true/false or a preset name."""
     _, options = _parse(f"mongodb://h/?backpressure={value}")
     assert options == {BACKPRESSURE: expected}
+
+
+@pytest.mark.parametrize("value", [True, False, "true", "false", "TRUE", "False", "1", "yes", 1])
+@pytest.mark.parametrize("option", [BACKPRESSURE, "enableOverloadRetargeting"])
+def test_one_boolean_rule_for_keywords_and_uris_as_pymongo(option: str, value: Any) -> None:
+    """Keyword and URI accept the same booleans, exactly those pymongo's URI parser accepts:
+    a bool, or the strings 'true' and 'false' (not 'TRUE', not 1)."""
+    from pymongo.common import validate_boolean_or_string
+
+    try:
+        expected: Any = validate_boolean_or_string(option, value)
+    except (TypeError, ValueError):
+        expected = None
+    try:
+        keyword: Any = validate_option(option, value)
+    except InvalidPolicyError:
+        keyword = None
+    if isinstance(keyword, Policy):  # backpressure=True means the default preset
+        keyword = True
+    assert keyword == expected
+    if isinstance(value, str):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, options = parse_backpressure_options(f"mongodb://h/?{option}={value}")
+        assert options.get(option) == expected
 
 
 def test_invalid_value_warns_user_warning_and_is_ignored() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from backpressure.adapters import seams
 from backpressure.adapters.backport.shared import NATIVE_BACKPRESSURE, NATIVE_REASON, refresh_motor
 from backpressure.adapters.seams import is_async_client
 from backpressure.core.client_state import STATE_ATTRIBUTE, ClientState
@@ -30,6 +31,7 @@ __all__ = [
     "client_kwargs",
     "install",
     "is_installed",
+    "seam_problems",
     "uninstall",
 ]
 
@@ -61,6 +63,11 @@ def _patch_classes() -> None:
         # Inside the lock: no thread may see the hooks installed before Motor sees them too.
         refresh_motor(_sync_backport.public_wrapped_names())
         _patched = True
+
+
+def seam_problems(client: Any) -> list[str]:
+    """Return the pymongo seams the backport needs that ``client`` does not match (none: fine)."""
+    return seams.backport_problems(client)
 
 
 def install(client: Any, state: ClientState) -> None:

@@ -29,6 +29,7 @@ from backpressure.core.labels import add_overload_labels
 __all__ = [
     "CLASSIC_DEPRIORITIZES_ALWAYS",
     "HANDSHAKE_FIELD",
+    "HANDSHAKE_VALUE",
     "METHOD_ATTEMPT",
     "NATIVE_BACKPRESSURE",
     "NATIVE_REASON",
@@ -68,6 +69,9 @@ CLASSIC_DEPRIORITIZES_ALWAYS: bool = (
 
 HANDSHAKE_FIELD = "backpressure"
 """Field added to the first hello of application connections of enabled clients."""
+
+HANDSHAKE_VALUE = "2"
+"""Its value: the client backpressure spec revision, a string (handshake spec; as pymongo 4.18+)."""
 
 WRAPPED_MARK = "__backpressure_wrapped__"
 """Attribute set on every class-level replacement; its value is the replaced function."""
@@ -138,7 +142,7 @@ def hello_cmd_with_flag(original: Callable[[Any], dict[str, Any]]) -> Callable[[
         if not self.performed_handshake:
             pool = self.pool_ref()
             if pool is not None and pool_enabled(pool):
-                cmd[HANDSHAKE_FIELD] = True
+                cmd[HANDSHAKE_FIELD] = HANDSHAKE_VALUE
         return cmd
 
     hello_cmd.__name__ = "hello_cmd"
