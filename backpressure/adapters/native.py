@@ -70,9 +70,11 @@ class _Operation:
         "commit_attempt",
         "decision",
         "first",
+        "in_transaction",
         "installation",
         "kwargs",
         "opens_transaction",
+        "pinned",
         "retries",
         "state",
     )
@@ -89,11 +91,17 @@ class _Operation:
         self.first: Any = _NOT_SELECTED
         self.attempt_open = False
         self.decision: Optional[Decision] = None
-        self.opens_transaction = seams.transaction_starting(self.session)
+        session = self.session
+        self.in_transaction = session is not None and session.in_transaction
+        self.opens_transaction = self.in_transaction and seams.transaction_starting(session)
+        # In a transaction: the mongos it was pinned to when the attempt started.
+        self.pinned: Optional[tuple[str, int]] = None
         # For commitTransaction: the session's commit attempt counter when the attempt started
         # (None for every other operation).
         self.commit_attempt: Optional[int] = None
-        if seams.retry_internal_argument(args, kwargs, "operation") == "commitTransaction":
+        if self.in_transaction and (
+            seams.retry_internal_argument(args, kwargs, "operation") == "commitTransaction"
+        ):
             self.commit_attempt = 0
 
     @property
@@ -117,8 +125,11 @@ class _Operation:
 
     def attempt_started(self, server: Any) -> None:
         """Record an attempt; settle the previous one if pymongo retried it classically."""
-        if self.commit_attempt is not None:
-            self.commit_attempt = seams.commit_attempt(self.session)
+        if self.in_transaction:
+            session = self.session
+            self.pinned = seams.pinned_address(session)
+            if self.commit_attempt is not None:
+                self.commit_attempt = seams.commit_attempt(session)
         retries = self.retries
         if retries is None:
             if self.first is _NOT_SELECTED:
@@ -157,6 +168,10 @@ class _Operation:
         ledger = retries.ledger
         if ledger.opens_transaction and not ledger.restarts_transaction():
             seams.resume_transaction(self.session)
+        if self.pinned is not None and ledger.keeps_pinned_server():
+            # pymongo unpinned the transaction on overload (its retry could go to another
+            # mongos, which can only recover or abort the transaction): keep its mongos.
+            seams.repin(self.session, self.pinned)
         if self.commit_attempt is not None:
             # pymongo resets the counter on overload (plain write concern on the retry); the
             # transactions spec keeps the failed attempt's write concern only while every

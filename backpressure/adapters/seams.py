@@ -247,6 +247,24 @@ def resume_transaction(session: Any) -> None:
         transaction.has_completed_command = True
 
 
+def pinned_address(session: Any) -> Optional[tuple[str, int]]:
+    """The mongos address a transaction is pinned to, or None (no transaction, not pinned, or
+    pinned to a load balancer connection, which cannot be pinned again by address)."""
+    if session is None or not session.in_transaction:
+        return None
+    transaction = session._transaction
+    if getattr(transaction, "conn_mgr", None) is not None:
+        return None
+    address = transaction.pinned_address
+    return address if isinstance(address, tuple) else None
+
+
+def repin(session: Any, address: tuple[str, int]) -> None:
+    """Pin the session's transaction to ``address`` again after pymongo unpinned it."""
+    if session is not None and session.in_transaction:
+        session._transaction.pinned_address = address
+
+
 def commit_attempt(session: Any) -> int:
     """Return the session's commitTransaction attempt counter (> 1 upgrades the write concern)."""
     return int(session._transaction.attempt)

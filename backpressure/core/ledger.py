@@ -15,6 +15,9 @@ in pure code, so that both adapters apply them the same way:
 * :meth:`AttemptLedger.restarts_transaction`: a transaction whose first command was never
   processed by the server sends ``startTransaction`` again on the retry (transactions spec:
   "the command executed in the retry attempt must be treated as the first command").
+* :meth:`AttemptLedger.keeps_pinned_server`: inside a transaction pinned to a mongos, a retry
+  after an overload error goes to that mongos again (the transaction lives there; another mongos
+  could only recover or abort it).
 * :meth:`AttemptLedger.commit_keeps_write_concern`: a ``commitTransaction`` retried after
   overload errors only keeps the write concern of the attempt that failed; after any other
   failure it is upgraded to majority (transactions spec, "Interaction with Client Backpressure").
@@ -172,6 +175,19 @@ class AttemptLedger:
         commands (every attempt so far was refused before the transaction began).
         """
         return self._opens_transaction and not self._first_command_processed
+
+    def keeps_pinned_server(self) -> bool:
+        """Whether the retry stays on the server the transaction is pinned to.
+
+        True when the last failure was an overload error and the transaction is not being
+        restarted (a restarted transaction has no server yet).
+        """
+        failed = [r for r in self._records if r.outcome not in (None, AttemptOutcome.SUCCESS)]
+        return (
+            bool(failed)
+            and failed[-1].outcome is AttemptOutcome.OVERLOAD
+            and not (self.restarts_transaction())
+        )
 
     def commit_keeps_write_concern(self) -> bool:
         """Whether a retried ``commitTransaction`` keeps the write concern of the failed attempt.

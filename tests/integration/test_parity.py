@@ -27,6 +27,7 @@ from tests.integration.conftest import (
     in_transaction,
     overload_fail_point,
     resolve,
+    wait_for_mongoses,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -54,9 +55,12 @@ class Maker(Protocol):
         policy: Optional[Policy],
         listeners: list[Any],
         retries: Optional[RetryRecorder] = None,
+        *,
+        server: Optional[EmbeddedServer] = None,
         **kwargs: Any,
     ) -> Any:
-        """Return a client whose calls the test resolves (sync results or awaitables)."""
+        """Return a client (of ``server``, by default the replica set) whose calls the test
+        resolves (sync results or awaitables)."""
 
 
 @pytest.fixture(params=["sync", "async", "motor"])
@@ -70,20 +74,23 @@ async def make(request: pytest.FixtureRequest, replicaset_server: EmbeddedServer
         policy: Optional[Policy],
         listeners: list[Any],
         retries: Optional[RetryRecorder] = None,
+        *,
+        server: Optional[EmbeddedServer] = None,
         **kwargs: Any,
     ) -> Any:
+        uri = (server or replicaset_server).uri
         if flavour == "motor":
             from motor.motor_asyncio import AsyncIOMotorClient
 
             client: Any = AsyncIOMotorClient(
-                replicaset_server.uri,
+                uri,
                 event_listeners=listeners,
                 serverSelectionTimeoutMS=3000,
                 **kwargs,
             )
             motor_clients.append(client)
         else:
-            client = factory.plain(replicaset_server.uri, event_listeners=listeners, **kwargs)
+            client = factory.plain(uri, event_listeners=listeners, **kwargs)
         if policy is not None:
             backpressure.enable(
                 client, policy, listeners=[retries] if retries else [], random=lambda: 0.0
@@ -286,3 +293,80 @@ async def test_commit_retried_after_a_classic_error_upgrades_its_write_concern(
     assert switch.switched
     majority = {"w": "majority", "wtimeout": 10000}
     assert _commit_write_concerns(commands) == [{"w": 1}, majority, majority]
+
+
+async def sharded_client(make: Maker, server: EmbeddedServer, listeners: list[Any]) -> Any:
+    """An enabled (draft: retargeting) client of the sharded cluster that knows both mongos.
+
+    localThresholdMS=1000 puts both routers in the latency window whatever the load: before
+    4.16 pymongo drops deprioritized servers only after choosing that window.
+    """
+    client = make(FAST_DRAFT, listeners, server=server, localThresholdMS=1000)
+    await resolve(client.admin.command("ping"))
+    await wait_for_mongoses(client)
+    await resolve(client.db.create_collection("coll"))
+    return client
+
+
+async def test_overloaded_statement_of_a_pinned_transaction_stays_on_its_mongos(
+    make: Maker, sharded_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """Defect 7: an overload error inside a transaction pinned to a mongos is retried on that
+    mongos, never retargeted (another mongos does not know the transaction)."""
+    overload_each_once = overload_fail_point(["insert"], times=1)
+    switch = FailPointSwitch(sharded_server, "insert", "succeeded", overload_each_once)
+    client = await sharded_client(make, sharded_server, [commands, switch])
+    await in_transaction(
+        client,
+        lambda session: client.db.coll.insert_one({"_id": 1}, session=session),
+        lambda session: client.db.coll.insert_one({"_id": 2}, session=session),
+    )
+    assert switch.switched
+    addresses = commands.addresses("insert") + commands.addresses("commitTransaction")
+    assert len(addresses) == 4  # first statement, overloaded second, its retry, commit
+    assert len(set(addresses)) == 1
+    assert await resolve(client.db.coll.count_documents({})) == 2
+
+
+async def test_overloaded_commit_of_a_pinned_transaction_stays_on_its_mongos(
+    make: Maker, sharded_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """Defect 7: an overloaded commitTransaction is retried on the transaction's mongos (on
+    another one it could only be recovered, and a commit the server never received aborts)."""
+    client = await sharded_client(make, sharded_server, [commands])
+    sharded_server.configure_fail_point(overload_fail_point(["commitTransaction"], times=1))
+    await in_transaction(
+        client, lambda session: client.db.coll.insert_one({"_id": 1}, session=session)
+    )
+    commits = commands.addresses("commitTransaction")
+    assert len(commits) == 2
+    assert commits[0] == commits[1] == commands.addresses("insert")[0]
+    assert await resolve(client.db.coll.count_documents({})) == 1
+
+
+async def test_commit_retried_on_another_mongos_carries_the_recovery_token(
+    make: Maker, sharded_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """Defect 7: a commit retried after an error that is no overload (pymongo's classic rule:
+    unpin and avoid the failed mongos) lands on the other mongos with the ``recoveryToken``;
+    that mongos recovers the shard's decision (none: the transaction is aborted)."""
+    client = await sharded_client(make, sharded_server, [commands])
+    session = await resolve(client.start_session())
+    try:
+        await resolve(session.start_transaction())
+        await resolve(client.db.coll.insert_one({"_id": 1}, session=session))
+        pinned = commands.addresses("insert")[0]
+        sharded_server.configure_fail_point(
+            classic_fail_point(["commitTransaction"], times=1), member=pinned
+        )
+        with pytest.raises(OperationFailure) as info:
+            await resolve(session.commit_transaction())
+    finally:
+        await resolve(session.end_session())
+    commits = commands.started_commands("commitTransaction")
+    addresses = commands.addresses("commitTransaction")
+    assert len(commits) == 2
+    assert addresses[0] == pinned != addresses[1]
+    assert commits[1]["recoveryToken"] == {"recoveryShardId": "shard0"}
+    assert info.value.code == 251  # NoSuchTransaction: recovered, no decision, aborted
+    assert await resolve(client.db.coll.count_documents({})) == 0

@@ -324,7 +324,11 @@ class _AsyncRetryLoop:
                 # The server never started the transaction: send startTransaction again.
                 seams.restart_transaction(session)
                 await session._unpin()
-            elif _shared.is_transaction_end(self._operation_name()):
+            elif _shared.is_transaction_end(self._operation_name()) and not (
+                ops.ledger.keeps_pinned_server() and seams.pinned_address(session) is not None
+            ):
+                # A load-balanced transaction's connection is released; a transaction pinned
+                # to a mongos stays there (another mongos could only recover or abort it).
                 await session._unpin()
             if (
                 self._commit_attempt is not None
