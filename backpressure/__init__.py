@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from backpressure.adapters.seams import UnsupportedPymongoError, UntestedPymongoWarning
 from backpressure.core.backoff import backoff_ceiling, backoff_delay
 from backpressure.core.budget import NullBudget, RetryBudget, budget_for
 from backpressure.core.client_state import ClientState
@@ -97,6 +98,8 @@ __all__ = [
     "RetrySummary",
     "ServerStats",
     "StopReason",
+    "UnsupportedPymongoError",
+    "UntestedPymongoWarning",
     "__version__",
     "add_overload_labels",
     "backoff_ceiling",

@@ -22,12 +22,58 @@ from pymongo import _csot
 
 from backpressure.core.labels import valid_milliseconds
 
+PRIVATE_NAMES: Mapping[str, str] = {
+    # Both adapters.
+    "MongoClient._retry_internal": "the retry loop every retryable operation passes through",
+    "MongoClient._select_server": "server selection of each attempt (wrapped per instance)",
+    "MongoClient._retry_policy": "the native loop's policy object (native: replaced)",
+    "ClientSession._transaction": "transaction state: state, attempt, pinned_address, conn_mgr",
+    "client_session._TxnState": "transaction states STARTING / IN_PROGRESS",
+    "client_session._Transaction.starting": "whether the transaction sent no command yet",
+    "_Transaction.has_completed_command": "pymongo >= 4.17: first command completed",
+    "_csot.get_timeout/get_deadline/remaining": "the CSOT deadline",
+    "ClientOptions._ClientOptions__max_adaptive_retries": "native: maxAdaptiveRetries value",
+    "ClientOptions._ClientOptions__enable_overload_retargeting": "native: retargeting value",
+    "helpers._RetryPolicy": "native: detection of the native loop and its conventions",
+    # Native adapter (pymongo >= 4.17).
+    "MongoClient._process_response": "sees every reply before pymongo builds an error",
+    # Backport (pymongo 4.9-4.16).
+    "MongoClient._checkout": "connection checkout of a write attempt",
+    "MongoClient._conn_from_server": "connection checkout of a read attempt",
+    "MongoClient._topology / ._topology_settings": "pools to tag; _topology_id; pool_class",
+    "MongoClient(_pool_class=...)": "the pool class of an enabled client",
+    "mongo_client._add_retryable_write_error": "labels write errors as pymongo's loop does",
+    "helpers_shared._RETRYABLE_ERROR_CODES": "classic retryable read codes",
+    "_csot._TimeoutContext / _csot.apply": "one deadline for method-level retries",
+    "ClientSession._start_retryable_write / ._unpin": "txnNumber once; unpin for retries",
+    "Topology._servers / ._create_pool_for_server / ._topology_id": "tag existing/new pools",
+    "Topology.handle_error": "leave SDAM alone for overload-labelled connection errors",
+    "Pool.connect / Pool._client_id / Pool.is_sdam (4.13+) / Pool.handshake (<4.13)": "label "
+    "connection-establishment errors of application pools",
+    "Connection.hello_cmd / .pool_ref / .performed_handshake": "the handshake flag",
+    "Connection.write_command": "a bulk batch of a transaction's first statement completed",
+    "_Bulk.retrying / .started_retryable_write": "batch-level retries",
+    "retryable_bulk closure: full_result": "client bulk write: forget a retried error",
+    "_finish_transaction_with_retry closure: command_name": "pymongo <= 4.13: commit vs abort",
+    "Database._drop_helper, Collection._create_helper / ._create_indexes / ._drop_index / "
+    "._create_search_indexes, ._timeout": "commands that bypass the retry loop before 4.17",
+    "motor.metaprogramming._class_cache": "Motor attributes rebuilt after wrapping",
+}
+"""Every private pymongo name the adapters touch, with what it is used for.
+
+A new pymongo release can break exactly these; :func:`native_problems` and
+:func:`backport_problems` probe the shapes the adapters depend on most before a client is
+enabled, and ``tests/unit/test_seams_inventory.py`` fails when the adapters start using a
+private name that is not listed here.
+"""
+
 __all__ = [
     "ASYNC_SHOULD_RETRY_AWAITED",
     "BACKOFF_TAKES_BASE",
     "HAS_ASYNC_CLIENT",
     "HAS_NATIVE_BACKPRESSURE",
     "OPTION_ATTRIBUTES",
+    "PRIVATE_NAMES",
     "PYMONGO_VERSION",
     "client_has_native_backpressure",
     "csot_deadline",

@@ -3,12 +3,16 @@
 The server marks load-shed requests with the ``SystemOverloadedError`` label; when the request is
 safe to send again it adds ``RetryableError`` too.  Everything else in the package asks this module
 instead of looking at labels itself.
+
+Labels are read through pymongo's public API only (``PyMongoError.has_error_label`` and
+``OperationFailure.details``); the core imports pymongo's public error classes, which are stable
+API, and no private pymongo name except ``_add_error_label`` in :func:`add_overload_labels`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, Optional
 
 from pymongo.errors import ClientBulkWriteException, PyMongoError
@@ -43,17 +47,45 @@ RETRYABLE_WRITE = "RetryableWriteError"
 _MAX_SERVER_BACKOFF_MS = 86_400_000.0
 
 
+KNOWN_LABELS: tuple[str, ...] = (
+    SYSTEM_OVERLOADED,
+    RETRYABLE,
+    RETRYABLE_WRITE,
+    NO_WRITES_PERFORMED,
+    "TransientTransactionError",
+    "UnknownTransactionCommitResult",
+    "ResumableChangeStreamError",
+)
+"""Labels looked up with ``has_error_label`` (pymongo has no public way to list them all)."""
+
+
+def _has(exc: object, label: str) -> bool:
+    """``exc.has_error_label(label)`` for a PyMongoError, False for anything else or odd state."""
+    if not isinstance(exc, PyMongoError):
+        return False
+    try:
+        return bool(exc.has_error_label(label))
+    except Exception:  # a broken error object must not break classification
+        return False
+
+
 def _labels_of(exc: object) -> set[str]:
-    """Return the string labels stored on one PyMongoError, tolerating odd internals."""
+    """The labels of one PyMongoError, through pymongo's public API only.
+
+    The server's labels come from ``details["errorLabels"]`` (``OperationFailure.details``, the
+    server reply), the driver's own from ``has_error_label`` on the known labels.
+    """
     if not isinstance(exc, PyMongoError):
         return set()
-    raw: Any = getattr(exc, "_error_labels", None)
-    if raw is None or isinstance(raw, (str, bytes)) or not isinstance(raw, Iterable):
-        return set()
+    labels = {label for label in KNOWN_LABELS if _has(exc, label)}
     try:
-        return {label for label in raw if isinstance(label, str)}
-    except Exception:  # a broken container must not break classification
-        return set()
+        details = getattr(exc, "details", None)
+        raw: Any = details.get("errorLabels") if isinstance(details, Mapping) else None
+        if isinstance(raw, (list, tuple)):
+            labels.update(label for label in raw if isinstance(label, str) and _has(exc, label))
+    except Exception:
+        pass
+    return labels
 
 
 def error_labels(exc: BaseException) -> frozenset[str]:
@@ -79,20 +111,27 @@ def _bulk_inner_error(exc: BaseException) -> Optional[PyMongoError]:
     return inner if isinstance(inner, PyMongoError) else None
 
 
+def _carries(exc: BaseException, label: str) -> bool:
+    """Whether ``exc`` (or a client bulk write's top-level error) carries ``label``."""
+    if _has(exc, label):
+        return True
+    inner = _bulk_inner_error(exc)
+    return inner is not None and inner is not exc and _has(inner, label)
+
+
 def is_overload(exc: BaseException) -> bool:
     """Return True if ``exc`` carries the ``SystemOverloadedError`` label."""
-    return SYSTEM_OVERLOADED in error_labels(exc)
+    return _carries(exc, SYSTEM_OVERLOADED)
 
 
 def is_retryable_overload(exc: BaseException) -> bool:
     """Return True if ``exc`` carries both ``SystemOverloadedError`` and ``RetryableError``."""
-    labels = error_labels(exc)
-    return SYSTEM_OVERLOADED in labels and RETRYABLE in labels
+    return _carries(exc, SYSTEM_OVERLOADED) and _carries(exc, RETRYABLE)
 
 
 def has_no_writes_performed(exc: BaseException) -> bool:
     """Return True if ``exc`` carries the ``NoWritesPerformed`` label."""
-    return NO_WRITES_PERFORMED in error_labels(exc)
+    return _carries(exc, NO_WRITES_PERFORMED)
 
 
 def valid_milliseconds(value: object) -> Optional[float]:
@@ -111,8 +150,8 @@ def valid_milliseconds(value: object) -> Optional[float]:
 def server_base_backoff(exc: BaseException) -> Optional[float]:
     """Return the server's ``baseBackoffMS`` hint in **seconds**, or None when absent or invalid.
 
-    The hint is read from ``exc.details`` (a mapping, as on OperationFailure) or from pymongo's
-    ``_base_backoff_ms`` (pymongo >= 4.18).  Only positive, finite int/float values (not bool) up
+    The hint is read from ``exc.details`` (the server reply of an OperationFailure, public API;
+    pymongo >= 4.18 reads the same field).  Only positive, finite int/float values (not bool) up
     to one day are accepted; anything else is ignored.  Never raises.
     """
     try:
@@ -125,7 +164,6 @@ def server_base_backoff(exc: BaseException) -> Optional[float]:
             details = getattr(source, "details", None)
             if isinstance(details, Mapping):
                 candidates.append(details.get("baseBackoffMS"))
-            candidates.append(getattr(source, "_base_backoff_ms", None))
         for value in candidates:
             ms = valid_milliseconds(value)
             if ms is not None:
@@ -138,7 +176,9 @@ def server_base_backoff(exc: BaseException) -> Optional[float]:
 def add_overload_labels(exc: BaseException) -> None:
     """Add ``SystemOverloadedError`` and ``RetryableError`` to a PyMongoError (idempotent).
 
-    Other exceptions are left untouched.
+    Other exceptions are left untouched.  pymongo has no public way to add a label: this calls
+    ``PyMongoError._add_error_label`` (present since pymongo 3.7), the one private pymongo name
+    the core uses.
     """
     if isinstance(exc, PyMongoError):
         for label in (SYSTEM_OVERLOADED, RETRYABLE):
