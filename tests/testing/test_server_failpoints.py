@@ -78,18 +78,72 @@ def test_configure_returns_previous_count() -> None:
 @pytest.mark.parametrize(
     ("doc", "code"),
     [
-        ({"mode": "alwaysOn", "data": {"failCommands": ["ping"], "blockConnection": True}}, 72),
-        ({"mode": "alwaysOn", "data": {"errorCode": 2}}, 2),
         ({"mode": {"times": -1}, "data": {"failCommands": ["ping"]}}, 2),
+        ({"mode": {"times": float("inf")}, "data": {"failCommands": ["ping"]}}, 2),
+        ({"mode": {"skip": float("nan")}, "data": {"failCommands": ["ping"]}}, 2),
+        ({"mode": {"times": 2**31}, "data": {"failCommands": ["ping"]}}, 2),
+        ({"mode": {"times": "1"}, "data": {"failCommands": ["ping"]}}, 2),
         ({"mode": "sometimes", "data": {"failCommands": ["ping"]}}, 2),
         ({"mode": {"activationProbability": 2}, "data": {"failCommands": ["ping"]}}, 2),
+        ({"mode": {"activationProbability": float("nan")}, "data": {}}, 2),
+        ({"mode": {"sometimes": 1}, "data": {}}, 2),
+        ({"mode": "alwaysOn", "data": {"errorCode": float("nan")}}, 2),
+        ({"mode": "alwaysOn", "data": {"errorCode": float("inf")}}, 2),
+        ({"mode": "alwaysOn", "data": {"blockConnection": True, "blockTimeMS": float("inf")}}, 2),
+        ({"mode": "alwaysOn", "data": {"blockConnection": True, "blockTimeMS": -1}}, 2),
+        ({"mode": "alwaysOn", "data": {"failCommands": "ping"}}, 2),
+        ({"mode": "alwaysOn", "data": {"namespace": 1}}, 2),
     ],
 )
 def test_invalid_configurations(doc: dict[str, Any], code: int) -> None:
-    """Missing blockTimeMS is InvalidOptions; other bad documents are BadValue."""
+    """Values that cannot mean anything (NaN, infinity, wrong types, out of range) are BadValue."""
     with pytest.raises(CommandError) as info:
         FailCommandConfig.parse(doc)
     assert info.value.code == code
+
+
+def test_data_without_fail_commands_is_stored_and_matches_nothing() -> None:
+    """Like mongod: no failCommands (a bare closeConnection, say) is accepted, fires never."""
+    point = _configured("alwaysOn", closeConnection=True)
+    assert point.active
+    assert _fires(point, "ping") == [False] * 5
+    assert point.count == 0
+
+
+def test_fail_all_commands_matches_every_command() -> None:
+    """failAllCommands fires for any command name."""
+    point = _configured({"times": 2}, failAllCommands=True, errorCode=2)
+    assert _fires(point, "find", n=1) == [True]
+    assert _fires(point, "hello", n=2) == [True, False]
+
+
+def test_fractional_times_are_truncated() -> None:
+    """mongod reads times/skip as whole numbers: 2.7 is 2."""
+    assert _fires(_configured({"times": 2.7}, failCommands=["ping"], errorCode=2), n=3) == [
+        True,
+        True,
+        False,
+    ]
+
+
+def test_namespace_and_thread_name_filters() -> None:
+    """namespace and threadName restrict matches like appName does, without moving counters."""
+    point = _configured({"times": 1}, failCommands=["find"], namespace="db.a", errorCode=2)
+    assert point.evaluate("find", None, namespace="db.b") is None
+    assert point.evaluate("find", None, namespace="db.a") is not None
+    point = _configured("alwaysOn", failCommands=["ping"], threadName="conn7", errorCode=2)
+    assert point.evaluate("ping", None, thread_name="conn8") is None
+    assert point.evaluate("ping", None, thread_name="conn7") is not None
+    assert point.count == 1
+
+
+def test_block_connection_without_time_fails_matched_commands() -> None:
+    """mongod accepts the configuration and answers each matched command InvalidOptions."""
+    point = _configured("alwaysOn", failCommands=["ping"], blockConnection=True)
+    action = point.evaluate("ping", None)
+    assert action is not None
+    assert (action.error_code, action.block_ms, action.close_connection) == (72, 0, False)
+    assert "blockTimeMS" in action.errmsg
 
 
 def _fail(server: EmbeddedServer, mode: Any, **data: Any) -> None:
@@ -460,3 +514,45 @@ def test_write_concern_error_on_commit_is_retried(
     assert list(coll.find()) == [{"_id": 1}]
     counters = replicaset_server.stats(0)["commands"]["commitTransaction"]
     assert counters["received"] == 2
+
+
+def test_bad_values_are_bad_value_replies_over_the_wire(
+    standalone_server: EmbeddedServer, raw_connect: Any
+) -> None:
+    """Infinity and NaN reach the server as BSON doubles and get BadValue, not InternalError."""
+    conn = raw_connect(standalone_server.primary_address)
+    for doc in (
+        {"mode": {"times": float("inf")}, "data": {"failCommands": ["ping"]}},
+        {"mode": "alwaysOn", "data": {"failCommands": ["ping"], "errorCode": float("nan")}},
+        {
+            "mode": "alwaysOn",
+            "data": {"failCommands": ["ping"], "blockConnection": True, "blockTimeMS": 1e400},
+        },
+    ):
+        reply = conn.command({"configureFailPoint": "failCommand", **doc})
+        assert (reply["ok"], reply["code"], reply["codeName"]) == (0.0, 2, "BadValue")
+    assert conn.command({"ping": 1})["ok"] == 1.0
+
+
+def test_fail_all_commands_and_namespace_against_a_client(
+    standalone_server: EmbeddedServer, make_client: Any
+) -> None:
+    """failAllCommands limited to one namespace fails finds there and nowhere else."""
+    client = make_client(standalone_server.uri, retryReads=False)
+    _fail(standalone_server, "alwaysOn", failAllCommands=True, namespace="db.hit", errorCode=8)
+    try:
+        assert _code(lambda: client.db.hit.find_one()) == 8
+        assert _code(lambda: client.db.miss.find_one()) is None
+        assert _code(lambda: client.admin.command("ping")) is None
+    finally:
+        standalone_server.disable_fail_points()
+
+
+def test_missing_block_time_fails_the_command(
+    standalone_server: EmbeddedServer, make_client: Any
+) -> None:
+    """blockConnection without blockTimeMS: configure succeeds, the ping gets InvalidOptions."""
+    client = make_client(standalone_server.uri)
+    _fail(standalone_server, {"times": 1}, failCommands=["ping"], blockConnection=True)
+    assert _code(lambda: client.admin.command("ping")) == 72
+    assert _code(lambda: client.admin.command("ping")) is None

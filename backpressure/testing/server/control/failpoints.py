@@ -1,9 +1,13 @@
 """The ``failCommand`` and ``onPrimaryTransactionalWrite`` fail points, following mongod's rules.
 
 Theory of operation: ``configureFailPoint`` documents are validated into a
-:class:`FailCommandConfig` (mode + data). For every command the server asks
-:meth:`FailCommand.evaluate` with the command name and the connection's appName. The predicate
-(name in ``failCommands``, appName equal when given) is checked first; only a matching command
+:class:`FailCommandConfig` (mode + data). Like mongod, any ``data`` is stored: without
+``failCommands`` (or ``failAllCommands``) the fail point matches no command. Values that cannot
+mean anything (a non-finite ``times``, ``blockTimeMS`` or ``errorCode``, wrong types) are
+BadValue. For every command the server asks :meth:`FailCommand.evaluate` with the command name,
+the connection's appName, the command's namespace and the connection's thread name
+(``conn<id>``). The predicate (name in ``failCommands`` or ``failAllCommands``; ``appName``,
+``namespace`` and ``threadName`` equal when given) is checked first; only a matching command
 moves the mode's counters (``skip``, ``times``) and the ``count`` of activations. An activation
 returns a :class:`FailAction`; the transport then blocks, closes or fails the command in that
 order of precedence.
@@ -18,6 +22,7 @@ false). No I/O here.
 
 from __future__ import annotations
 
+import math
 import random as _random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -55,6 +60,8 @@ FAILPOINT_ERRMSG = "Failing command via 'failCommand' failpoint"
 """The ``errmsg`` mongod uses for injected errors."""
 
 _ALIASES = {"ismaster": "isMaster"}
+_INT32_MAX = 2**31 - 1
+_BLOCK_TIME_REQUIRED = "must specify 'blockTimeMS' when 'blockConnection' is true"
 
 
 def canonical_command_name(name: str) -> str:
@@ -94,6 +101,12 @@ class FailCommandConfig:
     """Only connections with this appName match, when given."""
     action: FailAction
     """What an activation does."""
+    fail_all: bool = False
+    """``failAllCommands``: every command matches (except ``configureFailPoint``)."""
+    namespace: Optional[str] = None
+    """Only commands on this ``db.collection`` match, when given."""
+    thread_name: Optional[str] = None
+    """Only the connection with this thread name (``conn<id>``) matches, when given."""
 
     @classmethod
     def parse(cls, command: Mapping[str, Any]) -> FailCommandConfig:
@@ -104,47 +117,75 @@ class FailCommandConfig:
             raise CommandError(2, "'data' must be an object")
         if mode == "off":
             return cls("off", 0, frozenset(), None, FailAction())
-        names = data.get("failCommands")
+        names = data.get("failCommands", [])
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise CommandError(2, "failCommand fail point requires 'failCommands', a string array")
-        app_name = data.get("appName")
-        if app_name is not None and not isinstance(app_name, str):
-            raise CommandError(2, "'appName' must be a string")
+            raise CommandError(2, "'failCommands' must be an array of command names")
+        filters = {}
+        for field in ("appName", "namespace", "threadName"):
+            value = data.get(field)
+            if value is not None and not isinstance(value, str):
+                raise CommandError(2, f"'{field}' must be a string")
+            filters[field] = value
         return cls(
             mode,
             mode_value,
             frozenset(canonical_command_name(n) for n in names),
-            app_name,
+            filters["appName"],
             _parse_action(data),
+            fail_all="failAllCommands" in data,
+            namespace=filters["namespace"],
+            thread_name=filters["threadName"],
         )
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _parse_mode(mode: Any) -> tuple[str, float]:
+    """mongod's mode rules: ``times``/``skip`` whole numbers in 0..2**31-1 (fractions are
+    truncated), ``activationProbability`` in [0, 1]; anything else, NaN and infinity: BadValue."""
     if mode in ("off", "alwaysOn"):
         return str(mode), 0
-    if isinstance(mode, Mapping) and len(mode) == 1:
-        ((key, value),) = mode.items()
-        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if key in ("times", "skip") and numeric and value >= 0 and value == int(value):
+    if not isinstance(mode, Mapping):
+        raise CommandError(2, f"invalid fail point mode {mode!r}: 'off', 'alwaysOn' or an object")
+    for key in ("times", "skip"):
+        if key in mode:
+            value = mode[key]
+            if not _is_number(value) or not math.isfinite(value):
+                raise CommandError(2, f"'{key}' option to 'mode' must be a finite number")
+            if value < 0:
+                raise CommandError(2, f"'{key}' option to 'mode' must be positive")
+            if value > _INT32_MAX:
+                raise CommandError(2, f"'{key}' option to 'mode' is too large")
             return key, int(value)
-        if key == "activationProbability" and numeric and 0 <= value <= 1:
-            return key, float(value)
-    raise CommandError(2, f"invalid fail point mode: {mode!r}")
+    if "activationProbability" in mode:
+        value = mode["activationProbability"]
+        if not _is_number(value) or not 0 <= value <= 1:  # NaN fails the range check too
+            raise CommandError(
+                2, "the 'activationProbability' option to 'mode' must be a number in [0, 1]"
+            )
+        return "activationProbability", float(value)
+    raise CommandError(2, "mode object can include 'times', 'activationProbability', or 'skip'")
 
 
 def _parse_action(data: Mapping[str, Any]) -> FailAction:
-    block = bool(data.get("blockConnection", False))
+    """The action of an activation; a missing ``blockTimeMS`` fails each matched command."""
     block_ms = 0
-    if block:
-        value = data.get("blockTimeMS")
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-            raise CommandError(
-                72, "must specify 'blockTimeMS' when 'blockConnection' is true", "InvalidOptions"
-            )
-        block_ms = int(value)
+    block_error = False
+    if bool(data.get("blockConnection", False)):
+        value: Any = data.get("blockTimeMS")
+        if not _is_number(value):
+            block_error = True  # mongod: InvalidOptions when a matching command arrives
+        elif not math.isfinite(value) or not 0 <= value <= _INT32_MAX:
+            raise CommandError(2, "'blockTimeMS' must be a number of milliseconds in 0..2**31-1")
+        else:
+            block_ms = int(value)
     code = data.get("errorCode")
-    if code is not None and (not isinstance(code, (int, float)) or isinstance(code, bool)):
-        raise CommandError(2, "'errorCode' must be a number")
+    if code is not None and (
+        not _is_number(code) or not math.isfinite(code) or abs(code) > _INT32_MAX
+    ):
+        raise CommandError(2, "'errorCode' must be a 32-bit integer")
     labels = data.get("errorLabels")
     if labels is not None and (
         not isinstance(labels, list) or not all(isinstance(x, str) for x in labels)
@@ -154,6 +195,8 @@ def _parse_action(data: Mapping[str, Any]) -> FailAction:
     wce = data.get("writeConcernError")
     if wce is not None and not isinstance(wce, Mapping):
         raise CommandError(2, "'writeConcernError' must be an object")
+    if block_error:
+        return FailAction(error_code=72, errmsg=_BLOCK_TIME_REQUIRED)
     return FailAction(
         block_ms=block_ms,
         close_connection=bool(data.get("closeConnection", False)),
@@ -236,14 +279,24 @@ class FailCommand(_Modes):
         super()._switch_off()
         self._config = FailCommandConfig("off", 0, frozenset(), None, FailAction())
 
-    def evaluate(self, command_name: str, app_name: Optional[str]) -> Optional[FailAction]:
+    def evaluate(
+        self,
+        command_name: str,
+        app_name: Optional[str],
+        namespace: Optional[str] = None,
+        thread_name: Optional[str] = None,
+    ) -> Optional[FailAction]:
         """Return the action for this command, or ``None`` when the fail point does not fire."""
         config = self._config
         if config.mode == "off":
             return None
-        if canonical_command_name(command_name) not in config.fail_commands:
+        if config.thread_name is not None and config.thread_name != thread_name:
             return None
         if config.app_name is not None and config.app_name != app_name:
+            return None
+        if config.namespace is not None and config.namespace != namespace:
+            return None
+        if not config.fail_all and canonical_command_name(command_name) not in config.fail_commands:
             return None
         return config.action if self._activate() else None
 
@@ -268,8 +321,10 @@ class TransactionalWriteAction:
         if not isinstance(close, bool):
             raise CommandError(2, "'closeConnection' must be a boolean")
         code = data.get("failBeforeCommitExceptionCode")
-        if code is not None and (not isinstance(code, (int, float)) or isinstance(code, bool)):
-            raise CommandError(2, "'failBeforeCommitExceptionCode' must be a number")
+        if code is not None and (
+            not _is_number(code) or not math.isfinite(code) or abs(code) > _INT32_MAX
+        ):
+            raise CommandError(2, "'failBeforeCommitExceptionCode' must be a 32-bit integer")
         return mode, mode_value, cls(close, None if code is None else int(code))
 
 

@@ -295,7 +295,12 @@ class Deployment:
                     assert counters is not None
                     counters.rejected += 1
             if reply is None and name != "configureFailPoint":
-                action = state.fail_command.evaluate(name, conn.app_name)
+                action = state.fail_command.evaluate(
+                    name,
+                    conn.app_name,
+                    namespace=_namespace(request),
+                    thread_name=f"conn{conn.connection_id}",
+                )
         if action is not None:
             if action.block_ms:
                 state.cpu_seconds += time.thread_time() - started
@@ -382,6 +387,8 @@ class Deployment:
         try:
             delay = self.engine.delay_seconds(request.db, request.body)
             return delay + self.engine.await_seconds(request.body)
+        except CommandError:  # e.g. unsupported $where code: executing reports the same error
+            return 0.0
         except Exception:
             log.exception("computing the delay of %r failed", request.command_name)
             return 0.0
@@ -481,6 +488,12 @@ class Deployment:
             now = topology.clock.tick()
             reply["$clusterTime"] = topology.clock.gossip(now)
             reply["operationTime"] = now
+
+
+def _namespace(request: Request) -> str:
+    """The command's namespace as a fail point's ``namespace`` sees it: ``db.collection``."""
+    target = next(iter(request.body.values()), None)
+    return f"{request.db}.{target}" if isinstance(target, str) else f"{request.db}.$cmd"
 
 
 def _internal_error(exc: Exception) -> dict[str, Any]:
