@@ -1,5 +1,6 @@
 """The data engine: a mongomock-backed store and the command handlers, without an import cycle.
 
-Modules in import order, each importing only from those before it: ``store``; ``fields``;
-``cursors`` and ``sessions`` (state); ``request``; the command modules; ``dispatch`` (``Engine``).
+Modules in import order, each importing only from those before it: ``where``; ``store``;
+``fields``; ``cursors`` and ``sessions`` (state); ``request``; the command modules; ``dispatch``
+(``Engine``).
 """

@@ -23,8 +23,9 @@ Emulated around mongomock (``rewrite``, ``writes``): ``let`` variables,
 case-insensitive collations, ``$replaceWith``, ``$type: "null"``, ``arrayFilters``, null ``_id``
 upserts, top-level ``$`` field names, first-writer-wins WriteConflict between transactions.
 Not emulated: views, ``$text``, ``$setField``, ``$rand``, accent-insensitive collation,
-JavaScript (``$where`` is guessed, its ``sleep()`` reported by ``delay_seconds``), and
-non-transactional writes waiting for transactions.
+JavaScript (``$where`` is understood only for ``sleep(<arithmetic>)`` and constant results, see
+``where``; its sleeps are reported by ``delay_seconds``), and non-transactional writes waiting
+for transactions.
 
 Call an ``Engine`` from one thread only (the server's event-loop thread): mongomock is not
 thread-safe.

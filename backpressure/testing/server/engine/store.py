@@ -9,7 +9,6 @@ from the shared store the first time the transaction touches them.
 from __future__ import annotations
 
 import copy
-import re
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -22,11 +21,11 @@ from bson.objectid import ObjectId
 from mongomock import filtering, store
 from pymongo.errors import InvalidName, PyMongoError
 
+from backpressure.testing.server.engine.where import analyse_where
 from backpressure.testing.server.errors import CommandError
 
 __all__ = ["DataStore", "guard", "strip_where", "where_sleep_seconds"]
 
-_SLEEP_CALL = re.compile(r"\bsleep\(\s*(\d+(?:\.\d+)?)\s*\)")
 _MISSING = object()
 _MAX_COMMIT_LOG = 100_000  # bound on remembered (namespace, key) commit positions
 _MATCH_NOTHING: dict[str, Any] = {"_id": {"$in": []}}
@@ -95,26 +94,30 @@ def _expr_applies(filter: Any, doc: Any) -> bool:
 
 
 def strip_where(filter: Any) -> Any:
-    """Replace a top-level ``$where`` (JavaScript, which mongomock cannot run) by a guess.
+    """Replace a top-level ``$where`` (JavaScript, which mongomock cannot run) by its result.
 
-    The code is not evaluated: it matches every document unless it only ever returns false
-    (``function() { sleep(100); return false; }``). Its ``sleep(ms)`` calls are reported by
-    ``where_sleep_seconds`` so the transport can delay the reply without blocking the engine.
+    The code is analysed by ``where.analyse_where``: it matches every document or none, and its
+    ``sleep(ms)`` calls are reported by ``where_sleep_seconds`` so that the transport can delay
+    the reply without blocking the engine. Code outside the understood subset raises
+    ``CommandError`` (238).
     """
     if type(filter) is not dict or "$where" not in filter:
         return filter
-    code = str(filter["$where"])
+    analysed = analyse_where(filter["$where"])
+    if analysed is None:
+        raise CommandError(2, "$where got bad type: a JavaScript string or code is expected")
     rest = {key: value for key, value in filter.items() if key != "$where"}
-    if "return false" in code and "return true" not in code:
+    if not analysed.matches:
         return {"$and": [rest, _MATCH_NOTHING]} if rest else _MATCH_NOTHING
     return rest
 
 
 def where_sleep_seconds(filter: Any) -> float:
-    """Return the total ``sleep(ms)`` of a filter's top-level ``$where`` code, in seconds."""
+    """Return the ``sleep(ms)`` per document of a filter's top-level ``$where``, in seconds."""
     if not isinstance(filter, dict) or "$where" not in filter:
         return 0.0
-    return sum(float(ms) for ms in _SLEEP_CALL.findall(str(filter["$where"]))) / 1000.0
+    analysed = analyse_where(filter["$where"])
+    return 0.0 if analysed is None else analysed.sleep_ms / 1000.0
 
 
 class DataStore:
