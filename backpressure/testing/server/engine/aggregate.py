@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
+from bson import json_util
 from bson.objectid import ObjectId
 
 from backpressure.testing.server.engine.cursors import cursor_reply
@@ -153,7 +154,12 @@ def _merge(req: Request, spec: Any, results: list[dict[str, Any]]) -> None:
                 insert_document(target, ns, doc)
             continue
         if matched == "fail":
-            raise CommandError(11000, f"E11000 duplicate key error collection: {ns}")
+            shown = ", ".join(f"{key}: {json_util.dumps(value)}" for key, value in selector.items())
+            raise CommandError(
+                11000,
+                f"E11000 duplicate key error collection: {ns} dup key: {{ {shown} }}",
+                extra={"keyPattern": dict.fromkeys(fields, 1), "keyValue": selector},
+            )
         if matched == "keepExisting":
             continue
         body = {k: v for k, v in doc.items() if k != "_id"}

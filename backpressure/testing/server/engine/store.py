@@ -11,10 +11,11 @@ from __future__ import annotations
 import copy
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Callable, Optional
 
 import mongomock
+from bson import json_util
 from bson.errors import BSONError
 from bson.int64 import Int64
 from bson.objectid import ObjectId
@@ -24,7 +25,7 @@ from pymongo.errors import InvalidName, PyMongoError
 from backpressure.testing.server.engine.where import analyse_where
 from backpressure.testing.server.errors import CommandError
 
-__all__ = ["DataStore", "guard", "strip_where", "where_sleep_seconds"]
+__all__ = ["DataStore", "dotted_value", "guard", "strip_where", "where_sleep_seconds"]
 
 _MISSING = object()
 _MAX_COMMIT_LOG = 100_000  # bound on remembered (namespace, key) commit positions
@@ -40,8 +41,48 @@ _ServerStore: Any = store.ServerStore
 _CollectionStore: Any = store.CollectionStore
 
 
+class _DuplicateKey(mongomock.DuplicateKeyError):
+    """mongomock's duplicate-key error, with the index, key pattern and value mongod reports."""
+
+    def __init__(self, index_name: str, pattern: dict[str, Any], values: dict[str, Any]) -> None:
+        super().__init__("E11000 Duplicate Key Error", 11000)
+        self.index_name = index_name
+        self.pattern = pattern
+        self.values = values
+
+
+def dotted_value(doc: Any, path: str) -> Any:
+    """The value at a dotted path (array positions allowed), or None when missing."""
+    for part in path.split("."):
+        if isinstance(doc, Mapping):
+            doc = doc.get(part)
+        elif isinstance(doc, list) and part.isdigit() and int(part) < len(doc):
+            doc = doc[int(part)]
+        else:
+            return None
+    return doc
+
+
+def _colliding_index(store: Any, doc: Any) -> _DuplicateKey:
+    """Name the unique index a stored (updated) document now shares a key with."""
+    for name, spec in store.indexes.items():
+        if not spec.get("unique"):
+            continue
+        values = {key: dotted_value(doc, key) for key, _ in spec["key"]}
+        if sum(1 for other in store._documents.values() if _filter_applies(values, other)) > 1:
+            return _DuplicateKey(name, dict(spec["key"]), values)
+    return _DuplicateKey("_id_", {"_id": 1}, {"_id": doc.get("_id")})
+
+
 class _FastCollection(_MongomockCollection):  # type: ignore[misc]
-    """A mongomock collection that answers ``{_id: <scalar>}`` filters by lookup."""
+    """A mongomock collection that answers ``{_id: <scalar>}`` filters by lookup, and reports
+    which unique index an update collides with."""
+
+    def _ensure_uniques(self, new_data: Any) -> None:
+        try:
+            super()._ensure_uniques(new_data)
+        except mongomock.DuplicateKeyError as exc:
+            raise _colliding_index(self._store, new_data) from exc
 
     def _iter_documents(self, filter: Any) -> Iterator[Any]:
         filter = strip_where(filter)
@@ -288,6 +329,14 @@ def guard(call: Callable[[], Any], ns: str = "") -> Any:
             return call()
     except CommandError:
         raise
+    except _DuplicateKey as exc:
+        shown = ", ".join(f"{key}: {json_util.dumps(value)}" for key, value in exc.values.items())
+        raise CommandError(
+            11000,
+            f"E11000 duplicate key error collection: {ns} index: {exc.index_name} "
+            f"dup key: {{ {shown} }}",
+            extra={"keyPattern": exc.pattern, "keyValue": exc.values},
+        ) from exc
     except mongomock.DuplicateKeyError as exc:
         raise CommandError(11000, f"E11000 duplicate key error collection: {ns}") from exc
     except mongomock.OperationFailure as exc:

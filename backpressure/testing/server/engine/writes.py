@@ -16,7 +16,7 @@ from bson import json_util
 from bson.objectid import ObjectId
 from mongomock import filtering, helpers
 
-from backpressure.testing.server.engine.store import guard
+from backpressure.testing.server.engine.store import dotted_value, guard
 from backpressure.testing.server.errors import CommandError
 
 __all__ = [
@@ -73,28 +73,17 @@ def _duplicate_key_error(coll: Any, ns: str, doc: dict[str, Any]) -> CommandErro
         for name, spec in store.indexes.items():
             if not spec.get("unique"):
                 continue
-            values = {key: _dotted(doc, key) for key, _ in spec["key"]}
+            values = {key: dotted_value(doc, key) for key, _ in spec["key"]}
             if any(_filter_applies(values, other) for other in store._documents.values()):
                 pattern, index_name = dict(spec["key"]), name
                 break
-    values = {key: _dotted(doc, key) for key in pattern}
+    values = {key: dotted_value(doc, key) for key in pattern}
     shown = ", ".join(f"{key}: {json_util.dumps(value)}" for key, value in values.items())
     return CommandError(
         11000,
         f"E11000 duplicate key error collection: {ns} index: {index_name} dup key: {{ {shown} }}",
         extra={"keyPattern": pattern, "keyValue": values},
     )
-
-
-def _dotted(doc: Any, path: str) -> Any:
-    for part in path.split("."):
-        if isinstance(doc, Mapping):
-            doc = doc.get(part)
-        elif isinstance(doc, list) and part.isdigit() and int(part) < len(doc):
-            doc = doc[int(part)]
-        else:
-            return None
-    return doc
 
 
 class UpdateOutcome:
