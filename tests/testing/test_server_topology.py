@@ -168,3 +168,35 @@ def test_max_staleness_reads_from_a_secondary(
     last_write = hello["lastWrite"]
     assert last_write["opTime"]["t"] == 1
     assert isinstance(last_write["lastWriteDate"], datetime.datetime)
+
+
+def test_out_and_merge_run_on_a_secondary(
+    replicaset_server: EmbeddedServer, make_client: Any
+) -> None:
+    """A server reporting 5.0+ accepts $out/$merge on a secondary; the primary sees the result."""
+    client = make_client(replicaset_server.uri)
+    client.test.src.drop()
+    client.test.src.insert_many([{"_id": 1, "k": 1}, {"_id": 2, "k": 2}])
+    on_secondary = client.test.get_collection("src", read_preference=ReadPreference.SECONDARY)
+    on_secondary.aggregate([{"$match": {"k": 1}}, {"$out": "out_sec"}])
+    on_secondary.aggregate([{"$match": {"k": 2}}, {"$merge": {"into": "out_sec"}}])
+    assert sorted(d["_id"] for d in client.test.out_sec.find()) == [1, 2]
+    per_member = replicaset_server.stats()["members"]
+    assert sum(m["commands"].get("aggregate", {}).get("failed", 0) for m in per_member) == 0
+    assert per_member[0]["commands"].get("aggregate", {}).get("received", 0) == 0
+
+
+def test_out_on_a_secondary_before_5_0_is_not_primary(raw_connect: Any) -> None:
+    """A server reporting 4.4 refuses $out on a secondary, as 4.4 did."""
+    with EmbeddedServer("replicaset", server_version="4.4.0", max_wire_version=9) as old:
+        conn = raw_connect(old.addresses[1])
+        reply = conn.command(
+            {
+                "aggregate": "src",
+                "pipeline": [{"$out": "o"}],
+                "cursor": {},
+                "$readPreference": {"mode": "secondary"},
+            },
+            db="test",
+        )
+        assert reply["code"] == 10107

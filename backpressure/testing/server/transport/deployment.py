@@ -54,6 +54,7 @@ from backpressure.testing.server.cluster.topology import (
     DEFAULT_MEMBERS,
     Member,
     Topology,
+    version_array,
 )
 from backpressure.testing.server.control.failpoints import (
     TRANSACTIONAL_WRITE_ERRMSG,
@@ -462,7 +463,11 @@ class Deployment:
     def _check_role(self, state: MemberState, request: Request, name: str) -> None:
         if state.member.role != "secondary" or name in SECONDARY_ALWAYS_OK:
             return
-        if self.engine.is_write(name, request.body):
+        # Since 5.0 a secondary runs the read part of $out/$merge and sends the writes to the
+        # primary; only other writes are refused.
+        if self.engine.is_write(name, request.body) and not (
+            name == "aggregate" and version_array(self.server_version) >= [5, 0, 0, 0]
+        ):
             raise CommandError(10107, "not primary", "NotWritablePrimary")
         read_pref = request.body.get("$readPreference")
         mode = read_pref.get("mode") if isinstance(read_pref, Mapping) else None
