@@ -92,3 +92,115 @@ def test_bad_option_exits_nonzero() -> None:
     assert process.returncode == 2
     assert out == ""
     assert "ingressRequestAdmissionRatePerSec" in err
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")
+def test_ipv6_ready_uri_has_brackets(make_client: Any) -> None:
+    """--host ::1 prints mongodb://[::1]:PORT/, which pymongo parses and connects to."""
+    process = _start("--host", "::1", "--topology", "replicaset")
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        uri = line.split(" ", 1)[1].strip()
+        assert uri.startswith("mongodb://[::1]:")
+        client = make_client(uri)
+        assert client.admin.command("ping")["ok"] == 1.0
+        assert all(host == "::1" for host, _ in client.nodes)
+        client.close()
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--port", "-1"), "argument --port: expected an integer in 0..65535, got -1"),
+        (("--port", "70000"), "argument --port: expected an integer in 0..65535, got 70000"),
+        (("--port", "http"), "argument --port: expected an integer in 0..65535, got 'http'"),
+        (("--port", "65535", "--topology", "replicaset"), "beyond 65535"),
+        (("--members", "0"), "argument --members: expected an integer >= 1, got 0"),
+    ],
+)
+def test_bad_ports_are_argument_errors(args: tuple[str, ...], message: str) -> None:
+    """Out-of-range ports end with a usage error naming the option, never a traceback."""
+    process = _start(*args)
+    out, err = process.communicate(timeout=20)
+    assert process.returncode == 2
+    assert out == ""
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_non_loopback_bind_warns_on_stderr() -> None:
+    """--host 0.0.0.0 still serves, but warns on stderr (the log line and a plain warning)."""
+    process = _start("--host", "0.0.0.0")
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("READY mongodb://0.0.0.0:")
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert "WARNING: the embedded server listens on 0.0.0.0" in err
+    assert "WARNING backpressure.testing.server: listening on 0.0.0.0" in err
+
+
+def test_loopback_bind_does_not_warn() -> None:
+    """The default loopback bind prints no warning."""
+    process = _start()
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("READY ")
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert "WARNING" not in err
+
+
+def test_help_describes_every_option_with_its_default() -> None:
+    """--help has a text for every option, and each names its default."""
+    process = _start("--help")
+    out, _ = process.communicate(timeout=20)
+    assert process.returncode == 0
+    options = [
+        "--topology",
+        "--members",
+        "--host",
+        "--port",
+        "--rate-limit",
+        "--burst-seconds",
+        "--queue-depth",
+        "--base-backoff-ms",
+        "--connection-rate-limit",
+        "--connection-burst-seconds",
+        "--connection-queue-depth",
+        "--max-wire-version",
+        "--server-version",
+        "--log-level",
+    ]
+    text = " ".join(out.split())
+    for option, following in zip(options, [*options[1:], None]):
+        start = text.index(f" {option} ", text.index("options:"))
+        end = text.index(f" {following} ", start) if following else len(text)
+        assert "default:" in text[start:end], option
+    assert "(default: 127.0.0.1)" in text
+    assert "(default: 8.2.0)" in text

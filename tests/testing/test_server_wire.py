@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from backpressure.testing.server.wire import checksum, compression
+from backpressure.testing.server.wire.checksum import crc32c
 from backpressure.testing.server.wire.framing import (
     OP_COMPRESSED,
     OP_MSG,
@@ -57,14 +59,86 @@ def test_field_in_body_and_sequence_is_rejected() -> None:
         parse_request(*_split(_msg(body + _sequence("documents", [{"a": 1}]))))
 
 
-def test_checksum_trailer_is_skipped_and_flags_are_read() -> None:
-    """checksumPresent drops 4 trailing bytes; moreToCome and exhaustAllowed are reported."""
+def _with_checksum(message: bytes) -> bytes:
+    """Append the CRC-32C trailer (computed over the whole message, length updated first)."""
+    head = struct.pack("<i", len(message) + 4) + message[4:]
+    return head + struct.pack("<I", crc32c(head))
+
+
+def test_checksum_is_verified_and_flags_are_read() -> None:
+    """checksumPresent: a correct CRC-32C is accepted; moreToCome and exhaustAllowed reported."""
     body = b"\x00" + bson.encode({"ping": 1, "$db": "admin"})
     flags = 1 | 2 | (1 << 16)
-    request = parse_request(*_split(_msg(body + b"\xde\xad\xbe\xef", flags=flags)))
+    request = parse_request(*_split(_with_checksum(_msg(body, flags=flags))))
     assert request.body == {"ping": 1, "$db": "admin"}
     assert request.more_to_come
     assert request.exhaust_allowed
+
+
+def test_wrong_checksum_is_rejected() -> None:
+    """A trailer that does not match the content is a WireError, as mongod rejects it."""
+    body = b"\x00" + bson.encode({"ping": 1, "$db": "admin"})
+    good = _with_checksum(_msg(body, flags=1))
+    bad = good[:-4] + bytes([good[-4] ^ 0xFF]) + good[-3:]
+    with pytest.raises(WireError, match="checksum"):
+        parse_request(*_split(bad))
+    with pytest.raises(WireError, match="checksum"):
+        parse_request(*_split(_msg(body + b"\xde\xad\xbe\xef", flags=1)))
+
+
+def test_checksum_inside_compressed_message_covers_the_original() -> None:
+    """Compressed: the CRC covers the original OP_MSG header and body, as the sender built it."""
+    original = _with_checksum(_msg(b"\x00" + bson.encode({"ping": 1, "$db": "admin"}), flags=1))
+    inner = original[16:]
+    wrapped = struct.pack("<iiB", OP_MSG, len(inner), 2) + zlib.compress(inner)
+    message = struct.pack("<iiii", 16 + len(wrapped), 7, 0, OP_COMPRESSED) + wrapped
+    assert parse_request(*_split(message)).body == {"ping": 1, "$db": "admin"}
+    tampered = bytearray(inner)
+    tampered[-5] ^= 0x01  # inside the BSON body's terminator area: content changes
+    wrapped = struct.pack("<iiB", OP_MSG, len(inner), 2) + zlib.compress(bytes(tampered))
+    message = struct.pack("<iiii", 16 + len(wrapped), 7, 0, OP_COMPRESSED) + wrapped
+    with pytest.raises(WireError):
+        parse_request(*_split(message))
+
+
+def test_crc32c_matches_the_standard_check_value() -> None:
+    """CRC-32C("123456789") is 0xE3069283 (RFC 3720), in parts and with the pure fallback."""
+    assert crc32c(b"123456789") == 0xE3069283
+    assert crc32c(b"1234", memoryview(b"56789")) == 0xE3069283
+    assert checksum._pure_extend(0, b"123456789") == 0xE3069283
+    assert checksum._pure_extend(checksum._pure_extend(0, b"1234"), b"56789") == 0xE3069283
+
+
+def _compressed(inner: bytes, declared: int, compressor: int = 2, request_id: int = 3) -> bytes:
+    wrapped = struct.pack("<iiB", OP_MSG, declared, compressor) + inner
+    return struct.pack("<iiii", 16 + len(wrapped), request_id, 0, OP_COMPRESSED) + wrapped
+
+
+@pytest.mark.parametrize(
+    ("payload", "declared", "reason"),
+    [
+        (zlib.compress(b"\x00" * (1 << 24)), 100, "beyond the declared"),
+        (zlib.compress(b"\x00" * 1000), 48_000_000, "outside"),
+        (zlib.compress(b"\x00" * 1000), -1, "outside"),
+        (zlib.compress(b"\x00" * 1000), 2000, "inflates to 1000 bytes, 2000 declared"),
+        (zlib.compress(b"\x00" * 1000) + b"trailing", 1000, "follow"),
+        (zlib.compress(b"\x00" * 1000)[:-3], 1000, "ends early|bad zlib"),
+        (b"not zlib at all", 10, "bad zlib"),
+    ],
+)
+def test_compressed_size_lies_are_rejected(payload: bytes, declared: int, reason: str) -> None:
+    """The declared size bounds inflation; any disagreement with the stream is refused."""
+    with pytest.raises(WireError, match=reason):
+        parse_request(*_split(_compressed(payload, declared)))
+
+
+def test_decompression_never_produces_more_than_declared() -> None:
+    """A 16 MiB bomb declared as 100 bytes inflates at most 101 bytes before failing."""
+    bomb = zlib.compress(b"\x00" * (1 << 24))
+    with pytest.raises(compression.CompressionError):
+        compression.decompress(2, bomb, 100, 1 << 30)
+    produced = zlib.decompressobj().decompress(bomb, 101)
+    assert len(produced) == 101  # the same call the server makes: bounded by max_length
 
 
 @pytest.mark.parametrize(

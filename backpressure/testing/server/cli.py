@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Optional
 
-from backpressure.testing.server.cluster.topology import TOPOLOGIES
+from backpressure.testing.server.cluster.topology import DEFAULT_MEMBERS, TOPOLOGIES
 from backpressure.testing.server.control.parameters import start_parameters
 from backpressure.testing.server.transport.deployment import Deployment
 
@@ -23,27 +23,122 @@ __all__ = ["main"]
 log = logging.getLogger("backpressure.testing.server")
 
 
+def _port(text: str) -> int:
+    """An argparse type: a TCP port number, 0 meaning an ephemeral port per member."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer in 0..65535, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected an integer in 0..65535, got {value}")
+    return value
+
+
+def _members(text: str) -> int:
+    """An argparse type: a member count of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m backpressure.testing.server",
-        description="Embedded MongoDB-compatible test server with fail points and rate limiters.",
+        description="Embedded MongoDB-compatible test server with fail points and rate limiters. "
+        "Prints 'READY <connection string>' once every member listens; stops on SIGINT/SIGTERM. "
+        "There is no authentication: bind to loopback only.",
     )
-    parser.add_argument("--topology", choices=TOPOLOGIES, default="standalone")
-    parser.add_argument("--members", type=int, default=None, help="default: 1 / 3 / 2")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="first port; 0 = ephemeral")
-    parser.add_argument("--rate-limit", type=float, default=None, metavar="OPS_PER_SEC")
-    parser.add_argument("--burst-seconds", type=float, default=1.0)
-    parser.add_argument("--queue-depth", type=int, default=0)
-    parser.add_argument("--base-backoff-ms", type=int, default=None)
-    parser.add_argument(
-        "--connection-rate-limit", type=float, default=None, metavar="CONNS_PER_SEC"
+    add = parser.add_argument
+    add(
+        "--topology",
+        choices=TOPOLOGIES,
+        default="standalone",
+        help="deployment to emulate (default: %(default)s)",
     )
-    parser.add_argument("--connection-burst-seconds", type=float, default=1.0)
-    parser.add_argument("--connection-queue-depth", type=int, default=0)
-    parser.add_argument("--max-wire-version", type=int, default=25)
-    parser.add_argument("--server-version", default="8.2.0")
-    parser.add_argument("--log-level", default="INFO")
+    add(
+        "--members",
+        type=_members,
+        default=None,
+        help="members of the topology (default: 1 standalone, 3 replica-set members, 2 mongos)",
+    )
+    add(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind; a non-loopback address warns (default: %(default)s)",
+    )
+    add(
+        "--port",
+        type=_port,
+        default=0,
+        help="first port; members use consecutive ports; 0 = an ephemeral port each "
+        "(default: %(default)s)",
+    )
+    add(
+        "--rate-limit",
+        type=float,
+        default=None,
+        metavar="OPS_PER_SEC",
+        help="enable the ingress request rate limiter at this rate (default: off)",
+    )
+    add(
+        "--burst-seconds",
+        type=float,
+        default=1.0,
+        help="request limiter burst, in seconds (default: %(default)s)",
+    )
+    add(
+        "--queue-depth",
+        type=int,
+        default=0,
+        help="requests queued before rejecting (default: %(default)s)",
+    )
+    add(
+        "--base-backoff-ms",
+        type=int,
+        default=None,
+        help="attach baseBackoffMS to overload errors (externalClientBaseBackoffMS; default: off)",
+    )
+    add(
+        "--connection-rate-limit",
+        type=float,
+        default=None,
+        metavar="CONNS_PER_SEC",
+        help="enable the connection-establishment rate limiter at this rate (default: off)",
+    )
+    add(
+        "--connection-burst-seconds",
+        type=float,
+        default=1.0,
+        help="connection limiter burst, in seconds (default: %(default)s)",
+    )
+    add(
+        "--connection-queue-depth",
+        type=int,
+        default=0,
+        help="connections queued before closing new ones (default: %(default)s)",
+    )
+    add(
+        "--max-wire-version",
+        type=int,
+        default=25,
+        help="maxWireVersion advertised in hello (default: %(default)s)",
+    )
+    add(
+        "--server-version",
+        default="8.2.0",
+        help="version reported by buildInfo (default: %(default)s)",
+    )
+    add(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        type=str.upper,
+        help="log level; the log goes to stderr (default: %(default)s)",
+    )
     return parser
 
 
@@ -54,6 +149,13 @@ async def _serve_until_signalled(deployment: Deployment) -> None:
         loop.add_signal_handler(signum, stop.set)
     await deployment.start()
     try:
+        for address in deployment.exposed_addresses():
+            print(
+                f"WARNING: the embedded server listens on {address}, reachable from other "
+                "machines, without authentication. Bind to 127.0.0.1 or ::1 unless you mean it.",
+                file=sys.stderr,
+                flush=True,
+            )
         print(f"READY {deployment.uri}", flush=True)
         await stop.wait()
         log.info("signal received, shutting down")
@@ -63,7 +165,14 @@ async def _serve_until_signalled(deployment: Deployment) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the server until SIGINT/SIGTERM; print ``READY <uri>`` once every member listens."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    members = args.members or DEFAULT_MEMBERS[args.topology]
+    if args.port and args.port + members - 1 > 65535:
+        parser.error(
+            f"argument --port: {members} members need ports {args.port}..{args.port + members - 1}"
+            ", beyond 65535"
+        )
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,

@@ -63,8 +63,9 @@ class Member:
 
     @property
     def address(self) -> str:
-        """``host:port``."""
-        return f"{self.host}:{self.port}"
+        """``host:port``, an IPv6 host in brackets (``[::1]:27017``) as mongod writes it."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
 
 
 class ClusterClock:

@@ -26,6 +26,8 @@ Any exception while handling a command becomes an ``InternalError`` reply, never
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import ipaddress
 import logging
 import time
 from collections.abc import Mapping
@@ -65,10 +67,13 @@ from backpressure.testing.server.control.failpoints import (
 from backpressure.testing.server.control.stats import CommandCounters, ConnectionRecord
 from backpressure.testing.server.engine.request import CommandContext
 from backpressure.testing.server.errors import CommandError
+from backpressure.testing.server.wire.compression import SUPPORTED_COMPRESSORS
 from backpressure.testing.server.wire.framing import (
     HEADER_SIZE,
+    Header,
     Request,
     WireError,
+    compressed_size,
     pack_reply,
     parse_header,
     parse_request,
@@ -82,7 +87,8 @@ __all__ = ["Deployment"]
 log = logging.getLogger("backpressure.testing.server")
 
 _SECONDARY_OK_FLAG = 4  # OP_QUERY flag bit 2
-_SUPPORTED_COMPRESSORS = ("zlib",)
+_PARSE_IN_WORKER_BYTES = 1 << 20
+"""Messages larger than this (declared uncompressed size included) are parsed off the loop."""
 _TRANSACTIONAL_WRITES = frozenset({"insert", "update", "delete", "findAndModify", "bulkWrite"})
 """Commands ``onPrimaryTransactionalWrite`` interrupts when they carry a ``txnNumber``."""
 
@@ -124,10 +130,11 @@ class Deployment:
         self.engine = engine_factory()
         self.states: list[MemberState] = []
         self.topology: Optional[Topology] = None
-        self._servers: list[asyncio.AbstractServer] = []
+        self._servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._next_connection_id = 1
         self._next_request_id = 1
+        self._parser: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
     @property
     def uri(self) -> str:
@@ -161,6 +168,26 @@ class Deployment:
         )
         self.states = [MemberState(m, self.topology, self.engine, self.parameters) for m in members]
         log.info("serving %s topology at %s", self.kind, self.topology.uri())
+        for address in self.exposed_addresses():
+            log.warning(
+                "listening on %s, reachable from other machines: the embedded server has no "
+                "authentication; bind to a loopback address unless you mean it",
+                address,
+            )
+
+    def exposed_addresses(self) -> list[str]:
+        """The bound socket addresses that are not loopback (reachable from other machines)."""
+        exposed = []
+        for server in self._servers:
+            for sock in server.sockets:
+                host = sock.getsockname()[0]
+                try:
+                    loopback = ipaddress.ip_address(host.split("%")[0]).is_loopback
+                except ValueError:
+                    loopback = False
+                if not loopback:
+                    exposed.append(host)
+        return sorted(set(exposed))
 
     async def stop(self) -> None:
         """Close the listeners and every client connection."""
@@ -175,6 +202,9 @@ class Deployment:
         self._servers.clear()
         for state in self.states:
             state.close()
+        if self._parser is not None:
+            self._parser.shutdown(wait=True)
+            self._parser = None
         await asyncio.sleep(0)
 
     def _make_acceptor(
@@ -235,7 +265,13 @@ class Deployment:
                 header = parse_header(header_bytes)
                 payload = await reader.readexactly(header.length - HEADER_SIZE)
                 started = time.thread_time()
-                request = parse_request(header, payload)
+                if compressed_size(header, payload) > _PARSE_IN_WORKER_BYTES or (
+                    header.length > _PARSE_IN_WORKER_BYTES
+                ):  # inflating and decoding megabytes would stall every other connection
+                    request = await self._parse_in_worker(header, payload)
+                else:
+                    request = parse_request(header, payload)
+                del payload
             except WireError as exc:
                 log.warning(
                     "%s: closing connection %d from %s: %s",
@@ -265,6 +301,15 @@ class Deployment:
             state.cpu_seconds += time.thread_time() - started
             writer.write(data)
             await writer.drain()
+
+    async def _parse_in_worker(self, header: Header, payload: bytes) -> Request:
+        """Parse a large message on the single parser thread (one at a time, bounding memory)."""
+        if self._parser is None:
+            self._parser = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="embedded-server-parser"
+            )
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._parser, parse_request, header, payload)
 
     async def _handle(
         self, state: MemberState, conn: ConnectionState, request: Request
@@ -431,7 +476,7 @@ class Deployment:
         conn.record.app_name = app_name if isinstance(app_name, str) else None
         offered = body.get("compression")
         if isinstance(offered, list):
-            conn.compression = [c for c in offered if c in _SUPPORTED_COMPRESSORS]
+            conn.compression = [c for c in offered if c in SUPPORTED_COMPRESSORS]
         if conn.record.app_name == CONTROL_APP_NAME:
             conn.control = True
             state.stats.connections.pop(conn.connection_id, None)

@@ -10,7 +10,6 @@ OP_QUERY, wrapped in OP_COMPRESSED when the request was compressed).
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -18,6 +17,15 @@ from typing import Any, Optional
 import bson
 from bson.codec_options import CodecOptions
 from bson.errors import BSONError
+
+from backpressure.testing.server.wire.checksum import crc32c
+from backpressure.testing.server.wire.compression import (
+    NOOP_COMPRESSOR_ID,
+    ZLIB_COMPRESSOR_ID,
+    CompressionError,
+    compress,
+    decompress,
+)
 
 __all__ = [
     "CHECKSUM_PRESENT",
@@ -34,6 +42,7 @@ __all__ = [
     "Header",
     "Request",
     "WireError",
+    "compressed_size",
     "pack_msg",
     "pack_reply",
     "parse_header",
@@ -63,11 +72,6 @@ EXHAUST_ALLOWED = 1 << 16
 """OP_MSG flag: the client accepts several replies (awaitable hello, exhaust getMore)."""
 _KNOWN_MSG_FLAGS = CHECKSUM_PRESENT | MORE_TO_COME | EXHAUST_ALLOWED
 
-NOOP_COMPRESSOR_ID = 0
-"""OP_COMPRESSED id of the no-op compressor."""
-ZLIB_COMPRESSOR_ID = 2
-"""OP_COMPRESSED id of zlib (the only real compressor the server offers)."""
-
 _HEADER = struct.Struct("<iiii")
 _INT32 = struct.Struct("<i")
 _UINT32 = struct.Struct("<I")
@@ -76,6 +80,7 @@ _REPLY_PREFIX = struct.Struct("<iqii")
 _QUERY_TAIL = struct.Struct("<ii")
 
 _CODEC: CodecOptions[dict[str, Any]] = CodecOptions()
+_MAX_INNER = MAX_MESSAGE_SIZE_BYTES - HEADER_SIZE
 
 
 class WireError(Exception):
@@ -134,10 +139,14 @@ def parse_request(header: Header, payload: bytes) -> Request:
         op_code, payload, compressor_id = _decompress(payload)
         if op_code == OP_COMPRESSED:
             raise WireError("nested OP_COMPRESSED")
+        # the checksum covers the original message: its header as it was before compression
+        original = Header(
+            HEADER_SIZE + len(payload), header.request_id, header.response_to, op_code
+        )
     else:
-        op_code, compressor_id = header.op_code, None
+        op_code, compressor_id, original = header.op_code, None, header
     if op_code == OP_MSG:
-        return _parse_msg(header.request_id, payload, compressor_id)
+        return _parse_msg(original, payload, compressor_id)
     if op_code == OP_QUERY:
         return _parse_query(header.request_id, payload, compressor_id)
     raise WireError(f"unsupported opcode {op_code}")
@@ -161,8 +170,7 @@ def pack_reply(request: Request, doc: Mapping[str, Any], request_id: int) -> byt
         return _HEADER.pack(HEADER_SIZE + len(payload), request_id, request.request_id, op_code) + (
             payload
         )
-    zlib_used = request.compressor_id == ZLIB_COMPRESSOR_ID
-    body = zlib.compress(payload) if zlib_used else payload
+    body = compress(request.compressor_id, payload)
     wrapped = _COMPRESSED.pack(op_code, len(payload), request.compressor_id) + body
     return (
         _HEADER.pack(HEADER_SIZE + len(wrapped), request_id, request.request_id, OP_COMPRESSED)
@@ -187,21 +195,23 @@ def parse_reply(header: Header, payload: bytes) -> dict[str, Any]:
     raise WireError(f"unexpected reply opcode {op_code}")
 
 
+def compressed_size(header: Header, payload: bytes) -> int:
+    """The declared uncompressed size of an OP_COMPRESSED message (its own length otherwise)."""
+    if header.op_code != OP_COMPRESSED or len(payload) < _COMPRESSED.size:
+        return header.length
+    declared: int = _COMPRESSED.unpack_from(payload)[1]
+    return max(declared, header.length)
+
+
 def _decompress(payload: bytes) -> tuple[int, bytes, int]:
     if len(payload) < _COMPRESSED.size:
         raise WireError("short OP_COMPRESSED")
     op_code, size, compressor_id = _COMPRESSED.unpack_from(payload)
-    data = payload[_COMPRESSED.size :]
-    if compressor_id == ZLIB_COMPRESSOR_ID:
-        try:
-            data = zlib.decompress(data)
-        except zlib.error as exc:
-            raise WireError(f"bad zlib data: {exc}") from None
-    elif compressor_id != NOOP_COMPRESSOR_ID:
-        raise WireError(f"unsupported compressor id {compressor_id}")
-    if len(data) != size:
-        raise WireError("uncompressed size mismatch")
-    return op_code, data, compressor_id
+    data = memoryview(payload)[_COMPRESSED.size :]
+    try:
+        return op_code, decompress(compressor_id, data, size, _MAX_INNER), compressor_id
+    except CompressionError as exc:
+        raise WireError(str(exc)) from None
 
 
 def _decode_one(data: bytes, what: str) -> dict[str, Any]:
@@ -220,13 +230,19 @@ def _bson_length(payload: bytes, offset: int) -> int:
     return size
 
 
-def _parse_msg(request_id: int, payload: bytes, compressor_id: int | None) -> Request:
+def _parse_msg(header: Header, payload: bytes, compressor_id: int | None) -> Request:
+    request_id = header.request_id
     if len(payload) < 5:
         raise WireError("short OP_MSG")
     flags: int = _UINT32.unpack_from(payload)[0]
     if flags & 0xFFFF & ~_KNOWN_MSG_FLAGS:
         raise WireError(f"unknown required OP_MSG flag bits {flags:#x}")
-    end = len(payload) - (4 if flags & CHECKSUM_PRESENT else 0)
+    end = len(payload)
+    if flags & CHECKSUM_PRESENT:
+        end -= 4
+        if end < 5:
+            raise WireError("OP_MSG too short for its checksum")
+        _verify_checksum(header, payload, end)
     offset = 4
     body: dict[str, Any] | None = None
     sequences: dict[str, list[dict[str, Any]]] = {}
@@ -263,6 +279,17 @@ def _parse_msg(request_id: int, payload: bytes, compressor_id: int | None) -> Re
         exhaust_allowed=bool(flags & EXHAUST_ALLOWED),
         compressor_id=compressor_id,
     )
+
+
+def _verify_checksum(header: Header, payload: bytes, end: int) -> None:
+    """Check the CRC-32C trailer over the header and everything before the trailer."""
+    expected: int = _UINT32.unpack_from(payload, end)[0]
+    head = _HEADER.pack(header.length, header.request_id, header.response_to, header.op_code)
+    actual = crc32c(head, memoryview(payload)[:end])
+    if actual != expected:
+        raise WireError(
+            f"OP_MSG checksum mismatch: trailer {expected:#010x}, content {actual:#010x}"
+        )
 
 
 def _parse_sequence(
