@@ -636,10 +636,21 @@ def _untag_topology(topology: Any) -> None:
         vars(server.pool).pop("connect", None)
 
 
+def _process_response(self: Any, reply: Any, session: Any) -> None:
+    """Instance override of ``_process_response``: hostile reply fields are made harmless.
+
+    pymongo calls it with each command reply before it builds an error from it (except for the
+    batches of bulk writes, which it checks first); see ``seams.sanitize_reply``.
+    """
+    seams.sanitize_reply(reply)
+    type(self)._process_response(self, reply, session)
+
+
 def install_client(client: Any) -> None:
     """Put the backport on one client (state already stored on it)."""
     client._retry_internal = types.MethodType(_csot.apply(_retry_internal), client)
     client._select_server = types.MethodType(_select_server, client)
+    client._process_response = types.MethodType(_process_response, client)
     _shared.enable_topology(client._topology_settings)
     if not issubclass(client._topology_settings.pool_class, BackpressurePool):
         _tag_topology(client._topology)
@@ -650,4 +661,5 @@ def uninstall_client(client: Any) -> None:
     _shared.disable_topology(client._topology_settings)
     vars(client).pop("_retry_internal", None)
     vars(client).pop("_select_server", None)
+    vars(client).pop("_process_response", None)
     _untag_topology(client._topology)
