@@ -175,7 +175,7 @@ class _Run:
         for name in ("ok", "errors", "offered", "received", "rejected"):
             setattr(data, f"timeline_{name}", [0] * self.buckets)
         self.jitter = random.Random(f"{seed}:jitter").random
-        self.choice = random.Random(f"{seed}:selection")
+        self._uniform = random.Random(f"{seed}:selection").random
         self.wake = random.Random(f"{seed}:wake")
         self._wake_jitter = [
             group.workload.start_jitter_ms / 1000.0 if isinstance(group.workload, OpenLoop) else 0.0
@@ -228,11 +228,18 @@ class _Run:
 
     def _select(self, client: _Client, candidates: tuple[int, ...], avoid: int) -> SimServer:
         """pymongo's choice: two at random, fewer operations in flight (avoiding ``avoid``)."""
-        if avoid >= 0 and len(candidates) > 1:
+        count = len(candidates)
+        if avoid >= 0 and count > 1:
             candidates = tuple(i for i in candidates if i != avoid)
-        if len(candidates) == 1:
+            count -= 1
+        if count == 1:
             return self.servers[candidates[0]]
-        first, second = self.choice.sample(candidates, 2)
+        uniform = self._uniform
+        first_index = int(uniform() * count)
+        second_index = int(uniform() * (count - 1))
+        if second_index >= first_index:
+            second_index += 1
+        first, second = candidates[first_index], candidates[second_index]
         inflight = client.inflight
         return self.servers[first if inflight[first] <= inflight[second] else second]
 
@@ -278,7 +285,11 @@ class _Run:
     # -- the operation ----------------------------------------------------------------------
 
     def operation(self, client: _Client, group_index: int, is_read: bool) -> Generator[Event]:
-        """Run one operation to success or failure (arrival = now)."""
+        """Run one operation to success or failure (arrival = now).
+
+        One flat generator (nested ``yield from`` costs on every resume): the slow paths
+        (opening a connection, waiting for one) are the only sub-generators.
+        """
         env = self.env
         start = env.now
         group = client.group
@@ -286,27 +297,12 @@ class _Run:
         deadline = start + timeout / 1000.0 if timeout is not None else math.inf
         candidates = self._read_sets[group_index] if is_read else self._write_set
         self._log_arrival(start, min(deadline, self.end), candidates)
-        self.data.issued += 1
+        data = self.data
+        data.issued += 1
         self.running += 1
         jitter = self._wake_jitter[group_index]
         if jitter > 0:
             yield env.timeout(self.wake.expovariate(1.0 / jitter))
-        try:
-            ok, reason = yield from self._attempts(client, candidates, start, deadline, is_read)
-        finally:
-            self.running -= 1
-        self._finish(start, ok, reason)
-
-    def _attempts(
-        self,
-        client: _Client,
-        candidates: tuple[int, ...],
-        start: float,
-        deadline: float,
-        is_read: bool,
-    ) -> Generator[Event, Any, tuple[bool, str]]:
-        """The attempts of one operation; return (succeeded, failure reason)."""
-        env = self.env
         policy = self.policy
         kind = policy.kind
         operation = None
@@ -314,65 +310,98 @@ class _Run:
             operation = client.state.new_operation("find" if is_read else "insert")
         admission = client.admission
         csot = deadline if deadline != math.inf else None
+        cpu_cost = group.cpu_ms_per_attempt / 1000.0
         avoid = -1
         attempts = 0
+        ok = False
+        reason = OVERLOAD
         while True:
             server = self._select(client, candidates, avoid)
+            address = server.address
             if admission is not None:
-                answer = admission.admit(server.address, csot)
+                answer = admission.admit(address, csot)
                 if getattr(answer, "reason", None) is not None:
-                    return False, REFUSED
+                    reason = REFUSED
+                    break
                 wait = float(answer.wait)
                 if wait > 0:
-                    self.data.local_waits += 1
+                    data.local_waits += 1
                     yield env.timeout(wait)
             attempts += 1
-            error: Optional[BaseException] = None
             index = server.index
-            client.inflight[index] += 1
-            try:
-                connected = yield from self._checkout(client, server, deadline)
-                if connected is None:
-                    return False, TIMEOUT
-                if not connected:
-                    error = server.connection_error
-                else:
-                    ok, timed_out = yield from self._send(client, server, deadline, operation)
-                    if timed_out:
-                        return False, TIMEOUT
-                    if not ok:
-                        error = server.error
-            finally:
+            pool = client.pools[index]
+            if pool.idle > 0:
+                pool.idle -= 1
+                connected: Optional[bool] = True
+            else:
+                client.inflight[index] += 1
+                connected = yield from self._checkout(client, server, pool, deadline)
                 client.inflight[index] -= 1
-            if error is None:
+                if connected is None:
+                    reason = TIMEOUT
+                    break
+            if connected:
+                client.inflight[index] += 1
+                if cpu_cost > 0:
+                    begin = client.cpu_free if client.cpu_free > env.now else env.now
+                    client.cpu_free = begin + cpu_cost
+                    yield env.timeout(client.cpu_free - env.now)
                 if operation is not None:
-                    operation.succeeded()
-                if admission is not None:
-                    admission.record(server.address, overloaded=False)
-                return True, ""
+                    operation.attempt_started(address)
+                now = env.now
+                admitted, reply = server.request(now + server.half_rtt)
+                bucket = self._bucket(now)
+                data.timeline_received[bucket] += 1
+                if reply > deadline:
+                    if not admitted:
+                        data.timeline_rejected[bucket] += 1
+                    yield env.timeout(deadline - now if deadline > now else 0.0)
+                    client.inflight[index] -= 1
+                    pool.total -= 1  # a timed-out connection is closed
+                    if pool.waiters:
+                        self._wake(pool)
+                    reason = TIMEOUT
+                    break
+                yield env.timeout(reply - now)
+                client.inflight[index] -= 1
+                pool.idle += 1
+                if pool.waiters:
+                    self._wake(pool)
+                if admitted:
+                    if operation is not None:
+                        operation.succeeded()
+                    if admission is not None:
+                        admission.record(address, overloaded=False)
+                    ok = True
+                    break
+                data.timeline_rejected[bucket] += 1
+                error: BaseException = server.error
+            else:
+                error = server.connection_error
             if admission is not None:
-                admission.record(server.address, overloaded=True)
+                admission.record(address, overloaded=True)
             if kind == "none":
-                return False, OVERLOAD
+                break
             if kind == "storm":
                 if attempts > policy.storm_retries or env.now >= deadline:
-                    return False, OVERLOAD
+                    break
                 continue
             assert operation is not None
             decision = operation.failed(error, deadline=csot, now=env.now)
             if isinstance(decision, GiveUp):
-                return False, OVERLOAD
+                break
             if decision.retarget:
                 avoid = index
             if decision.delay > 0:
                 yield env.timeout(decision.delay)
+        self.running -= 1
+        self._finish(start, ok, "" if ok else reason)
 
     def _checkout(
-        self, client: _Client, server: SimServer, deadline: float
+        self, client: _Client, server: SimServer, pool: _Pool, deadline: float
     ) -> Generator[Event, Any, Optional[bool]]:
         """Get a connection: True when checked out, False when refused, None on timeout."""
         env = self.env
-        pool = client.pools[server.index]
         group = client.group
         while True:
             if pool.idle > 0:
@@ -415,42 +444,6 @@ class _Run:
             if not waiter.triggered:
                 waiter.succeed()
                 return
-
-    def _checkin(self, client: _Client, server: SimServer, keep: bool) -> None:
-        """Return a connection to the pool (or close it: a timed-out one is discarded)."""
-        pool = client.pools[server.index]
-        if keep:
-            pool.idle += 1
-        else:
-            pool.total -= 1
-        self._wake(pool)
-
-    def _send(
-        self, client: _Client, server: SimServer, deadline: float, operation: Any
-    ) -> Generator[Event, Any, tuple[bool, bool]]:
-        """Spend the client CPU, send, wait for the reply: (admitted, timed out)."""
-        env = self.env
-        cost = client.group.cpu_ms_per_attempt / 1000.0
-        if cost > 0:
-            begin = client.cpu_free if client.cpu_free > env.now else env.now
-            client.cpu_free = begin + cost
-            yield env.timeout(client.cpu_free - env.now)
-        if operation is not None:
-            operation.attempt_started(server.address)
-        now = env.now
-        admitted, reply = server.request(now + server.half_rtt)
-        bucket = self._bucket(now)
-        data = self.data
-        data.timeline_received[bucket] += 1
-        if not admitted:
-            data.timeline_rejected[bucket] += 1
-        if reply > deadline:
-            yield env.timeout(max(0.0, deadline - now))
-            self._checkin(client, server, keep=False)
-            return admitted, True
-        yield env.timeout(reply - now)
-        self._checkin(client, server, keep=True)
-        return admitted, False
 
     # -- arrivals ------------------------------------------------------------------------------
 
