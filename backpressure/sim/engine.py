@@ -284,14 +284,23 @@ class _Run:
 
     # -- the operation ----------------------------------------------------------------------
 
-    def operation(self, client: _Client, group_index: int, is_read: bool) -> Generator[Event]:
-        """Run one operation to success or failure (arrival = now).
+    def operation(
+        self,
+        client: _Client,
+        group_index: int,
+        is_read: bool,
+        arrival: Optional[float] = None,
+    ) -> Generator[Event]:
+        """Run one operation to success or failure (``arrival``: when it was due, default now).
+
+        The CSOT deadline counts from the arrival, so time spent waiting for a free application
+        thread is part of it.
 
         One flat generator (nested ``yield from`` costs on every resume): the slow paths
         (opening a connection, waiting for one) are the only sub-generators.
         """
         env = self.env
-        start = env.now
+        start = env.now if arrival is None else arrival
         group = client.group
         timeout = group.timeout_ms
         deadline = start + timeout / 1000.0 if timeout is not None else math.inf
@@ -462,8 +471,9 @@ class _Run:
         """Run operations on one application thread until its client has none waiting."""
         workload = client.group.workload
         assert isinstance(workload, OpenLoop)
+        arrival: Optional[float] = None
         while True:
-            yield from self.operation(client, group_index, is_read)
+            yield from self.operation(client, group_index, is_read, arrival)
             now = self.env.now
             picked = False
             while client.pending:
@@ -473,6 +483,7 @@ class _Run:
                     self._skip(due, group_index, code >= 0)
                     continue
                 is_read = code >= 0
+                arrival = due
                 picked = True
                 break
             if not picked:

@@ -277,6 +277,8 @@ class Scenario:
     """Width of the timeline buckets."""
     phases: tuple[tuple[float, str], ...] = field(default=())
     """``(start_s, label)`` marks drawn on the chart."""
+    overload_end_s: Optional[float] = None
+    """When the overload ends (recovery time is measured from there; None: not measured)."""
 
     def __post_init__(self) -> None:
         """Validate the topology."""

@@ -16,6 +16,11 @@ def _ms(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
+def _seconds(value: Optional[float]) -> str:
+    """A recovery-time cell."""
+    return "-" if value is None else f"{value:.1f}"
+
+
 def _versus_floor(policy: PolicyResult) -> str:
     """App errors as a multiple of the physical floor."""
     if policy.physical_min_errors == 0:
@@ -27,7 +32,7 @@ def format_table(result: Result) -> str:
     """One row per policy: errors next to the physical floor, load, goodput, latency."""
     header = (
         f"{'policy':<12} {'ops':>9} {'app errors':>10} {'floor':>9} {'vs floor':>8} "
-        f"{'att/op':>6} {'goodput/s':>9} {'p99 ms':>7} {'rejected':>10} {'wall s':>6}"
+        f"{'att/op':>6} {'goodput/s':>9} {'p99 ms':>7} {'recov s':>7} {'wall s':>6}"
     )
     lines = [header, "-" * len(header)]
     inexact = False
@@ -40,7 +45,7 @@ def format_table(result: Result) -> str:
             f"{policy.name:<12} {policy.ops:>9,} {policy.app_errors:>10,} {floor:>9} "
             f"{_versus_floor(policy):>8} {policy.attempts_per_op:>6.2f} "
             f"{policy.goodput_per_s:>9,.1f} {_ms(policy.p99_ms):>7} "
-            f"{policy.server_rejected:>10,} {policy.wall_s:>6.1f}"
+            f"{_seconds(policy.recovery_s):>7} {policy.wall_s:>6.1f}"
         )
     lines.append("")
     lines.append(
@@ -49,6 +54,8 @@ def format_table(result: Result) -> str:
     )
     if inexact:
         lines.append(">=: a lower bound (operations with different eligible servers overlap)")
+    if any(policy.recovery_s is not None for policy in result.policies.values()):
+        lines.append("recov s: from the end of the overload until app errors stop")
     return "\n".join(lines)
 
 

@@ -44,7 +44,7 @@ class PolicyResult:
     server_attempts: int
     """Requests the servers received (admitted or rejected)."""
     attempts_per_op: float
-    """``server_attempts`` per operation sent (skipped ones never were)."""
+    """``server_attempts`` per operation (as the benchmark counts it: skipped ones included)."""
     goodput_per_s: float
     """Successful operations per second of the scenario's arrival window."""
     p50_ms: Optional[float]
@@ -66,6 +66,9 @@ class PolicyResult:
     timeline: Mapping[str, Sequence[float]]
     """Per bucket: ``t``, ``offered``, ``goodput``, ``errors``, ``received``, ``rejected``,
     ``capacity`` (per second)."""
+    recovery_s: Optional[float]
+    """Seconds from the end of the overload until the last bucket with app errors has passed
+    (0: no errors after it; None: the scenario marks no overload end)."""
     wall_s: float
     """Real seconds the simulation took."""
 
@@ -93,6 +96,7 @@ class PolicyResult:
             "connections_refused": self.connections_refused,
             "local_waits": self.local_waits,
             "error_reasons": dict(self.error_reasons),
+            "recovery_s": self.recovery_s,
             "wall_s": round(self.wall_s, 3),
             "timeline": {k: list(v) for k, v in self.timeline.items()},
         }
@@ -139,6 +143,14 @@ def run_one(
         "capacity": list(data.capacity),
     }
     skipped = data.ops - data.issued
+    recovery: Optional[float] = None
+    if scenario.overload_end_s is not None:
+        end = scenario.overload_end_s
+        last_error = max(
+            (i for i, n in enumerate(data.timeline_errors) if n and (i + 1) * width > end),
+            default=None,
+        )
+        recovery = 0.0 if last_error is None else round((last_error + 1) * width - end, 6)
     return PolicyResult(
         name=policy.name,
         description=policy.description,
@@ -147,7 +159,7 @@ def run_one(
         physical_min_errors=data.physical_min_errors,
         physical_exact=data.physical_exact,
         server_attempts=data.server_attempts,
-        attempts_per_op=data.server_attempts / data.issued if data.issued else 0.0,
+        attempts_per_op=data.server_attempts / data.ops if data.ops else 0.0,
         goodput_per_s=data.successes / scenario.duration_s,
         p50_ms=percentile(data.latencies_ms, 50),
         p99_ms=percentile(data.latencies_ms, 99),
@@ -158,6 +170,7 @@ def run_one(
         local_waits=data.local_waits,
         error_reasons=dict(sorted(data.error_reasons.items())),
         timeline=timeline,
+        recovery_s=recovery,
         wall_s=wall,
     )
 

@@ -5,15 +5,17 @@ requests/s (burst 1 s, no queue) and does ``4 C`` of work per second; 50 applica
 with Poisson arrivals, half reads and half writes, all on the primary, with a 2 s CSOT timeout;
 the server sends no ``baseBackoffMS``.
 
-The ``bench-*`` scenarios reproduce the benchmark's open-loop runs against the embedded server
-(``backpressure.bench.overload``): one client process with 128 threads, evenly spaced arrivals,
-no timeout, C = 200/s; they are the ones the simulator is checked against.
+The ``bench-*`` scenarios reproduce the benchmark's runs against the embedded server
+(``backpressure.bench.overload``): one client process, a 1 s CSOT deadline per operation, open
+loop (evenly spaced arrivals served by 512 threads, C = 100/s), closed loop (32, 128 and 512
+workers, C = 200/s) and one hot member; they are the ones the simulator is checked against.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from backpressure.sim.model import (
@@ -26,7 +28,16 @@ from backpressure.sim.model import (
     ServerSpec,
 )
 
-__all__ = ["SCENARIOS", "bench_scenario", "scenario", "scenario_names"]
+__all__ = [
+    "SCENARIOS",
+    "BenchShape",
+    "bench_closed",
+    "bench_hot_member",
+    "bench_open",
+    "bench_scenarios",
+    "scenario",
+    "scenario_names",
+]
 
 C = 1000.0
 """Capacity of the default primary, in requests per second."""
@@ -85,6 +96,7 @@ def _sustained(load: float) -> Scenario:
         servers=_replica_set(LimiterSpec(C)),
         clients=(_open(phases),),
         phases=_marks(phases),
+        overload_end_s=25.0,
     )
 
 
@@ -101,6 +113,7 @@ def _burst() -> Scenario:
         servers=_replica_set(LimiterSpec(C)),
         clients=(_open(phases),),
         phases=_marks(phases),
+        overload_end_s=7.0,
     )
 
 
@@ -135,6 +148,7 @@ def _fleet() -> Scenario:
         ),
         drain_s=3.0,
         phases=((0.0, "normal"), (15.0, "failover: 20% capacity"), (45.0, "recovered")),
+        overload_end_s=45.0,
     )
 
 
@@ -170,6 +184,7 @@ def _recovery() -> Scenario:
         clients=(_open(phases),),
         phases=_marks(phases),
         bucket_s=0.5,
+        overload_end_s=13.0,
     )
 
 
@@ -195,72 +210,165 @@ def _connection_storm() -> Scenario:
     )
 
 
-BENCH_CAPACITY = 200.0
-"""The benchmark's limiter rate."""
+@dataclass(frozen=True)
+class BenchShape:
+    """The embedded server and the client process of the benchmark, as the simulator models them.
 
-
-def bench_scenario(
-    shape: str,
-    load: float,
-    *,
-    capacity: float = 200.0,
-    threads: int = 128,
-    cpu_ms_per_attempt: float = 0.35,
-    start_jitter_ms: float = 0.5,
-    service_ms: float = 0.3,
-    rtt_ms: float = 0.1,
-    burst_seconds: float = 1.0,
-) -> Scenario:
-    """The benchmark's open-loop run ``shape`` ("sustained" or "bursty") at ``load`` x C.
-
-    Durations follow ``backpressure.bench.overload.OverloadPlan``'s defaults; the client-side
-    figures (CPU per attempt, service time, round trip) are those measured for the embedded
-    server (see the README's agreement table).
+    The defaults mirror ``backpressure.bench.overload.OverloadPlan``; the client and server costs
+    are those measured on the embedded server (``python -m backpressure.sim.agreement`` measures
+    the client's again before it compares).
     """
-    c = capacity
-    phases: tuple[Phase, ...]
-    if shape == "sustained":
-        phases = (Phase(1.0, 0.5 * c, "warmup"), Phase(5.0, load * c, "overload"))
-    elif shape == "bursty":
-        phases = (
-            Phase(1.0, 0.5 * c, "steady"),
-            Phase(3.0, load * c, "burst"),
-            Phase(4.0, 0.5 * c, "recovery"),
+
+    capacity: float = 200.0
+    """Closed loop and hot member: the limited member(s)' rate, ops/s."""
+    open_capacity: float = 100.0
+    open_threads: int = 512
+    warmup: float = 1.0
+    sustained: float = 5.0
+    burst_load: float = 3.0
+    burst: float = 3.0
+    recovery: float = 3.0
+    base_load: float = 0.5
+    closed_seconds: float = 10.0
+    hot_capacity: float = 50.0
+    hot_workers: int = 32
+    hot_seconds: float = 5.0
+    allowed_wait: float = 1.0
+    burst_seconds: float = 1.0
+    cpu_ms_per_attempt: float = 0.45
+    """The client process's CPU per attempt (its threads share one GIL)."""
+    start_jitter_ms: float = 0.5
+    """Thread wake-up delay after an arrival is due."""
+    service_ms: float = 0.15
+    """The embedded server's time per admitted request."""
+    work_capacity_per_s: float = 6000.0
+    """Admitted requests per second the embedded server's process can do."""
+    rtt_ms: float = 0.1
+
+
+def _bench_servers(
+    shape: BenchShape, limits: tuple[Optional[float], Optional[float], Optional[float]]
+) -> tuple[ServerSpec, ...]:
+    """The embedded 3-member replica set; ``limits`` are the members' rates (None: unlimited)."""
+    return tuple(
+        ServerSpec(
+            f"rs{index}",
+            "primary" if index == 0 else "secondary",
+            None if rate is None else LimiterSpec(rate, burst_seconds=shape.burst_seconds),
+            service_ms=shape.service_ms,
+            rtt_ms=shape.rtt_ms,
+            work_capacity_per_s=shape.work_capacity_per_s,
         )
-    else:
-        raise ValueError(f"shape must be 'sustained' or 'bursty', got {shape!r}")
-    limiter = LimiterSpec(c, burst_seconds=burst_seconds)
-    servers = _replica_set(
-        limiter,
-        (limiter, limiter),
-        service_ms=service_ms,
-        rtt_ms=rtt_ms,
-        work_capacity_per_s=5000.0,
+        for index, rate in enumerate(limits)
     )
+
+
+def bench_open(load: float, shape: BenchShape = BenchShape(), *, burst: bool = False) -> Scenario:
+    """The benchmark's open loop at ``load`` x C (``burst``: its burst shape at that load)."""
+    c = shape.open_capacity
+    phases: tuple[Phase, ...]
+    if burst:
+        phases = (
+            Phase(shape.warmup, shape.base_load * c, "steady"),
+            Phase(shape.burst, load * c, "burst"),
+            Phase(shape.recovery, shape.base_load * c, "recovery"),
+        )
+        name, what = f"bench-burst-{load:g}x", f"a {shape.burst:g} s burst at {load:g}x"
+    else:
+        phases = (
+            Phase(shape.warmup, shape.base_load * c, "warmup"),
+            Phase(shape.sustained, load * c, "overload"),
+        )
+        name, what = f"bench-open-{load:g}x", f"{load:g}x sustained"
     return Scenario(
-        name=f"bench-{shape}-{load:g}x",
-        description=(f"the benchmark's {shape} run at {load:g}x C = {c:g}/s, {threads} threads"),
-        servers=servers,
+        name=name,
+        description=f"the benchmark's open loop: {what}, C = {c:g}/s, {shape.open_threads} threads",
+        servers=_bench_servers(shape, (c, c, c)),
         clients=(
             ClientGroup(
                 count=1,
                 workload=OpenLoop(
                     phases,
                     arrivals="scheduled",
-                    threads=threads,
-                    max_lag_s=1.0,
-                    start_jitter_ms=start_jitter_ms,
+                    threads=shape.open_threads,
+                    max_lag_s=shape.allowed_wait,
+                    start_jitter_ms=shape.start_jitter_ms,
                 ),
                 read_fraction=0.5,
-                timeout_ms=None,
-                cpu_ms_per_attempt=cpu_ms_per_attempt,
+                timeout_ms=shape.allowed_wait * 1000.0,
+                cpu_ms_per_attempt=shape.cpu_ms_per_attempt,
                 name="workload",
             ),
         ),
-        drain_s=15.0,
+        drain_s=shape.allowed_wait + 1.0,
         phases=_marks(phases),
         bucket_s=0.5,
     )
+
+
+def bench_closed(workers: int, shape: BenchShape = BenchShape()) -> Scenario:
+    """The benchmark's closed loop: ``workers`` threads back to back against C."""
+    c = shape.capacity
+    return Scenario(
+        name=f"bench-closed-{workers}w",
+        description=f"the benchmark's closed loop: {workers} workers, C = {c:g}/s",
+        servers=_bench_servers(shape, (c, c, c)),
+        clients=(
+            ClientGroup(
+                count=1,
+                workload=ClosedLoop(workers, shape.closed_seconds),
+                read_fraction=0.5,
+                timeout_ms=shape.allowed_wait * 1000.0,
+                max_pool_size=workers + 10,
+                cpu_ms_per_attempt=shape.cpu_ms_per_attempt,
+                name="workload",
+            ),
+        ),
+        drain_s=shape.allowed_wait + 1.0,
+        phases=((0.0, f"{workers} workers"),),
+        bucket_s=0.5,
+    )
+
+
+def bench_hot_member(shape: BenchShape = BenchShape()) -> Scenario:
+    """The benchmark's hot member: reads from secondaries, one of them limited."""
+    return Scenario(
+        name="bench-hot-member",
+        description=(
+            f"the benchmark's hot member: {shape.hot_workers} workers read from secondaries, "
+            f"rs1 at {shape.hot_capacity:g}/s"
+        ),
+        servers=_bench_servers(shape, (None, shape.hot_capacity, None)),
+        clients=(
+            ClientGroup(
+                count=1,
+                workload=ClosedLoop(shape.hot_workers, shape.hot_seconds),
+                read_fraction=1.0,
+                read_preference="secondary",
+                timeout_ms=shape.allowed_wait * 1000.0,
+                max_pool_size=shape.hot_workers + 10,
+                cpu_ms_per_attempt=shape.cpu_ms_per_attempt,
+                name="workload",
+            ),
+        ),
+        drain_s=shape.allowed_wait + 1.0,
+        phases=((0.0, "rs1 limited"),),
+        bucket_s=0.5,
+    )
+
+
+def bench_scenarios(shape: BenchShape = BenchShape()) -> dict[str, Scenario]:
+    """Every benchmark scenario, by name."""
+    built = [bench_open(load, shape) for load in (1.5, 3.0, 10.0)]
+    built.append(bench_open(shape.burst_load, shape, burst=True))
+    built.extend(bench_closed(workers, shape) for workers in (32, 128, 512))
+    built.append(bench_hot_member(shape))
+    return {scenario.name: scenario for scenario in built}
+
+
+def _bench_named(name: str) -> Scenario:
+    """One benchmark scenario with the default shape."""
+    return bench_scenarios()[name]
 
 
 SCENARIOS: Mapping[str, Callable[[], Scenario]] = {
@@ -273,11 +381,7 @@ SCENARIOS: Mapping[str, Callable[[], Scenario]] = {
     "retry-storm": _retry_storm,
     "recovery": _recovery,
     "connection-storm": _connection_storm,
-    **{
-        f"bench-{shape}-{load:g}x": functools.partial(bench_scenario, shape, load)
-        for shape in ("sustained", "bursty")
-        for load in (1.5, 3.0, 10.0)
-    },
+    **{name: functools.partial(_bench_named, name) for name in bench_scenarios()},
 }
 """Every named scenario, built on demand."""
 
