@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import simpy
+from pymongo.errors import NetworkTimeout
 
 from backpressure.core.client_state import ClientState
 from backpressure.core.decision import GiveUp, RetryController
@@ -100,6 +101,9 @@ class RunData:
     physical_exact: bool = True
     end_s: float = 0.0
 
+
+_TIMEOUT_ERROR = NetworkTimeout("timed out (CSOT deadline)")
+"""What an attempt that runs out of time raises: not an overload error, never retried."""
 
 _EXPIRED = object()
 """Value of a pool waiter woken by its deadline."""
@@ -319,7 +323,7 @@ class _Run:
             operation = client.state.new_operation("find" if is_read else "insert")
         admission = client.admission
         csot = deadline if deadline != math.inf else None
-        cpu_cost = group.cpu_ms_per_attempt / 1000.0
+        cpu_half = group.cpu_ms_per_attempt / 2000.0
         avoid = -1
         attempts = 0
         ok = False
@@ -331,12 +335,16 @@ class _Run:
                 answer = admission.admit(address, csot)
                 if getattr(answer, "reason", None) is not None:
                     reason = REFUSED
+                    if operation is not None:
+                        operation.ended()
                     break
                 wait = float(answer.wait)
                 if wait > 0:
                     data.local_waits += 1
                     yield env.timeout(wait)
             attempts += 1
+            if operation is not None:
+                operation.attempt_started(address)
             index = server.index
             pool = client.pools[index]
             if pool.idle > 0:
@@ -348,15 +356,15 @@ class _Run:
                 client.inflight[index] -= 1
                 if connected is None:
                     reason = TIMEOUT
+                    if operation is not None:
+                        operation.failed(_TIMEOUT_ERROR, deadline=csot, now=env.now)
                     break
             if connected:
                 client.inflight[index] += 1
-                if cpu_cost > 0:
+                if cpu_half > 0:  # the client's half of the attempt before sending
                     begin = client.cpu_free if client.cpu_free > env.now else env.now
-                    client.cpu_free = begin + cpu_cost
+                    client.cpu_free = begin + cpu_half
                     yield env.timeout(client.cpu_free - env.now)
-                if operation is not None:
-                    operation.attempt_started(address)
                 now = env.now
                 admitted, reply = server.request(now + server.half_rtt)
                 bucket = self._bucket(now)
@@ -370,8 +378,14 @@ class _Run:
                     if pool.waiters:
                         self._wake(pool)
                     reason = TIMEOUT
+                    if operation is not None:
+                        operation.failed(_TIMEOUT_ERROR, deadline=csot, now=env.now)
                     break
                 yield env.timeout(reply - now)
+                if cpu_half > 0:  # reading the reply: the thread holds its connection meanwhile
+                    begin = client.cpu_free if client.cpu_free > env.now else env.now
+                    client.cpu_free = begin + cpu_half
+                    yield env.timeout(client.cpu_free - env.now)
                 client.inflight[index] -= 1
                 pool.idle += 1
                 if pool.waiters:

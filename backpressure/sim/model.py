@@ -242,7 +242,8 @@ class ClientGroup:
     max_pool_size: int = 100
     max_connecting: int = 2
     cpu_ms_per_attempt: float = 0.0
-    """Client CPU per attempt, serialised per client (one GIL); 0: free."""
+    """Client CPU per attempt, serialised per client (one GIL): half before sending, half after
+    the reply, with the connection still checked out; 0: free."""
     name: str = "clients"
 
     def __post_init__(self) -> None:

@@ -32,7 +32,7 @@ def test_a_run_writes_the_json_other_tools_read(tmp_path: Path) -> None:
             sys.executable,
             "-m",
             "backpressure.sim",
-            "bench-bursty-1.5x",
+            "bench-burst-3x",
             "--policies",
             "no-retries,draft",
             "--seed",
@@ -51,7 +51,7 @@ def test_a_run_writes_the_json_other_tools_read(tmp_path: Path) -> None:
     assert "sim s" not in completed.stderr
     assert all(len(line) <= 100 for line in completed.stdout.splitlines())
     data = json.loads(json_path.read_text())
-    assert data["scenario"] == "bench-bursty-1.5x"
+    assert data["scenario"] == "bench-burst-3x"
     assert data["seed"] == 3
     assert list(data["policies"]) == ["no-retries", "draft"]
     for entry in data["policies"].values():
@@ -81,5 +81,5 @@ def test_bad_arguments_exit_with_a_message(capsys: pytest.CaptureFixture[str]) -
 
 def test_the_progress_bar_shows_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
     """--progress on draws the bar (on stderr) even when stdout is not a terminal."""
-    assert main(["bench-bursty-1.5x", "--policies", "no-retries", "--progress", "on"]) == 0
+    assert main(["bench-burst-3x", "--policies", "no-retries", "--progress", "on"]) == 0
     assert "sim s" in capsys.readouterr().err
