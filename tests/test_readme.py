@@ -101,6 +101,9 @@ def test_options_example(replicaset_server: EmbeddedServer) -> None:
     """The Options block: every client class and enable/disable on an existing client."""
     existing = pymongo.MongoClient(replicaset_server.uri)
     namespace: dict[str, Any] = {"uri": replicaset_server.uri, "existing_client": existing}
+    # Motor and AsyncMongoClient may look up the current event loop: give them one we close.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
     _run("import backpressure\n" + _block_containing("mclient = "), namespace)
     client, aclient, mclient = namespace["client"], namespace["aclient"], namespace["mclient"]
     try:
@@ -114,7 +117,9 @@ def test_options_example(replicaset_server: EmbeddedServer) -> None:
         client.close()
         mclient.close()
         existing.close()
-        asyncio.run(aclient.close())
+        loop.run_until_complete(aclient.close())
+        asyncio.set_event_loop(None)
+        loop.close()
 
 
 def test_statistics_example() -> None:
