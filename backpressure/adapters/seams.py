@@ -252,7 +252,12 @@ def closure_value(func: Callable[..., Any], name: str) -> Any:
 
 def server_address(server: Any) -> Optional[tuple[str, int]]:
     """Return the (host, port) of a pymongo Server, or None."""
-    address = getattr(getattr(server, "description", None), "address", None)
+    try:
+        address = server.description.address
+    except AttributeError:
+        return None
+    if type(address) is tuple and len(address) == 2:
+        return address  # pymongo's own (host, port): already a str and an int (success path)
     if isinstance(address, tuple) and len(address) == 2:
         return (str(address[0]), int(address[1]))
     return None

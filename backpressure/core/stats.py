@@ -107,6 +107,7 @@ class StatsRecorder:
         self._backoff = 0.0
         self._gave_up: dict[StopReason, int] = {}
         self._servers: dict[Address, _ServerCounters] = {}
+        self._first_attempt_successes: dict[Optional[Address], int] = {}
 
     def _server(self, address: Address) -> _ServerCounters:
         """Return the counters of ``address`` (created on first use; lock held)."""
@@ -147,21 +148,29 @@ class StatsRecorder:
                     counters.gave_up[reason] = counters.gave_up.get(reason, 0) + 1
 
     def first_attempt_succeeded(self, server: Optional[Address]) -> None:
-        """Add one operation that succeeded on its first attempt (the adapters' fast path)."""
+        """Add one operation that succeeded on its first attempt (the adapters' fast path).
+
+        One count per server under the lock; :meth:`snapshot` folds them into the counters.
+        """
         with self._lock:
-            self._operations += 1
-            self._attempts += 1
-            self._succeeded += 1
+            self._first_attempt_successes[server] = self._first_attempt_successes.get(server, 0) + 1
+
+    def _fold_first_attempt_successes(self) -> None:
+        """Add the first-attempt successes counted so far to the counters (lock held)."""
+        for server, count in self._first_attempt_successes.items():
+            self._operations += count
+            self._attempts += count
+            self._succeeded += count
             if server is not None:
-                counters = self._servers.get(server)
-                if counters is None:
-                    counters = self._servers[server] = _ServerCounters()
-                counters.attempts += 1
-                counters.operations += 1
+                counters = self._server(server)
+                counters.attempts += count
+                counters.operations += count
+        self._first_attempt_successes.clear()
 
     def snapshot(self) -> BackpressureStats:
         """Return the counters so far as a frozen ``BackpressureStats``."""
         with self._lock:
+            self._fold_first_attempt_successes()
             return BackpressureStats(
                 operations=self._operations,
                 succeeded=self._succeeded,

@@ -143,3 +143,17 @@ def test_client_state_hands_the_criticality_to_the_operation() -> None:
     assert operation.controller.budget is state.controller.budget
     plain = ClientState(RetryController(DRAFT)).new_operation("insert")
     assert plain.criticality is Criticality.CRITICAL
+
+
+def test_first_attempt_successes_are_folded_into_the_snapshot() -> None:
+    """The success path's short form counts like a finished one-attempt operation."""
+    recorder = StatsRecorder()
+    recorder.first_attempt_succeeded(("a", 1))
+    recorder.first_attempt_succeeded(("a", 1))
+    recorder.first_attempt_succeeded(None)
+    snapshot = recorder.snapshot()
+    assert (snapshot.operations, snapshot.succeeded, snapshot.attempts) == (3, 3, 3)
+    assert snapshot.failed == 0
+    assert snapshot.servers[("a", 1)].operations == 2
+    assert snapshot.servers[("a", 1)].attempts == 2
+    assert recorder.snapshot() == snapshot  # folding twice counts nothing twice
