@@ -87,6 +87,7 @@ __all__ = ["Deployment"]
 log = logging.getLogger("backpressure.testing.server")
 
 _SECONDARY_OK_FLAG = 4  # OP_QUERY flag bit 2
+_READ_SLICE = 1 << 20
 _PARSE_IN_WORKER_BYTES = 1 << 20
 """Messages larger than this (declared uncompressed size included) are parsed off the loop."""
 _TRANSACTIONAL_WRITES = frozenset({"insert", "update", "delete", "findAndModify", "bulkWrite"})
@@ -263,7 +264,7 @@ class Deployment:
             header_bytes = await reader.readexactly(HEADER_SIZE)
             try:
                 header = parse_header(header_bytes)
-                payload = await reader.readexactly(header.length - HEADER_SIZE)
+                payload = await _read_payload(reader, header.length - HEADER_SIZE)
                 started = time.thread_time()
                 if compressed_size(header, payload) > _PARSE_IN_WORKER_BYTES or (
                     header.length > _PARSE_IN_WORKER_BYTES
@@ -302,7 +303,7 @@ class Deployment:
             writer.write(data)
             await writer.drain()
 
-    async def _parse_in_worker(self, header: Header, payload: bytes) -> Request:
+    async def _parse_in_worker(self, header: Header, payload: bytearray) -> Request:
         """Parse a large message on the single parser thread (one at a time, bounding memory)."""
         if self._parser is None:
             self._parser = concurrent.futures.ThreadPoolExecutor(
@@ -538,6 +539,17 @@ class Deployment:
             now = topology.clock.tick()
             reply["$clusterTime"] = topology.clock.gossip(now)
             reply["operationTime"] = now
+
+
+async def _read_payload(reader: asyncio.StreamReader, size: int) -> bytearray:
+    """Read ``size`` bytes in slices into one buffer (``readexactly`` would hold two copies)."""
+    buffer = bytearray()
+    while len(buffer) < size:
+        chunk = await reader.read(min(size - len(buffer), _READ_SLICE))
+        if not chunk:
+            raise asyncio.IncompleteReadError(b"", size)
+        buffer += chunk
+    return buffer
 
 
 def _namespace(request: Request) -> str:

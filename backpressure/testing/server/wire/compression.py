@@ -40,12 +40,15 @@ _NAMES = {SNAPPY_COMPRESSOR_ID: "snappy", ZSTD_COMPRESSOR_ID: "zstd"}
 
 Buffer = Union[bytes, bytearray, memoryview]
 
+_IN_SLICE = 64 * 1024
+_OUT_SLICE = 1 << 20
+
 
 class CompressionError(ValueError):
     """A compressed payload that is malformed, unsupported or lies about its size."""
 
 
-def decompress(compressor_id: int, data: Buffer, declared: int, limit: int) -> bytes:
+def decompress(compressor_id: int, data: Buffer, declared: int, limit: int) -> bytearray:
     """Return exactly ``declared`` bytes decompressed from ``data``, or raise.
 
     ``limit`` caps ``declared`` (the message limit less the header); no more than
@@ -56,21 +59,41 @@ def decompress(compressor_id: int, data: Buffer, declared: int, limit: int) -> b
     if compressor_id == NOOP_COMPRESSOR_ID:
         if len(data) != declared:
             raise CompressionError(f"noop payload has {len(data)} bytes, {declared} declared")
-        return bytes(data)
+        return bytearray(data)
     if compressor_id != ZLIB_COMPRESSOR_ID:
         name = _NAMES.get(compressor_id, f"id {compressor_id}")
         raise CompressionError(f"unsupported compressor {name} (the server offers zlib only)")
-    inflater = zlib.decompressobj()
     try:
-        out = inflater.decompress(data, declared + 1)
+        return _inflate(data, declared)
     except zlib.error as exc:
         raise CompressionError(f"bad zlib data: {exc}") from None
-    if len(out) > declared or inflater.unconsumed_tail:
-        raise CompressionError(f"zlib data inflates beyond the declared {declared} bytes")
-    if not inflater.eof:
-        raise CompressionError(f"zlib stream ends early: {len(out)} of {declared} bytes")
-    if inflater.unused_data:
-        raise CompressionError(f"{len(inflater.unused_data)} bytes follow the zlib stream")
+
+
+def _inflate(data: Buffer, declared: int) -> bytearray:
+    """Inflate in slices (64 KiB in, 1 MiB out) into one buffer: peak memory is the output."""
+    inflater = zlib.decompressobj()
+    out = bytearray()
+    view = memoryview(data)
+    offset = 0
+    pending: Buffer = b""
+    while True:
+        if not pending and offset < len(view):
+            pending = view[offset : offset + _IN_SLICE]
+            offset += len(pending)
+        out += inflater.decompress(pending, min(_OUT_SLICE, declared + 1 - len(out)))
+        if len(out) > declared:
+            raise CompressionError(f"zlib data inflates beyond the declared {declared} bytes")
+        pending = inflater.unconsumed_tail
+        if inflater.eof:
+            extra = len(inflater.unused_data) + len(view) - offset
+            if extra:
+                raise CompressionError(f"{extra} bytes follow the zlib stream")
+            break
+        if not pending and offset >= len(view):  # all input in: is output still held back?
+            held = inflater.decompress(b"", 1)
+            if not held:
+                raise CompressionError(f"zlib stream ends early: {len(out)} of {declared} bytes")
+            out += held
     if len(out) != declared:
         raise CompressionError(f"zlib data inflates to {len(out)} bytes, {declared} declared")
     return out

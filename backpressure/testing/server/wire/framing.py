@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import bson
 from bson.codec_options import CodecOptions
@@ -31,7 +31,9 @@ __all__ = [
     "CHECKSUM_PRESENT",
     "EXHAUST_ALLOWED",
     "HEADER_SIZE",
+    "MAX_DOCUMENT_BYTES",
     "MAX_MESSAGE_SIZE_BYTES",
+    "MAX_SEQUENCE_DOCUMENTS",
     "MORE_TO_COME",
     "NOOP_COMPRESSOR_ID",
     "OP_COMPRESSED",
@@ -63,6 +65,10 @@ HEADER_SIZE = 16
 """Bytes in a message header."""
 MAX_MESSAGE_SIZE_BYTES = 48_000_000
 """mongod's ``maxMessageSizeBytes``; longer messages close the connection."""
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024 + 16 * 1024
+"""mongod's limit on one document of a request (``maxBsonObjectSize`` plus 16 KiB of slack)."""
+MAX_SEQUENCE_DOCUMENTS = 100_000
+"""Documents one OP_MSG document sequence may hold (mongod's ``maxWriteBatchSize``)."""
 
 CHECKSUM_PRESENT = 1 << 0
 """OP_MSG flag: a CRC-32C trailer follows the sections."""
@@ -78,6 +84,9 @@ _UINT32 = struct.Struct("<I")
 _COMPRESSED = struct.Struct("<iiB")
 _REPLY_PREFIX = struct.Struct("<iqii")
 _QUERY_TAIL = struct.Struct("<ii")
+
+Payload = Union[bytes, bytearray]
+"""A message body as read from the socket or inflated."""
 
 _CODEC: CodecOptions[dict[str, Any]] = CodecOptions()
 _MAX_INNER = MAX_MESSAGE_SIZE_BYTES - HEADER_SIZE
@@ -131,7 +140,7 @@ def parse_header(data: bytes, max_size: int = MAX_MESSAGE_SIZE_BYTES) -> Header:
     return Header(length, request_id, response_to, op_code)
 
 
-def parse_request(header: Header, payload: bytes) -> Request:
+def parse_request(header: Header, payload: Payload) -> Request:
     """Decode the payload that followed ``header`` into a :class:`Request`."""
     if len(payload) != header.length - HEADER_SIZE:
         raise WireError("payload does not match the declared length")
@@ -178,7 +187,7 @@ def pack_reply(request: Request, doc: Mapping[str, Any], request_id: int) -> byt
     )
 
 
-def parse_reply(header: Header, payload: bytes) -> dict[str, Any]:
+def parse_reply(header: Header, payload: Payload) -> dict[str, Any]:
     """Decode a server reply (OP_MSG or OP_REPLY, possibly compressed) into its document."""
     if header.op_code == OP_COMPRESSED:
         op_code, payload, _ = _decompress(payload)
@@ -195,7 +204,7 @@ def parse_reply(header: Header, payload: bytes) -> dict[str, Any]:
     raise WireError(f"unexpected reply opcode {op_code}")
 
 
-def compressed_size(header: Header, payload: bytes) -> int:
+def compressed_size(header: Header, payload: Payload) -> int:
     """The declared uncompressed size of an OP_COMPRESSED message (its own length otherwise)."""
     if header.op_code != OP_COMPRESSED or len(payload) < _COMPRESSED.size:
         return header.length
@@ -203,7 +212,7 @@ def compressed_size(header: Header, payload: bytes) -> int:
     return max(declared, header.length)
 
 
-def _decompress(payload: bytes) -> tuple[int, bytes, int]:
+def _decompress(payload: Payload) -> tuple[int, Payload, int]:
     if len(payload) < _COMPRESSED.size:
         raise WireError("short OP_COMPRESSED")
     op_code, size, compressor_id = _COMPRESSED.unpack_from(payload)
@@ -214,23 +223,25 @@ def _decompress(payload: bytes) -> tuple[int, bytes, int]:
         raise WireError(str(exc)) from None
 
 
-def _decode_one(data: bytes, what: str) -> dict[str, Any]:
+def _decode_one(data: Payload, what: str) -> dict[str, Any]:
     try:
         return bson.decode(data, _CODEC)
     except (BSONError, ValueError, IndexError, struct.error) as exc:
         raise WireError(f"bad BSON in {what}: {exc}") from None
 
 
-def _bson_length(payload: bytes, offset: int) -> int:
+def _bson_length(payload: Payload, offset: int) -> int:
     if offset + 4 > len(payload):
         raise WireError("truncated BSON document")
     size: int = _INT32.unpack_from(payload, offset)[0]
     if size < 5 or offset + size > len(payload):
         raise WireError(f"bad BSON document length {size}")
+    if size > MAX_DOCUMENT_BYTES:
+        raise WireError(f"BSON document of {size} bytes exceeds {MAX_DOCUMENT_BYTES}")
     return size
 
 
-def _parse_msg(header: Header, payload: bytes, compressor_id: int | None) -> Request:
+def _parse_msg(header: Header, payload: Payload, compressor_id: int | None) -> Request:
     request_id = header.request_id
     if len(payload) < 5:
         raise WireError("short OP_MSG")
@@ -281,7 +292,7 @@ def _parse_msg(header: Header, payload: bytes, compressor_id: int | None) -> Req
     )
 
 
-def _verify_checksum(header: Header, payload: bytes, end: int) -> None:
+def _verify_checksum(header: Header, payload: Payload, end: int) -> None:
     """Check the CRC-32C trailer over the header and everything before the trailer."""
     expected: int = _UINT32.unpack_from(payload, end)[0]
     head = _HEADER.pack(header.length, header.request_id, header.response_to, header.op_code)
@@ -293,7 +304,7 @@ def _verify_checksum(header: Header, payload: bytes, end: int) -> None:
 
 
 def _parse_sequence(
-    payload: bytes, offset: int, end: int, sequences: dict[str, list[dict[str, Any]]]
+    payload: Payload, offset: int, end: int, sequences: dict[str, list[dict[str, Any]]]
 ) -> int:
     if offset + 4 > end:
         raise WireError("truncated document sequence")
@@ -310,19 +321,25 @@ def _parse_sequence(
         raise WireError("document sequence identifier is not UTF-8") from None
     if identifier in sequences:
         raise WireError(f"duplicate document sequence {identifier!r}")
-    docs: list[dict[str, Any]] = []
+    bounds: list[tuple[int, int]] = []  # found before decoding anything: a count check is cheap
     pos = name_end + 1
     while pos < seq_end:
         doc_size = _bson_length(payload, pos)
         if pos + doc_size > seq_end:
             raise WireError("document overruns its sequence")
-        docs.append(_decode_one(payload[pos : pos + doc_size], f"sequence {identifier!r}"))
+        if len(bounds) == MAX_SEQUENCE_DOCUMENTS:
+            raise WireError(
+                f"document sequence {identifier!r} holds more than {MAX_SEQUENCE_DOCUMENTS} "
+                "documents (maxWriteBatchSize)"
+            )
+        bounds.append((pos, pos + doc_size))
         pos += doc_size
-    sequences[identifier] = docs
+    what = f"sequence {identifier!r}"
+    sequences[identifier] = [_decode_one(payload[a:b], what) for a, b in bounds]
     return seq_end
 
 
-def _parse_query(request_id: int, payload: bytes, compressor_id: int | None) -> Request:
+def _parse_query(request_id: int, payload: Payload, compressor_id: int | None) -> Request:
     if len(payload) < 4:
         raise WireError("short OP_QUERY")
     flags: int = _INT32.unpack_from(payload)[0]
