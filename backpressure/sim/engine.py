@@ -38,10 +38,15 @@ import simpy
 from pymongo.errors import NetworkTimeout
 
 from backpressure.core.client_state import ClientState
-from backpressure.core.decision import GiveUp, RetryController
+from backpressure.core.decision import GiveUp
 from backpressure.sim.model import ClientGroup, ClosedLoop, OpenLoop, Scenario
 from backpressure.sim.oracle import Capacity, physical_limit
-from backpressure.sim.policies import Admission, SimPolicy, make_admission
+from backpressure.sim.policies import (
+    Admission,
+    SimPolicy,
+    make_controller,
+    record_takes_admission,
+)
 from backpressure.sim.server import SimServer
 
 __all__ = ["OperationLog", "RunData", "simulate"]
@@ -190,6 +195,7 @@ class _Run:
         self.running = 0
         self._eligible_index: dict[tuple[int, ...], int] = {}
         self._overheads: list[float] = []
+        self._record_answer: Optional[bool] = None
         self.groups: list[list[_Client]] = []
         for group in scenario.clients:
             self.groups.append([self._new_client(group) for _ in range(group.count)])
@@ -201,9 +207,10 @@ class _Run:
         state: Optional[ClientState] = None
         admission: Optional[Admission] = None
         if self.policy.policy is not None:
-            controller = RetryController(self.policy.policy, random=self.jitter, clock=self.clock)
+            controller, admission = make_controller(self.policy.policy, self.jitter, self.clock)
             state = ClientState(controller, logger=_QUIET)
-            admission = make_admission(self.policy.policy, self.clock)
+            if admission is not None and self._record_answer is None:
+                self._record_answer = record_takes_admission(admission)
         return _Client(group, len(self.servers), state, admission)
 
     # -- topology ------------------------------------------------------------------------------
@@ -230,12 +237,26 @@ class _Run:
             return secondaries or primary
         return primary + secondaries
 
-    def _select(self, client: _Client, candidates: tuple[int, ...], avoid: int) -> SimServer:
-        """pymongo's choice: two at random, fewer operations in flight (avoiding ``avoid``)."""
+    def _select(
+        self,
+        client: _Client,
+        candidates: tuple[int, ...],
+        avoid: int,
+        admission: Optional[Admission] = None,
+    ) -> SimServer:
+        """pymongo's choice: two at random, fewer operations in flight (avoiding ``avoid``).
+
+        With an adaptive policy's admission control, reads prefer members it would send to
+        without waiting, as the package's adapters do.
+        """
         count = len(candidates)
         if avoid >= 0 and count > 1:
             candidates = tuple(i for i in candidates if i != avoid)
             count -= 1
+        if admission is not None and count > 1:
+            free = tuple(i for i in candidates if admission.has_headroom(self.servers[i].address))
+            if free:
+                candidates, count = free, len(free)
         if count == 1:
             return self.servers[candidates[0]]
         uniform = self._uniform
@@ -326,17 +347,23 @@ class _Run:
         cpu_half = group.cpu_ms_per_attempt / 2000.0
         avoid = -1
         attempts = 0
+        answer: Any = None
         ok = False
         reason = OVERLOAD
         while True:
-            server = self._select(client, candidates, avoid)
+            server = self._select(client, candidates, avoid, admission if is_read else None)
             address = server.address
             if admission is not None:
                 answer = admission.admit(address, csot)
-                if getattr(answer, "reason", None) is not None:
+                refusal = getattr(answer, "reason", None)
+                if refusal is not None:
                     reason = REFUSED
                     if operation is not None:
-                        operation.ended()
+                        stopped = getattr(operation, "stopped", None)
+                        if callable(stopped):
+                            stopped(refusal)
+                        else:
+                            operation.ended()
                     break
                 wait = float(answer.wait)
                 if wait > 0:
@@ -394,7 +421,7 @@ class _Run:
                     if operation is not None:
                         operation.succeeded()
                     if admission is not None:
-                        admission.record(address, overloaded=False)
+                        self._record(admission, address, False, answer)
                     ok = True
                     break
                 data.timeline_rejected[bucket] += 1
@@ -402,7 +429,7 @@ class _Run:
             else:
                 error = server.connection_error
             if admission is not None:
-                admission.record(address, overloaded=True)
+                self._record(admission, address, True, answer)
             if kind == "none":
                 break
             if kind == "storm":
@@ -459,6 +486,15 @@ class _Run:
             if woken is _EXPIRED:
                 pool.waiters.remove(waiter)
                 return None
+
+    def _record(
+        self, admission: Admission, address: tuple[str, int], overloaded: bool, answer: Any
+    ) -> None:
+        """Report an attempt's reply to the admission control (with its answer when it wants)."""
+        if self._record_answer:
+            admission.record(address, overloaded=overloaded, admission=answer)
+        else:
+            admission.record(address, overloaded=overloaded)
 
     def _wake(self, pool: _Pool) -> None:
         """Let the first waiter of ``pool`` try again."""

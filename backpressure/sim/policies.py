@@ -18,11 +18,13 @@ the simulator's clock and random source; nothing of the policy is re-implemented
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Union
 
 import backpressure
+from backpressure.core.decision import RetryController
 from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
 
 __all__ = [
@@ -123,19 +125,26 @@ class Admission(Protocol):
         """Return an object with ``wait`` (seconds), and ``reason`` when the attempt is refused."""
         ...
 
-    def record(self, server: Optional[tuple[str, int]], *, overloaded: bool) -> None:
+    def record(self, server: Optional[tuple[str, int]], *, overloaded: bool, **extra: Any) -> None:
         """Account for the reply of an attempt."""
         ...
 
+    def has_headroom(self, server: tuple[str, int]) -> bool:
+        """Whether an attempt to ``server`` would be sent without waiting."""
+        ...
 
-def _admission_factory() -> Optional[Callable[..., Admission]]:
-    """The package's per-server admission control class, when the package has one."""
+
+def _admission_factory() -> Optional[Callable[..., Optional[Admission]]]:
+    """The package's builder of per-server admission control, when the package has one."""
     try:
         module = importlib.import_module("backpressure.core.adaptive")
     except ImportError:
         return None
-    factory = getattr(module, "AdmissionControl", None)
-    return factory if callable(factory) else None
+    for name in ("admission_for", "AdmissionControl"):
+        factory = getattr(module, name, None)
+        if callable(factory):
+            return factory  # type: ignore[no-any-return]
+    return None
 
 
 ADMISSION_AVAILABLE: bool = _admission_factory() is not None
@@ -150,6 +159,36 @@ def make_admission(policy: Policy, clock: Callable[[], float]) -> Optional[Admis
     if factory is None:
         return None
     return factory(policy, clock=clock)
+
+
+def _accepts(function: Callable[..., Any], name: str) -> bool:
+    """Whether ``function`` takes a keyword argument called ``name``."""
+    try:
+        return name in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def make_controller(
+    policy: Policy, random: Callable[[], float], clock: Callable[[], float]
+) -> tuple[RetryController, Optional[Admission]]:
+    """Build a client's controller as the package's switch does, with its admission control.
+
+    The admission control (adaptive policies only) is handed to the controller when the
+    controller takes one, so the package's own wiring is what the simulator runs.
+    """
+    admission = make_admission(policy, clock)
+    if admission is not None and _accepts(RetryController.__init__, "admission"):
+        wiring: dict[str, Any] = {"admission": admission}
+        controller = RetryController(policy, random=random, clock=clock, **wiring)
+    else:
+        controller = RetryController(policy, random=random, clock=clock)
+    return controller, admission
+
+
+def record_takes_admission(admission: Admission) -> bool:
+    """Whether ``admission.record`` wants the answer ``admit`` gave for the attempt."""
+    return _accepts(admission.record, "admission")
 
 
 def describe(policies: Mapping[str, SimPolicy]) -> list[tuple[str, str]]:
