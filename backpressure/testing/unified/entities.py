@@ -7,8 +7,10 @@ sync or async, and the deployment). ``create_entities`` implements ``createEntit
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -228,6 +230,25 @@ def _bucket(db: Any, options: Mapping[str, Any]) -> Any:
     return gridfs.GridFSBucket(db, **kwargs)
 
 
+MONGOS_DISCOVERY_TIMEOUT = 10.0
+"""Seconds a multi-mongos client entity may take to discover every mongos of its URI."""
+
+
+async def _await_every_mongos(client: Any) -> None:
+    """Wait until ``client`` knows the type of every mongos in its seed list.
+
+    Tests that retry on "the other mongos" need both to be selectable from the first
+    operation; a client that has heard from only one would send the retry back to it.
+    Past the timeout the test runs anyway and fails on its own expectations.
+    """
+    deadline = time.monotonic() + MONGOS_DISCOVERY_TIMEOUT
+    while time.monotonic() < deadline:
+        servers = client.topology_description.server_descriptions().values()
+        if all(server.is_server_type_known for server in servers):
+            return
+        await asyncio.sleep(0.01)
+
+
 async def create_entities(ctx: TestContext, docs: list[Mapping[str, Any]]) -> None:
     """Create the entities described by a ``createEntities`` array, in order."""
     for item in docs:
@@ -241,6 +262,8 @@ async def create_entities(ctx: TestContext, docs: list[Mapping[str, Any]]) -> No
             if ctx.is_async:
                 # An AsyncMongoClient starts monitoring only when connected (sync ones at once).
                 await entity.client.aconnect()
+            if ctx.topology == "sharded" and spec.get("useMultipleMongoses", True):
+                await _await_every_mongos(entity.client)
         elif kind == "database":
             client = ctx.entities.client(spec["client"]).client
             options = _database_options(spec.get("databaseOptions", {}))
