@@ -16,8 +16,15 @@ from __future__ import annotations
 from typing import Any
 
 from backpressure.adapters.seams import UnsupportedPymongoError, UntestedPymongoWarning
+from backpressure.core.adaptive import (
+    AdmissionControl,
+    AdmissionListener,
+    LocalOverloadError,
+    LocalRefusalEvent,
+    LocalWaitEvent,
+)
 from backpressure.core.backoff import backoff_ceiling, backoff_delay
-from backpressure.core.budget import NullBudget, RetryBudget, budget_for
+from backpressure.core.budget import A6Budget, NullBudget, RetryBudget, ServerBudgets, budget_for
 from backpressure.core.client_state import ClientState
 from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
 from backpressure.core.events import (
@@ -44,6 +51,7 @@ from backpressure.core.operation import OperationRetries
 from backpressure.core.outer import handled_by_backpressure, is_transient, retry_outside
 from backpressure.core.overrides import Criticality
 from backpressure.core.policy import (
+    ADAPTIVE,
     CURRENT_SPEC,
     DRAFT,
     PRESETS,
@@ -69,12 +77,16 @@ from backpressure.switch.uri_options import parse_backpressure_options
 __version__ = "0.1.0"
 
 __all__ = [
+    "ADAPTIVE",
     "CURRENT_SPEC",
     "DRAFT",
     "NO_WRITES_PERFORMED",
     "PRESETS",
     "RETRYABLE",
     "SYSTEM_OVERLOADED",
+    "A6Budget",
+    "AdmissionControl",
+    "AdmissionListener",
     "AsyncIOMotorClient",
     "AsyncMongoClient",
     "BackpressureStats",
@@ -83,6 +95,9 @@ __all__ = [
     "GiveUp",
     "GiveUpEvent",
     "InvalidPolicyError",
+    "LocalOverloadError",
+    "LocalRefusalEvent",
+    "LocalWaitEvent",
     "MissingExtraError",
     "MongoClient",
     "NullBudget",
@@ -96,6 +111,7 @@ __all__ = [
     "RetryEvent",
     "RetryListener",
     "RetrySummary",
+    "ServerBudgets",
     "ServerStats",
     "StopReason",
     "UnsupportedPymongoError",

@@ -29,6 +29,7 @@ client:
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
 import sys
@@ -38,6 +39,7 @@ import weakref
 from typing import Any, Callable, Optional
 
 from backpressure.adapters import seams
+from backpressure.core.adaptive import Admission, AdmissionGate, LocalOverloadError
 from backpressure.core.client_state import ClientState
 from backpressure.core.decision import Decision, GiveUp, Retry, StopReason
 from backpressure.core.events import attach_summary
@@ -65,6 +67,8 @@ class _Operation:
     """
 
     __slots__ = (
+        "address",
+        "admission",
         "args",
         "attempt_open",
         "commit_attempt",
@@ -108,6 +112,36 @@ class _Operation:
     def session(self) -> Any:
         """The session argument of the ``_retry_internal`` call (None when absent)."""
         return seams.retry_internal_argument(self.args, self.kwargs, "session")
+        self.admission: Optional[Admission] = None
+        self.address: Optional[tuple[str, int]] = None
+
+    def admit(self, gate: AdmissionGate, server: Any) -> float:
+        """Ask the pacing about the attempt about to go to ``server``; return the local wait.
+
+        Raises:
+            LocalOverloadError: the wait is not allowed; the attempt is not sent.
+        """
+        address = seams.server_address(server)
+        self.address = address
+        self.admission = None
+        admission = gate.admit(
+            seams.operation_name(
+                seams.retry_internal_argument(self.args, self.kwargs, "operation")
+            ),
+            address,
+            seams.csot_deadline(),
+        )
+        self.admission = admission
+        return admission.wait
+
+    def settle(self, error: Optional[BaseException]) -> None:
+        """Hand the outcome of the last attempt to the pacing (None: a reply, not an overload)."""
+        gate = self.state.gate
+        if gate is not None and self.attempt_open:
+            address = self.address
+            if address is None and self.first is not _NOT_SELECTED:
+                address = seams.server_address(self.first)
+            gate.record(address, self.admission, error)
 
     def tracked(self) -> OperationRetries:
         """Return the operation's ``OperationRetries``, creating it on first need."""
@@ -157,6 +191,7 @@ class _Operation:
         core grants the retry of a statement whose transaction the server already began,
         pymongo's own revert to "starting" is undone (it would send ``startTransaction`` twice).
         """
+        self.settle(error)
         self.attempt_open = False
         deadline = seams.csot_deadline()
         now = time.monotonic() if deadline is not None else None
@@ -188,6 +223,7 @@ class _Operation:
 
     def succeeded(self) -> None:
         """Record success (deposits tokens)."""
+        self.settle(None)
         self.attempt_open = False
         retries = self.retries
         if retries is None:
@@ -203,6 +239,9 @@ class _Operation:
         """Account for the error the loop raised and attach the retry summary to it."""
         if not isinstance(exc, Exception):
             return  # cancellation: nothing to account for
+        if isinstance(exc, LocalOverloadError):
+            self.refused(exc)
+            return
         if self.retries is None and self.first is _NOT_SELECTED:
             return  # no server was ever selected: nothing to account for
         retries = self.tracked()
@@ -213,6 +252,7 @@ class _Operation:
         if cause is not None and has_no_writes_performed(cause):
             actual = cause  # pymongo re-raised the earlier error ``from`` this attempt's error
         if self.attempt_open:
+            self.settle(actual)
             # The last attempt's error never reached our policy: pymongo refused to retry it
             # (not an overload error, or retryReads/retryWrites off).  The core records the
             # failure, logs and notifies when relevant; retries_allowed=False takes no token.
@@ -223,6 +263,14 @@ class _Operation:
             reason = StopReason.DEADLINE if seams.csot_expired() else StopReason.NOT_RETRYABLE
             summary = dataclasses.replace(summary, stop_reason=reason)
         attach_summary(exc, summary)
+        retries.ended()
+
+    def refused(self, exc: LocalOverloadError) -> None:
+        """Account for an attempt the pacing refused: nothing was sent for it."""
+        self.attempt_open = False
+        retries = self.tracked()
+        retries.stopped(exc.reason)
+        attach_summary(exc, retries.summary())
         retries.ended()
 
 
@@ -423,6 +471,19 @@ def _wrappers(
             return None
         return operation
 
+    def select_kwargs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        operation = current()
+        if operation is None or operation.state.gate is None:
+            return kwargs
+        return _avoid_paced(ref(), operation.state.gate, args, kwargs)
+
+    def admitted(server: Any) -> float:
+        """The local wait before the attempt to ``server`` (raises LocalOverloadError)."""
+        operation = current()
+        if operation is None or operation.state.gate is None:
+            return 0.0
+        return operation.admit(operation.state.gate, server)
+
     def selected(server: Any) -> Any:
         operation = current()
         if operation is not None:
@@ -451,7 +512,11 @@ def _wrappers(
             return result
 
         async def _select_server_async(*args: Any, **kwargs: Any) -> Any:
-            return selected(await select_server(ref(), *args, **kwargs))
+            server = await select_server(ref(), *args, **select_kwargs(args, kwargs))
+            wait = admitted(server)
+            if wait > 0.0:
+                await asyncio.sleep(wait)
+            return selected(server)
 
         async def _process_response_async(reply: Any, session: Any) -> Any:
             replied(reply, session)
@@ -477,7 +542,11 @@ def _wrappers(
         return result
 
     def _select_server(*args: Any, **kwargs: Any) -> Any:
-        return selected(select_server(ref(), *args, **kwargs))
+        server = select_server(ref(), *args, **select_kwargs(args, kwargs))
+        wait = admitted(server)
+        if wait > 0.0:
+            time.sleep(wait)
+        return selected(server)
 
     def _process_response(reply: Any, session: Any) -> Any:
         replied(reply, session)
@@ -493,6 +562,26 @@ def _wrappers(
 def seam_problems(client: Any) -> list[str]:
     """Return the pymongo seams this adapter needs that ``client`` does not match (none: fine)."""
     return seams.native_problems(client)
+
+
+def _avoid_paced(
+    client: Any, gate: AdmissionGate, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """Add the servers that are paced (pushing back) to the deprioritized servers.
+
+    pymongo then selects another eligible server when the read preference allows one, and the
+    paced server otherwise (a transaction keeps its pinned server: pymongo selects it by
+    address).  Inert until some server of the client is paced.
+    """
+    control = gate.control
+    if not control.pushing_back() or len(args) > 4:
+        return kwargs  # ``len(args) > 4``: deprioritized_servers passed positionally; leave it
+    busy = seams.servers_where(client, control.is_paced)
+    if not busy:
+        return kwargs
+    current = kwargs.get("deprioritized_servers") or []
+    merged = [*current, *(server for server in busy if server not in current)]
+    return {**kwargs, "deprioritized_servers": merged}
 
 
 def install(client: Any, state: ClientState) -> None:

@@ -79,6 +79,7 @@ __all__ = [
     "csot_deadline",
     "csot_expired",
     "is_async_client",
+    "servers_where",
     "should_retry_is_awaited",
 ]
 
@@ -89,6 +90,14 @@ def csot_deadline() -> Optional[float]:
         return None
     deadline = _csot.get_deadline()
     return deadline if deadline != float("inf") else None
+
+
+def servers_where(client: Any, predicate: Callable[[Any], bool]) -> list[Any]:
+    """Return the client's known ``Server`` objects whose address satisfies ``predicate``."""
+    servers = getattr(getattr(client, "_topology", None), "_servers", None)
+    if not isinstance(servers, dict):
+        return []
+    return [server for address, server in list(servers.items()) if predicate(address)]
 
 
 def csot_expired() -> bool:

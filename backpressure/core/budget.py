@@ -15,14 +15,21 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Callable, Union
 
 from backpressure.core.policy import InvalidPolicyError, short_repr
 
 if TYPE_CHECKING:
     from backpressure.core.policy import Policy
 
-__all__ = ["InvalidBudgetError", "NullBudget", "RetryBudget", "budget_for"]
+__all__ = [
+    "A6Budget",
+    "InvalidBudgetError",
+    "NullBudget",
+    "RetryBudget",
+    "ServerBudgets",
+    "budget_for",
+]
 
 
 class InvalidBudgetError(InvalidPolicyError, ValueError):
@@ -93,9 +100,15 @@ class RetryBudget(_Counted):
         success_deposit: float = 0.1,
         retry_cost: float = 1.0,
         failure_deposit: float = 1.0,
+        refund_retries: bool = True,
     ) -> None:
-        """Create a full bucket; every amount must be finite and >= 0 (capacity > 0)."""
+        """Create a full bucket; every amount must be finite and >= 0 (capacity > 0).
+
+        ``refund_retries=False`` (the "ratio" mode) gives a successful retry only
+        ``success_deposit``, not its ``retry_cost`` back.
+        """
         super().__init__()
+        self._refund_retries = bool(refund_retries)
         self._capacity = _amount("RetryBudget.capacity", capacity, positive=True)
         self._success_deposit = _amount("RetryBudget.success_deposit", success_deposit)
         self._retry_cost = _amount("RetryBudget.retry_cost", retry_cost)
@@ -149,7 +162,15 @@ class RetryBudget(_Counted):
         """Deposit ``success_deposit`` (plus ``retry_cost`` when the success was a retry)."""
         if self._units >= self._cap_units:
             return  # full: nothing to add (the success hot path; see ``_add`` for why it is exact)
-        self._add(self._success_units + (self._cost_units if retried else 0))
+        refund = self._cost_units if retried and self._refund_retries else 0
+        self._add(self._success_units + refund)
+
+    def record_overload_failure(self) -> None:
+        """Do nothing: the bucket charges retries, not failures."""
+
+    def for_server(self, server: object) -> RetryBudget:
+        """Return this bucket: one per client, whatever the server."""
+        return self
 
     def record_non_overload_failure(self) -> None:
         """Deposit ``failure_deposit`` for a retry that failed without the overload label."""
@@ -213,22 +234,217 @@ class NullBudget(_Counted):
     def record_non_overload_failure(self) -> None:
         """Do nothing."""
 
+    def record_overload_failure(self) -> None:
+        """Do nothing."""
+
+    def for_server(self, server: object) -> NullBudget:
+        """Return this null budget."""
+        return self
+
     def __repr__(self) -> str:
         """Name the null budget."""
         return "NullBudget()"
 
 
-Budget = Union[RetryBudget, NullBudget]
-"""Either kind of budget."""
+class A6Budget(_Counted):
+    """gRPC A6 retry throttling for one server: retries only while tokens > max_tokens / 2.
+
+    Tokens start at ``max_tokens``; every overload failure takes 1, every success adds
+    ``token_ratio``; a retry is granted while tokens exceed half of ``max_tokens`` and takes
+    nothing itself (the failure that caused it already did).
+    """
+
+    def __init__(self, max_tokens: float = 10.0, *, token_ratio: float = 0.1) -> None:
+        """Create a full throttle; ``max_tokens`` > 0, ``token_ratio`` >= 0, both finite."""
+        super().__init__()
+        self._capacity = _amount("A6Budget.max_tokens", max_tokens, positive=True)
+        self._ratio_units = _units(_amount("A6Budget.token_ratio", token_ratio))
+        self._cap_units = max(1, _units(self._capacity))
+        self._one = _units(1.0)
+        self._units = self._cap_units
+
+    @property
+    def capacity(self) -> float:
+        """``max_tokens``: the initial and largest number of tokens."""
+        return self._capacity
+
+    @property
+    def retry_cost(self) -> float:
+        """Always 0: in A6 failures take tokens, retries do not."""
+        return 0.0
+
+    @property
+    def tokens(self) -> float:
+        """Tokens currently held."""
+        with self._lock:
+            return _tokens(self._units)
+
+    def try_consume(self, n: float) -> bool:
+        """Take ``n`` tokens if that many are held."""
+        amount = _units(_amount("n", n))
+        with self._lock:
+            if self._units >= amount:
+                self._units -= amount
+                return True
+            return False
+
+    def deposit(self, n: float) -> None:
+        """Add ``n`` tokens, never above ``max_tokens``."""
+        amount = _units(_amount("n", n))
+        with self._lock:
+            self._units = min(self._cap_units, self._units + amount)
+
+    def try_acquire(self) -> bool:
+        """Grant a retry while tokens > max_tokens / 2 (and count the answer)."""
+        with self._lock:
+            if 2 * self._units > self._cap_units:
+                self._granted += 1
+                return True
+            self._refused += 1
+            return False
+
+    def record_success(self, *, retried: bool) -> None:
+        """Add ``token_ratio`` (the same for a retry)."""
+        if self._units >= self._cap_units:
+            return  # full: the success hot path (exact, as in RetryBudget._add)
+        with self._lock:
+            self._units = min(self._cap_units, self._units + self._ratio_units)
+
+    def record_overload_failure(self) -> None:
+        """Take one token (never below 0)."""
+        with self._lock:
+            self._units = max(0, self._units - self._one)
+
+    def record_non_overload_failure(self) -> None:
+        """Do nothing: only overload failures count against the server."""
+
+    def for_server(self, server: object) -> A6Budget:
+        """Return this throttle."""
+        return self
+
+    def __repr__(self) -> str:
+        """Show tokens and max_tokens."""
+        return f"A6Budget(tokens={self.tokens!r}, max_tokens={self._capacity!r})"
+
+
+ServerBudget = Union[RetryBudget, NullBudget, A6Budget]
+"""The budget of one scope (a client or a server)."""
+
+
+class ServerBudgets:
+    """One budget per server address, created on first use (``budget_scope="server"``).
+
+    The overload of one server then never starves the retries aimed at the others.  The
+    aggregate properties (``granted``, ``refused``) sum over servers; ``tokens`` is the lowest
+    of them (``capacity`` while none exists yet).  Calls without a server use the budget kept
+    for an unknown server (``None``).
+    """
+
+    def __init__(self, factory: Callable[[], ServerBudget]) -> None:
+        """Build each server's budget with ``factory()``."""
+        self._factory = factory
+        self._budgets: dict[object, ServerBudget] = {}
+        self._lock = threading.Lock()
+        self._capacity = factory().capacity
+
+    def for_server(self, server: object) -> ServerBudget:
+        """Return the budget of ``server`` (an address, or None when unknown)."""
+        budget = self._budgets.get(server)
+        if budget is None:
+            with self._lock:
+                budget = self._budgets.get(server)
+                if budget is None:
+                    budget = self._budgets[server] = self._factory()
+        return budget
+
+    def servers(self) -> dict[object, ServerBudget]:
+        """Return a snapshot of the budgets by server."""
+        with self._lock:
+            return dict(self._budgets)
+
+    @property
+    def capacity(self) -> float:
+        """Capacity of each server's budget."""
+        return self._capacity
+
+    @property
+    def retry_cost(self) -> float:
+        """Tokens one retry takes from its server's budget."""
+        return self.for_server(None).retry_cost
+
+    @property
+    def tokens(self) -> float:
+        """The lowest number of tokens of any server (capacity while there is none)."""
+        budgets = self.servers().values()
+        return min((b.tokens for b in budgets), default=self._capacity)
+
+    @property
+    def granted(self) -> int:
+        """Retries granted, all servers together."""
+        return sum(b.granted for b in self.servers().values())
+
+    @property
+    def refused(self) -> int:
+        """Retries refused, all servers together."""
+        return sum(b.refused for b in self.servers().values())
+
+    def try_consume(self, n: float) -> bool:
+        """Take ``n`` tokens from the unknown server's budget."""
+        return self.for_server(None).try_consume(n)
+
+    def deposit(self, n: float) -> None:
+        """Deposit into the unknown server's budget."""
+        self.for_server(None).deposit(n)
+
+    def try_acquire(self) -> bool:
+        """Ask the unknown server's budget for one retry."""
+        return self.for_server(None).try_acquire()
+
+    def record_success(self, *, retried: bool) -> None:
+        """Record a success whose server is unknown."""
+        self.for_server(None).record_success(retried=retried)
+
+    def record_overload_failure(self) -> None:
+        """Record an overload failure whose server is unknown."""
+        self.for_server(None).record_overload_failure()
+
+    def record_non_overload_failure(self) -> None:
+        """Record a retry failing without the overload label, server unknown."""
+        self.for_server(None).record_non_overload_failure()
+
+    def __repr__(self) -> str:
+        """Show the number of servers."""
+        return f"ServerBudgets(servers={len(self.servers())}, capacity={self._capacity!r})"
+
+
+Budget = Union[RetryBudget, NullBudget, A6Budget, ServerBudgets]
+"""Any kind of budget."""
+
+
+def _scope_budget(policy: Policy) -> ServerBudget:
+    """Build one scope's budget from ``policy``."""
+    if not policy.budget_enabled:
+        return NullBudget()
+    if policy.budget_mode == "a6":
+        return A6Budget(policy.budget_capacity, token_ratio=policy.budget_ratio)
+    ratio = policy.budget_mode == "ratio"
+    return RetryBudget(
+        policy.budget_capacity,
+        success_deposit=policy.budget_ratio if ratio else policy.budget_success_deposit,
+        retry_cost=policy.budget_retry_cost,
+        failure_deposit=policy.budget_failure_deposit,
+        refund_retries=not ratio,
+    )
 
 
 def budget_for(policy: Policy) -> Budget:
-    """Return a fresh RetryBudget built from ``policy``, or a NullBudget when it is disabled."""
+    """Return a fresh budget built from ``policy`` (per server when its scope is "server").
+
+    A NullBudget when the budget is disabled; a RetryBudget ("bucket" or "ratio" mode) or an
+    A6Budget for the client scope; a ServerBudgets of those for the server scope.
+    """
     if not policy.budget_enabled:
         return NullBudget()
-    return RetryBudget(
-        policy.budget_capacity,
-        success_deposit=policy.budget_success_deposit,
-        retry_cost=policy.budget_retry_cost,
-        failure_deposit=policy.budget_failure_deposit,
-    )
+    if policy.budget_scope == "server":
+        return ServerBudgets(lambda: _scope_budget(policy))
+    return _scope_budget(policy)

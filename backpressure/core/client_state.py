@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from backpressure.core.adaptive import AdmissionGate
 from backpressure.core.decision import RetryController
 from backpressure.core.events import Address, OperationFinishedEvent, RetryListener
 from backpressure.core.operation import BudgetWarnings, OperationRetries
@@ -63,6 +64,11 @@ class ClientState:
     def __post_init__(self) -> None:
         """Create the client's budget-warning rate limit and statistics."""
         self.budget_warnings = BudgetWarnings(clock=self.controller.clock)
+        admission = self.controller.admission
+        self.gate: Optional[AdmissionGate] = (
+            None if admission is None else AdmissionGate(admission, logger=self.logger)
+        )
+        """Pacing around each attempt (None unless the policy is adaptive)."""
         self.stats = StatsRecorder()
         self._first_attempt_events: dict[Optional[Address], OperationFinishedEvent] = {}
         self._refresh_listeners()
@@ -71,6 +77,8 @@ class ClientState:
         """Split ``listeners`` by the protocols they implement."""
         self._retry_listeners: tuple[RetryListener, ...] = _retry_listeners(self.listeners)
         self._operation_listeners: tuple[Any, ...] = _operation_listeners(self.listeners)
+        if self.gate is not None:
+            self.gate.listeners = self.listeners
 
     def add_listener(self, listener: Any) -> None:
         """Add ``listener`` for the operations that start from now on (no-op if present)."""
@@ -112,7 +120,7 @@ class ClientState:
         listeners (metrics) one finished event, cached per server so nothing is allocated after
         the first.
         """
-        self.controller.record_success(retried=False)
+        self.controller.record_success(retried=False, server=server)
         self.stats.first_attempt_succeeded(server)
         if not self._operation_listeners:
             return

@@ -8,7 +8,9 @@ Theory of operation (checks in this order, the first that fails decides):
 3. ``retry_number <= policy.max_retries``                                 -> ATTEMPTS_EXHAUSTED
 4. the jittered delay must end before the deadline (no token is taken first) -> DEADLINE
 5. the budget must grant one retry (only for errors labelled
-   ``RetryableError``: a retry pymongo itself makes is never refused for budget) -> BUDGET_EMPTY
+   ``RetryableError``: a retry pymongo itself makes is never refused for budget; of the
+   failed server when per server; not asked when the adaptive pacing holds that server's
+   attempts locally)                                                       -> BUDGET_EMPTY
 
 ``retry_number`` counts every failed attempt of the operation, classic ones included (see
 :class:`~backpressure.core.ledger.AttemptLedger`), so the cap holds when errors mix.  Otherwise
@@ -22,12 +24,15 @@ import enum
 import random as _random
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
 from backpressure.core.backoff import backoff_delay
 from backpressure.core.budget import Budget, budget_for
 from backpressure.core.labels import is_overload, is_retryable_overload, server_base_backoff
 from backpressure.core.policy import Policy
+
+if TYPE_CHECKING:
+    from backpressure.core.adaptive import AdmissionControl
 
 __all__ = ["Decision", "GiveUp", "Retry", "RetryController", "StopReason"]
 
@@ -40,6 +45,8 @@ class StopReason(enum.Enum):
     ATTEMPTS_EXHAUSTED = "attempts exhausted"
     BUDGET_EMPTY = "retry budget empty"
     DEADLINE = "deadline would be exceeded"
+    LOCAL_WAIT_DEADLINE = "local wait for the server would exceed the deadline"
+    LOCAL_WAIT_LIMIT = "local wait for the server would exceed max_local_wait"
 
 
 @dataclass(frozen=True)
@@ -85,10 +92,13 @@ class RetryController:
         random: Callable[[], float] = _random.random,
         clock: Callable[[], float] = time.monotonic,
         sleeps: bool = True,
+        admission: Optional[AdmissionControl] = None,
     ) -> None:
         """Create a controller; ``budget`` defaults to ``budget_for(policy)``.
 
         With ``sleeps`` False (test mode) every ``Retry`` asks the driver not to sleep.
+        ``admission`` defaults to an :class:`AdmissionControl` on ``clock`` when
+        ``policy.adaptive``, else None (no pacing).
         """
         self.policy: Policy = policy
         """The policy in force."""
@@ -97,6 +107,12 @@ class RetryController:
         self._random = random
         self._clock = clock
         self._sleeps = sleeps
+        if admission is None and policy.adaptive:
+            from backpressure.core.adaptive import AdmissionControl  # adaptive imports us
+
+            admission = AdmissionControl(policy, clock=clock)
+        self.admission: Optional[AdmissionControl] = admission
+        """The per-server pacing (None unless the policy is adaptive)."""
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -122,6 +138,7 @@ class RetryController:
         retries_allowed: bool = True,
         now: Optional[float] = None,
         classic_retryable: bool = False,
+        server: Optional[tuple[str, int]] = None,
     ) -> Decision:
         """Return ``Retry`` or ``GiveUp`` for retry ``retry_number`` (1 for the first retry).
 
@@ -130,6 +147,8 @@ class RetryController:
         overload error without ``RetryableError`` this keeps the retry the driver makes, with
         backoff).  A token is taken only when the answer is ``Retry`` for an error labelled
         ``RetryableError``.
+        A token is taken only when the answer is ``Retry``, from the budget of ``server`` (the
+        server that failed) when the budget is per server.
         """
         policy = self.policy
         if not is_overload(error):
@@ -147,7 +166,11 @@ class RetryController:
             current = self._clock() if now is None else now
             if current + delay > deadline:
                 return GiveUp(StopReason.DEADLINE)
-        if always_retryable and not self.budget.try_acquire():
+        if (
+            always_retryable
+            and not self._held(server)
+            and not self.budget.for_server(server).try_acquire()
+        ):
             return GiveUp(StopReason.BUDGET_EMPTY)
         return Retry(
             retry_number=retry_number,
@@ -157,11 +180,33 @@ class RetryController:
             from_budget=always_retryable,
         )
 
-    def record_success(self, *, retried: bool) -> None:
-        """Account for a successful operation (``retried``: it succeeded on a retry)."""
-        self.budget.record_success(retried=retried)
+    def _held(self, server: Optional[tuple[str, int]]) -> bool:
+        """Whether retries to ``server`` are paced locally (then they spend no budget).
 
-    def record_failure(self, error: BaseException, *, retried: bool) -> None:
-        """Account for a failed attempt: a failed retry without the overload label refunds."""
-        if retried and not is_overload(error):
-            self.budget.record_non_overload_failure()
+        A paced retry waits for a send slot of the rate the server admits: it takes the place
+        of another attempt instead of adding load, so it needs no token.
+        """
+        admission = self.admission
+        return admission is not None and server is not None and admission.is_paced(server)
+
+    def record_success(self, *, retried: bool, server: Optional[tuple[str, int]] = None) -> None:
+        """Account for a successful operation (``retried``: it succeeded on a retry)."""
+        self.budget.for_server(server).record_success(retried=retried)
+
+    def record_failure(
+        self,
+        error: BaseException,
+        *,
+        retried: bool,
+        server: Optional[tuple[str, int]] = None,
+    ) -> None:
+        """Account for a failed attempt on ``server``.
+
+        A failed retry without the overload label refunds; an overload failure counts against
+        the server in the A6 mode.
+        """
+        budget = self.budget.for_server(server)
+        if is_overload(error):
+            budget.record_overload_failure()
+        elif retried:
+            budget.record_non_overload_failure()

@@ -214,8 +214,12 @@ class OperationRetries:
         """Record success and deposit tokens (more when it succeeded on a retry)."""
         self._ledger.finished(AttemptOutcome.SUCCESS)
         self._stop_reason = None
-        self._controller.record_success(retried=self._tokens_taken > 0)
+        self._controller.record_success(retried=self._tokens_taken > 0, server=self._current_server)
         self._finish(succeeded=True, reason=None)
+
+    def stopped(self, reason: StopReason) -> None:
+        """Record why the operation stops when no ``failed`` decided it (a local refusal)."""
+        self._stop_reason = reason
 
     def ended(self) -> None:
         """Report the operation as finished with an error, if no outcome was reported yet.
@@ -281,7 +285,8 @@ class OperationRetries:
         else:
             outcome = AttemptOutcome.OTHER
         self._ledger.finished(outcome)
-        self._controller.record_failure(error, retried=self._tokens_taken > 0)
+        server = self._current_server
+        self._controller.record_failure(error, retried=self._tokens_taken > 0, server=server)
         decision = self._controller.decide(
             retry_number=max(self._ledger.retry_number(), 1),
             error=error,
@@ -289,6 +294,7 @@ class OperationRetries:
             retries_allowed=retries_allowed,
             now=now,
             classic_retryable=classic_retryable,
+            server=server,
         )
         if isinstance(decision, Retry):
             self._on_retry(error, decision)
@@ -320,7 +326,7 @@ class OperationRetries:
             error_code=_error_code(error),
             error_labels=tuple(sorted(error_labels(error))),
             retarget=decision.retarget,
-            budget_tokens=self._controller.budget.tokens,
+            budget_tokens=self._controller.budget.for_server(self._current_server).tokens,
         )
         for listener in self._listeners:
             try:

@@ -23,6 +23,9 @@ from typing import Any, Optional, Union
 from pymongo.errors import ConfigurationError
 
 __all__ = [
+    "ADAPTIVE",
+    "BUDGET_MODES",
+    "BUDGET_SCOPES",
     "CURRENT_SPEC",
     "DEFAULT_POLICY",
     "DRAFT",
@@ -42,6 +45,7 @@ _BOOL_FIELDS = (
     "honour_server_backoff",
     "retarget",
     "respect_retry_options",
+    "adaptive",
 )
 _INT_FIELDS = ("max_retries", "first_retry_exponent")
 _FLOAT_FIELDS = (
@@ -52,8 +56,20 @@ _FLOAT_FIELDS = (
     "budget_success_deposit",
     "budget_retry_cost",
     "budget_failure_deposit",
+    "budget_ratio",
+    "max_local_wait",
+    "adaptive_decrease",
+    "adaptive_window",
+    "adaptive_growth",
+    "adaptive_min_rate",
 )
 _MAX_RETRIES_LIMIT = 100
+
+BUDGET_SCOPES: tuple[str, ...] = ("client", "server")
+"""Allowed ``Policy.budget_scope`` values: one budget per client, or one per server address."""
+
+BUDGET_MODES: tuple[str, ...] = ("bucket", "ratio", "a6")
+"""Allowed ``Policy.budget_mode`` values (see :class:`Policy`)."""
 _EXPONENT_LIMIT = 64
 
 
@@ -61,6 +77,11 @@ def short_repr(value: object) -> str:
     """``repr(value)``, shortened when huge (an int of hundreds of digits)."""
     text = repr(value)
     return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+
+
+def _one_of(values: tuple[str, ...]) -> str:
+    """Describe a choice of strings for an error message."""
+    return "one of " + ", ".join(repr(v) for v in values)
 
 
 def _bad(field: str, value: object, allowed: str) -> InvalidPolicyError:
@@ -105,8 +126,35 @@ class Policy:
     """Deprioritize the server that returned the overload error."""
     respect_retry_options: bool = True
     """retryReads/retryWrites gate overload retries (runCommand needs both)."""
+    budget_scope: str = "client"
+    """"client": one budget for the client; "server": one budget per server address."""
+    budget_mode: str = "bucket"
+    """How the budget earns tokens: "bucket" (the draft spec), "ratio" or "a6".
+
+    "bucket": the draft's token bucket (deposits and costs as above).  "ratio": every successful
+    operation deposits ``budget_ratio`` tokens and a successful retry gets nothing back, so the
+    retries of a client never exceed ``budget_ratio`` times its successes plus
+    ``budget_capacity``: a fleet's retry load stays a fixed fraction of its own traffic.  "a6":
+    gRPC A6 throttling; tokens start at ``budget_capacity`` (maxTokens), every overload failure
+    takes 1, every success adds ``budget_ratio`` (tokenRatio), and retries are allowed only while
+    tokens > ``budget_capacity / 2`` (a retry itself takes nothing).
+    """
+    budget_ratio: float = 0.1
+    """Tokens per successful operation in "ratio" and "a6" mode (0 < ratio <= 1)."""
+    adaptive: bool = False
+    """Pace attempts per server once it pushes back (see :mod:`backpressure.core.adaptive`)."""
+    max_local_wait: float = 5.0
+    """Longest local wait, in seconds, for a paced attempt (> 0); past it the attempt is refused."""
+    adaptive_decrease: float = 0.9
+    """Factor applied to the measured admitted rate when a server pushes back (0 < f < 1)."""
+    adaptive_window: float = 1.0
+    """Window, in seconds, over which the admitted rate is measured (0.05..60)."""
+    adaptive_growth: float = 0.1
+    """Cubic growth constant of the paced rate while a server stops pushing back (> 0)."""
+    adaptive_min_rate: float = 1.0
+    """Lowest paced rate, in attempts per second (> 0)."""
     name: str = dataclasses.field(default="custom", compare=False)
-    """Label for logs and reprs (not compared); presets are named "draft" and "current"."""
+    """Label for logs and reprs (not compared); presets: "draft", "current", "adaptive"."""
 
     def __post_init__(self) -> None:
         """Validate every field; raise InvalidPolicyError naming the first bad one."""
@@ -130,6 +178,14 @@ class Policy:
                 raise _bad(field, value, "a finite number")
             if value < 0:
                 raise _bad(field, value, "a number >= 0")
+        for field in ("budget_scope", "budget_mode"):
+            value = getattr(self, field)
+            if not isinstance(value, str):
+                raise _bad(
+                    field,
+                    value,
+                    _one_of(BUDGET_SCOPES if field == "budget_scope" else BUDGET_MODES),
+                )
         if not isinstance(self.name, str):
             raise _bad("name", self.name, "a str")
         if not 0 <= self.max_retries <= _MAX_RETRIES_LIMIT:
@@ -148,6 +204,22 @@ class Policy:
             raise _bad("backoff_multiplier", self.backoff_multiplier, "a number >= 1")
         if self.budget_capacity <= 0:
             raise _bad("budget_capacity", self.budget_capacity, "a number > 0")
+        if self.budget_scope not in BUDGET_SCOPES:
+            raise _bad("budget_scope", self.budget_scope, _one_of(BUDGET_SCOPES))
+        if self.budget_mode not in BUDGET_MODES:
+            raise _bad("budget_mode", self.budget_mode, _one_of(BUDGET_MODES))
+        if not 0 < self.budget_ratio <= 1:
+            raise _bad("budget_ratio", self.budget_ratio, "a number > 0 and <= 1")
+        if self.max_local_wait <= 0:
+            raise _bad("max_local_wait", self.max_local_wait, "a number > 0")
+        if not 0 < self.adaptive_decrease < 1:
+            raise _bad("adaptive_decrease", self.adaptive_decrease, "a number > 0 and < 1")
+        if not 0.05 <= self.adaptive_window <= 60:
+            raise _bad("adaptive_window", self.adaptive_window, "a number in 0.05..60")
+        if self.adaptive_growth <= 0:
+            raise _bad("adaptive_growth", self.adaptive_growth, "a number > 0")
+        if self.adaptive_min_rate <= 0:
+            raise _bad("adaptive_min_rate", self.adaptive_min_rate, "a number > 0")
 
     def replace(self, **changes: Any) -> Policy:
         """Return a copy with ``changes`` applied (validated again)."""
@@ -166,14 +238,38 @@ CURRENT_SPEC = Policy(
 )
 """The current spec: 2 retries, ceilings 0.2/0.4 s, no bucket, no retargeting."""
 
-PRESETS: Mapping[str, Policy] = MappingProxyType({"draft": DRAFT, "current": CURRENT_SPEC})
+ADAPTIVE = Policy(
+    name="adaptive",
+    adaptive=True,
+    budget_scope="server",
+    budget_mode="ratio",
+    budget_capacity=10.0,
+)
+"""Hold the caller, not the server: per-server pacing learned from pushback, per-server budgets.
+
+Once a server answers with an overload error, every attempt to it (first attempts included)
+waits locally for a slot at the rate that server was measured to admit, within the operation's
+deadline and ``max_local_wait``; the rate follows a cubic probe back up while the server stops
+pushing back, and the server returns to unthrottled once the pacing no longer limits anything.
+Retries draw on per-server "ratio" budgets (10 tokens, +0.1 per success).
+"""
+
+PRESETS: Mapping[str, Policy] = MappingProxyType(
+    {"draft": DRAFT, "current": CURRENT_SPEC, "adaptive": ADAPTIVE}
+)
 """Presets by name."""
 
 DEFAULT_POLICY = DRAFT
 """The policy used when backpressure is simply switched on."""
 
 _ALIASES: Mapping[str, Policy] = MappingProxyType(
-    {"draft": DRAFT, "default": DRAFT, "current": CURRENT_SPEC, "current-spec": CURRENT_SPEC}
+    {
+        "draft": DRAFT,
+        "default": DRAFT,
+        "current": CURRENT_SPEC,
+        "current-spec": CURRENT_SPEC,
+        "adaptive": ADAPTIVE,
+    }
 )
 
 
@@ -182,7 +278,7 @@ def resolve_policy(value: Union[bool, str, Policy, None]) -> Optional[Policy]:
 
     ``None``/``False``/``"false"`` -> None; ``True``/``"true"`` -> DRAFT (the strings exactly so,
     as pymongo reads URI booleans); a preset name ("draft", "default", "current", "current-spec",
-    case-insensitive) -> that preset; a Policy -> itself.
+    "adaptive", case-insensitive) -> that preset; a Policy -> itself.
 
     Raises:
         InvalidPolicyError: for any other value.

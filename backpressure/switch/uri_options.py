@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 BACKPRESSURE = "backpressure"
-"""Switch: ``true``/``false`` or a preset name (``draft``, ``current``); a ``Policy`` as kwarg."""
+"""Switch: ``true``/``false``, a preset (``draft``, ``current``, ``adaptive``) or a ``Policy``."""
 
 MAX_ADAPTIVE_RETRIES = "maxAdaptiveRetries"
 """Overload retries after the first attempt; overrides ``Policy.max_retries``."""
@@ -136,9 +136,9 @@ def _validate_switch(value: object, *, from_uri: bool) -> Union[bool, Policy]:
         else:
             return False if policy is None else policy
     allowed = (
-        "'true', 'false', 'draft' or 'current'"
+        "'true', 'false', 'draft', 'current' or 'adaptive'"
         if from_uri
-        else "a bool, 'true', 'false', a Policy, 'draft' or 'current'"
+        else "a bool, 'true', 'false', a Policy, 'draft', 'current' or 'adaptive'"
     )
     raise _invalid(BACKPRESSURE, allowed, value, from_uri=from_uri)
 

@@ -10,6 +10,7 @@ import pytest
 from pymongo.errors import ConfigurationError
 
 from backpressure.core.policy import (
+    ADAPTIVE,
     CURRENT_SPEC,
     DEFAULT_POLICY,
     DRAFT,
@@ -50,8 +51,8 @@ def test_current_spec() -> None:
 
 
 def test_presets_read_only() -> None:
-    """PRESETS maps the two names and cannot be modified."""
-    assert dict(PRESETS) == {"draft": DRAFT, "current": CURRENT_SPEC}
+    """PRESETS maps the three names and cannot be modified."""
+    assert dict(PRESETS) == {"draft": DRAFT, "current": CURRENT_SPEC, "adaptive": ADAPTIVE}
     with pytest.raises(TypeError):
         PRESETS["x"] = DRAFT  # type: ignore[index]
 

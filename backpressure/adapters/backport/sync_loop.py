@@ -37,6 +37,7 @@ from pymongo.server_selectors import writable_server_selector
 
 from backpressure.adapters import seams
 from backpressure.adapters.backport import shared as _shared
+from backpressure.core.adaptive import Admission, AdmissionGate, LocalOverloadError
 from backpressure.core.client_state import STATE_ATTRIBUTE, ClientState
 from backpressure.core.decision import GiveUp
 from backpressure.core.events import attach_summary, retry_summary
@@ -112,6 +113,9 @@ class _SyncRetryLoop:
         self._after_overload = False
         self._opens_transaction = seams.transaction_starting(session)
         self._commit_attempt: Optional[int] = None  # the session's counter before this attempt
+        self._gate = state.gate
+        self._admission: Optional[Admission] = None
+        self._attempt_address: Optional[tuple[str, int]] = None
 
     def _operation_name(self) -> str:
         """The operation's name for logs, events and the retry options (resolved once)."""
@@ -141,6 +145,9 @@ class _SyncRetryLoop:
                 self._deadline_passed()
             try:
                 result = self._read_once() if self._is_read else self._write_once()
+            except LocalOverloadError as exc:
+                self._tracked().stopped(exc.reason)
+                self._raise(exc, self._last_error)
             except ServerSelectionTimeoutError as exc:
                 self._tracked().failed(exc)
                 # A retry that finds no server reports the error of the attempt before it.
@@ -150,6 +157,8 @@ class _SyncRetryLoop:
                 if delay > 0:
                     time.sleep(delay)
                 continue
+            if self._gate is not None:
+                self._gate.record(self._attempt_address, self._admission, None)
             ops = self._ops
             if ops is None:  # a first-attempt success: a deposit and a cached finished event
                 first = self._first_address
@@ -196,15 +205,35 @@ class _SyncRetryLoop:
             self._session,
             self._operation,
             address=self._address,
-            deprioritized_servers=self._deprioritized,
+            deprioritized_servers=self._avoided(),
             operation_id=self._operation_id,
         )
         address = self._server.description.address
+        if self._gate is not None:
+            self._admit(self._gate, address)
         if self._ops is None and self._first_address is _NO_ATTEMPT:
             self._first_address = address
         else:
             self._tracked().attempt_started(address)
         return self._server
+
+    def _avoided(self) -> list[Any]:
+        """The deprioritized servers plus, while some server pushes back, the paced servers."""
+        gate = self._gate
+        if gate is None or not gate.control.pushing_back():
+            return self._deprioritized
+        busy = seams.servers_where(self._client, gate.control.is_paced)
+        return [*self._deprioritized, *(s for s in busy if s not in self._deprioritized)]
+
+    def _admit(self, gate: AdmissionGate, address: Any) -> None:
+        """Wait locally for the pacing of ``address``, or raise LocalOverloadError."""
+        self._attempt_address = address
+        self._admission = None
+        name = self._operation_name()
+        admission = gate.admit(name, address, _shared.csot_deadline())
+        self._admission = admission
+        if admission.wait > 0.0:
+            time.sleep(admission.wait)
 
     def _write_once(self) -> Any:
         """One write attempt on a freshly selected server and connection."""
@@ -272,6 +301,8 @@ class _SyncRetryLoop:
     def _after_failure(self, exc: PyMongoError) -> float:
         """Decide what follows a failed attempt: return the delay before the next, or raise."""
         error = _shared.error_to_check(exc)
+        if self._gate is not None:
+            self._gate.record(self._attempt_address, self._admission, error)
         if is_overload(error):
             return self._after_overload_error(exc, error)
         self._after_classic_error(exc, error)

@@ -1,0 +1,551 @@
+"""Adaptive admission: per-server pacing learned from overload pushback ("hold the caller").
+
+Theory of operation.  One :class:`ServerPacer` per server address, all kept by one
+:class:`AdmissionControl` per client.  A pacer starts *open*: :meth:`AdmissionControl.admit`
+answers 0 without taking a lock and nothing waits (the inert state; its only cost is counting
+admitted attempts in coarse time buckets so the rate is known when it is needed).
+
+1. **Pushback closes it.**  When an attempt on a server fails with an overload error, the pacer
+   measures the rate the server admitted from this client over the last ``adaptive_window``
+   seconds (``measured``), and paces at ``rate = adaptive_decrease * measured`` (never below
+   ``adaptive_min_rate``).  Further pushback lowers the rate again, once per round:
+   ``rate = adaptive_decrease * min(rate, measured)``, where ``measured`` is also capped by
+   the rate admitted since the previous decrease (both pushbacks found the server's bucket
+   empty, so that rate excludes its burst allowance).  A round ends when the first slot reserved
+      only for attempts reserved after the last decrease (the admission carries its round); the
+   pushback of an attempt reserved earlier, or sent unpaced, is not reacted to twice.
+2. **Pacing.**  Every attempt to a paced server, the first attempt of an operation included,
+   reserves the next free send slot: ``slot = max(now, next_slot)``, ``next_slot = slot + 1/rate``.
+   The adapter waits ``slot - now`` locally (``time.sleep`` or ``asyncio.sleep``) and then sends.
+   Reservations are taken in arrival order, so the callers are served first come, first served.
+   A wait that would end past the operation's deadline, or exceed ``max_local_wait``, is refused
+   without reserving anything: the attempt is not sent and the operation fails fast.
+3. **Probing.**  While the server stops pushing back, the rate climbs along a cubic curve
+   anchored at the last pushback (the CUBIC shape of TCP and of the AWS SDK's adaptive mode,
+   normalised by the rate so it is scale free)::
+
+       rate(t) = peak * (1 + adaptive_growth * (t - K) ** 3),  K = cbrt((1 - decrease) / growth)
+
+   with ``peak = rate_at_pushback / adaptive_decrease``: flat near the rate the server admitted,
+   then faster and faster, so a server that recovered is found again within seconds.
+4. **Reopening.**  The pacer opens again (back to the inert state) when the server has not pushed
+   back for ``adaptive_window`` seconds and either no caller had to wait during that time (the
+   pacing limits nothing) or the probe has reached ``REOPEN_FACTOR`` times the last peak.
+
+All state changes happen under one ``threading.Lock`` per pacer held only around arithmetic
+(never across a sleep, an await or I/O), so one :class:`AdmissionControl` serves threads, Motor's
+executor and the event loop alike.  Time comes from the injected clock; nothing here sleeps.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Callable, Optional, Protocol, Union
+
+from pymongo.errors import PyMongoError
+
+from backpressure.core.decision import StopReason
+from backpressure.core.labels import SYSTEM_OVERLOADED, is_overload
+from backpressure.core.policy import Policy
+
+__all__ = [
+    "REOPEN_FACTOR",
+    "Admission",
+    "AdmissionControl",
+    "AdmissionGate",
+    "AdmissionListener",
+    "LocalOverloadError",
+    "LocalRefusalEvent",
+    "LocalWaitEvent",
+    "LogRateLimit",
+    "Refusal",
+    "ServerPacer",
+    "ServerPacerSnapshot",
+]
+
+_LOGGER = logging.getLogger("backpressure")
+
+Address = tuple[str, int]
+
+REOPEN_FACTOR = 4.0
+"""The probe reopens a pacer once its rate reaches this multiple of the last peak."""
+
+_BUCKETS = 10  # time buckets per measurement window
+_ROUND_SAMPLES = 8  # admitted attempts needed to trust the rate measured since the last decrease
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Send the attempt after waiting ``wait`` seconds locally (0: send now).
+
+    ``round`` is the pacer's round the slot was reserved in (None: sent unpaced); hand the
+    admission back to :meth:`AdmissionControl.record` with the attempt's outcome.
+    """
+
+    wait: float
+    round: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Do not send the attempt: the local wait it needs (``wait``) is not allowed."""
+
+    reason: StopReason
+    wait: float
+
+
+AdmissionDecision = Union[Admission, Refusal]
+"""What :meth:`AdmissionControl.admit` returns."""
+
+_SEND_NOW = Admission(0.0)
+
+
+@dataclass(frozen=True)
+class ServerPacerSnapshot:
+    """The state of one pacer at one instant (for tests, events and reports)."""
+
+    paced: bool
+    """Whether attempts to this server are paced (False: the inert, open state)."""
+    rate: Optional[float]
+    """The paced rate in attempts per second (None while open)."""
+    peak: Optional[float]
+    """The rate the probe is anchored at (None while open)."""
+    backlog: float
+    """Seconds of reserved slots ahead of a new caller (0 while open)."""
+    pushbacks: int
+    """Overload failures recorded since the pacer was created."""
+
+
+class ServerPacer:
+    """Pacing state of one server (see the module docstring for the rules)."""
+
+    def __init__(self, policy: Policy) -> None:
+        """Create an open pacer configured by ``policy``'s adaptive fields."""
+        self._decrease = float(policy.adaptive_decrease)
+        self._window = float(policy.adaptive_window)
+        self._growth = float(policy.adaptive_growth)
+        self._min_rate = float(policy.adaptive_min_rate)
+        self._plateau = math.pow((1.0 - self._decrease) / self._growth, 1.0 / 3.0)
+        self._width = self._window / _BUCKETS
+        self._lock = threading.Lock()
+        self.paced = False
+        """Read without the lock on the hot path: a bool attribute read is atomic."""
+        self._peak = 0.0
+        self._epoch = 0.0
+        self._next_slot = 0.0
+        self._last_pushback = -math.inf
+        self._round = 0
+        self._last_wait = -math.inf
+        self._pushbacks = 0
+        self._first_sample: Optional[float] = None
+        self._round_admitted = 0
+        self._bucket_ids = [-1] * _BUCKETS
+        self._counts = [0] * _BUCKETS
+
+    # -- measurement ---------------------------------------------------------------------------
+
+    def record_admitted(self, now: float) -> None:
+        """Count one attempt the server admitted (a reply that is not an overload error).
+
+        While the pacer is open this runs without the lock (a lost increment under a race only
+        makes the measured rate a little low, which errs on the safe side).
+        """
+        if self.paced:
+            with self._lock:
+                self._count(now)
+        else:
+            self._count(now)
+
+    def _count(self, now: float) -> None:
+        """Add one to the time bucket of ``now``."""
+        bucket = int(now / self._width)
+        slot = bucket % _BUCKETS
+        if self._bucket_ids[slot] != bucket:
+            self._bucket_ids[slot] = bucket
+            self._counts[slot] = 0
+        self._counts[slot] += 1
+        self._round_admitted += 1
+        if self._first_sample is None:
+            self._first_sample = now
+
+    def _measured_rate(self, now: float) -> float:
+        """Admitted attempts per second over the last window (0 without samples)."""
+        if self._first_sample is None:
+            return 0.0
+        current = int(now / self._width)
+        total = 0
+        for bucket, count in zip(self._bucket_ids, self._counts):
+            if current - _BUCKETS < bucket <= current:
+                total += count
+        # The window: the complete buckets plus the elapsed part of the current one, never
+        # longer than the time since the first sample (at least one bucket width).
+        span = (_BUCKETS - 1) * self._width + (now - current * self._width)
+        span = min(span, max(now - self._first_sample, self._width))
+        return total / span
+
+    # -- the rate --------------------------------------------------------------------------------
+
+    def _rate_at(self, now: float) -> float:
+        """The paced rate at ``now`` (the cubic probe anchored at the last pushback)."""
+        t = max(0.0, now - self._epoch) - self._plateau
+        return max(self._min_rate, self._peak * (1.0 + self._growth * t * t * t))
+
+    def record_pushback(self, now: float, round_: Optional[int] = None) -> None:
+        """Account for an overload error from the server: close the pacer or lower its rate."""
+        with self._lock:
+            self._pushbacks += 1
+            self._last_pushback = now
+            if self.paced and round_ != self._round:
+                return  # an attempt reserved before the last decrease: already reacted to
+            measured = self._measured_rate(now)
+            elapsed = now - self._epoch
+            if self.paced and self._round_admitted >= _ROUND_SAMPLES and elapsed > 0:
+                # Pushback means the server's own bucket is empty now, and it was at the last
+                # decrease too: what it admitted in between is what it admits, burst excluded.
+                measured = min(measured, self._round_admitted / elapsed)
+            measured = max(measured, self._min_rate)
+            if not self.paced:
+                self.paced = True
+                self._next_slot = now
+                self._last_wait = -math.inf
+                rate = measured
+            else:
+                rate = min(self._rate_at(now), measured)
+            rate = max(self._decrease * rate, self._min_rate)
+            self._peak = rate / self._decrease
+            self._epoch = now
+            self._round_admitted = 0
+            self._round += 1
+
+    # -- admission -------------------------------------------------------------------------------
+
+    def admit(self, now: float, limit: float, deadline_bound: bool) -> AdmissionDecision:
+        """Reserve the next send slot if its wait is at most ``limit`` seconds.
+
+        ``deadline_bound`` tells which bound ``limit`` is (for the refusal's reason).
+        """
+        if not self.paced:
+            return _SEND_NOW
+        with self._lock:
+            if not self.paced:
+                return _SEND_NOW
+            if self._reopens(now):
+                self.paced = False
+                return _SEND_NOW
+            slot = max(now, self._next_slot)
+            wait = slot - now
+            if wait > limit:
+                reason = (
+                    StopReason.LOCAL_WAIT_DEADLINE
+                    if deadline_bound
+                    else StopReason.LOCAL_WAIT_LIMIT
+                )
+                return Refusal(reason, wait)
+            self._next_slot = slot + 1.0 / self._rate_at(now)
+            if wait > 0.0:
+                self._last_wait = now
+            return Admission(wait, self._round)
+
+    def _reopens(self, now: float) -> bool:
+        """Whether the pacer should open again at ``now`` (lock held)."""
+        if now - self._last_pushback < self._window:
+            return False
+        if now - self._last_wait >= self._window:
+            return True  # nobody had to wait for a whole window: the pacing limits nothing
+        return self._rate_at(now) >= REOPEN_FACTOR * self._peak
+
+    def has_headroom(self, now: float) -> bool:
+        """Whether an attempt sent now would not have to wait (always True while open)."""
+        if not self.paced:
+            return True
+        with self._lock:
+            return self._next_slot <= now or self._reopens(now)
+
+    def snapshot(self, now: float) -> ServerPacerSnapshot:
+        """Return the pacer's state at ``now``."""
+        with self._lock:
+            if not self.paced:
+                return ServerPacerSnapshot(False, None, None, 0.0, self._pushbacks)
+            return ServerPacerSnapshot(
+                True,
+                self._rate_at(now),
+                self._peak,
+                max(0.0, self._next_slot - now),
+                self._pushbacks,
+            )
+
+
+class AdmissionControl:
+    """The pacers of one client's servers, and the questions the adapters ask them.
+
+    ``admit(server, deadline)`` before every attempt, then ``record(server, overloaded)`` after
+    it.  Pacers are created on first use of an address; the map is read without a lock.
+    """
+
+    def __init__(self, policy: Policy, *, clock: Callable[[], float] = time.monotonic) -> None:
+        """Create an empty map of pacers configured by ``policy``, timed by ``clock``."""
+        self._policy = policy
+        self._clock = clock
+        self._max_wait = float(policy.max_local_wait)
+        self._pacers: dict[Address, ServerPacer] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The injected monotonic clock."""
+        return self._clock
+
+    @property
+    def policy(self) -> Policy:
+        """The policy whose adaptive fields configure the pacers."""
+        return self._policy
+
+    def pacer(self, server: Address) -> ServerPacer:
+        """Return the pacer of ``server``, creating it on first use."""
+        pacer = self._pacers.get(server)
+        if pacer is None:
+            with self._lock:
+                pacer = self._pacers.get(server)
+                if pacer is None:
+                    pacer = self._pacers[server] = ServerPacer(self._policy)
+        return pacer
+
+    def admit(
+        self, server: Optional[Address], deadline: Optional[float] = None
+    ) -> AdmissionDecision:
+        """Decide whether an attempt to ``server`` is sent now, after a wait, or refused.
+
+        ``deadline`` is the operation's deadline on the injected clock (None: no deadline).  The
+        wait allowed is ``max_local_wait``, or the time left before the deadline if shorter.
+        """
+        if server is None:
+            return _SEND_NOW
+        pacer = self._pacers.get(server)
+        if pacer is None or not pacer.paced:
+            return _SEND_NOW
+        now = self._clock()
+        limit = self._max_wait
+        deadline_bound = False
+        if deadline is not None and deadline - now < limit:
+            limit = max(0.0, deadline - now)
+            deadline_bound = True
+        return pacer.admit(now, limit, deadline_bound)
+
+    def record(
+        self,
+        server: Optional[Address],
+        *,
+        overloaded: bool,
+        admission: Optional[Admission] = None,
+    ) -> None:
+        """Account for the reply to an attempt on ``server`` (``overloaded``: pushed back).
+
+        ``admission`` is what :meth:`admit` answered for that attempt (None when unknown).
+        """
+        if server is None:
+            return
+        if overloaded:
+            round_ = None if admission is None else admission.round
+            self.pacer(server).record_pushback(self._clock(), round_)
+        else:
+            self.pacer(server).record_admitted(self._clock())
+
+    def is_paced(self, server: Address) -> bool:
+        """Whether attempts to ``server`` are paced now."""
+        pacer = self._pacers.get(server)
+        return pacer is not None and pacer.paced
+
+    def has_headroom(self, server: Address) -> bool:
+        """Whether an attempt to ``server`` would be sent without waiting."""
+        pacer = self._pacers.get(server)
+        return pacer is None or pacer.has_headroom(self._clock())
+
+    def pushing_back(self) -> bool:
+        """Whether any server of this client is paced (used to hold hedges and probes)."""
+        return any(pacer.paced for pacer in list(self._pacers.values()))
+
+    def snapshot(self) -> dict[Address, ServerPacerSnapshot]:
+        """Return the state of every known server's pacer."""
+        now = self._clock()
+        return {server: pacer.snapshot(now) for server, pacer in list(self._pacers.items())}
+
+
+class LocalOverloadError(PyMongoError):
+    """An attempt was not sent: the local wait it needed exceeded the deadline or the bound.
+
+    Carries the ``SystemOverloadedError`` label (applications handle it like a server's load
+    shedding) but not ``RetryableError``: nothing retries it, the operation fails fast.
+    """
+
+    def __init__(self, message: str, *, reason: StopReason, server: Address, wait: float) -> None:
+        """Describe the refusal; ``reason`` also becomes the retry summary's stop reason."""
+        super().__init__(message, error_labels=[SYSTEM_OVERLOADED])
+        self.reason = reason
+        """Why the attempt was refused (a ``LOCAL_WAIT_*`` StopReason)."""
+        self.server = server
+        """The server the attempt was for."""
+        self.wait = wait
+        """The local wait, in seconds, the attempt would have needed."""
+
+
+@dataclass(frozen=True)
+class LocalWaitEvent:
+    """An attempt waits ``wait`` seconds locally before it is sent to a paced server."""
+
+    operation: str
+    server: Address
+    wait: float
+    rate: Optional[float]
+
+
+@dataclass(frozen=True)
+class LocalRefusalEvent:
+    """An attempt was refused locally (not sent): its wait was not allowed."""
+
+    operation: str
+    server: Address
+    wait: float
+    reason: StopReason
+
+
+class AdmissionListener(Protocol):
+    """Receives local waits and refusals (a RetryListener may implement these too).
+
+    Either method may be left out; exceptions raised are logged and ignored.
+    """
+
+    def waited(self, event: LocalWaitEvent) -> None:
+        """Called before an attempt waits locally."""
+
+    def refused(self, event: LocalRefusalEvent) -> None:
+        """Called when an attempt is refused locally."""
+
+
+class LogRateLimit:
+    """At most one log line per ``interval`` seconds; counts the lines it held back."""
+
+    def __init__(self, interval: float = 5.0, *, clock: Callable[[], float] = time.monotonic):
+        """Allow one line per ``interval`` seconds (>= 0) on ``clock``."""
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)):
+            raise TypeError(f"interval must be a number, got {interval!r}")
+        if not math.isfinite(interval) or interval < 0:
+            raise ValueError(f"interval must be a finite number >= 0, got {interval!r}")
+        self._interval = float(interval)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last: Optional[float] = None
+        self._held = 0
+
+    def admit(self) -> Optional[int]:
+        """None when this line is held back; else the number held back since the last one."""
+        now = self._clock()
+        with self._lock:
+            if self._last is not None and now - self._last < self._interval:
+                self._held += 1
+                return None
+            held, self._held, self._last = self._held, 0, now
+            return held
+
+
+class AdmissionGate:
+    """What the adapters call around each attempt: admit (events, logs, refusal) and record.
+
+    ``admit`` returns the :class:`Admission` whose ``wait`` the adapter sleeps (``time.sleep``
+    or ``asyncio.sleep``) before sending, or raises :class:`LocalOverloadError`; ``record``
+    hands the attempt's outcome back to the pacer.
+    """
+
+    def __init__(
+        self,
+        control: AdmissionControl,
+        *,
+        listeners: Sequence[object] = (),
+        logger: logging.Logger = _LOGGER,
+        log_interval: float = 5.0,
+    ) -> None:
+        """Serve ``control``; notify ``listeners``; log waits and refusals rate-limited."""
+        self.control = control
+        """The pacers this gate asks."""
+        self.listeners: Sequence[object] = tuple(listeners)
+        """Objects notified of waits and refusals (those with ``waited``/``refused``)."""
+        self._logger = logger
+        self._wait_log = LogRateLimit(log_interval, clock=control.clock)
+        self._refusal_log = LogRateLimit(log_interval, clock=control.clock)
+
+    def admit(
+        self, operation: str, server: Optional[Address], deadline: Optional[float]
+    ) -> Admission:
+        """Return the admission of one attempt to ``server``, or raise LocalOverloadError."""
+        decision = self.control.admit(server, deadline)
+        if isinstance(decision, Admission):
+            if decision.wait > 0.0 and server is not None:
+                self._waited(operation, server, decision.wait)
+            return decision
+        assert server is not None  # an unknown server is never refused
+        self._refused(operation, server, decision)
+        raise LocalOverloadError(
+            f"{operation} not sent to {server[0]}:{server[1]}: {decision.reason.value} "
+            f"(a {decision.wait:.3f}s wait was needed)",
+            reason=decision.reason,
+            server=server,
+            wait=decision.wait,
+        )
+
+    def record(
+        self,
+        server: Optional[Address],
+        admission: Optional[Admission],
+        error: Optional[BaseException] = None,
+    ) -> None:
+        """Record the outcome of an attempt: ``error`` None for a reply that is no overload."""
+        overloaded = error is not None and is_overload(error)
+        if error is not None and not overloaded:
+            return  # network errors and the like say nothing about what the server admits
+        self.control.record(server, overloaded=overloaded, admission=admission)
+
+    def _waited(self, operation: str, server: Address, wait: float) -> None:
+        """Announce and log a local wait."""
+        snapshot = self.control.pacer(server).snapshot(self.control.clock())
+        held = self._wait_log.admit()
+        if held is not None:
+            self._logger.info(
+                "holding %s for %.3fs before sending to %s:%d (paced at %.1f/s)%s",
+                operation,
+                wait,
+                server[0],
+                server[1],
+                snapshot.rate or 0.0,
+                f"; {held} more local wait(s) since the previous line" if held else "",
+            )
+        self._notify("waited", LocalWaitEvent(operation, server, wait, snapshot.rate))
+
+    def _refused(self, operation: str, server: Address, refusal: Refusal) -> None:
+        """Announce and log a local refusal."""
+        held = self._refusal_log.admit()
+        if held is not None:
+            self._logger.warning(
+                "not sending %s to %s:%d: %s (%.3fs wait needed)%s",
+                operation,
+                server[0],
+                server[1],
+                refusal.reason.value,
+                refusal.wait,
+                f"; {held} more local refusal(s) since the previous line" if held else "",
+            )
+        self._notify("refused", LocalRefusalEvent(operation, server, refusal.wait, refusal.reason))
+
+    def _notify(self, method: str, event: object) -> None:
+        """Call ``method`` on every listener that has it."""
+        for listener in self.listeners:
+            callback = getattr(listener, method, None)
+            if callback is None:
+                continue
+            try:
+                callback(event)
+            except Exception:
+                self._logger.exception("backpressure admission listener %r failed", listener)

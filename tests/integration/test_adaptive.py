@@ -1,0 +1,279 @@
+"""The adaptive preset end to end: local waits and refusals, inertness, retargeting, every era.
+
+Every test runs sync and async (and one with Motor) against the embedded server, on the native
+adapter (pymongo >= 4.17) or the backport below it.  A server's pacing is closed by an injected
+overload (a ``failCommand`` fail point); the paced rate is then the policy's
+``adaptive_min_rate`` (nothing was admitted before), which the tests choose so that a wait is
+either certain or impossible whatever the load on the machine.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from pymongo.errors import PyMongoError
+
+import backpressure
+from backpressure import (
+    ADAPTIVE,
+    LocalOverloadError,
+    LocalRefusalEvent,
+    LocalWaitEvent,
+    StopReason,
+    retry_summary,
+)
+from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
+from backpressure.testing.server.embedded import EmbeddedServer
+from tests.integration import conftest
+from tests.integration.conftest import (
+    ClientFactory,
+    CommandRecorder,
+    RetryRecorder,
+    overload_fail_point,
+    resolve,
+    to_list,
+)
+
+NEVER_WAIT_TWICE = ADAPTIVE.replace(adaptive_min_rate=0.001, max_local_wait=30.0)
+"""Once closed by an overload with nothing admitted before, slots are 1000 s apart."""
+
+
+class AdmissionRecorder(RetryRecorder):
+    """Keeps retry events and the local waits and refusals (thread-safe)."""
+
+    def __init__(self) -> None:
+        """Start empty."""
+        super().__init__()
+        self._admission_lock = threading.Lock()
+        self.waits: list[LocalWaitEvent] = []
+        self.refusals: list[LocalRefusalEvent] = []
+
+    def waited(self, event: LocalWaitEvent) -> None:
+        """Record a local wait."""
+        with self._admission_lock:
+            self.waits.append(event)
+
+    def refused(self, event: LocalRefusalEvent) -> None:
+        """Record a local refusal."""
+        with self._admission_lock:
+            self.refusals.append(event)
+
+
+def adaptive_client(
+    clients: ClientFactory,
+    server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: AdmissionRecorder,
+    policy: Any = ADAPTIVE,
+    **kwargs: Any,
+) -> Any:
+    """A ``backpressure`` client of the test's flavour with ``policy`` and the recorders."""
+    return conftest.enabled_client(
+        clients, server.uri, policy, listeners=[recorder], event_listeners=[commands], **kwargs
+    )
+
+
+@pytest.fixture
+def recorder() -> AdmissionRecorder:
+    """A fresh AdmissionRecorder."""
+    return AdmissionRecorder()
+
+
+async def close_pacing(client: Any, server: EmbeddedServer, commands: CommandRecorder) -> None:
+    """Make the server push back once on an insert; the retry is sent and succeeds."""
+    server.configure_fail_point(overload_fail_point(["insert"], times=1))
+    await resolve(client.db.coll.insert_one({"closing": True}))
+    assert len(commands.started_commands("insert")) == 2
+    state = backpressure.state(client)
+    assert state is not None
+    assert state.controller.admission is not None
+    assert state.controller.admission.pushing_back()
+    commands.reset()
+
+
+async def test_adaptive_keyword_and_uri_select_the_preset(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """backpressure="adaptive" and ?backpressure=adaptive both give the ADAPTIVE policy."""
+    by_keyword = clients.backpressure(standalone_server.uri, backpressure="adaptive")
+    separator = "&" if "?" in standalone_server.uri else "?"
+    by_uri = clients.backpressure(f"{standalone_server.uri}{separator}backpressure=adaptive")
+    for client in (by_keyword, by_uri):
+        state = backpressure.state(client)
+        assert state is not None
+        assert state.policy is ADAPTIVE
+        assert state.gate is not None
+
+
+async def test_without_overload_nothing_waits_and_nothing_is_paced(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: AdmissionRecorder,
+) -> None:
+    """Inert: 50 operations, one command each, no wait, no pacer closed."""
+    client = adaptive_client(clients, standalone_server, commands, recorder)
+    for i in range(25):
+        await resolve(client.db.coll.insert_one({"_id": i}))
+        assert await resolve(client.db.coll.find_one({"_id": i})) == {"_id": i}
+    assert len(commands.started_commands("insert")) == 25
+    assert len(commands.started_commands("find")) == 25
+    assert recorder.waits == []
+    assert recorder.refusals == []
+    state = backpressure.state(client)
+    assert state is not None
+    assert state.controller.admission is not None
+    assert not state.controller.admission.pushing_back()
+
+
+async def test_a_paced_server_makes_the_next_operation_wait_locally(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: AdmissionRecorder,
+) -> None:
+    """After pushback the next operation waits for its slot, then is sent once and succeeds."""
+    policy = ADAPTIVE.replace(adaptive_min_rate=2.0, max_local_wait=30.0)
+    client = adaptive_client(clients, standalone_server, commands, recorder, policy)
+    await close_pacing(client, standalone_server, commands)
+    assert await resolve(client.db.coll.find_one({"closing": True})) is not None
+    assert len(commands.started_commands("find")) == 1
+    assert len(recorder.waits) == 1
+    event = recorder.waits[0]
+    assert event.operation == "find"
+    assert 0.0 < event.wait <= 0.5
+    assert event.server == standalone_server.addresses[0]
+    assert recorder.refusals == []
+
+
+async def test_a_wait_past_max_local_wait_fails_fast_without_sending(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: AdmissionRecorder,
+) -> None:
+    """The refused operation raises a PyMongoError labelled overload; no command is sent."""
+    policy = NEVER_WAIT_TWICE.replace(max_local_wait=0.5)
+    client = adaptive_client(clients, standalone_server, commands, recorder, policy)
+    await close_pacing(client, standalone_server, commands)
+    with pytest.raises(LocalOverloadError) as info:
+        await resolve(client.db.coll.insert_one({"refused": True}))
+    error = info.value
+    assert isinstance(error, PyMongoError)
+    assert error.has_error_label(SYSTEM_OVERLOADED)
+    assert not error.has_error_label(RETRYABLE)
+    assert commands.started_names() == []
+    summary = retry_summary(error)
+    assert summary is not None
+    assert summary.stop_reason is StopReason.LOCAL_WAIT_LIMIT
+    assert [e.reason for e in recorder.refusals] == [StopReason.LOCAL_WAIT_LIMIT]
+    assert recorder.refusals[0].operation == "insert"
+
+
+async def test_a_wait_past_the_csot_deadline_fails_fast_with_the_deadline_reason(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: AdmissionRecorder,
+) -> None:
+    """With timeoutMS shorter than the wait, the read is refused for the deadline."""
+    client = adaptive_client(
+        clients, standalone_server, commands, recorder, NEVER_WAIT_TWICE, timeoutMS=5000
+    )
+    await close_pacing(client, standalone_server, commands)
+    with pytest.raises(LocalOverloadError) as info:
+        await resolve(client.db.coll.find_one({}))
+    assert commands.started_names() == []
+    summary = retry_summary(info.value)
+    assert summary is not None
+    assert summary.stop_reason is StopReason.LOCAL_WAIT_DEADLINE
+
+
+async def test_paced_retries_spend_no_budget(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: AdmissionRecorder,
+) -> None:
+    """With a 1-token per-server budget, three overloads in a row are all retried for free."""
+    policy = ADAPTIVE.replace(budget_capacity=1.0, adaptive_min_rate=50.0, base_backoff=0.001)
+    client = adaptive_client(clients, standalone_server, commands, recorder, policy)
+    standalone_server.configure_fail_point(overload_fail_point(["insert"], times=3))
+    await resolve(client.db.coll.insert_one({"x": 1}))
+    assert len(commands.started_commands("insert")) == 4
+    budget = backpressure.budget(client)
+    assert isinstance(budget, backpressure.ServerBudgets)
+    assert budget.granted == 0  # the pushback closed the pacing first: every retry was held
+    assert budget.tokens == 1.0
+
+
+@pytest.mark.parametrize("server", ["replicaset"], indirect=True)
+async def test_reads_avoid_a_paced_member_when_the_read_preference_allows(
+    clients: ClientFactory,
+    server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: AdmissionRecorder,
+) -> None:
+    """One hot member: once it is paced, new "nearest" reads go to the other members."""
+    client = adaptive_client(
+        clients, server, commands, recorder, NEVER_WAIT_TWICE, readPreference="nearest"
+    )
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    await conftest_wait_for_members(client, 3)
+    hot = server.addresses[1]
+    server.configure_fail_point(overload_fail_point(["find"]), member=1)
+    for _ in range(20):  # until a read lands on the hot member and its pacing closes
+        await resolve(client.db.coll.find_one({}))
+        if hot in commands.addresses("find"):
+            break
+    assert hot in commands.addresses("find")
+    server.disable_fail_points(member=1)
+    commands.reset()
+    for _ in range(20):
+        await resolve(client.db.coll.find_one({}))
+    assert hot not in commands.addresses("find")
+    assert recorder.refusals == []
+    assert recorder.waits == []
+
+
+async def conftest_wait_for_members(client: Any, count: int) -> None:
+    """Wait until the client's monitors know ``count`` data-bearing members."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20.0
+    while True:
+        descriptions = client.topology_description.server_descriptions().values()
+        known = sum(d.server_type_name in ("RSPrimary", "RSSecondary") for d in descriptions)
+        if known >= count:
+            return
+        assert loop.time() < deadline, "the replica set members were not all discovered"
+        await asyncio.sleep(0.01)
+
+
+async def test_motor_client_waits_and_refuses_locally(
+    standalone_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """Motor: the adaptive preset paces and refuses through its delegate."""
+    recorder = AdmissionRecorder()
+    client = backpressure.AsyncIOMotorClient(
+        standalone_server.uri,
+        backpressure=NEVER_WAIT_TWICE.replace(max_local_wait=0.5),
+        event_listeners=[commands],
+        serverSelectionTimeoutMS=3000,
+    )
+    try:
+        state = backpressure.state(client)
+        assert state is not None
+        state.add_listener(recorder)
+        standalone_server.configure_fail_point(overload_fail_point(["insert"], times=1))
+        await client.db.coll.insert_one({"_id": 1})
+        commands.reset()
+        with pytest.raises(LocalOverloadError):
+            await to_list(client.db.coll.find({}))
+        assert commands.started_names() == []
+        assert [e.reason for e in recorder.refusals] == [StopReason.LOCAL_WAIT_LIMIT]
+    finally:
+        client.close()

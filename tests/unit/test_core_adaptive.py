@@ -1,0 +1,388 @@
+"""Timelines of the adaptive pacing core (fake clock, no sleeping)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+from pymongo.errors import PyMongoError
+
+from backpressure.core.adaptive import (
+    REOPEN_FACTOR,
+    Admission,
+    AdmissionControl,
+    AdmissionGate,
+    LocalOverloadError,
+    LocalRefusalEvent,
+    LocalWaitEvent,
+    LogRateLimit,
+    Refusal,
+)
+from backpressure.core.decision import StopReason
+from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
+from backpressure.core.policy import ADAPTIVE, Policy
+
+A = ("a", 27017)
+B = ("b", 27017)
+
+
+class FakeClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def overload_error() -> PyMongoError:
+    """A load-shedding error as the server sends it."""
+    return PyMongoError("rate exceeded", error_labels=[SYSTEM_OVERLOADED, RETRYABLE])
+
+
+def admitted(
+    control: AdmissionControl,
+    clock: FakeClock,
+    server: tuple[str, int],
+    rate: float,
+    seconds: float,
+) -> None:
+    """Feed ``rate`` admitted replies per second for ``seconds`` (unpaced sends)."""
+    step = 1.0 / rate
+    for _ in range(round(rate * seconds)):
+        clock.advance(step)
+        control.record(server, overloaded=False)
+
+
+def test_open_pacer_sends_everything_at_once_and_creates_nothing() -> None:
+    """Without pushback every attempt is sent now and no pacer is created by admit."""
+    control = AdmissionControl(ADAPTIVE, clock=FakeClock())
+    for _ in range(1000):
+        assert control.admit(A) == Admission(0.0)
+    assert control.snapshot() == {}
+    assert not control.pushing_back()
+
+
+def test_first_pushback_paces_at_decrease_times_the_measured_rate() -> None:
+    """A server that admitted 200/s and then pushes back is paced at 0.9 x 200/s."""
+    clock = FakeClock()
+    control = AdmissionControl(ADAPTIVE, clock=clock)
+    admitted(control, clock, A, 200.0, 2.0)
+    control.record(A, overloaded=True)
+    snap = control.snapshot()[A]
+    assert snap.paced
+    assert snap.rate == pytest.approx(180.0, rel=0.02)
+    assert control.is_paced(A)
+    assert not control.is_paced(B)
+    assert control.pushing_back()
+
+
+def test_paced_attempts_get_consecutive_slots_in_arrival_order() -> None:
+    """Callers arriving together get waits 0, 1/r, 2/r, ... (first come, first served)."""
+    clock = FakeClock()
+    control = AdmissionControl(ADAPTIVE, clock=clock)
+    admitted(control, clock, A, 100.0, 1.0)
+    control.record(A, overloaded=True)
+    rate = control.snapshot()[A].rate
+    assert rate is not None
+    waits = []
+    for _ in range(5):
+        decision = control.admit(A)
+        assert isinstance(decision, Admission)
+        waits.append(decision.wait)
+    assert waits == pytest.approx([i / rate for i in range(5)], rel=1e-3)
+    assert control.has_headroom(B)
+    assert not control.has_headroom(A)
+
+
+def test_wait_past_max_local_wait_is_refused_without_reserving() -> None:
+    """A wait longer than max_local_wait is refused and leaves the queue as it was."""
+    clock = FakeClock()
+    policy = ADAPTIVE.replace(max_local_wait=0.05, adaptive_min_rate=1.0)
+    control = AdmissionControl(policy, clock=clock)
+    admitted(control, clock, A, 100.0, 1.0)
+    control.record(A, overloaded=True)  # paced at about 90/s
+    rate = control.snapshot()[A].rate
+    assert rate is not None
+    assert 85 < rate < 95
+    decisions = [control.admit(A) for _ in range(8)]
+    accepted = [d for d in decisions if isinstance(d, Admission)]
+    refused = [d for d in decisions if isinstance(d, Refusal)]
+    assert len(accepted) == 5
+    assert all(r.reason is StopReason.LOCAL_WAIT_LIMIT for r in refused)
+    assert refused[0].wait == pytest.approx(5 / rate, rel=1e-3)
+    backlog = control.snapshot()[A].backlog
+    assert backlog == pytest.approx(5 / rate, rel=1e-3)
+
+
+def test_wait_past_the_deadline_is_refused_with_the_deadline_reason() -> None:
+    """The deadline bounds the wait when it is closer than max_local_wait."""
+    clock = FakeClock()
+    control = AdmissionControl(ADAPTIVE, clock=clock)
+    admitted(control, clock, A, 10.0, 2.0)
+    control.record(A, overloaded=True)  # 9/s
+    assert isinstance(control.admit(A, deadline=clock.now + 1.0), Admission)
+    decision = control.admit(A, deadline=clock.now + 0.05)
+    assert isinstance(decision, Refusal)
+    assert decision.reason is StopReason.LOCAL_WAIT_DEADLINE
+    past = control.admit(A, deadline=clock.now - 1.0)
+    assert isinstance(past, Refusal)
+    assert past.reason is StopReason.LOCAL_WAIT_DEADLINE
+
+
+def test_pushback_reacts_once_per_round() -> None:
+    """Pushback of attempts reserved before the last decrease does not lower the rate again."""
+    clock = FakeClock()
+    control = AdmissionControl(ADAPTIVE, clock=clock)
+    admitted(control, clock, A, 200.0, 2.0)
+    control.record(A, overloaded=True)
+    first = control.snapshot()[A].rate
+    for _ in range(50):  # replies to attempts sent unpaced, before the pacer closed
+        control.record(A, overloaded=True)
+    assert control.snapshot()[A].rate == first
+    admission = control.admit(A)
+    assert isinstance(admission, Admission)
+    control.record(A, overloaded=True, admission=admission)
+    second = control.snapshot()[A].rate
+    assert first is not None
+    assert second is not None
+    assert second == pytest.approx(first * ADAPTIVE.adaptive_decrease, rel=0.02)
+    control.record(A, overloaded=True, admission=admission)  # the same round again
+    assert control.snapshot()[A].rate == second
+
+
+def test_round_measurement_excludes_the_server_burst() -> None:
+    """After a burst, the rate admitted between two pushbacks sets the pace, not the burst."""
+    clock = FakeClock()
+    control = AdmissionControl(ADAPTIVE, clock=clock)
+    admitted(control, clock, A, 2000.0, 0.1)  # a 200-token burst drained in 0.1 s
+    control.record(A, overloaded=True)
+    inflated = control.snapshot()[A].rate
+    assert inflated is not None
+    assert inflated > 1000
+    admission = control.admit(A)
+    assert isinstance(admission, Admission)
+    admitted(control, clock, A, 200.0, 0.2)  # then the server's real rate
+    control.record(A, overloaded=True, admission=admission)
+    rate = control.snapshot()[A].rate
+    assert rate == pytest.approx(180.0, rel=0.05)
+
+
+def test_rate_follows_the_cubic_probe_while_the_server_is_quiet() -> None:
+    """Without pushback the rate is flat near the peak, then grows faster and faster."""
+    clock = FakeClock()
+    policy = ADAPTIVE.replace(adaptive_decrease=0.9, adaptive_growth=0.1)
+    control = AdmissionControl(policy, clock=clock)
+    admitted(control, clock, A, 100.0, 2.0)
+    control.record(A, overloaded=True)
+    pacer = control.pacer(A)
+    start = clock.now
+    rates = {}
+    for t in (0.0, 0.5, 1.0, 1.5, 2.0, 3.0):
+        snap = pacer.snapshot(start + t)
+        rates[t] = snap.rate
+    peak = 100.0 / 1.0  # measured 100/s; K = cbrt(0.1 / 0.1) = 1 s
+    assert rates[0.0] == pytest.approx(0.9 * peak, rel=0.02)
+    assert rates[1.0] == pytest.approx(peak, rel=0.02)
+    assert rates[0.5] == pytest.approx(peak * (1 - 0.1 * 0.125), rel=0.02)
+    assert rates[2.0] == pytest.approx(peak * 1.1, rel=0.02)
+    assert rates[3.0] == pytest.approx(peak * 1.8, rel=0.02)
+
+
+def test_pacer_reopens_when_nobody_waited_for_a_window() -> None:
+    """Once demand falls below the paced rate for a window, the server is unthrottled."""
+    clock = FakeClock()
+    control = AdmissionControl(ADAPTIVE, clock=clock)
+    admitted(control, clock, A, 100.0, 1.0)
+    control.record(A, overloaded=True)
+    for _ in range(3):  # light demand: 1 attempt every 0.5 s never waits
+        clock.advance(0.5)
+        decision = control.admit(A)
+        assert decision == Admission(0.0, decision.round if isinstance(decision, Admission) else 0)
+    assert not control.is_paced(A)
+    assert control.admit(A) == Admission(0.0)
+
+
+def test_pacer_reopens_when_the_probe_outgrows_the_peak_under_full_demand() -> None:
+    """Full demand without pushback: the pacer opens once the rate reaches REOPEN_FACTOR x peak."""
+    clock = FakeClock()
+    control = AdmissionControl(ADAPTIVE, clock=clock)
+    admitted(control, clock, A, 100.0, 1.0)
+    control.record(A, overloaded=True)
+    peak = control.snapshot()[A].peak
+    assert peak is not None
+    opened_at = None
+    start = clock.now
+    while clock.now - start < 30.0:
+        decision = control.admit(A)
+        assert isinstance(decision, Admission)
+        clock.advance(max(decision.wait, 1e-4))  # a caller always waiting: the queue never drains
+        if not control.is_paced(A):
+            opened_at = clock.now - start
+            break
+    assert opened_at is not None
+    # rate(t) = peak (1 + 0.1 (t - 1)^3) reaches 4 x peak at t = 1 + cbrt(30) ~ 4.1 s
+    assert opened_at == pytest.approx(1 + 30 ** (1 / 3), abs=0.1)
+    assert REOPEN_FACTOR == 4.0
+
+
+def test_rate_never_goes_below_min_rate() -> None:
+    """Repeated pushback bottoms out at adaptive_min_rate."""
+    clock = FakeClock()
+    control = AdmissionControl(ADAPTIVE.replace(adaptive_min_rate=5.0), clock=clock)
+    control.record(A, overloaded=True)
+    for _ in range(100):
+        admission = control.admit(A)
+        assert isinstance(admission, Admission)
+        clock.advance(admission.wait)
+        control.record(A, overloaded=True, admission=admission)
+    assert control.snapshot()[A].rate == pytest.approx(5.0)
+
+
+def test_unknown_server_is_never_paced() -> None:
+    """An attempt whose server is unknown is sent at once and records nothing."""
+    control = AdmissionControl(ADAPTIVE, clock=FakeClock())
+    control.record(None, overloaded=True)
+    assert control.admit(None) == Admission(0.0)
+    assert control.snapshot() == {}
+
+
+def test_concurrent_reservations_never_share_a_slot() -> None:
+    """Threads reserving at once get distinct slots (the lock covers the arithmetic)."""
+    clock = FakeClock()
+    control = AdmissionControl(ADAPTIVE.replace(max_local_wait=1000.0), clock=clock)
+    admitted(control, clock, A, 100.0, 1.0)
+    control.record(A, overloaded=True)
+    waits: list[float] = []
+    lock = threading.Lock()
+
+    def reserve() -> None:
+        for _ in range(200):
+            decision = control.admit(A)
+            assert isinstance(decision, Admission)
+            with lock:
+                waits.append(decision.wait)
+
+    threads = [threading.Thread(target=reserve) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({round(w, 9) for w in waits}) == 800
+
+
+class Recorder:
+    """An admission listener that keeps what it receives."""
+
+    def __init__(self) -> None:
+        self.events: list[object] = []
+
+    def waited(self, event: LocalWaitEvent) -> None:
+        self.events.append(event)
+
+    def refused(self, event: LocalRefusalEvent) -> None:
+        self.events.append(event)
+
+
+class Broken:
+    """A listener whose callbacks fail."""
+
+    def waited(self, event: LocalWaitEvent) -> None:
+        raise RuntimeError("listener bug")
+
+
+def test_gate_announces_waits_and_raises_local_overload_on_refusal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Waits and refusals are events; a refusal raises a PyMongoError labelled overload only."""
+    clock = FakeClock()
+    control = AdmissionControl(ADAPTIVE.replace(max_local_wait=0.015), clock=clock)
+    recorder = Recorder()
+    gate = AdmissionGate(control, listeners=[Broken(), recorder, object()])
+    admitted(control, clock, A, 100.0, 1.0)
+    gate.record(A, None, overload_error())
+    caplog.set_level(logging.INFO, logger="backpressure")
+    assert gate.admit("find", A, None).wait == 0.0
+    assert gate.admit("find", A, None).wait > 0.0
+    with pytest.raises(LocalOverloadError) as info:
+        gate.admit("insert", A, None)
+    error = info.value
+    assert isinstance(error, PyMongoError)
+    assert error.has_error_label(SYSTEM_OVERLOADED)
+    assert not error.has_error_label(RETRYABLE)
+    assert error.reason is StopReason.LOCAL_WAIT_LIMIT
+    assert error.server == A
+    kinds = [type(e).__name__ for e in recorder.events]
+    assert kinds == ["LocalWaitEvent", "LocalRefusalEvent"]
+    refusal = recorder.events[1]
+    assert isinstance(refusal, LocalRefusalEvent)
+    assert refusal.operation == "insert"
+    assert "admission listener" in caplog.text  # the broken listener is logged, not raised
+    assert "not sending insert to a:27017" in caplog.text
+
+
+def test_gate_ignores_errors_that_are_not_overload() -> None:
+    """A network error says nothing about the server's rate: the pacer stays open."""
+    clock = FakeClock()
+    control = AdmissionControl(ADAPTIVE, clock=clock)
+    gate = AdmissionGate(control)
+    gate.record(A, None, PyMongoError("connection reset"))
+    assert not control.is_paced(A)
+    gate.record(A, None, None)
+    gate.record(A, None, overload_error())
+    assert control.is_paced(A)
+
+
+def test_gate_logs_are_rate_limited(caplog: pytest.LogCaptureFixture) -> None:
+    """Many waits within the interval make one log line, the next line counts the rest."""
+    clock = FakeClock()
+    control = AdmissionControl(ADAPTIVE.replace(max_local_wait=1000.0), clock=clock)
+    gate = AdmissionGate(control, log_interval=0.2)
+    admitted(control, clock, A, 100.0, 1.0)
+    gate.record(A, None, overload_error())
+    caplog.set_level(logging.INFO, logger="backpressure")
+    for _ in range(50):
+        gate.admit("find", A, None)
+    lines = [r for r in caplog.records if "holding find" in r.getMessage()]
+    assert len(lines) == 1
+    clock.advance(0.2)
+    gate.admit("find", A, None)
+    lines = [r.getMessage() for r in caplog.records if "holding find" in r.getMessage()]
+    assert len(lines) == 2
+    assert "48 more local wait(s)" in lines[1]
+
+
+def test_log_rate_limit_validates_interval() -> None:
+    """The interval must be a finite number >= 0."""
+    with pytest.raises(TypeError, match="interval"):
+        LogRateLimit("5")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="interval"):
+        LogRateLimit(-1.0)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "allowed"),
+    [
+        ("max_local_wait", 0.0, "> 0"),
+        ("adaptive_decrease", 1.0, "> 0 and < 1"),
+        ("adaptive_window", 0.01, "0.05..60"),
+        ("adaptive_growth", 0.0, "> 0"),
+        ("adaptive_min_rate", 0.0, "> 0"),
+        ("budget_ratio", 0.0, "> 0 and <= 1"),
+        ("budget_scope", "cluster", "'client', 'server'"),
+        ("budget_mode", "leaky", "'bucket', 'ratio', 'a6'"),
+        ("budget_mode", 3, "'bucket', 'ratio', 'a6'"),
+        ("adaptive", "yes", "a bool"),
+        ("max_local_wait", float("inf"), "finite"),
+    ],
+)
+def test_adaptive_fields_are_validated(field: str, value: object, allowed: str) -> None:
+    """Every new field names itself and its allowed range in the error."""
+    with pytest.raises(Exception, match=f"Policy.{field} must be") as info:
+        Policy(**{field: value})
+    assert allowed in str(info.value)
