@@ -66,6 +66,7 @@ __all__ = [
     "Refusal",
     "ServerPacer",
     "ServerPacerSnapshot",
+    "admission_for",
 ]
 
 _LOGGER = logging.getLogger("backpressure")
@@ -278,6 +279,13 @@ class ServerPacer:
                 max(0.0, self._next_slot - now),
                 self._pushbacks,
             )
+
+
+def admission_for(
+    policy: Policy, *, clock: Callable[[], float] = time.monotonic
+) -> Optional[AdmissionControl]:
+    """Return a fresh AdmissionControl for an adaptive ``policy``, else None (no pacing)."""
+    return AdmissionControl(policy, clock=clock) if policy.adaptive else None
 
 
 class AdmissionControl:

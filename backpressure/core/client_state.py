@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from backpressure.core.adaptive import AdmissionGate
+from backpressure.core.adaptive import AdmissionControl, AdmissionGate
 from backpressure.core.decision import RetryController
 from backpressure.core.events import Address, OperationFinishedEvent, RetryListener
 from backpressure.core.operation import BudgetWarnings, OperationRetries
@@ -66,7 +66,9 @@ class ClientState:
         self.budget_warnings = BudgetWarnings(clock=self.controller.clock)
         admission = self.controller.admission
         self.gate: Optional[AdmissionGate] = (
-            None if admission is None else AdmissionGate(admission, logger=self.logger)
+            AdmissionGate(admission, logger=self.logger)
+            if isinstance(admission, AdmissionControl)
+            else None
         )
         """Pacing around each attempt (None unless the policy is adaptive)."""
         self.stats = StatsRecorder()

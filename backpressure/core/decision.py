@@ -24,15 +24,21 @@ import enum
 import random as _random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional, Union
+from typing import Callable, Optional, Protocol, Union
 
 from backpressure.core.backoff import backoff_delay
 from backpressure.core.budget import Budget, budget_for
 from backpressure.core.labels import is_overload, is_retryable_overload, server_base_backoff
 from backpressure.core.policy import Policy
 
-if TYPE_CHECKING:
-    from backpressure.core.adaptive import AdmissionControl
+
+class Pacing(Protocol):
+    """What the controller asks the per-server pacing (``backpressure.core.adaptive``)."""
+
+    def is_paced(self, server: tuple[str, int]) -> bool:
+        """Whether attempts to ``server`` are paced now."""
+        ...
+
 
 __all__ = ["Decision", "GiveUp", "Retry", "RetryController", "StopReason"]
 
@@ -92,13 +98,13 @@ class RetryController:
         random: Callable[[], float] = _random.random,
         clock: Callable[[], float] = time.monotonic,
         sleeps: bool = True,
-        admission: Optional[AdmissionControl] = None,
+        admission: Optional[Pacing] = None,
     ) -> None:
         """Create a controller; ``budget`` defaults to ``budget_for(policy)``.
 
         With ``sleeps`` False (test mode) every ``Retry`` asks the driver not to sleep.
-        ``admission`` defaults to an :class:`AdmissionControl` on ``clock`` when
-        ``policy.adaptive``, else None (no pacing).
+        ``admission`` is the per-server pacing of an adaptive policy (None: no pacing; see
+        :func:`backpressure.core.adaptive.admission_for`).
         """
         self.policy: Policy = policy
         """The policy in force."""
@@ -107,11 +113,7 @@ class RetryController:
         self._random = random
         self._clock = clock
         self._sleeps = sleeps
-        if admission is None and policy.adaptive:
-            from backpressure.core.adaptive import AdmissionControl  # adaptive imports us
-
-            admission = AdmissionControl(policy, clock=clock)
-        self.admission: Optional[AdmissionControl] = admission
+        self.admission: Optional[Pacing] = admission
         """The per-server pacing (None unless the policy is adaptive)."""
 
     @property

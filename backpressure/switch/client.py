@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 import pymongo
 
 from backpressure.adapters import seams
+from backpressure.core.adaptive import admission_for
 from backpressure.core.budget import Budget
 from backpressure.core.client_state import STATE_ATTRIBUTE, ClientState
 from backpressure.core.decision import RetryController
@@ -166,7 +167,11 @@ def enable(
         return disable(client)
     checked = validate_listeners(listeners)
     target = _pymongo_client(client)
-    controller = RetryController(resolved, random=_random.random if random is None else random)
+    controller = RetryController(
+        resolved,
+        random=_random.random if random is None else random,
+        admission=admission_for(resolved),
+    )
     new_state = ClientState(
         controller,
         (*registry.registered_listeners(), *checked),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pymongo.errors import PyMongoError
 
-from backpressure.core.adaptive import AdmissionControl
+from backpressure.core.adaptive import AdmissionControl, admission_for
 from backpressure.core.budget import A6Budget, NullBudget, RetryBudget, ServerBudgets, budget_for
 from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
@@ -39,6 +39,7 @@ def test_draft_is_unchanged() -> None:
     assert not DRAFT.adaptive
     assert DRAFT.budget_scope == "client"
     assert RetryController(DRAFT).admission is None
+    assert RetryController(ADAPTIVE).admission is None  # pacing is passed in, not built
 
 
 def test_server_scope_keeps_one_budget_per_server() -> None:
@@ -142,16 +143,17 @@ def test_paced_retries_spend_no_budget() -> None:
         assert isinstance(controller.decide(retry_number=1, error=overload(), server=A), Retry)
 
 
-def test_adaptive_controller_builds_its_admission_on_its_clock() -> None:
-    """An adaptive policy gets an AdmissionControl sharing the controller's clock."""
+def test_admission_for_builds_pacing_only_for_adaptive_policies() -> None:
+    """admission_for gives an AdmissionControl on the given clock for ADAPTIVE, None for DRAFT."""
 
     def clock() -> float:
         return 5.0
 
-    controller = RetryController(ADAPTIVE, clock=clock)
-    assert controller.admission is not None
-    assert controller.admission.clock is clock
-    assert controller.admission.policy is ADAPTIVE
+    admission = admission_for(ADAPTIVE, clock=clock)
+    assert admission is not None
+    assert admission.clock is clock
+    assert admission.policy is ADAPTIVE
+    assert admission_for(DRAFT) is None
 
 
 def test_null_budget_is_its_own_server_budget() -> None:
