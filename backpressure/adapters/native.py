@@ -9,8 +9,9 @@ client:
 * ``client._retry_policy`` is replaced by a :class:`NativeRetryPolicy`.  Its ``backoff`` asks
   the shared core (``OperationRetries.failed``) about the error being handled (``sys.exc_info()``:
   the loop calls it inside its ``except`` block) and returns the core's delay; ``should_retry``
-  returns that same decision.  The core counts only the overload retries it granted, so the
-  exponent and the attempt limit follow our policy whatever number pymongo passes in.
+  returns that same decision.  The core's attempt ledger counts every failed attempt of the
+  operation, classic ones included, so the exponent and the attempt cap follow our policy
+  whatever number pymongo passes in.
   ``should_retry`` is ``async def`` only where the loop awaits it (4.17 async).
 * ``client._retry_internal`` is wrapped on the instance (a pass-through around the original,
   ``@_csot.apply`` included): it makes the operation current in a context variable (thread- and
