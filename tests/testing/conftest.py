@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any, Callable
 
@@ -32,6 +34,15 @@ def make_client() -> Iterator[Callable[..., MongoClient[dict[str, Any]]]]:
     yield factory
     for client in clients:
         client.close()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Return once ``condition()`` holds; fail the test if it does not within ``timeout`` s."""
+    pause = threading.Event()
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"condition not met within {timeout} s"
+        pause.wait(0.01)
 
 
 class RawConnection:
