@@ -51,6 +51,7 @@ from pymongo.errors import PyMongoError
 
 from backpressure.core.decision import StopReason
 from backpressure.core.labels import SYSTEM_OVERLOADED, is_overload
+from backpressure.core.log_limit import LogRateLimit
 from backpressure.core.policy import Policy
 
 __all__ = [
@@ -432,32 +433,6 @@ class AdmissionListener(Protocol):
 
     def refused(self, event: LocalRefusalEvent) -> None:
         """Called when an attempt is refused locally."""
-
-
-class LogRateLimit:
-    """At most one log line per ``interval`` seconds; counts the lines it held back."""
-
-    def __init__(self, interval: float = 5.0, *, clock: Callable[[], float] = time.monotonic):
-        """Allow one line per ``interval`` seconds (>= 0) on ``clock``."""
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)):
-            raise TypeError(f"interval must be a number, got {interval!r}")
-        if not math.isfinite(interval) or interval < 0:
-            raise ValueError(f"interval must be a finite number >= 0, got {interval!r}")
-        self._interval = float(interval)
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._last: Optional[float] = None
-        self._held = 0
-
-    def admit(self) -> Optional[int]:
-        """None when this line is held back; else the number held back since the last one."""
-        now = self._clock()
-        with self._lock:
-            if self._last is not None and now - self._last < self._interval:
-                self._held += 1
-                return None
-            held, self._held, self._last = self._held, 0, now
-            return held
 
 
 class AdmissionGate:

@@ -14,9 +14,6 @@ Nothing here sleeps or does I/O.
 from __future__ import annotations
 
 import logging
-import math
-import threading
-import time
 from collections.abc import Sequence
 from typing import Callable, Optional
 
@@ -32,6 +29,7 @@ from backpressure.core.events import (
 )
 from backpressure.core.labels import error_labels, is_overload
 from backpressure.core.ledger import AttemptLedger, AttemptOutcome
+from backpressure.core.log_limit import LogRateLimit
 from backpressure.core.overrides import Criticality
 
 __all__ = ["BudgetWarnings", "OperationRetries"]
@@ -39,49 +37,16 @@ __all__ = ["BudgetWarnings", "OperationRetries"]
 _LOGGER = logging.getLogger("backpressure")
 
 
-class BudgetWarnings:
+class BudgetWarnings(LogRateLimit):
     """Rate limit of the WARNING logged when a give-up finds the retry budget empty.
 
     Under sustained overload an empty budget makes every operation give up; one WARNING line per
     give-up would flood the log.  One ``BudgetWarnings`` is shared by all the operations of a
     client: the first budget-empty give-up is logged at WARNING, then at most one every
     ``interval`` seconds (on ``clock``), which tells how many were logged at DEBUG since the
-    previous WARNING.  Only logging is limited: listeners receive every give-up.
+    previous WARNING (``admit`` returns None for those).  Only logging is limited: listeners
+    receive every give-up.
     """
-
-    def __init__(
-        self, interval: float = 5.0, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        """Allow one WARNING per ``interval`` seconds (finite, >= 0) measured on ``clock``."""
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)):
-            raise TypeError(f"interval must be a number, got {interval!r}")
-        if not math.isfinite(interval) or interval < 0:
-            raise ValueError(f"interval must be a finite number >= 0, got {interval!r}")
-        self._interval = float(interval)
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._last: Optional[float] = None
-        self._suppressed = 0
-
-    @property
-    def interval(self) -> float:
-        """Minimum number of seconds between two WARNINGs."""
-        return self._interval
-
-    def admit(self) -> Optional[int]:
-        """Account for one budget-empty give-up.
-
-        Return None when it must be logged at DEBUG (a WARNING was logged less than
-        ``interval`` seconds ago); otherwise the number of give-ups logged at DEBUG since the
-        previous WARNING (0 for the first), and this one is to be logged at WARNING.
-        """
-        now = self._clock()
-        with self._lock:
-            if self._last is not None and now - self._last < self._interval:
-                self._suppressed += 1
-                return None
-            suppressed, self._suppressed, self._last = self._suppressed, 0, now
-            return suppressed
 
 
 def _error_code(error: BaseException) -> Optional[int]:
