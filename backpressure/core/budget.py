@@ -90,44 +90,15 @@ class _Counted:
             return self._refused
 
 
-class RetryBudget(_Counted):
-    """A thread-safe token bucket limiting overload retries for one client."""
+class _Bucket(_Counted):
+    """Integer token arithmetic both token buckets share: capacity, tokens, take and add."""
 
-    def __init__(
-        self,
-        capacity: float = 1000.0,
-        *,
-        success_deposit: float = 0.1,
-        retry_cost: float = 1.0,
-        failure_deposit: float = 1.0,
-        refund_retries: bool = True,
-    ) -> None:
-        """Create a full bucket; every amount must be finite and >= 0 (capacity > 0).
-
-        ``refund_retries=False`` (the "ratio" mode) gives a successful retry only
-        ``success_deposit``, not its ``retry_cost`` back.
-        """
+    def __init__(self, capacity_field: str, capacity: float) -> None:
+        """Start full at ``capacity`` (finite, > 0; errors name ``capacity_field``)."""
         super().__init__()
-        self._refund_retries = bool(refund_retries)
-        self._capacity = _amount("RetryBudget.capacity", capacity, positive=True)
-        self._success_deposit = _amount("RetryBudget.success_deposit", success_deposit)
-        self._retry_cost = _amount("RetryBudget.retry_cost", retry_cost)
-        self._failure_deposit = _amount("RetryBudget.failure_deposit", failure_deposit)
+        self._capacity = _amount(capacity_field, capacity, positive=True)
         self._cap_units = max(1, _units(self._capacity))
-        self._cost_units = _units(self._retry_cost)
-        self._success_units = _units(self._success_deposit)
-        self._failure_units = _units(self._failure_deposit)
         self._units = self._cap_units
-
-    @property
-    def capacity(self) -> float:
-        """Maximum (and initial) number of tokens."""
-        return self._capacity
-
-    @property
-    def retry_cost(self) -> float:
-        """Tokens taken by one retry."""
-        return self._retry_cost
 
     @property
     def tokens(self) -> float:
@@ -147,6 +118,57 @@ class RetryBudget(_Counted):
     def deposit(self, n: float) -> None:
         """Add ``n`` tokens, never going above capacity."""
         self._add(_units(_amount("n", n)))
+
+    def _add(self, units: int) -> None:
+        """Add ``units`` under the lock, clamped to capacity.
+
+        A full bucket (the normal state without overload) returns without taking the lock.
+        That is exact, not an approximation: reading one int attribute is atomic, and a bucket
+        seen full at that read is one where this deposit, ordered at that instant, is clamped
+        to nothing; an acquire racing with it is simply ordered after it.  Nothing is written,
+        so the count can never exceed capacity, and the arithmetic stays integer under the lock.
+        """
+        if self._units >= self._cap_units:
+            return
+        with self._lock:
+            self._units = min(self._cap_units, self._units + units)
+
+
+class RetryBudget(_Bucket):
+    """A thread-safe token bucket limiting overload retries for one client."""
+
+    def __init__(
+        self,
+        capacity: float = 1000.0,
+        *,
+        success_deposit: float = 0.1,
+        retry_cost: float = 1.0,
+        failure_deposit: float = 1.0,
+        refund_retries: bool = True,
+    ) -> None:
+        """Create a full bucket; every amount must be finite and >= 0 (capacity > 0).
+
+        ``refund_retries=False`` (the "ratio" mode) gives a successful retry only
+        ``success_deposit``, not its ``retry_cost`` back.
+        """
+        super().__init__("RetryBudget.capacity", capacity)
+        self._refund_retries = bool(refund_retries)
+        self._success_deposit = _amount("RetryBudget.success_deposit", success_deposit)
+        self._retry_cost = _amount("RetryBudget.retry_cost", retry_cost)
+        self._failure_deposit = _amount("RetryBudget.failure_deposit", failure_deposit)
+        self._cost_units = _units(self._retry_cost)
+        self._success_units = _units(self._success_deposit)
+        self._failure_units = _units(self._failure_deposit)
+
+    @property
+    def capacity(self) -> float:
+        """Maximum (and initial) number of tokens."""
+        return self._capacity
+
+    @property
+    def retry_cost(self) -> float:
+        """Tokens taken by one retry."""
+        return self._retry_cost
 
     def try_acquire(self) -> bool:
         """Take ``retry_cost`` tokens for one retry; return False (and count it) if too few."""
@@ -175,20 +197,6 @@ class RetryBudget(_Counted):
     def record_non_overload_failure(self) -> None:
         """Deposit ``failure_deposit`` for a retry that failed without the overload label."""
         self._add(self._failure_units)
-
-    def _add(self, units: int) -> None:
-        """Add ``units`` under the lock, clamped to capacity.
-
-        A full bucket (the normal state without overload) returns without taking the lock.
-        That is exact, not an approximation: reading one int attribute is atomic, and a bucket
-        seen full at that read is one where this deposit, ordered at that instant, is clamped
-        to nothing; an acquire racing with it is simply ordered after it.  Nothing is written,
-        so the count can never exceed capacity, and the arithmetic stays integer under the lock.
-        """
-        if self._units >= self._cap_units:
-            return
-        with self._lock:
-            self._units = min(self._cap_units, self._units + units)
 
     def __repr__(self) -> str:
         """Show tokens and capacity."""
@@ -246,7 +254,7 @@ class NullBudget(_Counted):
         return "NullBudget()"
 
 
-class A6Budget(_Counted):
+class A6Budget(_Bucket):
     """gRPC A6 retry throttling for one server: retries only while tokens > max_tokens / 2.
 
     Tokens start at ``max_tokens``; every overload failure takes 1, every success adds
@@ -256,12 +264,9 @@ class A6Budget(_Counted):
 
     def __init__(self, max_tokens: float = 10.0, *, token_ratio: float = 0.1) -> None:
         """Create a full throttle; ``max_tokens`` > 0, ``token_ratio`` >= 0, both finite."""
-        super().__init__()
-        self._capacity = _amount("A6Budget.max_tokens", max_tokens, positive=True)
+        super().__init__("A6Budget.max_tokens", max_tokens)
         self._ratio_units = _units(_amount("A6Budget.token_ratio", token_ratio))
-        self._cap_units = max(1, _units(self._capacity))
         self._one = _units(1.0)
-        self._units = self._cap_units
 
     @property
     def capacity(self) -> float:
@@ -272,27 +277,6 @@ class A6Budget(_Counted):
     def retry_cost(self) -> float:
         """Always 0: in A6 failures take tokens, retries do not."""
         return 0.0
-
-    @property
-    def tokens(self) -> float:
-        """Tokens currently held."""
-        with self._lock:
-            return _tokens(self._units)
-
-    def try_consume(self, n: float) -> bool:
-        """Take ``n`` tokens if that many are held."""
-        amount = _units(_amount("n", n))
-        with self._lock:
-            if self._units >= amount:
-                self._units -= amount
-                return True
-            return False
-
-    def deposit(self, n: float) -> None:
-        """Add ``n`` tokens, never above ``max_tokens``."""
-        amount = _units(_amount("n", n))
-        with self._lock:
-            self._units = min(self._cap_units, self._units + amount)
 
     def try_acquire(self) -> bool:
         """Grant a retry while tokens > max_tokens / 2 (and count the answer)."""
