@@ -17,6 +17,7 @@ from backpressure.core.extras import MissingExtraError, require
         ("motor", "backpressure.AsyncIOMotorClient", "motor"),
         ("mongomock", "backpressure.testing.EmbeddedServer", "server"),
         ("mongomock", "backpressure.testing.Deployment", "server"),
+        ("mongomock", "import backpressure.testing.server.cli", "server"),
     ],
 )
 def test_missing_extra_is_named(blocked: str, statement: str, extra: str) -> None:

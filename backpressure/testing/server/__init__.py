@@ -8,3 +8,9 @@
 * ``transport``: the asyncio ``Deployment`` that accepts connections and runs the pipeline;
 * ``embedded`` (``EmbeddedServer``, in a thread or a subprocess) and ``cli`` on top.
 """
+
+from backpressure.core.extras import require
+
+# Every layer above ``wire`` needs mongomock (the 'server' extra): name the extra at once,
+# for the CLI and ``python -m`` as for imports, instead of a bare ModuleNotFoundError.
+require("mongomock", "server", "The embedded test server")
