@@ -275,14 +275,15 @@ class OperationRetries:
         self._total_backoff += decision.delay
         self._delays.append(decision.delay)
         attempt = max(self._ledger.attempts, 1)
-        self._logger.info(
-            "retrying %s after attempt %d in %.3fs on %s: %s",
-            self._operation,
-            attempt,
-            decision.delay,
-            _format_server(self._current_server),
-            _describe(error),
-        )
+        if self._logger.isEnabledFor(logging.INFO):  # skip formatting when nobody reads it
+            self._logger.info(
+                "retrying %s after attempt %d in %.3fs on %s: %s",
+                self._operation,
+                attempt,
+                decision.delay,
+                _format_server(self._current_server),
+                _describe(error),
+            )
         event = RetryEvent(
             operation=self._operation,
             attempt=attempt,
@@ -309,9 +310,13 @@ class OperationRetries:
             and not is_overload(error)
         )
         if unrelated:
-            self._logger.debug(
-                "not retrying %s: %s (%s)", self._operation, decision.reason.value, _describe(error)
-            )
+            if self._logger.isEnabledFor(logging.DEBUG):
+                self._logger.debug(
+                    "not retrying %s: %s (%s)",
+                    self._operation,
+                    decision.reason.value,
+                    _describe(error),
+                )
             self._finish(succeeded=False, reason=None)
             return
         level = logging.INFO
@@ -327,17 +332,18 @@ class OperationRetries:
                         f"; {suppressed} more budget-empty give-up(s) logged at DEBUG "
                         "since the previous warning"
                     )
-        self._logger.log(
-            level,
-            "giving up %s after %d attempt(s) on %s, %.3fs total backoff: %s (%s)%s",
-            self._operation,
-            max(self._ledger.attempts, 1),
-            ", ".join(_format_server(s) for s in self.servers) or "unknown server",
-            self._total_backoff,
-            decision.reason.value,
-            _describe(error),
-            note,
-        )
+        if self._logger.isEnabledFor(level):
+            self._logger.log(
+                level,
+                "giving up %s after %d attempt(s) on %s, %.3fs total backoff: %s (%s)%s",
+                self._operation,
+                max(self._ledger.attempts, 1),
+                ", ".join(_format_server(s) for s in self.servers) or "unknown server",
+                self._total_backoff,
+                decision.reason.value,
+                _describe(error),
+                note,
+            )
         event = GiveUpEvent(
             operation=self._operation,
             attempts=max(self._ledger.attempts, 1),
