@@ -10,8 +10,9 @@ Turning them on is one call; neither library is imported before it::
 Without ``clients`` the metrics cover every client enabled now and later; with ``clients`` only
 those.  Calling again for the same registry or meter provider returns the same object.  What is
 measured: retries (by operation, server, retry number and error code), give-ups by reason,
-attempts per operation, backoff seconds, each client's budget tokens, and the amplification
-(attempts over operations) of the last ``window`` seconds.
+attempts per operation, backoff seconds, each client's budget tokens, the amplification
+(attempts over operations) of the last ``window`` seconds, and the adaptive policy's local waits
+(by server, and their seconds) and local refusals (by reason).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """The backend-neutral part of the metrics: a listener, its aggregates and the covered clients.
 
-``MetricsListener`` receives the retry and operation events of the clients it covers and hands
-them to a ``MetricsBackend`` (Prometheus aggregates them itself, OpenTelemetry forwards them to
-its instruments).  Gauges are read when the backend is scraped: the budget of every covered
-client, and the amplification (attempts over operations) of the operations that finished in the
-last ``window`` seconds.  Nothing here imports prometheus-client or OpenTelemetry.
+``MetricsListener`` receives the retry and operation events, and the adaptive policy's local
+waits and refusals, of the clients it covers and hands them to a ``MetricsBackend``
+(Prometheus aggregates them itself, OpenTelemetry forwards them to its instruments).  Gauges
+are read when the backend is scraped: the budget of every covered client, and the
+amplification (attempts over operations) of the operations that finished in the last
+``window`` seconds.  Nothing here imports prometheus-client or OpenTelemetry.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, Union
 
+from backpressure.core.adaptive import LocalRefusalEvent, LocalWaitEvent
 from backpressure.core.client_state import ClientState
 from backpressure.core.events import Address, GiveUpEvent, OperationFinishedEvent, RetryEvent
 from backpressure.switch import registry
@@ -49,7 +51,7 @@ BACKOFF_BUCKETS: tuple[float, ...] = (
     5.0,
     10.0,
 )
-"""Histogram bounds of backoff delays in seconds (the default ceiling is 10 s)."""
+"""Histogram bounds of backoff delays and local waits in seconds (the default ceiling is 10 s)."""
 
 
 def format_server(server: Optional[Address]) -> str:
@@ -124,14 +126,23 @@ class MetricsBackend(Protocol):
     def operation(self, attempts: int) -> None:
         """Record the attempts of one finished operation."""
 
+    def local_wait(self, server: str, wait: float) -> None:
+        """Count one local wait of the adaptive policy and record its seconds."""
 
-def _reason_label(event: GiveUpEvent) -> str:
-    """The give-up reason as a label value (``attempts_exhausted``, ``budget_empty``, ...)."""
+    def local_refusal(self, reason: str) -> None:
+        """Count one attempt the adaptive policy refused locally."""
+
+
+def _reason_label(event: Union[GiveUpEvent, LocalRefusalEvent]) -> str:
+    """The stop reason as a label value (``attempts_exhausted``, ``local_wait_limit``, ...)."""
     return event.reason.name.lower()
 
 
 class MetricsListener:
     """Listener feeding one backend from the clients it covers (all enabled ones, or some).
+
+    It implements ``RetryListener``, ``OperationListener`` and ``AdmissionListener`` (the
+    adaptive policy's local waits and refusals).
 
     With ``clients`` None it covers every client enabled now and later (it is registered with
     ``backpressure.register``); otherwise only the clients given (each must be enabled).
@@ -227,6 +238,16 @@ class MetricsListener:
         attempts = event.attempts
         self._backend.operation(attempts)
         self._amplification.add(attempts)
+
+    def waited(self, event: LocalWaitEvent) -> None:
+        """Count a local wait of the adaptive policy and its seconds."""
+        if not self._closed:
+            self._backend.local_wait(format_server(event.server), event.wait)
+
+    def refused(self, event: LocalRefusalEvent) -> None:
+        """Count a local refusal of the adaptive policy by reason."""
+        if not self._closed:
+            self._backend.local_refusal(_reason_label(event))
 
     def close(self) -> None:
         """Stop recording and detach from every client (their metrics stop changing)."""

@@ -2,19 +2,22 @@
 
 Instruments of the meter ``backpressure``:
 
-==================================  ================  ===========  ==============================
-name                                kind              unit         attributes
-==================================  ================  ===========  ==============================
-``backpressure.retries``            Counter           ``{retry}``  ``db.operation.name``,
-                                                                   ``server.address``,
-                                                                   ``backpressure.retry.number``,
-                                                                   ``db.response.status_code``
-``backpressure.giveups``            Counter           ``{giveup}`` ``backpressure.reason``
-``backpressure.operation.attempts`` Histogram         ``{attempt}``
-``backpressure.backoff.duration``   Histogram         ``s``
-``backpressure.budget.tokens``      ObservableGauge   ``{token}``  ``backpressure.client``
-``backpressure.amplification``      ObservableGauge   ``1``
-==================================  ================  ===========  ==============================
+====================================  ===============  =============  ==============================
+name                                  kind             unit           attributes
+====================================  ===============  =============  ==============================
+``backpressure.retries``              Counter          ``{retry}``    ``db.operation.name``,
+                                                                      ``server.address``,
+                                                                      ``backpressure.retry.number``,
+                                                                      ``db.response.status_code``
+``backpressure.giveups``              Counter          ``{giveup}``   ``backpressure.reason``
+``backpressure.operation.attempts``   Histogram        ``{attempt}``
+``backpressure.backoff.duration``     Histogram        ``s``
+``backpressure.budget.tokens``        ObservableGauge  ``{token}``    ``backpressure.client``
+``backpressure.amplification``        ObservableGauge  ``1``
+``backpressure.local.waits``          Counter          ``{wait}``     ``server.address``
+``backpressure.local.wait.duration``  Histogram        ``s``
+``backpressure.local.refusals``       Counter          ``{refusal}``  ``backpressure.reason``
+====================================  ===============  =============  ==============================
 """
 
 from __future__ import annotations
@@ -70,6 +73,23 @@ class _Instruments:
             "Backoff granted before each retry.",
             BACKOFF_BUCKETS,
         )
+        self.local_waits = meter.create_counter(
+            "backpressure.local.waits",
+            unit="{wait}",
+            description="Attempts the adaptive policy held locally before sending them.",
+        )
+        self.local_wait_duration = _histogram(
+            meter,
+            "backpressure.local.wait.duration",
+            "s",
+            "Local wait of each attempt held by the adaptive policy.",
+            BACKOFF_BUCKETS,
+        )
+        self.local_refusals = meter.create_counter(
+            "backpressure.local.refusals",
+            unit="{refusal}",
+            description="Attempts the adaptive policy refused locally (not sent).",
+        )
 
     def retry(
         self, operation: str, server: str, retry_number: int, error_code: str, delay: float
@@ -93,6 +113,15 @@ class _Instruments:
     def operation(self, attempts: int) -> None:
         """Record the attempts of one finished operation."""
         self.attempts.record(attempts)
+
+    def local_wait(self, server: str, wait: float) -> None:
+        """Count one local wait of the adaptive policy and record its seconds."""
+        self.local_waits.add(1, {"server.address": server})
+        self.local_wait_duration.record(wait)
+
+    def local_refusal(self, reason: str) -> None:
+        """Count one attempt the adaptive policy refused locally."""
+        self.local_refusals.add(1, {"backpressure.reason": reason})
 
 
 class OpenTelemetryMetrics:

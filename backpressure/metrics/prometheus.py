@@ -11,6 +11,9 @@ name                                      type       labels
 ``backpressure_backoff_seconds``          histogram  (none)
 ``backpressure_budget_tokens``            gauge      client
 ``backpressure_amplification_ratio``      gauge      (none)
+``backpressure_local_waits_total``        counter    server
+``backpressure_local_wait_seconds``       histogram  (none)
+``backpressure_local_refusals_total``     counter    reason
 ========================================  =========  =========================================
 """
 
@@ -28,6 +31,9 @@ from backpressure.metrics._recorder import ATTEMPT_BUCKETS, BACKOFF_BUCKETS, Met
 __all__ = ["PrometheusMetrics"]
 
 _RETRY_LABELS = ("operation", "server", "retry_number", "error_code")
+_LOCAL_WAITS_HELP = "Attempts the adaptive policy held locally before sending them."
+_LOCAL_WAIT_SECONDS_HELP = "Local wait of each attempt held by the adaptive policy."
+_LOCAL_REFUSALS_HELP = "Attempts the adaptive policy refused locally (not sent)."
 
 
 class _Histogram:
@@ -64,6 +70,9 @@ class _Aggregates:
         self.give_ups: dict[str, int] = {}
         self.attempts = _Histogram(ATTEMPT_BUCKETS)
         self.backoff = _Histogram(BACKOFF_BUCKETS)
+        self.local_waits: dict[str, int] = {}
+        self.local_wait_seconds = _Histogram(BACKOFF_BUCKETS)
+        self.local_refusals: dict[str, int] = {}
 
     def retry(
         self, operation: str, server: str, retry_number: int, error_code: str, delay: float
@@ -84,9 +93,20 @@ class _Aggregates:
         with self.lock:
             self.attempts.observe(attempts)
 
+    def local_wait(self, server: str, wait: float) -> None:
+        """Count one local wait of the adaptive policy and record its seconds."""
+        with self.lock:
+            self.local_waits[server] = self.local_waits.get(server, 0) + 1
+            self.local_wait_seconds.observe(wait)
+
+    def local_refusal(self, reason: str) -> None:
+        """Count one attempt the adaptive policy refused locally."""
+        with self.lock:
+            self.local_refusals[reason] = self.local_refusals.get(reason, 0) + 1
+
 
 class _Collector:
-    """The prometheus-client collector serving the six metric families."""
+    """The prometheus-client collector serving the nine metric families."""
 
     def __init__(self, aggregates: _Aggregates, listener: MetricsListener) -> None:
         """Serve ``aggregates`` and the gauges of ``listener``."""
@@ -116,9 +136,18 @@ class _Collector:
             "backpressure_amplification_ratio",
             "Attempts over operations finished in the sliding window.",
         )
+        yield core.CounterMetricFamily(
+            "backpressure_local_waits", _LOCAL_WAITS_HELP, labels=("server",)
+        )
+        yield core.HistogramMetricFamily(
+            "backpressure_local_wait_seconds", _LOCAL_WAIT_SECONDS_HELP, unit="seconds"
+        )
+        yield core.CounterMetricFamily(
+            "backpressure_local_refusals", _LOCAL_REFUSALS_HELP, labels=("reason",)
+        )
 
     def collect(self) -> Iterator[Any]:
-        """Yield the six metric families with their current values."""
+        """Yield the nine metric families with their current values."""
         core = self._core
         aggregates = self._aggregates
         with aggregates.lock:
@@ -126,6 +155,12 @@ class _Collector:
             give_ups = dict(aggregates.give_ups)
             attempts = (aggregates.attempts.buckets(), aggregates.attempts.total)
             backoff = (aggregates.backoff.buckets(), aggregates.backoff.total)
+            local_waits = dict(aggregates.local_waits)
+            local_wait_seconds = (
+                aggregates.local_wait_seconds.buckets(),
+                aggregates.local_wait_seconds.total,
+            )
+            local_refusals = dict(aggregates.local_refusals)
         family = core.CounterMetricFamily(
             "backpressure_retries", "Overload retries.", labels=_RETRY_LABELS
         )
@@ -162,6 +197,25 @@ class _Collector:
             "Attempts over operations finished in the sliding window.",
             value=self._listener.amplification(),
         )
+        family = core.CounterMetricFamily(
+            "backpressure_local_waits", _LOCAL_WAITS_HELP, labels=("server",)
+        )
+        for server, count in sorted(local_waits.items()):
+            family.add_metric([server], count)
+        yield family
+        yield core.HistogramMetricFamily(
+            "backpressure_local_wait_seconds",
+            _LOCAL_WAIT_SECONDS_HELP,
+            buckets=local_wait_seconds[0],
+            sum_value=local_wait_seconds[1],
+            unit="seconds",
+        )
+        family = core.CounterMetricFamily(
+            "backpressure_local_refusals", _LOCAL_REFUSALS_HELP, labels=("reason",)
+        )
+        for reason, count in sorted(local_refusals.items()):
+            family.add_metric([reason], count)
+        yield family
 
 
 class PrometheusMetrics:

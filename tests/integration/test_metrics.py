@@ -18,7 +18,7 @@ from pymongo.errors import PyMongoError
 import backpressure
 import backpressure.metrics
 import backpressure.switch.registry
-from backpressure import Policy
+from backpressure import ADAPTIVE, LocalOverloadError, Policy
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
     ClientFactory,
@@ -38,6 +38,15 @@ SIX = {
     "backpressure_budget_tokens",
     "backpressure_amplification_ratio",
 }
+LOCAL = {
+    "backpressure_local_waits",
+    "backpressure_local_wait_seconds",
+    "backpressure_local_refusals",
+}
+WAITING = ADAPTIVE.replace(adaptive_min_rate=2.0, adaptive_window=60.0, max_local_wait=30.0)
+"""Paced at 2/s once closed (slots 0.5 s apart); the pacing stays closed for the whole test."""
+REFUSING = ADAPTIVE.replace(adaptive_min_rate=0.001, max_local_wait=0.5)
+"""Once closed, slots are 1000 s apart: the next attempt needs more than max_local_wait."""
 
 
 def _scrape(registry: CollectorRegistry) -> dict[str, list[Any]]:
@@ -78,6 +87,37 @@ async def _retry_twice_then_give_up(client: Any, server: EmbeddedServer) -> None
     with pytest.raises(PyMongoError):
         await resolve(client.db.coll.insert_one({"x": 2}))
     server.configure_fail_point({"configureFailPoint": "failCommand", "mode": "off"})
+
+
+async def _close_pacing(client: Any, server: EmbeddedServer) -> None:
+    """Make the server push back once on an insert (the retry succeeds): the client paces it."""
+    server.configure_fail_point(overload_fail_point(["insert"], times=1))
+    await resolve(client.db.coll.insert_one({"closing": True}))
+    state = backpressure.state(client)
+    assert state is not None
+    assert state.controller.admission is not None
+    assert state.controller.admission.pushing_back()
+
+
+async def _wait_locally_once(client: Any, server: EmbeddedServer, waits: Any) -> None:
+    """Close ``client``'s pacing, then read until one read waited locally (``waits()`` > 0).
+
+    A read that arrives after its slot (a stalled machine) is sent without waiting and reserves
+    the next slot, 0.5 s on: the following read waits.  The loop stops at the first wait.
+    """
+    await _close_pacing(client, server)
+    for _ in range(20):
+        assert await resolve(client.db.coll.find_one({"closing": True})) is not None
+        if waits() > 0:
+            return
+    raise AssertionError("no read waited locally")
+
+
+async def _refuse_locally_once(client: Any, server: EmbeddedServer) -> None:
+    """Close ``client``'s pacing, then one insert is refused locally (max_local_wait)."""
+    await _close_pacing(client, server)
+    with pytest.raises(LocalOverloadError):
+        await resolve(client.db.coll.insert_one({"refused": True}))
 
 
 @pytest.fixture
@@ -138,6 +178,38 @@ async def test_prometheus_covers_only_the_clients_passed(
         metrics.close()
     with pytest.raises(ValueError, match="enabled"):
         backpressure.metrics.enable_prometheus(registry, clients=[clients.plain("mongodb://x")])
+
+
+async def test_prometheus_counts_local_waits_and_refusals(
+    clients: ClientFactory, standalone_server: EmbeddedServer, registry: CollectorRegistry
+) -> None:
+    """Adaptive clients, enabled before and after the call: a local wait and a local refusal."""
+    waiting = enabled_client(clients, standalone_server.uri, WAITING)
+    backpressure.metrics.enable_prometheus(registry)
+    refusing = enabled_client(clients, standalone_server.uri, REFUSING)
+    assert set(_scrape(registry)) >= LOCAL
+    assert _scrape(registry)["backpressure_local_waits"] == []
+    host, port = standalone_server.addresses[0]
+
+    def waits() -> float:
+        samples = _scrape(registry)["backpressure_local_waits"]
+        return sum(s.value for s in samples if s.name == "backpressure_local_waits_total")
+
+    await _wait_locally_once(waiting, standalone_server, waits)
+    await _refuse_locally_once(refusing, standalone_server)
+    families = _scrape(registry)
+    local_waits = families["backpressure_local_waits"]
+    assert _value(local_waits, "backpressure_local_waits_total", server=f"{host}:{port}") == 1
+    assert [s.name for s in local_waits] == ["backpressure_local_waits_total"]
+    seconds = families["backpressure_local_wait_seconds"]
+    assert _value(seconds, "backpressure_local_wait_seconds_count") == 1
+    assert 0.0 < _value(seconds, "backpressure_local_wait_seconds_sum") <= 0.5
+    assert _value(seconds, "backpressure_local_wait_seconds_bucket", le="0.5") == 1
+    assert _value(seconds, "backpressure_local_wait_seconds_bucket", le="+Inf") == 1
+    refusals = families["backpressure_local_refusals"]
+    assert [(s.name, s.labels, s.value) for s in refusals] == [
+        ("backpressure_local_refusals_total", {"reason": "local_wait_limit"}, 1.0)
+    ]
 
 
 def test_prometheus_enable_twice_returns_the_same_exporter(registry: CollectorRegistry) -> None:
@@ -229,6 +301,41 @@ async def test_opentelemetry_instruments_with_units(
     assert tokens.value < 1000.0
     (ratio,) = points["backpressure.amplification"][1]
     assert ratio.value == pytest.approx(7 / 2)
+
+
+async def test_opentelemetry_counts_local_waits_and_refusals(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    otel_reader: tuple[MeterProvider, InMemoryMetricReader],
+) -> None:
+    """Adaptive clients, enabled before and after the call: a local wait and a local refusal."""
+    provider, reader = otel_reader
+    refusing = enabled_client(clients, standalone_server.uri, REFUSING)
+    backpressure.metrics.enable_opentelemetry(provider)
+    waiting = enabled_client(clients, standalone_server.uri, WAITING)
+    host, port = standalone_server.addresses[0]
+
+    def waits() -> float:
+        points = _otel_points(reader).get("backpressure.local.waits", (None, []))[1]
+        return float(sum(p.value for p in points))
+
+    await _refuse_locally_once(refusing, standalone_server)
+    await _wait_locally_once(waiting, standalone_server, waits)
+    points = _otel_points(reader)
+    units = {name: unit for name, (unit, _) in points.items()}
+    assert units["backpressure.local.waits"] == "{wait}"
+    assert units["backpressure.local.wait.duration"] == "s"
+    assert units["backpressure.local.refusals"] == "{refusal}"
+    (wait,) = points["backpressure.local.waits"][1]
+    assert (dict(wait.attributes), wait.value) == ({"server.address": f"{host}:{port}"}, 1)
+    (duration,) = points["backpressure.local.wait.duration"][1]
+    assert duration.count == 1
+    assert 0.0 < duration.sum <= 0.5
+    (refusal,) = points["backpressure.local.refusals"][1]
+    assert (dict(refusal.attributes), refusal.value) == (
+        {"backpressure.reason": "local_wait_limit"},
+        1,
+    )
 
 
 def test_metrics_import_neither_library_until_enabled() -> None:
