@@ -32,6 +32,7 @@ from backpressure.workload.report import (
     fmt,
     format_table,
     machine_info,
+    progress_bar,
     quiet_backpressure_logs,
     write_json,
 )
@@ -193,7 +194,7 @@ def run_bench(
         total += args.pairs * len(OPERATIONS)
     if not args.skip_overload:
         total += plan.seconds_per_policy() * len(runnable)
-    bar = _progress_bar(total, disabled=args.no_progress or not sys.stderr.isatty())
+    bar = progress_bar(total, desc="bench", disabled=args.no_progress or not sys.stderr.isatty())
     try:
         with quiet_backpressure_logs():
             if not args.skip_core:
@@ -236,20 +237,6 @@ def run_bench(
     print(f"JSON:     {out_dir / 'latest.json'}", file=out)
     print(f"Markdown: {out_dir / 'latest.md'}", file=out)
     return report
-
-
-def _progress_bar(total: float, *, disabled: bool) -> Any:
-    """A tqdm bar on stderr (units: overhead pairs and seconds of load)."""
-    from tqdm import tqdm
-
-    return tqdm(
-        total=round(total, 1),
-        desc="bench",
-        file=sys.stderr,
-        disable=disabled,
-        mininterval=0.5,
-        bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}] {postfix}",
-    )
 
 
 def render_markdown(report: dict[str, Any]) -> str:

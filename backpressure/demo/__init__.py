@@ -30,6 +30,7 @@ from backpressure.workload.report import (
     fmt,
     format_table,
     machine_info,
+    progress_bar,
     quiet_backpressure_logs,
     write_json,
 )
@@ -165,7 +166,12 @@ def run_demo(
     results: list[RunResult] = []
     started = time.perf_counter()
     planned = sum(phase.duration for phase in phases) * len(runnable)
-    bar = _progress_bar(planned, disabled=args.no_progress or not sys.stdout.isatty())
+    bar = progress_bar(
+        planned,
+        desc="demo",
+        disabled=args.no_progress or not sys.stdout.isatty(),
+        counter="{n:.0f}/{total:.0f} s ",
+    )
     try:
         with quiet_backpressure_logs(), factory() as server:
             for name in runnable:
@@ -240,24 +246,6 @@ def _legend() -> str:
         "received per operation sent. p50/p99: latency of successful ops. refused: retries "
         "the retry budget refused (- = no budget).",
         width=TABLE_WIDTH,
-    )
-
-
-def _progress_bar(total: float, *, disabled: bool) -> Any:
-    """A tqdm bar on stderr counting seconds of load."""
-    from tqdm import tqdm
-
-    return tqdm(
-        total=round(total, 1),
-        unit="s",
-        desc="demo",
-        file=sys.stderr,
-        disable=disabled,
-        mininterval=0.5,
-        bar_format=(
-            "{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s "
-            "[{elapsed}<{remaining}] {postfix}"
-        ),
     )
 
 

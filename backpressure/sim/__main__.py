@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from backpressure.core.extras import require
 from backpressure.sim.policies import available_policies
 from backpressure.sim.report import format_table, write_chart, write_json
 from backpressure.sim.runner import run
@@ -66,8 +67,7 @@ def _progress_bar(total: float, enabled: bool) -> tuple[Optional[Callable[[float
     """A tqdm bar over simulated seconds, or nothing."""
     if not enabled:
         return None, None
-    from tqdm import tqdm
-
+    tqdm = require("tqdm", "sim", "The simulator's progress bar").tqdm
     bar = tqdm(total=round(total, 1), unit="sim s", leave=False, dynamic_ncols=True)
 
     def advance(seconds: float) -> None:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from backpressure.core.extras import require
 from backpressure.sim.runner import PolicyResult, Result
 
 __all__ = ["format_table", "write_chart", "write_json"]
@@ -67,8 +68,7 @@ def write_json(result: Result, path: Path) -> None:
 
 def write_chart(result: Result, path: Path, title: Optional[str] = None) -> None:
     """Draw goodput, app errors and server load against capacity over time, per policy."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "sim", "The simulator's chart")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import pymongo
 
+from backpressure.core.extras import require
 from backpressure.workload.driver import Phase, RunResult
 
 __all__ = [
@@ -109,8 +110,7 @@ def draw_timelines(
     capacity; the errors the application saw per second (raised, plus arrivals never sent);
     attempts per operation issued in that second.
     """
-    import matplotlib
-
+    matplotlib = require("matplotlib", "demo", "The chart")
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
@@ -208,3 +208,21 @@ def _mark_phases(axis: Any, phases: Sequence[Phase], *, label: bool) -> None:
                 fontsize=7,
             )
         start += phase.duration
+
+
+def progress_bar(total: float, *, desc: str, disabled: bool, counter: str = "") -> Any:
+    """A tqdm bar on stderr (``disabled``: one that draws nothing); tqdm is in the demo extra.
+
+    ``counter`` is a tqdm format inserted before the times, e.g. ``"{n:.0f}/{total:.0f} s "``.
+    """
+    tqdm = require("tqdm", "demo", f"The {desc} progress bar").tqdm
+    return tqdm(
+        total=round(total, 1),
+        desc=desc,
+        file=sys.stderr,
+        disable=disabled,
+        mininterval=0.5,
+        bar_format=(
+            "{desc}: {percentage:3.0f}%|{bar}| " + counter + "[{elapsed}<{remaining}] {postfix}"
+        ),
+    )

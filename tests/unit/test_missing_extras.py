@@ -18,6 +18,12 @@ from backpressure.core.extras import MissingExtraError, require
         ("mongomock", "backpressure.testing.EmbeddedServer", "server"),
         ("mongomock", "backpressure.testing.Deployment", "server"),
         ("mongomock", "import backpressure.testing.server.cli", "server"),
+        (
+            "tqdm",
+            "from backpressure.workload.report import progress_bar; "
+            "progress_bar(1, desc='demo', disabled=True)",
+            "demo",
+        ),
     ],
 )
 def test_missing_extra_is_named(blocked: str, statement: str, extra: str) -> None:
