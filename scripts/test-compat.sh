@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Runs the whole pytest suite once per supported pymongo era, each in its own virtualenv under
-# .venv-compat/, with Motor 3.7 installed beside it. Every era runs even if an earlier one fails;
-# the script exits non-zero if any failed.
+# Runs the era-sensitive tests once per supported pymongo era, each in its own virtualenv under
+# .venv-compat/, with Motor 3.7 installed beside it: the core, the adapters and the switch
+# (tests/unit, tests/integration), the unified suites (tests/spec), the README examples and the
+# pytest plugin. The embedded server, simulator and bench tests do not depend on the client's era;
+# `make test` runs them with the newest pymongo. COMPAT_TESTS overrides the selection. Every era
+# runs even if an earlier one fails; the script exits non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+default_tests="tests/unit tests/integration tests/spec tests/test_readme.py"
+default_tests+=" tests/test_pytest_plugin.py"
+read -r -a tests <<< "${COMPAT_TESTS:-$default_tests}"
 failed=()
 for version in "$@"; do
     env=".venv-compat/pymongo-$version"
@@ -16,7 +22,7 @@ for version in "$@"; do
             && touch "$env/.installed" || { failed+=("$version(install)"); continue; }
     fi
     echo "=== pymongo $version ($("$env/bin/python" -c 'import motor; print("motor", motor.version)'))"
-    if ! "$env/bin/python" -m pytest -q -p no:cacheprovider; then
+    if ! "$env/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}"; then
         failed+=("$version")
     fi
 done
