@@ -16,6 +16,7 @@ from typing import Callable
 
 from pymongo.errors import OperationFailure
 
+from backpressure.bench.threads import run_together
 from backpressure.core.decision import Retry, RetryController
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
 from backpressure.core.operation import OperationRetries
@@ -84,24 +85,15 @@ def _measure(path: str, threads: int, iterations: int, policy: Policy) -> CoreCo
     per_thread = max(1, iterations // threads)
     cpu: list[float] = []
     lock = threading.Lock()
-    barrier = threading.Barrier(threads + 1)
 
-    def run() -> None:
-        barrier.wait()
+    def run(_index: int) -> None:
         start = time.thread_time()
         body(controller, per_thread)
         spent = time.thread_time() - start
         with lock:
             cpu.append(spent)
 
-    workers = [threading.Thread(target=run) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    barrier.wait()
-    wall_start = time.perf_counter()
-    for worker in workers:
-        worker.join()
-    wall = time.perf_counter() - wall_start
+    wall = run_together(run, threads)
     total = per_thread * threads
     return CoreCost(
         path=path,

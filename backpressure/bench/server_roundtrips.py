@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import threading
-import time
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
 from pymongo import MongoClient
 
+from backpressure.bench.threads import run_together
 from backpressure.testing.server.embedded import EmbeddedServer
 
 __all__ = ["OPERATIONS", "main", "run"]
@@ -57,21 +56,13 @@ def _measure(
     client: MongoClient[dict[str, Any]], operation: Operation, ops: int, threads: int
 ) -> float:
     per_thread = max(1, ops // threads)
-    barrier = threading.Barrier(threads + 1)
 
-    def worker(offset: int) -> None:
-        barrier.wait()
+    def worker(index: int) -> None:
+        offset = index * per_thread
         for i in range(per_thread):
             operation(client, offset + i)
 
-    workers = [threading.Thread(target=worker, args=(t * per_thread,)) for t in range(threads)]
-    for w in workers:
-        w.start()
-    barrier.wait()
-    started = time.perf_counter()
-    for w in workers:
-        w.join()
-    return per_thread * threads / (time.perf_counter() - started)
+    return per_thread * threads / run_together(worker, threads)
 
 
 def run(
