@@ -19,7 +19,14 @@ admitted attempts in coarse time buckets so the rate is known when it is needed)
    The adapter waits ``slot - now`` locally (``time.sleep`` or ``asyncio.sleep``) and then sends.
    Reservations are taken in arrival order, so the callers are served first come, first served.
    A wait that would end past the operation's deadline, or exceed ``max_local_wait``, is refused
-   without reserving anything: the attempt is not sent and the operation fails fast.
+   without reserving anything: the attempt is not sent and the operation fails fast.  A slot is
+   usable only if the reply can still arrive in time, so the deadline bound is shortened by the
+   time an attempt takes from its slot to its reply (twice a smoothed estimate that follows rises
+   at once, learned from the paced attempts the server admitted).  Without that margin, a closed
+   loop with more callers than the deadline's worth of slots hands every freed slot to a caller
+   whose deadline ends right at the slot: the attempt is sent, the server admits it, the client
+   times out before the reply, the server's capacity is spent on replies nobody reads, and the
+   admitted rate (which counts replies only) sinks, so the next pushback lowers the pace too.
 3. **Probing.**  While the server stops pushing back, the rate climbs along a cubic curve
    anchored at the last pushback (the CUBIC shape of TCP and of the AWS SDK's adaptive mode,
    normalised by the rate so it is scale free)::
@@ -44,7 +51,7 @@ import math
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol, Union
 
 from pymongo.errors import PyMongoError
@@ -79,18 +86,23 @@ REOPEN_FACTOR = 4.0
 
 _BUCKETS = 10  # time buckets per measurement window
 _ROUND_SAMPLES = 8  # admitted attempts needed to trust the rate measured since the last decrease
+_LATENCY_RISE = 0.5  # weight of a slot-to-reply time above the estimate (follows rises fast)
+_LATENCY_FALL = 0.05  # weight of one below it (forgets slowly)
+_LATENCY_MARGIN = 2.0  # the deadline bound keeps this multiple of the estimate for the reply
 
 
 @dataclass(frozen=True)
 class Admission:
     """Send the attempt after waiting ``wait`` seconds locally (0: send now).
 
-    ``round`` is the pacer's round the slot was reserved in (None: sent unpaced); hand the
-    admission back to :meth:`AdmissionControl.record` with the attempt's outcome.
+    ``round`` is the pacer's round the slot was reserved in (None: sent unpaced) and ``slot``
+    the reserved send time on the pacer's clock (None: sent unpaced); hand the admission back to
+    :meth:`AdmissionControl.record` with the attempt's outcome.
     """
 
     wait: float
     round: Optional[int] = None
+    slot: Optional[float] = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -148,20 +160,30 @@ class ServerPacer:
         self._round_admitted = 0
         self._bucket_ids = [-1] * _BUCKETS
         self._counts = [0] * _BUCKETS
+        self._latency = 0.0
 
     # -- measurement ---------------------------------------------------------------------------
 
-    def record_admitted(self, now: float) -> None:
+    def record_admitted(self, now: float, slot: Optional[float] = None) -> None:
         """Count one attempt the server admitted (a reply that is not an overload error).
 
-        While the pacer is open this runs without the lock (a lost increment under a race only
-        makes the measured rate a little low, which errs on the safe side).
+        ``slot`` is the attempt's reserved send time (None: sent unpaced); ``now - slot`` updates
+        the slot-to-reply time estimate.  While the pacer is open this runs without the lock (a
+        lost increment under a race only makes the measured rate a little low, which errs on the
+        safe side).
         """
-        if self.paced:
+        if self.paced or slot is not None:
             with self._lock:
                 self._count(now)
+                if slot is not None:
+                    self._learn_latency(max(0.0, now - slot))
         else:
             self._count(now)
+
+    def _learn_latency(self, sample: float) -> None:
+        """Fold one slot-to-reply time into the estimate (lock held)."""
+        weight = _LATENCY_RISE if sample > self._latency else _LATENCY_FALL
+        self._latency += weight * (sample - self._latency)
 
     def _count(self, now: float) -> None:
         """Add one to the time bucket of ``now``."""
@@ -241,6 +263,9 @@ class ServerPacer:
                 return _SEND_NOW
             slot = max(now, self._next_slot)
             wait = slot - now
+            if deadline_bound:
+                # The reply must arrive before the deadline too, not only the send.
+                limit -= _LATENCY_MARGIN * self._latency
             if wait > limit:
                 reason = (
                     StopReason.LOCAL_WAIT_DEADLINE
@@ -251,7 +276,7 @@ class ServerPacer:
             self._next_slot = slot + 1.0 / self._rate_at(now)
             if wait > 0.0:
                 self._last_wait = now
-            return Admission(wait, self._round)
+            return Admission(wait, self._round, slot)
 
     def _reopens(self, now: float) -> bool:
         """Whether the pacer should open again at ``now`` (lock held)."""
@@ -362,7 +387,8 @@ class AdmissionControl:
             round_ = None if admission is None else admission.round
             self.pacer(server).record_pushback(self._clock(), round_)
         else:
-            self.pacer(server).record_admitted(self._clock())
+            slot = None if admission is None else admission.slot
+            self.pacer(server).record_admitted(self._clock(), slot)
 
     def is_paced(self, server: Address) -> bool:
         """Whether attempts to ``server`` are paced now."""

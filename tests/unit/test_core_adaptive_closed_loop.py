@@ -1,0 +1,140 @@
+"""A closed loop of many callers against a rate-limited server, on a fake clock (no sleeping).
+
+The server is a token bucket (``CAPACITY`` per second, one second of burst) that answers after
+``REPLY_TIME``; every operation may take ``ALLOWED_WAIT`` seconds; a caller whose attempt is
+refused locally starts its next operation after ``REFUSAL_COST`` (its own work between calls).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Optional
+
+import pytest
+
+from backpressure.core.adaptive import Admission, AdmissionControl, Refusal
+from backpressure.core.policy import ADAPTIVE
+
+SERVER = ("primary", 27017)
+CAPACITY = 200.0
+ALLOWED_WAIT = 1.0
+REPLY_TIME = 0.02
+REFUSAL_COST = 0.05
+START = 100.0
+
+
+class FakeClock:
+    """A clock the event loop sets."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class LoopResult:
+    """What the callers saw."""
+
+    sent: int = 0
+    replies_in_time: int = 0
+    replies_too_late: int = 0
+    refused: int = 0
+    final_rate: Optional[float] = None
+
+
+def run_closed_loop(workers: int, seconds: float) -> LoopResult:
+    """Drive ``workers`` callers back to back for ``seconds`` through the real pacing core."""
+    clock = FakeClock(START)
+    control = AdmissionControl(ADAPTIVE, clock=clock)
+    result = LoopResult()
+    tokens = CAPACITY
+    refilled = START
+    end = START + seconds
+    queue: list[tuple[float, int, str, int, float, Optional[Admission]]] = []
+    order = 0
+
+    def schedule(at: float, kind: str, deadline: float, admission: Optional[Admission]) -> None:
+        nonlocal order
+        heapq.heappush(queue, (at, order, kind, 0, deadline, admission))
+        order += 1
+
+    for _ in range(workers):
+        schedule(START, "start", 0.0, None)
+    while queue:
+        now, _, kind, _, deadline, admission = heapq.heappop(queue)
+        clock.now = now
+        if kind == "start":
+            if now >= end:
+                continue
+            deadline = now + ALLOWED_WAIT
+            kind = "admit"
+        if kind == "admit":
+            decision = control.admit(SERVER, deadline)
+            if isinstance(decision, Refusal):
+                result.refused += 1
+                schedule(now + REFUSAL_COST, "start", 0.0, None)
+            else:
+                schedule(now + decision.wait, "send", deadline, decision)
+        elif kind == "send":
+            result.sent += 1
+            tokens = min(CAPACITY, tokens + (now - refilled) * CAPACITY)
+            refilled = now
+            served = tokens >= 1.0
+            if served:
+                tokens -= 1.0
+            schedule(now + REPLY_TIME, "reply" if served else "pushback", deadline, admission)
+        elif now > deadline:  # the caller gave up before the reply: nothing is recorded
+            result.replies_too_late += 1
+            schedule(now, "start", 0.0, None)
+        elif kind == "reply":
+            control.record(SERVER, overloaded=False, admission=admission)
+            result.replies_in_time += 1
+            schedule(now, "start", 0.0, None)
+        else:
+            control.record(SERVER, overloaded=True, admission=admission)
+            schedule(now, "admit", deadline, None)  # the overload retry
+    result.final_rate = control.snapshot()[SERVER].rate
+    return result
+
+
+@pytest.mark.parametrize("workers", [32, 128, 512])
+def test_closed_loop_keeps_the_server_busy_with_replies_that_arrive_in_time(workers: int) -> None:
+    """Goodput stays near capacity however many callers wait, and few replies come too late.
+
+    With 512 callers and a one-second deadline only ``CAPACITY`` of them fit per second: the
+    others must be refused locally, and a freed slot must not go to a caller whose deadline
+    ends before the reply can arrive (its reply would be wasted and the learned rate would sink).
+    """
+    seconds = 6.0
+    result = run_closed_loop(workers, seconds)
+    # The bucket's one-second burst plus the refill: at most CAPACITY * (seconds + 1) replies.
+    assert result.replies_in_time >= 0.9 * CAPACITY * seconds
+    assert result.replies_too_late <= 0.02 * result.sent
+    assert result.final_rate is not None
+    assert result.final_rate >= 0.8 * CAPACITY
+
+
+def test_a_slot_whose_reply_would_miss_the_deadline_is_refused() -> None:
+    """Once replies take ``REPLY_TIME``, a wait that leaves no time for the reply is refused."""
+    clock = FakeClock(START)
+    control = AdmissionControl(ADAPTIVE, clock=clock)
+    control.record(SERVER, overloaded=False)
+    clock.now += 0.01
+    control.record(SERVER, overloaded=True)  # closes the pacer
+    first = control.admit(SERVER, clock.now + 1.0)
+    assert isinstance(first, Admission)
+    assert first.slot is not None
+    clock.now = first.slot + REPLY_TIME
+    control.record(SERVER, overloaded=False, admission=first)
+    backlog = control.snapshot()[SERVER].backlog
+    assert backlog > 0.0
+    # The deadline leaves room for the send but not for the reply: refused, nothing reserved.
+    late = control.admit(SERVER, clock.now + backlog + REPLY_TIME / 2)
+    assert isinstance(late, Refusal)
+    assert control.snapshot()[SERVER].backlog == pytest.approx(backlog)
+    # Room for the reply too (twice the learned reply time): admitted.
+    timely = control.admit(SERVER, clock.now + backlog + 2.5 * REPLY_TIME)
+    assert isinstance(timely, Admission)
