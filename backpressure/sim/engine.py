@@ -63,6 +63,8 @@ Event = Any
 OVERLOAD = "overload error"
 TIMEOUT = "timeout (CSOT deadline)"
 REFUSED = "refused locally"
+REFUSAL_MIN_COST_S = 0.0001
+"""Client time a local refusal takes at least (raising and catching the error), in seconds."""
 SKIPPED = "skipped (no free thread)"
 UNFINISHED = "unfinished at the end"
 
@@ -364,6 +366,12 @@ class _Run:
                             stopped(refusal)
                         else:
                             operation.ended()
+                    # Refusing still costs the client an attempt's bookkeeping, and it moves
+                    # time on: a closed-loop worker's next operation never starts at the same
+                    # instant (it would loop without ever yielding).
+                    begin = client.cpu_free if client.cpu_free > env.now else env.now
+                    client.cpu_free = begin + max(cpu_half, REFUSAL_MIN_COST_S)
+                    yield env.timeout(client.cpu_free - env.now)
                     break
                 wait = float(answer.wait)
                 if wait > 0:
