@@ -6,13 +6,26 @@ import contextlib
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 
-from backpressure.demo import TABLE_HEADERS, TABLE_WIDTH, build_parser, run_demo
+from backpressure.bench import DEFAULT_POLICIES
+from backpressure.demo import (
+    ARRIVALS,
+    DEMO_POLICIES,
+    FEWEST,
+    TABLE_HEADERS,
+    TABLE_WIDTH,
+    build_parser,
+    fewest_errors,
+    result_rows,
+    run_demo,
+    show_progress,
+)
+from backpressure.demo.chart import PhaseSpan, phase_load, phase_spans
 from backpressure.testing import EmbeddedServer
-from backpressure.workload import Phase, WorkloadConfig
+from backpressure.workload import Phase, PhaseResult, RunResult, WorkloadConfig
 from backpressure.workload.driver import _operations, _schedule, received_commands
 from backpressure.workload.metrics import (
     amplification,
@@ -108,6 +121,148 @@ def test_format_table() -> None:
     assert markdown.splitlines()[1] == "|---|---|"
 
 
+PHASES = [
+    Phase("steady", 0.4, 2.0),
+    Phase("burst", 2.0, 2.0),
+    Phase("recovery", 0.4, 2.0),
+    Phase("overload", 5.0, 3.0),
+]
+
+
+def _result(policy: str, scale: int, timeline: Optional[dict[str, list[Any]]] = None) -> RunResult:
+    """A RunResult with every count ``scale`` times a small run's (for table layout tests)."""
+    phases = [
+        PhaseResult(
+            name=p.name,
+            load=p.load,
+            start=0.0,
+            duration=p.duration,
+            offered=800 * scale,
+            issued=700 * scale,
+            skipped=100 * scale,
+            succeeded=300 * scale,
+            failed=400 * scale,
+            completed_ok=300 * scale,
+            goodput=150.0 * scale,
+            latency_p50_ms=1234.5,
+            latency_p99_ms=98765.4,
+        )
+        for p in PHASES
+    ]
+    return RunResult(
+        policy=policy,
+        description="",
+        integration="",
+        capacity=200.0,
+        duration=9.0,
+        offered=4120 * scale,
+        issued=4000 * scale,
+        skipped=120 * scale,
+        successes=1800 * scale,
+        errors=2200 * scale,
+        error_types={},
+        server_received=12345 * scale,
+        server_rejected=0,
+        client_attempts=12345 * scale,
+        amplification=None,
+        attempts_per_issued=None,
+        goodput=190.0 * scale,
+        latency_p50_ms=1234.5,
+        latency_p99_ms=98765.4,
+        refused=543 * scale,
+        phases=phases,
+        timeline=timeline or {"t": [0.0, 0.5], "attempts": [100, 100]},
+        never_sent=2000 * scale,
+    )
+
+
+def test_default_policies_are_the_overload_bench_ones() -> None:
+    """The demo compares the policies the overload bench compares, adaptive included."""
+    assert DEMO_POLICIES == DEFAULT_POLICIES
+    assert "adaptive" in DEMO_POLICIES
+    assert build_parser().parse_args([]).policies == ",".join(DEMO_POLICIES)
+
+
+@pytest.mark.parametrize("scale", [1, 100])
+def test_table_fits_the_width_with_large_figures(scale: int) -> None:
+    """Every line of the table fits in TABLE_WIDTH columns, even with six-digit counts."""
+    names = ["no-retries", "hand-written", "pymongo-native", "current", "draft", "adaptive"]
+    results = [_result(name, scale) for name in names]
+    fewest = {"steady": 0, "burst": 1 * scale, "overload": 2000 * scale, "run": 2161 * scale}
+    rows = result_rows(results, PHASES, fewest)
+    table = format_table(TABLE_HEADERS, rows)
+    assert max(len(line) for line in table.splitlines()) <= TABLE_WIDTH
+    assert len(rows) == len(names) + 2
+    burst = TABLE_HEADERS.index("burst lost")
+    assert [rows[-2][0], rows[-2][burst]] == [FEWEST, f"{1 * scale:,}"]
+    assert [rows[-1][0], rows[-1][burst]] == [ARRIVALS, f"{800 * scale:,}"]
+    assert rows[0][burst] == f"{500 * scale:,}"  # failed + skipped among the burst's arrivals
+    assert rows[0][TABLE_HEADERS.index("att/op")] == f"{12345 / 4120:.2f}"
+    assert all(len(row) == len(TABLE_HEADERS) for row in rows)
+
+
+def test_phase_spans_lay_phases_end_to_end_and_shade_every_other() -> None:
+    """Each phase gets its span from the run's start, a label with its load, alternate shading."""
+    spans = phase_spans(PHASES)
+    assert [(s.name, s.start, s.end) for s in spans] == [
+        ("steady", 0.0, 2.0),
+        ("burst", 2.0, 4.0),
+        ("recovery", 4.0, 6.0),
+        ("overload", 6.0, 9.0),
+    ]
+    assert [s.shaded for s in spans] == [False, True, False, True]
+    assert spans[3].label == "overload\n5\u00d7C"
+    assert spans[1].load == 2.0
+
+
+def test_phase_load_is_attempts_per_second_over_capacity() -> None:
+    """Buckets inside a phase count fully, buckets straddling its edge in proportion."""
+    timeline: dict[str, list[Any]] = {"t": [0.0, 1.0, 2.0, 3.0], "attempts": [100, 400, 600, 50]}
+    result = _result("x", 1, timeline)
+    assert phase_load(result, PhaseSpan("a", 1.0, 1.0, 3.0, "", False), 200.0) == 2.5
+    # half of bucket [0, 1) and half of bucket [1, 2): (50 + 200) / 1 s / C
+    assert phase_load(result, PhaseSpan("b", 1.0, 0.5, 1.5, "", False), 200.0) == 1.25
+
+
+def test_fewest_errors_per_phase_and_for_the_run() -> None:
+    """A calm phase loses nothing; an overload loses what the limiter cannot admit in time.
+
+    C = 10/s with a 10-token bucket, each operation allowed 1 s: 100 arrivals in 2 s from t = 2
+    can use the full bucket plus 10 tokens/s until the last deadline (3.99 + 1 s), 39 in all.
+    """
+    phases = [Phase("calm", 0.5, 2.0), Phase("overload", 5.0, 2.0)]
+    config = WorkloadConfig(capacity=10.0, burst_seconds=1.0, allowed_wait=1.0)
+    arrivals = [(j + 0.5) / 5.0 for j in range(10)] + [2.0 + (j + 0.5) / 50.0 for j in range(100)]
+    fewest = fewest_errors(arrivals, phases, config)
+    assert fewest == {"calm": 0, "overload": 61, "run": 61}
+    assert fewest_errors([], phases, config) == {"calm": 0, "overload": 0, "run": 0}
+
+
+class _Stream(io.StringIO):
+    """A text stream that says whether it is a terminal."""
+
+    def __init__(self, tty: bool) -> None:
+        """Remember the answer."""
+        super().__init__()
+        self._tty = tty
+
+    def isatty(self) -> bool:
+        """The remembered answer."""
+        return self._tty
+
+
+def test_progress_bar_only_when_both_streams_are_terminals() -> None:
+    """No bar when stdout or stderr is not a terminal, or when asked for none."""
+    tty, pipe = _Stream(True), _Stream(False)
+    assert show_progress(False, tty, tty)
+    assert not show_progress(True, tty, tty)
+    assert not show_progress(False, pipe, tty)
+    assert not show_progress(False, tty, pipe)
+    closed = io.StringIO()
+    closed.close()  # isatty() on a closed stream raises ValueError
+    assert not show_progress(False, closed, tty)
+
+
 def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> None:
     """A tiny demo run prints the table and writes a JSON report and a non-empty PNG."""
     args = build_parser().parse_args(
@@ -119,7 +274,7 @@ def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> N
             "--burst", "0.2",
             "--recovery", "0.2",
             "--overload", "0.3",
-            "--policies", "no-retries,current",
+            "--policies", "no-retries,current,adaptive",
             "--output", str(tmp_path),
             "--no-progress",
         ]
@@ -137,7 +292,13 @@ def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> N
     assert png.stat().st_size > 0
     data: dict[str, Any] = json.loads((tmp_path / "demo.json").read_text())
     assert data == json.loads(json.dumps(report, default=str))
-    assert set(data["policies"]) == {"no-retries", "current"}
+    assert set(data["policies"]) == {"no-retries", "current", "adaptive"}
+    assert FEWEST in text
+    assert set(data["fewest_errors"]) == {"steady", "burst", "recovery", "overload", "run"}
+    assert (
+        0 <= data["fewest_errors"]["run"] <= min(r["app_errors"] for r in data["policies"].values())
+    )
+    assert set(data["server_load_x_capacity"]) == {"no-retries", "current", "adaptive"}
     assert [p["name"] for p in data["phases"]] == ["steady", "burst", "recovery", "overload"]
     for result in data["policies"].values():
         assert result["offered"] == result["issued"] + result["skipped"]
@@ -161,6 +322,7 @@ def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> N
             assert phase["succeeded"] + phase["failed"] <= phase["issued"]
     assert data["policies"]["no-retries"]["refused"] is None
     assert data["policies"]["current"]["refused"] is None  # the current spec has no budget
+    assert data["policies"]["adaptive"]["local_waits"] is not None
 
 
 def test_demo_draws_no_progress_bar_when_stdout_is_not_a_terminal(

@@ -3,20 +3,24 @@
 The embedded replica set runs in a subprocess with its ingress request rate limiter at C ops/s.
 The same open-loop workload (find_one by _id, update_one, insert_one) runs once per client policy:
 a steady phase below C, a short burst well above C, a recovery phase and a sustained overload.
-Per policy the demo reports goodput, errors the application saw, attempts the server received per
-successful operation, latency and retries refused by the budget; it writes a JSON report and a
-PNG chart of goodput and amplification over time.
+Per policy the demo reports the operations the application lost in each phase next to the fewest
+any policy could lose (the physical-limit oracle on the same arrivals), the load the server
+received as a multiple of C, attempts per operation, latency and retries refused by the budget;
+it writes a JSON report and one PNG figure (:mod:`backpressure.demo.chart`).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
+from backpressure.demo.chart import draw_demo_chart, phase_load, phase_spans
+from backpressure.sim.oracle import Capacity, physical_min_errors
 from backpressure.workload import (
     POLICIES,
     POLICY_NAMES,
@@ -26,7 +30,6 @@ from backpressure.workload import (
     run_policy,
 )
 from backpressure.workload.report import (
-    draw_timelines,
     fmt,
     format_table,
     machine_info,
@@ -36,15 +39,35 @@ from backpressure.workload.report import (
 )
 from backpressure.workload.server import ServerFactory, embedded_server
 
-__all__ = ["build_parser", "demo_phases", "main", "result_rows", "run_demo"]
+__all__ = [
+    "ARRIVALS",
+    "DEMO_POLICIES",
+    "FEWEST",
+    "TABLE_HEADERS",
+    "TABLE_WIDTH",
+    "build_parser",
+    "demo_phases",
+    "fewest_errors",
+    "main",
+    "result_rows",
+    "run_demo",
+    "show_progress",
+]
+
+DEMO_POLICIES: tuple[str, ...] = tuple(
+    name
+    for name in ("no-retries", "pymongo-native", "current", "draft", "adaptive")
+    if name in POLICIES
+)
+"""The policies the demo compares by default, as the overload bench does (others on request)."""
 
 TABLE_HEADERS = (
     "policy",
-    "ok/s",
     "burst lost",
     "overload lost",
     "lost",
     "unsent",
+    "ovl xC",
     "att/op",
     "p50 ms",
     "p99 ms",
@@ -52,6 +75,12 @@ TABLE_HEADERS = (
 )
 TABLE_WIDTH = 100
 """The printed table fits in this many columns."""
+
+FEWEST = "physical limit"
+"""The table row of the physical limit (the oracle's fewest lost operations)."""
+
+ARRIVALS = "operations"
+"""The table row of the operations that arrived (the same for every policy)."""
 
 
 def demo_phases(args: argparse.Namespace) -> list[Phase]:
@@ -76,18 +105,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--burst-seconds", type=float, default=1.0, help="limiter burst capacity, s"
     )
     parser.add_argument("--threads", type=int, default=256, help="client worker threads")
-    parser.add_argument("--steady", type=float, default=4.0, help="steady phase, s")
+    parser.add_argument("--steady", type=float, default=2.0, help="steady phase, s")
     parser.add_argument("--steady-load", type=float, default=0.4, help="steady load, x C")
     parser.add_argument("--burst", type=float, default=2.0, help="burst phase, s")
     parser.add_argument("--burst-load", type=float, default=2.0, help="burst load, x C")
     parser.add_argument(
-        "--recovery", type=float, default=4.0, help="recovery phase (steady load), s"
+        "--recovery", type=float, default=2.0, help="recovery phase (steady load), s"
     )
-    parser.add_argument("--overload", type=float, default=5.0, help="sustained overload phase, s")
+    parser.add_argument("--overload", type=float, default=3.0, help="sustained overload phase, s")
     parser.add_argument("--overload-load", type=float, default=5.0, help="overload load, x C")
     parser.add_argument(
+        "--bucket", type=float, default=0.5, help="time resolution of the figure, s"
+    )
+    parser.add_argument(
         "--policies",
-        default=",".join(POLICY_NAMES),
+        default=",".join(DEMO_POLICIES),
         help=f"comma-separated subset of {','.join(POLICY_NAMES)}",
     )
     parser.add_argument("--members", type=int, default=3, help="replica set members")
@@ -99,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-progress",
         action="store_true",
-        help="no progress bar (there is none either when stdout is not a terminal)",
+        help="no progress bar (there is none either when stdout or stderr is not a terminal)",
     )
     return parser
 
@@ -113,34 +145,110 @@ def _policies(value: str) -> list[str]:
     return names
 
 
-def result_rows(results: Sequence[RunResult]) -> list[list[str]]:
-    """Turn run results into table rows (TABLE_HEADERS order)."""
+def show_progress(no_progress: bool, stdout: TextIO, stderr: TextIO) -> bool:
+    """Whether to draw the progress bar: not asked away, and both streams are terminals.
+
+    The bar is drawn on stderr; a log that captures either stream gets no bar.
+    """
+    return not no_progress and _isatty(stdout) and _isatty(stderr)
+
+
+def _isatty(stream: TextIO) -> bool:
+    """``stream.isatty()``, False for a stream without one or a closed one."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def fewest_errors(
+    arrivals: Sequence[float], phases: Sequence[Phase], config: WorkloadConfig
+) -> dict[str, int]:
+    """The fewest operations any policy could lose: per phase (by arrival) and for the run.
+
+    The physical-limit oracle schedules arrivals (seconds from the start) against the server's
+    limiter (``config.capacity``, ``config.burst_seconds``), each operation allowed
+    ``config.allowed_wait``. A phase's figure is for its own arrivals alone, the limiter's bucket
+    full at its start: no policy can lose fewer of them, whatever it did before. The phases'
+    figures need not add up to the run's: a policy may lose operations in one phase to keep
+    capacity for the next.
+    """
+    capacity = Capacity.constant(config.capacity, config.burst_seconds)
+    fewest: dict[str, int] = {}
+    start = 0.0
+    for index, phase in enumerate(phases):
+        end = start + phase.duration
+        last = index == len(phases) - 1
+        mine = [t for t in arrivals if start <= t and (last or t < end)]
+        fewest[phase.name] = physical_min_errors(mine, config.allowed_wait, capacity) if mine else 0
+        start = end
+    fewest["run"] = (
+        physical_min_errors(list(arrivals), config.allowed_wait, capacity) if arrivals else 0
+    )
+    return fewest
+
+
+def result_rows(
+    results: Sequence[RunResult],
+    phases: Sequence[Phase],
+    fewest: Optional[dict[str, int]] = None,
+) -> list[list[str]]:
+    """Turn run results into table rows (TABLE_HEADERS order).
+
+    After the policies come two reference rows: the fewest lost operations any policy could
+    have (when ``fewest`` is given) and the operations that arrived (the same for every policy).
+    """
+    spans = {span.name: span for span in phase_spans(phases)}
+    overload = spans.get("overload")
     rows = []
     for r in results:
         rows.append(
             [
                 r.policy,
-                fmt(r.goodput),
-                _phase_errors(r, "burst"),
-                _phase_errors(r, "overload"),
+                _phase_count(r, "burst", lost=True),
+                _phase_count(r, "overload", lost=True),
                 f"{r.app_errors:,}",
                 f"{r.skipped + r.never_sent:,}",
-                fmt(r.attempts_per_issued, 2),
-                fmt(r.latency_p50_ms),
-                fmt(r.latency_p99_ms),
+                "-" if overload is None else f"{phase_load(r, overload, r.capacity):.1f}xC",
+                fmt(r.server_received / r.offered if r.offered else None, 2),
+                fmt(r.latency_p50_ms, 0),
+                fmt(r.latency_p99_ms, 0),
                 "-" if r.refused is None else f"{r.refused:,}",
             ]
         )
+    if not results:
+        return rows
+    first = results[0]
+    if fewest is not None:
+        rows.append(
+            [
+                FEWEST,
+                *(f"{fewest[name]:,}" if name in fewest else "-" for name in ("burst", "overload")),
+                f"{fewest.get('run', 0):,}",
+                "-",
+                "<=1xC",
+                *("-" * 4),
+            ]
+        )
+    rows.append(
+        [
+            ARRIVALS,
+            _phase_count(first, "burst", lost=False),
+            _phase_count(first, "overload", lost=False),
+            f"{first.offered:,}",
+            *("-" * 6),
+        ]
+    )
     return rows
 
 
-def _phase_errors(result: RunResult, name: str) -> str:
-    """Failed operations among a phase's arrivals (``-`` when the run has no such phase)."""
+def _phase_count(result: RunResult, name: str, *, lost: bool) -> str:
+    """A phase's lost operations (``lost``) or arrivals; ``-`` when the run has no such phase."""
     try:
         phase = result.phase(name)
     except KeyError:
         return "-"
-    return f"{phase.failed + phase.skipped:,} / {phase.offered:,}"
+    return f"{phase.failed + phase.skipped if lost else phase.offered:,}"
 
 
 def run_demo(
@@ -151,6 +259,8 @@ def run_demo(
 ) -> dict[str, Any]:
     """Run the demo as configured by ``args``; print the table and return the JSON report."""
     names = _policies(args.policies)
+    if not args.bucket > 0:
+        raise SystemExit(f"--bucket must be a number of seconds > 0, got {args.bucket!r}")
     phases = demo_phases(args)
     config = WorkloadConfig(
         capacity=args.capacity,
@@ -158,6 +268,7 @@ def run_demo(
         threads=args.threads,
         read_fraction=args.read_fraction,
         seed=args.seed,
+        bucket_width=args.bucket,
         database="backpressure_demo",
     )
     factory = server_factory or (lambda: embedded_server(members=args.members))
@@ -169,7 +280,7 @@ def run_demo(
     bar = progress_bar(
         planned,
         desc="demo",
-        disabled=args.no_progress or not sys.stdout.isatty(),
+        disabled=not show_progress(args.no_progress, sys.stdout, sys.stderr),
         counter="{n:.0f}/{total:.0f} s ",
     )
     try:
@@ -182,9 +293,10 @@ def run_demo(
     finally:
         bar.close()
     elapsed = time.perf_counter() - started
+    fewest = fewest_errors(results[0].arrivals, phases, config) if results else {}
 
     out_dir: Path = args.output
-    chart = draw_timelines(results, phases, args.capacity, out_dir / "demo.png")
+    chart = draw_demo_chart(results, phases, args.capacity, fewest, out_dir / "demo.png")
     report: dict[str, Any] = {
         "tool": "backpressure.demo",
         "machine": machine_info(),
@@ -194,6 +306,8 @@ def run_demo(
             "burst_seconds": args.burst_seconds,
             "threads": args.threads,
             "read_fraction": args.read_fraction,
+            "allowed_wait": config.allowed_wait,
+            "bucket_seconds": args.bucket,
             "members": args.members,
             "seed": args.seed,
         },
@@ -201,17 +315,23 @@ def run_demo(
             {"name": p.name, "load": p.load, "duration": p.duration, "rate": p.load * args.capacity}
             for p in phases
         ],
+        "fewest_errors": fewest,
         "policies": {r.policy: r.to_dict() for r in results},
+        "server_load_x_capacity": {
+            r.policy: {
+                span.name: round(phase_load(r, span, args.capacity), 3)
+                for span in phase_spans(phases)
+            }
+            for r in results
+        },
         "unavailable": skipped,
         "chart": str(chart),
     }
     json_path = out_dir / "demo.json"
     write_json(json_path, report)
 
-    import textwrap
-
     print(textwrap.fill(_describe(phases, config), width=TABLE_WIDTH), file=out)
-    print(format_table(TABLE_HEADERS, result_rows(results)), file=out)
+    print(format_table(TABLE_HEADERS, result_rows(results, phases, fewest)), file=out)
     for name, reason in skipped.items():
         print(f"{name}: not run ({reason})", file=out)
     print(_legend(), file=out)
@@ -236,15 +356,17 @@ def _describe(phases: Sequence[Phase], config: WorkloadConfig) -> str:
 
 def _legend() -> str:
     """Explain the columns (wrapped to the table's width)."""
-    import textwrap
-
     return textwrap.fill(
-        "ok/s: successful ops per second over all phases (goodput). burst/overload lost: "
-        "arrivals of that phase the application lost (an error raised, or never sent) / "
-        "arrivals. lost: all app errors. unsent: lost without reaching the server (no worker "
-        "free before the deadline, or refused locally). att/op: workload commands the server "
-        "received per operation sent. p50/p99: latency of successful ops. refused: retries "
-        "the retry budget refused (- = no budget).",
+        "burst/overload lost: "
+        "operations arriving in that phase the application lost (an error raised, or never "
+        "sent). lost: all app errors of the run. unsent: lost without reaching the server "
+        "(no worker or connection free before the deadline, or refused locally). ovl xC: "
+        "attempts sent per second during the overload phase, as a multiple of C. att/op: "
+        "workload commands the server received per operation, whole run. p50/p99: latency of "
+        "successful ops. refused: retries the retry budget refused (- = no budget). "
+        f"{FEWEST}: the fewest lost operations any policy could have on these arrivals "
+        "(physical-limit oracle); the server admits at most C ops/s. "
+        f"{ARRIVALS}: the operations that arrived, in each phase and in all.",
         width=TABLE_WIDTH,
     )
 
