@@ -100,12 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compare client retry policies against a rate-limited embedded replica set.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--capacity", type=float, default=200.0, help="server rate limit C, ops/s")
+    parser.add_argument("--capacity", type=float, default=100.0, help="server rate limit C, ops/s")
     parser.add_argument(
         "--burst-seconds", type=float, default=1.0, help="limiter burst capacity, s"
     )
     parser.add_argument("--threads", type=int, default=256, help="client worker threads")
-    parser.add_argument("--steady", type=float, default=2.0, help="steady phase, s")
+    parser.add_argument("--steady", type=float, default=1.5, help="steady phase, s")
     parser.add_argument("--steady-load", type=float, default=0.4, help="steady load, x C")
     parser.add_argument("--burst", type=float, default=2.0, help="burst phase, s")
     parser.add_argument("--burst-load", type=float, default=2.0, help="burst load, x C")

@@ -110,12 +110,26 @@ def draw_demo_chart(
                 ),
             ]
         )
+        peak_per_op = max(
+            [
+                1.0,
+                *(
+                    sent / arrived
+                    for r in results
+                    for sent, arrived in zip(
+                        r.timeline.get("sent_by_arrival", []), r.timeline.get("arrived", [])
+                    )
+                    if arrived
+                ),
+            ]
+        )
         for row, result in enumerate(results):
             load_axis, error_axis, attempts_axis = axes[row]
             _draw_row(result, spans, capacity, minimum_errors, load_axis, error_axis, attempts_axis)
+            # Headroom above the highest line of the column keeps the text clear of it.
             load_axis.set_ylim(0, peak_load * 1.3)
             error_axis.set_ylim(0, peak_errors * 1.3)
-            attempts_axis.set_ylim(0, 3.4)
+            attempts_axis.set_ylim(0, peak_per_op * 1.3)
             for axis in (load_axis, error_axis, attempts_axis):
                 _mark_phases(axis, spans, label=row == 0)
                 axis.grid(alpha=0.3)
