@@ -20,10 +20,11 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 # `make demo` needs only the package's dependencies and its demo extra (a full install already
 # has them). It runs from the checkout (python -m puts it on sys.path), so nothing is built;
 # where scripts/requirements.py cannot list them (Python < 3.11), the package is installed.
+# --no-compile: Python compiles the modules the demo imports, not all of matplotlib and numpy.
 $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 	if [ ! -f $(VENV)/.installed ] || [ pyproject.toml -nt $(VENV)/.installed ]; then \
 		if $(BIN)/python scripts/requirements.py demo > $(VENV)/demo-requirements.txt; then \
-			$(BIN)/python -m pip install -q -r $(VENV)/demo-requirements.txt; \
+			$(BIN)/python -m pip install -q --no-compile -r $(VENV)/demo-requirements.txt; \
 		else $(BIN)/python -m pip install -q -e '.[demo]'; fi; fi
 	touch $@
 
