@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -347,3 +349,25 @@ def test_demo_draws_no_progress_bar_when_stdout_is_not_a_terminal(
     assert "demo:" not in captured.err
     assert "%|" not in captured.err
     assert "no-retries" in out.getvalue()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="scripts/requirements.py needs tomllib")
+def test_make_demo_requirements_are_the_package_and_demo_extra_dependencies() -> None:
+    """``make demo`` installs the package's dependencies and its demo extra's, from pyproject."""
+    path = Path(__file__).resolve().parent.parent / "scripts" / "requirements.py"
+    spec = importlib.util.spec_from_file_location("requirements_script", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    import tomllib
+
+    project = tomllib.loads(module.PYPROJECT.read_text())["project"]
+    listed = module.requirements(["demo"])
+    assert listed == list(
+        dict.fromkeys([*project["dependencies"], *project["optional-dependencies"]["demo"]])
+    )
+    assert any(item.startswith("pymongo") for item in listed)
+    assert any(item.startswith("matplotlib") for item in listed)
+    with pytest.raises(ValueError, match="unknown extras"):
+        module.requirements(["no-such-extra"])
