@@ -5,15 +5,20 @@ Theory of operation.  One :class:`ServerPacer` per server address, all kept by o
 answers 0 without taking a lock and nothing waits (the inert state; its only cost is counting
 admitted attempts in coarse time buckets so the rate is known when it is needed).
 
-1. **Pushback closes it.**  When an attempt on a server fails with an overload error, the pacer
-   measures the rate the server admitted from this client over the last ``adaptive_window``
-   seconds (``measured``), and paces at ``rate = adaptive_decrease * measured`` (never below
-   ``adaptive_min_rate``).  Further pushback lowers the rate again, once per round:
-   ``rate = adaptive_decrease * min(rate, measured)``, where ``measured`` is also capped by
-   the rate admitted since the previous decrease (both pushbacks found the server's bucket
-   empty, so that rate excludes its burst allowance).  A round ends when the first slot reserved
-      only for attempts reserved after the last decrease (the admission carries its round); the
-   pushback of an attempt reserved earlier, or sent unpaced, is not reacted to twice.
+1. **Pushback closes it; pushback to pushback measures the server.**  On the first overload
+   error the pacer closes at ``adaptive_decrease`` times the rate the server admitted from this
+   client over the last ``adaptive_window`` (an upper bound: it includes the server's burst
+   allowance).  Every later pushback also finds the server's bucket empty, so what the server
+   admitted between an earlier pushback (the earliest within the window) and this one is its
+   rate for this client, burst excluded: the *capacity*.  The pacer paces at
+   ``rate = adaptive_decrease * capacity``, a little below it, so a closed loop's queue is served
+   without rejections.  An interval shorter than three time buckets (or with fewer than 16
+   admitted replies) is too noisy to trust: the pacer then paces at 1.2 times that estimate, so
+   the server keeps pushing back and the measurement goes on.  Without an estimate, pushback
+   to an attempt reserved at the current rate lowers the rate once per round: the round ends
+   when a slot reserved after the last decrease is pushed back (the admission carries its
+   round), so the pushback of an attempt reserved earlier, or sent unpaced, is not reacted to
+   twice.
 2. **Pacing.**  Every attempt to a paced server, the first attempt of an operation included,
    reserves the next free send slot: ``slot = max(now, next_slot)``, ``next_slot = slot + 1/rate``.
    The adapter waits ``slot - now`` locally (``time.sleep`` or ``asyncio.sleep``) and then sends.
@@ -27,17 +32,25 @@ admitted attempts in coarse time buckets so the rate is known when it is needed)
    whose deadline ends right at the slot: the attempt is sent, the server admits it, the client
    times out before the reply, the server's capacity is spent on replies nobody reads, and the
    admitted rate (which counts replies only) sinks, so the next pushback lowers the pace too.
+   The margin never takes more than half the time left: an estimate inflated by a stall must
+   not refuse every caller (nothing would be sent, and no reply would correct it).
 3. **Probing.**  While the server stops pushing back, the rate climbs along a cubic curve
    anchored at the last pushback (the CUBIC shape of TCP and of the AWS SDK's adaptive mode,
    normalised by the rate so it is scale free)::
 
-       rate(t) = peak * (1 + adaptive_growth * (t - K) ** 3),  K = cbrt((1 - decrease) / growth)
+       rate(t) = capacity * (1 + adaptive_growth * (t - hold - K) ** 3),
+       K = cbrt((1 - decrease) / growth)
 
-   with ``peak = rate_at_pushback / adaptive_decrease``: flat near the rate the server admitted,
-   then faster and faster, so a server that recovered is found again within seconds.
+   flat near the capacity, then faster and faster, so a server that recovered is found again.
+   A probe above the capacity costs rejections for as long as the slots reserved at the probe's
+   rate last (the feedback is as late as the queue is long, and in a closed loop a rejected
+   caller's retry waits its turn again), so each probing cycle that finds the capacity where it
+   was (within 10 %) doubles ``hold``: 0, 1, then at most 3 windows; a cycle that finds
+   another capacity resets it.
 4. **Reopening.**  The pacer opens again (back to the inert state) when the server has not pushed
-   back for ``adaptive_window`` seconds and either no caller had to wait during that time (the
-   pacing limits nothing) or the probe has reached ``REOPEN_FACTOR`` times the last peak.
+   back for ``adaptive_window`` seconds and either no caller had to wait, nor was refused, during
+   that time (the pacing limits nothing) or the probe has reached ``REOPEN_FACTOR`` times the
+   capacity.
 
 All state changes happen under one ``threading.Lock`` per pacer held only around arithmetic
 (never across a sleep, an await or I/O), so one :class:`AdmissionControl` serves threads, Motor's
@@ -50,6 +63,7 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol, Union
@@ -85,10 +99,14 @@ REOPEN_FACTOR = 4.0
 """The probe reopens a pacer once its rate reaches this multiple of the last peak."""
 
 _BUCKETS = 10  # time buckets per measurement window
-_ROUND_SAMPLES = 8  # admitted attempts needed to trust the rate measured since the last decrease
 _LATENCY_RISE = 0.5  # weight of a slot-to-reply time above the estimate (follows rises fast)
 _LATENCY_FALL = 0.05  # weight of one below it (forgets slowly)
 _LATENCY_MARGIN = 2.0  # the deadline bound keeps this multiple of the estimate for the reply
+_ESTIMATE_SAMPLES = 16  # admitted attempts between two pushbacks needed for a capacity estimate
+_ESTIMATE_SPAN = 3  # time buckets between two pushbacks needed to trust the estimate
+_PROVISIONAL = 1.2  # pace at this multiple of an estimate not yet trusted (keeps it measured)
+_MARKS = 256  # pushbacks remembered for the estimate (within one window)
+_MAX_CONFIRMED = 2  # the probe waits up to (2**2 - 1) windows once the capacity is confirmed
 
 
 @dataclass(frozen=True)
@@ -157,7 +175,10 @@ class ServerPacer:
         self._last_wait = -math.inf
         self._pushbacks = 0
         self._first_sample: Optional[float] = None
-        self._round_admitted = 0
+        self._admitted_total = 0
+        self._marks: deque[tuple[float, int]] = deque(maxlen=_MARKS)
+        self._capacity: Optional[float] = None
+        self._confirmed = 0
         self._bucket_ids = [-1] * _BUCKETS
         self._counts = [0] * _BUCKETS
         self._latency = 0.0
@@ -193,7 +214,7 @@ class ServerPacer:
             self._bucket_ids[slot] = bucket
             self._counts[slot] = 0
         self._counts[slot] += 1
-        self._round_admitted += 1
+        self._admitted_total += 1
         if self._first_sample is None:
             self._first_sample = now
 
@@ -216,7 +237,8 @@ class ServerPacer:
 
     def _rate_at(self, now: float) -> float:
         """The paced rate at ``now`` (the cubic probe anchored at the last pushback)."""
-        t = max(0.0, now - self._epoch) - self._plateau
+        hold = self._window * ((1 << self._confirmed) - 1)
+        t = max(0.0, now - self._epoch - hold) - self._plateau
         return max(self._min_rate, self._peak * (1.0 + self._growth * t * t * t))
 
     def record_pushback(self, now: float, round_: Optional[int] = None) -> None:
@@ -224,27 +246,72 @@ class ServerPacer:
         with self._lock:
             self._pushbacks += 1
             self._last_pushback = now
-            if self.paced and round_ != self._round:
-                return  # an attempt reserved before the last decrease: already reacted to
-            measured = self._measured_rate(now)
-            elapsed = now - self._epoch
-            if self.paced and self._round_admitted >= _ROUND_SAMPLES and elapsed > 0:
-                # Pushback means the server's own bucket is empty now, and it was at the last
-                # decrease too: what it admitted in between is what it admits, burst excluded.
-                measured = min(measured, self._round_admitted / elapsed)
-            measured = max(measured, self._min_rate)
             if not self.paced:
+                # First contact: what the server admitted over the window includes its burst
+                # allowance, so this first rate is only an upper bound; the next pushback
+                # measures the rate itself.
+                measured = max(self._measured_rate(now), self._min_rate)
                 self.paced = True
                 self._next_slot = now
                 self._last_wait = -math.inf
-                rate = measured
-            else:
-                rate = min(self._rate_at(now), measured)
-            rate = max(self._decrease * rate, self._min_rate)
-            self._peak = rate / self._decrease
-            self._epoch = now
-            self._round_admitted = 0
-            self._round += 1
+                self._marks.clear()
+                self._marks.append((now, self._admitted_total))
+                self._capacity = None
+                self._confirmed = 0
+                self._decrease_to(now, measured)
+                return
+            estimate = self._capacity_since_marks(now)
+            if estimate is not None and not estimate[1]:
+                # Too short an interval to trust: pace a little above it, so the server keeps
+                # pushing back (the measurement goes on) while few attempts are wasted.
+                rate = min(_PROVISIONAL * estimate[0], self._rate_at(now))
+                self._decrease_to(now, rate / self._decrease)
+                return
+            if estimate is not None:
+                capacity = estimate[0]
+                if now - self._epoch >= self._window:
+                    # A new probing cycle ended: did it find the capacity where it was?
+                    previous = self._capacity
+                    if previous is not None and abs(capacity - previous) <= 0.1 * previous:
+                        self._confirmed = min(self._confirmed + 1, _MAX_CONFIRMED)
+                    else:
+                        self._confirmed = 0
+                # Pushback also says the server admits no more than this client sends now.
+                ceiling = max(self._rate_at(now), self._peak)
+                capacity = min(capacity, ceiling)
+                self._capacity = capacity
+                self._decrease_to(now, capacity)
+                return
+            if round_ != self._round:
+                return  # an attempt reserved before the last decrease: already reacted to
+            measured = max(self._measured_rate(now), self._min_rate)
+            self._decrease_to(now, min(self._rate_at(now), measured))
+
+    def _capacity_since_marks(self, now: float) -> Optional[tuple[float, bool]]:
+        """The server's admitted rate between an earlier pushback and this one (lock held).
+
+        Both pushbacks found the server's bucket empty, so what it admitted in between is its
+        rate for this client, its burst allowance excluded.  The earliest pushback within the
+        last window is the start (the longest interval: the least noise); None until that
+        interval holds enough admitted attempts.
+        """
+        marks = self._marks
+        marks.append((now, self._admitted_total))
+        while len(marks) > 2 and marks[1][0] <= now - self._window:
+            marks.popleft()
+        start, admitted_then = marks[0]
+        admitted = self._admitted_total - admitted_then
+        elapsed = now - start
+        if admitted < _ESTIMATE_SAMPLES or elapsed <= 0.0:
+            return None
+        return admitted / elapsed, elapsed >= _ESTIMATE_SPAN * self._width
+
+    def _decrease_to(self, now: float, admitted: float) -> None:
+        """Pace at ``adaptive_decrease`` times ``admitted`` and restart the probe (lock held)."""
+        rate = max(self._decrease * admitted, self._min_rate)
+        self._peak = rate / self._decrease
+        self._epoch = now
+        self._round += 1
 
     # -- admission -------------------------------------------------------------------------------
 
@@ -264,14 +331,17 @@ class ServerPacer:
             slot = max(now, self._next_slot)
             wait = slot - now
             if deadline_bound:
-                # The reply must arrive before the deadline too, not only the send.
-                limit -= _LATENCY_MARGIN * self._latency
+                # The reply must arrive before the deadline too, not only the send.  The margin
+                # is at most half the time left: an estimate inflated by a stall must not refuse
+                # every caller (nothing would be sent, and nothing would correct it).
+                limit -= min(_LATENCY_MARGIN * self._latency, limit / 2.0)
             if wait > limit:
                 reason = (
                     StopReason.LOCAL_WAIT_DEADLINE
                     if deadline_bound
                     else StopReason.LOCAL_WAIT_LIMIT
                 )
+                self._last_wait = now  # the pacing limits callers: it must not reopen
                 return Refusal(reason, wait)
             self._next_slot = slot + 1.0 / self._rate_at(now)
             if wait > 0.0:

@@ -241,6 +241,8 @@ CURRENT_SPEC = Policy(
 ADAPTIVE = Policy(
     name="adaptive",
     adaptive=True,
+    adaptive_decrease=0.97,
+    adaptive_growth=0.03,
     budget_scope="server",
     budget_mode="ratio",
     budget_capacity=10.0,
@@ -248,9 +250,11 @@ ADAPTIVE = Policy(
 """Hold the caller, not the server: per-server pacing learned from pushback, per-server budgets.
 
 Once a server answers with an overload error, every attempt to it (first attempts included)
-waits locally for a slot at the rate that server was measured to admit, within the operation's
-deadline and ``max_local_wait``; the rate follows a cubic probe back up while the server stops
-pushing back, and the server returns to unthrottled once the pacing no longer limits anything.
+waits locally for a slot at 0.97 times the rate that server was measured to admit (between two
+pushbacks, so its burst allowance is left out), within the operation's deadline and
+``max_local_wait``; the rate follows a gentle cubic probe (growth 0.03) back up while the server
+stops pushing back, and the server returns to unthrottled once the pacing no longer limits
+anything.
 Retries draw on per-server "ratio" budgets (10 tokens, +0.1 per success).
 """
 

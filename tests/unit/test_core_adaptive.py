@@ -69,14 +69,14 @@ def test_open_pacer_sends_everything_at_once_and_creates_nothing() -> None:
 
 
 def test_first_pushback_paces_at_decrease_times_the_measured_rate() -> None:
-    """A server that admitted 200/s and then pushes back is paced at 0.9 x 200/s."""
+    """A server that admitted 200/s and then pushes back is paced at adaptive_decrease x 200/s."""
     clock = FakeClock()
     control = AdmissionControl(ADAPTIVE, clock=clock)
     admitted(control, clock, A, 200.0, 2.0)
     control.record(A, overloaded=True)
     snap = control.snapshot()[A]
     assert snap.paced
-    assert snap.rate == pytest.approx(180.0, rel=0.02)
+    assert snap.rate == pytest.approx(200.0 * ADAPTIVE.adaptive_decrease, rel=0.02)
     assert control.is_paced(A)
     assert not control.is_paced(B)
     assert control.pushing_back()
@@ -103,7 +103,7 @@ def test_paced_attempts_get_consecutive_slots_in_arrival_order() -> None:
 def test_wait_past_max_local_wait_is_refused_without_reserving() -> None:
     """A wait longer than max_local_wait is refused and leaves the queue as it was."""
     clock = FakeClock()
-    policy = ADAPTIVE.replace(max_local_wait=0.05, adaptive_min_rate=1.0)
+    policy = ADAPTIVE.replace(max_local_wait=0.05, adaptive_min_rate=1.0, adaptive_decrease=0.9)
     control = AdmissionControl(policy, clock=clock)
     admitted(control, clock, A, 100.0, 1.0)
     control.record(A, overloaded=True)  # paced at about 90/s
@@ -156,8 +156,8 @@ def test_pushback_reacts_once_per_round() -> None:
     assert control.snapshot()[A].rate == second
 
 
-def test_round_measurement_excludes_the_server_burst() -> None:
-    """After a burst, the rate admitted between two pushbacks sets the pace, not the burst."""
+def test_capacity_measured_between_pushbacks_excludes_the_server_burst() -> None:
+    """After a burst, what the server admitted between two pushbacks sets the pace."""
     clock = FakeClock()
     control = AdmissionControl(ADAPTIVE, clock=clock)
     admitted(control, clock, A, 2000.0, 0.1)  # a 200-token burst drained in 0.1 s
@@ -167,10 +167,53 @@ def test_round_measurement_excludes_the_server_burst() -> None:
     assert inflated > 1000
     admission = control.admit(A)
     assert isinstance(admission, Admission)
-    admitted(control, clock, A, 200.0, 0.2)  # then the server's real rate
+    admitted(control, clock, A, 200.0, 0.5)  # then the server's real rate
     control.record(A, overloaded=True, admission=admission)
-    rate = control.snapshot()[A].rate
-    assert rate == pytest.approx(180.0, rel=0.05)
+    snap = control.snapshot()[A]
+    assert snap.peak == pytest.approx(200.0, rel=0.02)
+    assert snap.rate == pytest.approx(200.0 * ADAPTIVE.adaptive_decrease, rel=0.02)
+    # Pushback from attempts reserved earlier measures again: the capacity holds, no ratchet.
+    for _ in range(20):
+        admitted(control, clock, A, 200.0, 0.05)
+        control.record(A, overloaded=True, admission=admission)
+    assert control.snapshot()[A].peak == pytest.approx(200.0, rel=0.02)
+
+
+def test_a_short_measurement_paces_a_little_above_it() -> None:
+    """Between two close pushbacks the estimate is noisy: pace at 1.2x it, so pushback goes on."""
+    clock = FakeClock()
+    control = AdmissionControl(ADAPTIVE, clock=clock)
+    admitted(control, clock, A, 2000.0, 0.1)
+    control.record(A, overloaded=True)
+    admitted(control, clock, A, 200.0, 0.1)  # 20 admitted in 0.1 s: enough samples, too short
+    control.record(A, overloaded=True)
+    assert control.snapshot()[A].rate == pytest.approx(1.2 * 200.0, rel=0.02)
+
+
+def test_a_confirmed_capacity_holds_the_probe_longer() -> None:
+    """Each probing cycle that finds the same capacity lengthens the hold before the next probe."""
+    clock = FakeClock()
+    policy = ADAPTIVE.replace(adaptive_decrease=0.9, adaptive_growth=0.1)  # plateau K = 1 s
+    control = AdmissionControl(policy, clock=clock)
+    admitted(control, clock, A, 2000.0, 0.1)
+    control.record(A, overloaded=True)
+    admitted(control, clock, A, 100.0, 0.5)
+    control.record(A, overloaded=True)  # capacity 100/s measured, paced at 90/s
+    pacer = control.pacer(A)
+    holds = []
+    for _ in range(4):
+        start = clock.now
+        # The rate passes the peak once the hold and the plateau K have passed.
+        held = next(
+            t / 10 for t in range(1, 200) if (pacer.snapshot(start + t / 10).rate or 0) > 100.01
+        )
+        holds.append(held)
+        admitted(control, clock, A, 100.0, 1.2)  # the server admits 100/s: same capacity
+        control.record(A, overloaded=True)
+    assert holds[0] == pytest.approx(1.2, abs=0.05)  # no hold yet: just past K
+    assert holds[1] == pytest.approx(1.0 + 1.2, abs=0.05)  # confirmed once: 1 window
+    assert holds[2] == pytest.approx(3.0 + 1.2, abs=0.05)  # twice: 3 windows
+    assert holds[3] == pytest.approx(3.0 + 1.2, abs=0.05)  # at most 3 windows
 
 
 def test_rate_follows_the_cubic_probe_while_the_server_is_quiet() -> None:
@@ -226,9 +269,39 @@ def test_pacer_reopens_when_the_probe_outgrows_the_peak_under_full_demand() -> N
             opened_at = clock.now - start
             break
     assert opened_at is not None
-    # rate(t) = peak (1 + 0.1 (t - 1)^3) reaches 4 x peak at t = 1 + cbrt(30) ~ 4.1 s
-    assert opened_at == pytest.approx(1 + 30 ** (1 / 3), abs=0.1)
+    # rate(t) = peak (1 + g (t - K)^3), K = cbrt((1 - d) / g), reaches 4 x peak at
+    # t = K + cbrt(3 / g)
+    d, g = ADAPTIVE.adaptive_decrease, ADAPTIVE.adaptive_growth
+    expected = ((1 - d) / g) ** (1 / 3) + (3 / g) ** (1 / 3)
+    assert opened_at == pytest.approx(expected, abs=0.1)
     assert REOPEN_FACTOR == 4.0
+
+
+def test_refused_callers_keep_the_pacer_closed() -> None:
+    """A pacer that refuses callers limits them: it does not reopen as if nobody waited."""
+    clock = FakeClock()
+    control = AdmissionControl(ADAPTIVE.replace(adaptive_growth=0.001), clock=clock)
+    admitted(control, clock, A, 100.0, 1.0)
+    control.record(A, overloaded=True)
+    for _ in range(300):  # a queue three seconds deep, then only refusals for two seconds
+        assert isinstance(control.admit(A, deadline=clock.now + 5.0), Admission)
+    for _ in range(200):
+        clock.advance(0.01)
+        assert isinstance(control.admit(A, deadline=clock.now + 0.05), Refusal)
+    assert control.is_paced(A)
+
+
+def test_an_inflated_reply_time_never_refuses_every_caller() -> None:
+    """The reply-time margin takes at most half the time left, so a stall cannot lock out."""
+    clock = FakeClock()
+    control = AdmissionControl(ADAPTIVE, clock=clock)
+    admitted(control, clock, A, 100.0, 1.0)
+    control.record(A, overloaded=True)
+    admission = control.admit(A, deadline=clock.now + 1.0)
+    assert isinstance(admission, Admission)
+    clock.advance(0.9)  # one reply after a 0.9 s stall: estimate 0.45 s, margin 0.9 s
+    control.record(A, overloaded=False, admission=admission)
+    assert isinstance(control.admit(A, deadline=clock.now + 1.0), Admission)
 
 
 def test_rate_never_goes_below_min_rate() -> None:
