@@ -451,8 +451,9 @@ def _overload_md(section: dict[str, Any], config: dict[str, Any]) -> list[str]:
         "",
         "App errors: operations that raised plus arrivals never sent (deadline passed before a "
         f"worker was free). Physical min: {oracle}; for a closed loop that log depends on the "
-        "policy, so the closed-loop goals also use the policy-independent floor "
-        "max(0, 1 - C·wait/N). Attempts/op: workload commands the server received per "
+        "policy; the closed loop's error goal (<= 1%) applies only when N/C is below the wait "
+        "an operation is allowed, and otherwise the policy-independent floor "
+        "max(0, 1 - C·wait/N) is shown, not judged. Attempts/op: workload commands the server received per "
         "operation. Goodput: successes/s (open loop: in the overload or burst phase; closed "
         "loop: after the first second). p50/p99: successful operations. Local waits: the "
         "policy's local-wait events (- : it reports none). Never sent: operations that raised "

@@ -323,25 +323,39 @@ def _num(value: Optional[float], digits: int = 2) -> str:
 Judge = Callable[[ScenarioRun], tuple[Optional[bool], str]]
 
 
+def _verdict(ok: bool) -> str:
+    """One sub-goal's verdict as a word."""
+    return "met" if ok else "NOT met"
+
+
 def _closed_judge(plan: OverloadPlan) -> Judge:
-    """The closed-loop goals: errors, attempts per op, goodput and p99, all at once."""
+    """The closed-loop goals of the adaptive-policy issue, all at once.
+
+    App errors <= 1 % applies only "whenever workers / capacity is below the wait an operation
+    is allowed": with more workers than the deadline's worth of capacity, some operations must
+    fail and how many depends on how fast a failure returns, so no bound is judged (the
+    policy-independent floor max(0, 1 - C*W/N) is shown for reference).  The others always
+    apply: attempts per operation <= 1.1, goodput >= 95 % of C, p99 <= 2 N/C + 100 ms.
+    """
 
     def judge(run: ScenarioRun) -> tuple[Optional[bool], str]:
-        floor = run.floor_fraction or 0.0
-        error_bound = max(0.01, 1.1 * floor)
         p99_bound = 2.0 * run.workers / run.capacity * 1000.0 + 100.0
-        checks = [
-            run.error_fraction <= error_bound,
-            run.attempts_per_op is not None and run.attempts_per_op <= 1.1,
-            run.goodput >= 0.95 * run.capacity,
-            run.p99_ms is not None and run.p99_ms <= p99_bound,
-        ]
+        applies = run.workers / run.capacity < plan.allowed_wait
+        errors_ok = run.error_fraction <= 0.01 if applies else True
+        attempts_ok = run.attempts_per_op is not None and run.attempts_per_op <= 1.1
+        goodput_ok = run.goodput >= 0.95 * run.capacity
+        p99_ok = run.p99_ms is not None and run.p99_ms <= p99_bound
+        if applies:
+            errors = f"errors {_pct(run.error_fraction)} (<= 1%: {_verdict(errors_ok)})"
+        else:
+            floor = run.floor_fraction or 0.0
+            errors = f"errors {_pct(run.error_fraction)} (not judged; floor {_pct(floor)})"
         figures = (
-            f"errors {_pct(run.error_fraction)} (<= {_pct(error_bound)}), attempts/op "
-            f"{_num(run.attempts_per_op)}, goodput {run.goodput / run.capacity:.0%} of C, "
-            f"p99 {_num(run.p99_ms, 0)} ms (<= {p99_bound:,.0f})"
+            f"{errors}, attempts/op {_num(run.attempts_per_op)} ({_verdict(attempts_ok)}), "
+            f"goodput {run.goodput / run.capacity:.0%} of C ({_verdict(goodput_ok)}), "
+            f"p99 {_num(run.p99_ms, 0)} ms (<= {p99_bound:,.0f}: {_verdict(p99_ok)})"
         )
-        return all(checks), figures
+        return errors_ok and attempts_ok and goodput_ok and p99_ok, figures
 
     return judge
 
@@ -351,8 +365,9 @@ def _open_judge(run: ScenarioRun) -> tuple[Optional[bool], str]:
     attempts_ok = run.attempts_per_op is not None and run.attempts_per_op <= 1.1
     errors_ok = run.app_errors <= 1.1 * run.physical_min
     return errors_ok and attempts_ok, (
-        f"errors {run.app_errors:,} vs min {run.physical_min:,} (x{_num(run.vs_min)}), "
-        f"attempts/op {_num(run.attempts_per_op)}"
+        f"errors {run.app_errors:,} vs min {run.physical_min:,} (x{_num(run.vs_min)}: "
+        f"{_verdict(errors_ok)}), attempts/op {_num(run.attempts_per_op)} "
+        f"({_verdict(attempts_ok)})"
     )
 
 
@@ -365,8 +380,9 @@ def _hot_judge(run: ScenarioRun) -> tuple[Optional[bool], str]:
         run.p99_ms is not None and run.p99_ms <= 100.0,
     ]
     return all(checks), (
-        f"errors {_pct(run.error_fraction)}, budget refused {refused:,}, "
-        f"p99 {_num(run.p99_ms, 0)} ms"
+        f"errors {_pct(run.error_fraction)} (<= 1%: {_verdict(checks[0])}), budget refused "
+        f"{refused:,} ({_verdict(checks[1])}), p99 {_num(run.p99_ms, 0)} ms "
+        f"(<= 100: {_verdict(checks[2])})"
     )
 
 
@@ -384,9 +400,14 @@ def evaluate_goals(runs: Sequence[ScenarioRun], plan: OverloadPlan) -> list[Goal
         if kind == "closed":
             workers = mine[0].workers
             waits = workers / mine[0].capacity
+            errors = (
+                "errors <= 1%"
+                if waits < plan.allowed_wait
+                else "errors not judged (N/C >= wait)"
+            )
             text = (
                 f"closed loop {workers} workers (N/C = {waits:.2f} s vs wait "
-                f"{plan.allowed_wait:g} s): errors <= max(1%, 1.1 x floor), attempts/op <= 1.1, "
+                f"{plan.allowed_wait:g} s): {errors}, attempts/op <= 1.1, "
                 f"goodput >= 95% C, p99 <= 2N/C + 100 ms"
             )
             judge: Judge = closed

@@ -41,7 +41,12 @@ class RetryEvent:
 
 @dataclass(frozen=True)
 class GiveUpEvent:
-    """An operation stopped retrying and its last error is being raised."""
+    """An operation stopped retrying and its last error is being raised.
+
+    Also sent when the adaptive pacing refused an attempt locally (``reason`` is
+    ``LOCAL_WAIT_DEADLINE`` or ``LOCAL_WAIT_LIMIT``); ``attempts`` then counts the attempts sent
+    before it, 0 when the first attempt was refused.
+    """
 
     operation: str
     attempts: int

@@ -183,8 +183,26 @@ class OperationRetries:
         self._finish(succeeded=True, reason=None)
 
     def stopped(self, reason: StopReason) -> None:
-        """Record why the operation stops when no ``failed`` decided it (a local refusal)."""
+        """Record that the operation gives up without a decision of ``failed`` (a local refusal).
+
+        Listeners get a ``GiveUpEvent`` with ``reason`` (so the give-ups metric counts local
+        refusals of first attempts and of retries alike); ``attempts`` is what was sent, 0 when
+        the first attempt was refused.  Not logged here: the admission gate logs refusals.
+        """
         self._stop_reason = reason
+        event = GiveUpEvent(
+            operation=self._operation,
+            attempts=self._ledger.attempts,
+            reason=reason,
+            total_backoff=self._total_backoff,
+            servers=self.servers,
+            error_code=None,
+        )
+        for listener in self._listeners:
+            try:
+                listener.gave_up(event)
+            except Exception:
+                self._logger.exception("backpressure retry listener %r failed", listener)
 
     def ended(self) -> None:
         """Report the operation as finished with an error, if no outcome was reported yet.

@@ -210,6 +210,11 @@ async def test_prometheus_counts_local_waits_and_refusals(
     assert [(s.name, s.labels, s.value) for s in refusals] == [
         ("backpressure_local_refusals_total", {"reason": "local_wait_limit"}, 1.0)
     ]
+    # The refused insert was a first attempt: it gave up too, and the give-ups count it.
+    giveups = families["backpressure_giveups"]
+    assert [(s.name, s.labels, s.value) for s in giveups] == [
+        ("backpressure_giveups_total", {"reason": "local_wait_limit"}, 1.0)
+    ]
 
 
 def test_prometheus_enable_twice_returns_the_same_exporter(registry: CollectorRegistry) -> None:

@@ -305,3 +305,21 @@ def test_error_with_raising_code_property() -> None:
     event = recorder.events[0]
     assert isinstance(event, RetryEvent)
     assert event.error_code is None
+
+
+@pytest.mark.parametrize("sent", [0, 1])
+def test_local_refusal_is_a_give_up_with_the_attempts_sent(sent: int) -> None:
+    """stopped(reason): listeners get a GiveUpEvent, for a refused first attempt (0 sent) too."""
+    recorder = Recorder()
+    ops = make(DRAFT, recorder)
+    if sent:
+        ops.attempt_started(A)
+        decision = ops.failed(overload())
+        assert isinstance(decision, Retry)
+    ops.stopped(StopReason.LOCAL_WAIT_DEADLINE)
+    gave_up = [e for e in recorder.events if isinstance(e, GiveUpEvent)]
+    assert len(gave_up) == 1
+    assert gave_up[0].reason is StopReason.LOCAL_WAIT_DEADLINE
+    assert gave_up[0].attempts == sent
+    assert gave_up[0].error_code is None
+    assert ops.summary().stop_reason is StopReason.LOCAL_WAIT_DEADLINE
