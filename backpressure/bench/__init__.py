@@ -453,9 +453,10 @@ def _overload_md(section: dict[str, Any], config: dict[str, Any]) -> list[str]:
         f"worker was free). Physical min: {oracle}; for a closed loop that log depends on the "
         "policy; the closed loop's error goal (<= 1%) applies only when N/C is below the wait "
         "an operation is allowed, and otherwise the policy-independent floor "
-        "max(0, 1 - C·wait/N) is shown, not judged. Attempts/op: workload commands the server received per "
-        "operation. Goodput: successes/s (open loop: in the overload or burst phase; closed "
-        "loop: after the first second). p50/p99: successful operations. Local waits: the "
+        "max(0, 1 - C·wait/N) is shown, not judged. Attempts/op: workload commands the "
+        "server received per operation. Goodput: successes/s (open loop: in the overload or "
+        "burst phase; closed loop: after the first second). p50/p99: successful operations. "
+        "Local waits: the "
         "policy's local-wait events (- : it reports none). Never sent: operations that raised "
         "without any attempt reaching the network (refused locally). Budget refused: retries "
         f"the retry budget refused (- : no budget).{unavailable}",

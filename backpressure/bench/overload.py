@@ -401,9 +401,7 @@ def evaluate_goals(runs: Sequence[ScenarioRun], plan: OverloadPlan) -> list[Goal
             workers = mine[0].workers
             waits = workers / mine[0].capacity
             errors = (
-                "errors <= 1%"
-                if waits < plan.allowed_wait
-                else "errors not judged (N/C >= wait)"
+                "errors <= 1%" if waits < plan.allowed_wait else "errors not judged (N/C >= wait)"
             )
             text = (
                 f"closed loop {workers} workers (N/C = {waits:.2f} s vs wait "
