@@ -10,6 +10,8 @@ from backpressure.core.decision import StopReason
 
 __all__ = [
     "GiveUpEvent",
+    "HedgeEvent",
+    "HedgeListener",
     "OperationFinishedEvent",
     "OperationListener",
     "RetryEvent",
@@ -88,6 +90,30 @@ class OperationFinishedEvent:
     def total_backoff(self) -> float:
         """Sum of the granted backoff delays, in seconds."""
         return sum(self.retry_delays)
+
+
+@dataclass(frozen=True)
+class HedgeEvent:
+    """A hedged copy of a read was sent to ``server`` while the first attempt had no reply.
+
+    ``hedge`` numbers the hedges of the read (1 for the first); ``after`` is the time since the
+    read started, in seconds; ``first_server`` is where the first attempt went (None when it was
+    not selected yet); ``budget_tokens`` what ``server``'s budget holds after the hedge's token.
+    """
+
+    operation: str
+    server: Address
+    first_server: Optional[Address]
+    hedge: int
+    after: float
+    budget_tokens: float
+
+
+class HedgeListener(Protocol):
+    """Receives one event per hedge sent (a RetryListener may implement it too)."""
+
+    def hedged(self, event: HedgeEvent) -> None:
+        """Called when a hedged copy of a read is sent."""
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ __all__ = [
     "CURRENT_SPEC",
     "DEFAULT_POLICY",
     "DRAFT",
+    "HEDGE_DELAY_LIMIT",
+    "MAX_HEDGES_LIMIT",
     "PRESETS",
     "InvalidPolicyError",
     "Policy",
@@ -47,7 +49,7 @@ _BOOL_FIELDS = (
     "respect_retry_options",
     "adaptive",
 )
-_INT_FIELDS = ("max_retries", "first_retry_exponent")
+_INT_FIELDS = ("max_retries", "first_retry_exponent", "max_hedges")
 _FLOAT_FIELDS = (
     "base_backoff",
     "max_backoff",
@@ -62,8 +64,13 @@ _FLOAT_FIELDS = (
     "adaptive_window",
     "adaptive_growth",
     "adaptive_min_rate",
+    "hedge_pushback_hold",
 )
 _MAX_RETRIES_LIMIT = 100
+MAX_HEDGES_LIMIT = 4
+"""Largest ``Policy.max_hedges`` (gRPC A6 caps maxAttempts, the original included, at 5)."""
+HEDGE_DELAY_LIMIT = 3600.0
+"""Largest ``Policy.hedge_delay``, in seconds."""
 
 BUDGET_SCOPES: tuple[str, ...] = ("client", "server")
 """Allowed ``Policy.budget_scope`` values: one budget per client, or one per server address."""
@@ -153,6 +160,13 @@ class Policy:
     """Cubic growth constant of the paced rate while a server stops pushing back (> 0)."""
     adaptive_min_rate: float = 1.0
     """Lowest paced rate, in attempts per second (> 0)."""
+    hedge_delay: Optional[float] = None
+    """Send a hedged read to another eligible member after this many seconds without a reply
+    (0..3600; None: hedging off, the default).  See :mod:`backpressure.core.hedging`."""
+    max_hedges: int = 1
+    """Hedged copies of one read at most, 1..4 (one more every ``hedge_delay``)."""
+    hedge_pushback_hold: float = 2.0
+    """No hedge is sent for this many seconds after any server's overload error (> 0)."""
     name: str = dataclasses.field(default="custom", compare=False)
     """Label for logs and reprs (not compared); presets: "draft", "current", "adaptive"."""
 
@@ -220,6 +234,26 @@ class Policy:
             raise _bad("adaptive_growth", self.adaptive_growth, "a number > 0")
         if self.adaptive_min_rate <= 0:
             raise _bad("adaptive_min_rate", self.adaptive_min_rate, "a number > 0")
+        self._validate_hedging()
+
+    def _validate_hedging(self) -> None:
+        """Validate the hedging fields (``hedge_delay`` may be None)."""
+        delay = self.hedge_delay
+        allowed = f"None or a number in 0..{HEDGE_DELAY_LIMIT:g} (seconds)"
+        if delay is not None:
+            if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+                raise _bad("hedge_delay", delay, allowed)
+            if not 0 <= delay <= HEDGE_DELAY_LIMIT:  # NaN and infinities fail too
+                raise _bad("hedge_delay", delay, allowed)
+        if not 1 <= self.max_hedges <= MAX_HEDGES_LIMIT:
+            raise _bad("max_hedges", self.max_hedges, f"an int in 1..{MAX_HEDGES_LIMIT}")
+        if self.hedge_pushback_hold <= 0:
+            raise _bad("hedge_pushback_hold", self.hedge_pushback_hold, "a number > 0")
+
+    @property
+    def hedging(self) -> bool:
+        """Whether reads are hedged (``hedge_delay`` is set)."""
+        return self.hedge_delay is not None
 
     def replace(self, **changes: Any) -> Policy:
         """Return a copy with ``changes`` applied (validated again)."""

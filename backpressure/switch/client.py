@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 import pymongo
 
-from backpressure.adapters import seams
+from backpressure.adapters import hedging, seams
 from backpressure.core.adaptive import admission_for
 from backpressure.core.budget import Budget
 from backpressure.core.client_state import STATE_ATTRIBUTE, ClientState
@@ -94,7 +94,8 @@ def validate_listeners(listeners: object, option: str = "listeners") -> tuple[An
     """Return ``listeners`` as a tuple after checking that each one is a listener.
 
     A listener implements ``retried`` and ``gave_up`` (``RetryListener``), or
-    ``operation_finished`` (``OperationListener``), or both.
+    ``operation_finished`` (``OperationListener``), or ``hedged`` (``HedgeListener``), or
+    several of them.
 
     Raises:
         InvalidPolicyError: ``listeners`` is not a list or tuple, or an item is no listener
@@ -108,10 +109,12 @@ def validate_listeners(listeners: object, option: str = "listeners") -> tuple[An
     for index, listener in enumerate(listeners):
         retry = all(callable(getattr(listener, name, None)) for name in ("retried", "gave_up"))
         finished = callable(getattr(listener, "operation_finished", None))
-        if not (retry or finished):
+        hedges = callable(getattr(listener, "hedged", None))
+        if not (retry or finished or hedges):
             raise InvalidPolicyError(
                 f"{option}[{index}] must be a listener (a RetryListener with retried and "
-                f"gave_up, or an OperationListener with operation_finished), got {listener!r}"
+                f"gave_up, an OperationListener with operation_finished, or a HedgeListener "
+                f"with hedged), got {listener!r}"
             )
     return tuple(listeners)
 
@@ -181,7 +184,9 @@ def enable(
     adapter = _adapter(target)
     # Every seam is probed before anything is changed: a mismatch leaves the client untouched.
     seams.guard(target, adapter.seam_problems(target))
+    hedging.uninstall(target)  # hedging wraps the adapter's methods: off while they change
     adapter.install(target, new_state)
+    hedging.install(target, new_state)  # a no-op unless the policy sets hedge_delay
     setattr(target, STATE_ATTRIBUTE, new_state)
     registry.track(target, new_state)
     return client
@@ -201,6 +206,7 @@ def disable(client: C) -> C:
     target = _pymongo_client(client)
     if getattr(target, STATE_ATTRIBUTE, None) is None:
         return client
+    hedging.uninstall(target)
     _adapter(target).uninstall(target)
     vars(target).pop(STATE_ATTRIBUTE, None)
     registry.untrack(target)

@@ -1,4 +1,5 @@
-"""Our URI and keyword options: backpressure, maxAdaptiveRetries, enableOverloadRetargeting.
+"""Our URI and keyword options: backpressure, maxAdaptiveRetries, enableOverloadRetargeting,
+hedgeDelayMS and maxHedges.
 
 Theory of operation: the client classes take these options out of the URI and the keyword
 arguments before pymongo sees them, so pymongo < 4.17 never meets an option it does not know and
@@ -6,7 +7,8 @@ pymongo >= 4.17 gets its own two options only in the form the adapter chooses.  
 invalid value in a URI is reported with a ``UserWarning`` and ignored (``warn=False`` raises
 instead), while an invalid keyword argument raises :class:`~backpressure.InvalidPolicyError`
 naming the option and the allowed values.  ``maxAdaptiveRetries`` overrides ``Policy.max_retries``
-and ``enableOverloadRetargeting`` overrides ``Policy.retarget``.
+and ``enableOverloadRetargeting`` overrides ``Policy.retarget``; ``hedgeDelayMS`` (milliseconds)
+sets ``Policy.hedge_delay`` (seconds) and ``maxHedges`` sets ``Policy.max_hedges``.
 """
 
 from __future__ import annotations
@@ -19,13 +21,22 @@ from collections.abc import Mapping
 from typing import Any, Optional, Union
 from urllib.parse import unquote_plus
 
-from backpressure.core.policy import _MAX_RETRIES_LIMIT, InvalidPolicyError, Policy, resolve_policy
+from backpressure.core.policy import (
+    _MAX_RETRIES_LIMIT,
+    HEDGE_DELAY_LIMIT,
+    MAX_HEDGES_LIMIT,
+    InvalidPolicyError,
+    Policy,
+    resolve_policy,
+)
 
 __all__ = [
     "BACKPRESSURE",
     "ENABLE_OVERLOAD_RETARGETING",
+    "HEDGE_DELAY_MS",
     "MAX_ADAPTIVE_RETRIES",
     "MAX_ADAPTIVE_RETRIES_LIMIT",
+    "MAX_HEDGES",
     "OPTION_NAMES",
     "apply_overrides",
     "parse_backpressure_options",
@@ -42,10 +53,18 @@ MAX_ADAPTIVE_RETRIES = "maxAdaptiveRetries"
 ENABLE_OVERLOAD_RETARGETING = "enableOverloadRetargeting"
 """Deprioritize the overloaded server on retry; overrides ``Policy.retarget``."""
 
-OPTION_NAMES: tuple[str, str, str] = (
+HEDGE_DELAY_MS = "hedgeDelayMS"
+"""Hedge eligible reads after this many ms without a reply; sets ``Policy.hedge_delay``."""
+
+MAX_HEDGES = "maxHedges"
+"""Hedges per read at most (1..4); overrides ``Policy.max_hedges``."""
+
+OPTION_NAMES: tuple[str, ...] = (
     BACKPRESSURE,
     MAX_ADAPTIVE_RETRIES,
     ENABLE_OVERLOAD_RETARGETING,
+    HEDGE_DELAY_MS,
+    MAX_HEDGES,
 )
 """Canonical names of the options this module owns."""
 
@@ -59,6 +78,10 @@ _SPELLINGS: Mapping[str, str] = {
     "max_adaptive_retries": MAX_ADAPTIVE_RETRIES,
     "enableoverloadretargeting": ENABLE_OVERLOAD_RETARGETING,
     "enable_overload_retargeting": ENABLE_OVERLOAD_RETARGETING,
+    "hedgedelayms": HEDGE_DELAY_MS,
+    "hedge_delay_ms": HEDGE_DELAY_MS,
+    "maxhedges": MAX_HEDGES,
+    "max_hedges": MAX_HEDGES,
 }
 _URI_BOOLEANS = {"true": True, "false": False}
 
@@ -104,6 +127,21 @@ def _validate_max_adaptive_retries(value: object, *, from_uri: bool) -> int:
             number = None
     if number is None or not 0 <= number <= MAX_ADAPTIVE_RETRIES_LIMIT:
         raise _invalid(MAX_ADAPTIVE_RETRIES, allowed, value, from_uri=from_uri)
+    return number
+
+
+def _validate_int(option: str, value: object, low: int, high: int, *, from_uri: bool) -> int:
+    """Return ``value`` (an int, or a string of one) as an int in ``low..high``, or raise."""
+    number: Optional[int] = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str):
+        try:
+            number = int(value.strip())
+        except ValueError:
+            number = None
+    if number is None or not low <= number <= high:
+        raise _invalid(option, f"an integer from {low} to {high}", value, from_uri=from_uri)
     return number
 
 
@@ -163,6 +201,11 @@ def validate_option(name: str, value: object, *, from_uri: bool = False) -> Any:
         return _validate_retargeting(value, from_uri=from_uri)
     if canonical == BACKPRESSURE:
         return _validate_switch(value, from_uri=from_uri)
+    if canonical == HEDGE_DELAY_MS:
+        limit = int(HEDGE_DELAY_LIMIT * 1000)
+        return _validate_int(HEDGE_DELAY_MS, value, 0, limit, from_uri=from_uri)
+    if canonical == MAX_HEDGES:
+        return _validate_int(MAX_HEDGES, value, 1, MAX_HEDGES_LIMIT, from_uri=from_uri)
     raise KeyError(name)
 
 
@@ -171,7 +214,8 @@ def parse_backpressure_options(uri: str, *, warn: bool = True) -> tuple[str, dic
 
     Returns the URI without them and a dict of their validated values keyed by canonical name
     (``backpressure`` -> bool or Policy, ``maxAdaptiveRetries`` -> int,
-    ``enableOverloadRetargeting`` -> bool).  Other options are left untouched, in order.
+    ``enableOverloadRetargeting`` -> bool, ``hedgeDelayMS`` -> int, ``maxHedges`` -> int).
+    Other options are left untouched, in order.
 
     Args:
         uri: a ``mongodb://`` or ``mongodb+srv://`` connection string.
@@ -233,8 +277,13 @@ def split_backpressure_kwargs(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any]
 
 
 def apply_overrides(policy: Policy, options: Mapping[str, Any]) -> Policy:
-    """Return ``policy`` with ``maxAdaptiveRetries``/``enableOverloadRetargeting`` applied."""
+    """Return ``policy`` with ``maxAdaptiveRetries``, ``enableOverloadRetargeting``,
+    ``hedgeDelayMS`` and ``maxHedges`` applied."""
     changes: dict[str, Any] = {}
+    if HEDGE_DELAY_MS in options:
+        changes["hedge_delay"] = int(options[HEDGE_DELAY_MS]) / 1000.0
+    if MAX_HEDGES in options:
+        changes["max_hedges"] = int(options[MAX_HEDGES])
     if MAX_ADAPTIVE_RETRIES in options:
         changes["max_retries"] = int(options[MAX_ADAPTIVE_RETRIES])
     if ENABLE_OVERLOAD_RETARGETING in options:

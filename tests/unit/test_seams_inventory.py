@@ -9,7 +9,7 @@ from backpressure.adapters.seams import PRIVATE_NAMES
 
 ADAPTERS = Path(__file__).resolve().parents[2] / "backpressure" / "adapters"
 
-OUR_OWN = frozenset({"_backpressure_native"})
+OUR_OWN = frozenset({"_backpressure_native", "_backpressure_hedging"})
 """Private-looking names that are the package's own (attributes it puts on clients)."""
 
 
