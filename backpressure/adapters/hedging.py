@@ -17,10 +17,11 @@ instance wrappers of four client methods, so a client without hedging runs none 
 * ``_process_response``: every reply carrying ``SystemOverloadedError`` holds hedges for
   ``hedge_pushback_hold`` seconds.
 
-Losers.  An async loser is cancelled.  A sync loser cannot be interrupted while it waits for
-its reply on the socket: it finishes in its thread, its reply is dropped, and it sends no
-further attempt.  A losing ``find`` that opened a server cursor has that cursor killed (through
-the client's background cursor cleanup).
+Losers send no further attempt (retries included).  An async ``count``/``distinct`` loser is
+cancelled (pymongo then discards its connection).  A sync loser cannot be interrupted while it
+waits for its reply on the socket: it finishes in its thread and its reply is dropped.  A losing
+``find`` (sync or async) is left to finish, because the server cursor it may open is known only
+from its reply: that cursor is then killed (through the client's background cursor cleanup).
 
 What is hedged: ``find`` first batches (``find``, ``find_one``) and the ``count`` and
 ``distinct`` commands (``count_documents``, ``estimated_document_count``, ``distinct``), with no
@@ -38,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import copy
+import functools
 import inspect
 import logging
 import queue
@@ -55,12 +57,35 @@ from backpressure.core.events import Address
 from backpressure.core.hedging import Hedge, HedgeNotifier, Hedging, is_non_fatal
 from backpressure.core.labels import SYSTEM_OVERLOADED
 
-__all__ = ["HEDGED_COMMANDS", "HedgeCancelled", "install", "installed", "uninstall"]
+__all__ = [
+    "ASYNC_HEDGING",
+    "HEDGED_COMMANDS",
+    "HedgeCancelled",
+    "install",
+    "installed",
+    "uninstall",
+]
 
 _LOGGER = logging.getLogger("backpressure")
 _INSTALLATION_ATTR = "_backpressure_hedging"
 _WRAPPED = ("_run_operation", "_retryable_read", "_select_server", "_process_response")
 _ABSENT = object()
+
+
+def _async_reads_yield() -> bool:
+    """Whether ``AsyncMongoClient`` waits for a reply without blocking the event loop."""
+    try:
+        from pymongo import network_layer
+    except ImportError:  # pragma: no cover - every supported pymongo has the module
+        return False
+    return hasattr(network_layer, "async_receive_message")
+
+
+ASYNC_HEDGING: bool = _async_reads_yield()
+"""Whether ``AsyncMongoClient`` reads are hedged.  Before pymongo 4.13 (at the latest) its
+reads wait for the reply in a blocking call that holds the event loop, so no hedge could start
+while the first attempt waits: those clients are left unhedged (Motor and sync clients are not
+affected)."""
 
 HEDGED_COMMANDS: frozenset[str] = frozenset({"find", "count", "distinct"})
 """The commands whose reads may be hedged (see the module docstring for the other rules)."""
@@ -109,13 +134,26 @@ class _Race:
 class _Attempt:
     """One attempt of a hedged read: the first (``target`` None) or hedge ``number``."""
 
-    __slots__ = ("number", "race", "target")
+    __slots__ = ("announce", "number", "race", "target")
 
-    def __init__(self, race: _Race, target: Optional[Address], number: int) -> None:
-        """Describe the attempt."""
+    def __init__(
+        self,
+        race: _Race,
+        target: Optional[Address],
+        number: int,
+        announce: Optional[Callable[[bool], None]] = None,
+    ) -> None:
+        """Describe the attempt; a hedge calls ``announce(sent)`` once, when it is sent or not."""
         self.race = race
         self.target = target
         self.number = number
+        self.announce = announce
+
+    def announced(self, sent: bool) -> None:
+        """Report once whether the hedge was sent (its server selected) or stopped before."""
+        announce, self.announce = self.announce, None
+        if announce is not None:
+            announce(sent)
 
 
 _CURRENT: contextvars.ContextVar[Optional[_Attempt]] = contextvars.ContextVar(
@@ -216,6 +254,8 @@ class _Installation:
         self.notifier = HedgeNotifier(
             self.hedging, lambda: self.state.listeners, logger=state.logger
         )
+        self.hedges_reads = ASYNC_HEDGING or not seams.is_async_client(client)
+        """False for an ``AsyncMongoClient`` whose reads block the event loop (old pymongo)."""
         self.prior = {name: vars(client).get(name, _ABSENT) for name in _WRAPPED}
         delegates = {name: getattr(client, name) for name in _WRAPPED}
         self.delegates = delegates
@@ -253,8 +293,12 @@ class _Installation:
 
     def choose(
         self, race: _Race, operation: str, number: int, candidates: list[Address], start: float
-    ) -> Optional[Address]:
-        """Ask the core for hedge ``number``; announce it; return its member (None: no hedge)."""
+    ) -> Optional[_Attempt]:
+        """Ask the core for hedge ``number``; return the hedge's attempt (None: no hedge).
+
+        The hedge is announced (event and log line) when it is sent; a hedge stopped before it
+        was sent (the read was answered meanwhile) gives its budget token back.
+        """
         if race.closed:
             return None
         with race.lock:
@@ -266,15 +310,23 @@ class _Installation:
             _LOGGER.debug("not hedging %s (hedge %d): %s", operation, number, decision.reason.value)
             return None
         first = tried[0] if tried else None
-        self.notifier.hedged(operation, decision, first, self.hedging.clock() - start)
-        return decision.target
+        hedging, notifier = self.hedging, self.notifier
+
+        def announce(sent: bool) -> None:
+            if sent:
+                notifier.hedged(operation, decision, first, hedging.clock() - start)
+            else:
+                budget = hedging.budget.for_server(decision.target)
+                budget.deposit(budget.retry_cost)
+
+        return _Attempt(race, decision.target, number, announce)
 
     def read_plan(
         self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Optional[tuple[str, list[Address], Any]]:
         """For a read that may be hedged: (command name, eligible members, session), else None."""
-        if _CURRENT.get() is not None:
-            return None  # an attempt of a race: the inner read path
+        if _CURRENT.get() is not None or not self.hedges_reads:
+            return None  # an attempt of a race (the inner read path), or reads are not hedged
         client = self.client_ref()
         if client is None:
             return None
@@ -293,7 +345,7 @@ class _Installation:
             read_preference = operation.read_preference
             name = "find"
         else:
-            name = _argument(args, kwargs, 3, "operation")
+            name = seams.operation_name(_argument(args, kwargs, 3, "operation"))
             if name not in _NON_CURSOR_COMMANDS or _argument(args, kwargs, 4, "address"):
                 return None
             session = _argument(args, kwargs, 2, "session")
@@ -350,11 +402,17 @@ def _sync_wrappers(
         if attempt is None:
             return select_server(*args, **kwargs)
         if attempt.race.closed:
+            attempt.announced(False)
             raise HedgeCancelled("the hedged read was answered by another attempt")
         if attempt.target is not None:
             args, kwargs = _with_address(args, kwargs, attempt.target)
-        server = select_server(*args, **kwargs)
+        try:
+            server = select_server(*args, **kwargs)
+        except BaseException:
+            attempt.announced(False)
+            raise
         attempt.race.tried(seams.server_address(server))
+        attempt.announced(True)
         return server
 
     def _process_response(*args: Any, **kwargs: Any) -> Any:
@@ -413,6 +471,8 @@ def _race_sync(
             except BaseException as exc:
                 outcomes.put((attempt, False, exc))
                 return
+            finally:
+                attempt.announced(False)  # a no-op once the hedge was sent
             if race.claim(attempt):
                 outcomes.put((attempt, True, result))
             else:
@@ -435,12 +495,11 @@ def _race_sync(
                 attempt, ok, value = outcomes.get(timeout=timeout)
             except queue.Empty:
                 number += 1
-                target = installation.choose(race, name, number, candidates, start)
-                if target is not None:
+                hedge = installation.choose(race, name, number, candidates, start)
+                if hedge is not None:
                     if number == 1 and session is not None:
                         _discard_when_done(session)
-                    call = installation.hedge_call(method, delegate, args, kwargs)
-                    launch(_Attempt(race, target, number), call)
+                    launch(hedge, installation.hedge_call(method, delegate, args, kwargs))
                     pending += 1
                 continue
             pending -= 1
@@ -473,11 +532,17 @@ def _async_wrappers(
         if attempt is None:
             return await select_server(*args, **kwargs)
         if attempt.race.closed:
+            attempt.announced(False)
             raise HedgeCancelled("the hedged read was answered by another attempt")
         if attempt.target is not None:
             args, kwargs = _with_address(args, kwargs, attempt.target)
-        server = await select_server(*args, **kwargs)
+        try:
+            server = await select_server(*args, **kwargs)
+        except BaseException:
+            attempt.announced(False)
+            raise
         attempt.race.tried(seams.server_address(server))
+        attempt.announced(True)
         return server
 
     if response_is_async:
@@ -544,7 +609,8 @@ async def _race_async(
 
         tasks[asyncio.ensure_future(body())] = attempt
 
-    def settle_loser(task: asyncio.Future[Any]) -> None:
+    def settle_loser(task: asyncio.Future[Any], attempt: _Attempt) -> None:
+        attempt.announced(False)  # a no-op once the hedge was sent
         if task.cancelled():
             return
         if task.exception() is None:
@@ -563,12 +629,11 @@ async def _race_async(
             )
             if not done:
                 number += 1
-                target = installation.choose(race, name, number, candidates, start)
-                if target is not None:
+                hedge = installation.choose(race, name, number, candidates, start)
+                if hedge is not None:
                     if number == 1 and session is not None:
                         _discard_when_done(session)
-                    call = installation.hedge_call(method, delegate, args, kwargs)
-                    launch(_Attempt(race, target, number), call)
+                    launch(hedge, installation.hedge_call(method, delegate, args, kwargs))
                 continue
             winner: Any = _ABSENT
             failure: Optional[BaseException] = None
@@ -595,8 +660,10 @@ async def _race_async(
     finally:
         race.close()
         for task in tasks:
-            task.cancel()
-            task.add_done_callback(settle_loser)
+            if method != "_run_operation":
+                # A find is left to finish: its reply names the server cursor to kill.
+                task.cancel()
+            task.add_done_callback(functools.partial(settle_loser, attempt=tasks[task]))
 
 
 def install(client: Any, state: ClientState) -> None:

@@ -1,0 +1,349 @@
+"""Hedged reads end to end on the embedded replica set: sync, async and Motor, every era.
+
+One secondary is made slow with a ``failCommand`` fail point that blocks the read (and, where the
+test must know which reply won, then fails it with a fatal error).  Reads use ``nearest``, so the
+first attempt of a read lands on the slow member about one time in three; the tests read until
+that happens (a hedge event, or a command started there), never for a fixed time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any, Callable
+
+import pytest
+from pymongo import ReadPreference
+
+import backpressure
+from backpressure import DRAFT
+from backpressure.adapters.hedging import ASYNC_HEDGING
+from backpressure.core.events import HedgeEvent
+from backpressure.testing.server.embedded import EmbeddedServer
+from tests.integration import conftest
+from tests.integration.conftest import (
+    ClientFactory,
+    CommandRecorder,
+    overload_fail_point,
+    resolve,
+    to_list,
+)
+
+HEDGED = DRAFT.replace(hedge_delay=0.05)
+"""Hedge after 50 ms without a reply."""
+
+SLOW_MS = 3000
+"""How long the slow member holds a read (the hedge is sent after 50 ms)."""
+
+SLOW = 1
+"""The slow member: a secondary."""
+
+
+class HedgeRecorder:
+    """A backpressure listener that keeps hedge events (thread-safe)."""
+
+    def __init__(self) -> None:
+        """Start empty."""
+        self._lock = threading.Lock()
+        self.events: list[HedgeEvent] = []
+
+    def hedged(self, event: HedgeEvent) -> None:
+        """Record a hedge."""
+        with self._lock:
+            self.events.append(event)
+
+
+def slow_fail_point(command: str, block_ms: int, *, then_fail: bool = False) -> dict[str, Any]:
+    """Block ``command`` for ``block_ms``; with ``then_fail``, then fail it with code 2 (fatal)."""
+    data: dict[str, Any] = {
+        "failCommands": [command],
+        "blockConnection": True,
+        "blockTimeMS": block_ms,
+    }
+    if then_fail:
+        data["errorCode"] = 2
+    return {"configureFailPoint": "failCommand", "mode": "alwaysOn", "data": data}
+
+
+async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Wait until ``condition()`` holds (polling), or fail naming ``what``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def wait_for_members(client: Any, count: int = 3) -> None:
+    """Wait until the client's monitors know ``count`` data-bearing members."""
+
+    def known() -> int:
+        descriptions = client.topology_description.server_descriptions().values()
+        return sum(d.server_type_name in ("RSPrimary", "RSSecondary") for d in descriptions)
+
+    await wait_for(lambda: known() >= count, "the replica set members to be discovered")
+
+
+def require_hedging(clients: ClientFactory) -> None:
+    """Skip on an ``AsyncMongoClient`` whose reads block the event loop (no hedge can start)."""
+    if clients.is_async and not ASYNC_HEDGING:
+        pytest.skip("this pymongo's AsyncMongoClient blocks the event loop while it reads")
+
+
+def hedged_client(
+    clients: ClientFactory,
+    server: EmbeddedServer,
+    commands: CommandRecorder,
+    hedges: HedgeRecorder,
+    policy: Any = HEDGED,
+    **kwargs: Any,
+) -> Any:
+    """A client of the test's flavour that reads ``nearest`` and hedges with ``policy``.
+
+    Every member stays in the latency window, however loaded the machine, so reads spread over
+    all of them.
+    """
+    kwargs.setdefault("readPreference", "nearest")
+    kwargs.setdefault("localThresholdMS", 60_000)
+    return conftest.enabled_client(
+        clients, server.uri, policy, listeners=[hedges], event_listeners=[commands], **kwargs
+    )
+
+
+def finished_at(commands: CommandRecorder, command: str, address: Any) -> bool:
+    """Whether a ``command`` sent to ``address`` has succeeded or failed."""
+    events = [*commands.succeeded_log, *commands.failed_log]
+    return any(
+        e.command_name == command and tuple(e.connection_id) == tuple(address) for e in events
+    )
+
+
+READS: dict[str, tuple[Callable[[Any], Any], str, str, Any]] = {
+    "find_one": (lambda coll: coll.find_one({"_id": 1}), "find", "find", {"_id": 1, "x": 1}),
+    "count_documents": (lambda coll: coll.count_documents({}), "aggregate", "count", 1),
+    "estimated_document_count": (lambda coll: coll.estimated_document_count(), "count", "count", 1),
+    "distinct": (lambda coll: coll.distinct("x"), "distinct", "distinct", [1]),
+}
+"""Hedged reads: (call, command sent, operation named in the event, expected result)."""
+
+
+@pytest.mark.parametrize("read", sorted(READS))
+async def test_a_slow_member_is_hedged_and_the_faster_reply_wins(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    read: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A read stuck on the slow member is hedged to another member, whose reply is returned.
+
+    The slow member fails the read with a fatal error after holding it: had its reply come
+    first, the read would raise.  The hedge is an event and an INFO line.
+    """
+    require_hedging(clients)
+    caplog.set_level(logging.INFO, logger="backpressure")
+    hedges = HedgeRecorder()
+    client = hedged_client(clients, replicaset_server, commands, hedges)
+    await resolve(client.db.coll.insert_one({"_id": 1, "x": 1}))
+    await wait_for_members(client)
+    call, command, operation, expected = READS[read]
+    slow = replicaset_server.addresses[SLOW]
+    replicaset_server.configure_fail_point(
+        slow_fail_point(command, SLOW_MS, then_fail=True), member=SLOW
+    )
+    for _ in range(200):
+        assert await resolve(call(client.db.coll)) == expected
+        if hedges.events:
+            break
+    assert hedges.events, "no read went to the slow member first"
+    event = hedges.events[0]
+    assert (event.operation, event.first_server, event.hedge) == (operation, slow, 1)
+    assert event.server != slow
+    assert event.server in replicaset_server.addresses
+    assert event.after >= HEDGED.hedge_delay
+    assert len(hedges.events) == 1
+    assert commands.addresses(command).count(event.server) >= 1
+    assert any(m.startswith(f"hedging {operation} to ") for m in caplog.messages)
+    if clients.is_async and command != "find":
+        return  # the loser was cancelled
+    # The loser finishes on its own (its error is dropped): wait so no attempt outlives the test.
+    await wait_for(lambda: finished_at(commands, command, slow), "the slow member's reply")
+
+
+async def test_a_losing_find_has_its_server_cursor_killed(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """The winner's cursor is read to the end; the slow member's cursor is killed."""
+    require_hedging(clients)
+    hedges = HedgeRecorder()
+    client = hedged_client(clients, replicaset_server, commands, hedges)
+    await resolve(client.db.coll.insert_many([{"_id": i} for i in range(5)]))
+    await wait_for_members(client)
+    slow = replicaset_server.addresses[SLOW]
+    replicaset_server.configure_fail_point(slow_fail_point("find", 500), member=SLOW)
+    for _ in range(200):
+        docs = await to_list(client.db.coll.find({}, batch_size=2).sort("_id"))
+        assert [d["_id"] for d in docs] == [0, 1, 2, 3, 4]
+        if hedges.events:
+            break
+    assert hedges.events, "no read went to the slow member first"
+    assert slow not in commands.addresses("getMore")
+    await wait_for(lambda: slow in commands.addresses("killCursors"), "the loser's killCursors")
+
+
+async def test_no_hedge_while_a_server_pushes_back(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """After an overload reply from any server, a read stuck on the slow member waits instead."""
+    require_hedging(clients)
+    hedges = HedgeRecorder()
+    policy = HEDGED.replace(hedge_pushback_hold=600.0)
+    client = hedged_client(clients, replicaset_server, commands, hedges, policy)
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    await wait_for_members(client)
+    replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=1), member=0)
+    await resolve(client.db.coll.insert_one({"_id": 2}))  # pushed back once, then retried
+    assert commands.started_names().count("insert") == 3
+    slow = replicaset_server.addresses[SLOW]
+    replicaset_server.configure_fail_point(slow_fail_point("find", 300), member=SLOW)
+    for _ in range(200):
+        assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}
+        if slow in commands.addresses("find"):
+            break
+    assert slow in commands.addresses("find")
+    assert hedges.events == []
+    assert finished_at(commands, "find", slow)  # the read waited for the slow member
+
+
+async def test_no_hedge_without_a_budget_token(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """With no token in the target's budget, a read stuck on the slow member is not hedged."""
+    require_hedging(clients)
+    hedges = HedgeRecorder()
+    # A per-server budget of 0.5 tokens never grants a 1-token hedge (or retry).
+    policy = HEDGED.replace(budget_scope="server", budget_capacity=0.5)
+    client = hedged_client(clients, replicaset_server, commands, hedges, policy)
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    await wait_for_members(client)
+    slow = replicaset_server.addresses[SLOW]
+    replicaset_server.configure_fail_point(slow_fail_point("find", 300), member=SLOW)
+    for _ in range(200):
+        assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}
+        if slow in commands.addresses("find"):
+            break
+    assert slow in commands.addresses("find")
+    assert hedges.events == []
+    budget = backpressure.budget(client)
+    assert budget is not None
+    assert budget.refused >= 1
+
+
+async def test_writes_transactions_and_other_reads_are_never_hedged(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """With a hedge delay of 0, only eligible reads are hedged; every other command is sent once.
+
+    Writes, transactions, explicit sessions, primary reads, aggregate and getMore are never
+    hedged.
+    """
+    hedges = HedgeRecorder()
+    client = hedged_client(
+        clients, replicaset_server, commands, hedges, DRAFT.replace(hedge_delay=0)
+    )
+    coll = client.db.coll
+    await resolve(coll.insert_one({"_id": 1, "n": 0}))  # an async client connects on its first
+    await wait_for_members(client)
+    await resolve(coll.update_one({"_id": 1}, {"$inc": {"n": 1}}))
+    await resolve(coll.find_one_and_update({"_id": 1}, {"$inc": {"n": 1}}))
+    await resolve(coll.insert_many([{"_id": i} for i in range(2, 7)]))
+    await resolve(coll.delete_one({"_id": 6}))
+    session = await resolve(client.start_session())
+    try:
+        await resolve(session.start_transaction(read_preference=ReadPreference.PRIMARY))
+        await resolve(coll.insert_one({"_id": 10}, session=session))
+        assert await resolve(coll.find_one({"_id": 10}, session=session)) == {"_id": 10}
+        await resolve(session.commit_transaction())
+        assert await resolve(coll.find_one({"_id": 1}, session=session)) == {"_id": 1, "n": 2}
+        assert await resolve(coll.count_documents({}, session=session)) == 6
+    finally:
+        await resolve(session.end_session())
+    primary = coll.with_options(read_preference=ReadPreference.PRIMARY)
+    assert await resolve(primary.find_one({"_id": 2})) == {"_id": 2}
+    assert len(await to_list(await resolve(coll.aggregate([{"$match": {}}])))) == 6
+    assert hedges.events == []
+    assert commands.started_names() == [
+        "insert",
+        "update",
+        "findAndModify",
+        "insert",
+        "delete",
+        "insert",
+        "find",
+        "commitTransaction",
+        "find",
+        "aggregate",
+        "find",
+        "aggregate",
+    ]
+    commands.reset()
+    # A hedge may be sent for the first batch (unless the first reply beats it), never for the
+    # getMores that follow.
+    docs = await to_list(coll.find({}, batch_size=2).sort("_id"))
+    assert len(docs) == 6
+    assert commands.started_names().count("getMore") == 2
+    assert all(e.operation == "find" for e in hedges.events)
+    # Every hedge sent was announced (one announced may find the read over before it sends).
+    assert commands.started_names().count("find") - 1 <= len(hedges.events)
+
+
+async def test_disable_and_reenable_remove_and_restore_hedging(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """Hedging follows the policy: gone after disable or a policy without it, back after enable."""
+    from backpressure.adapters import hedging
+
+    hedges = HedgeRecorder()
+    client = hedged_client(clients, replicaset_server, commands, hedges)
+    target = client
+    assert hedging.installed(target)
+    backpressure.enable(client, DRAFT)
+    assert not hedging.installed(target)
+    backpressure.enable(client, HEDGED, listeners=[hedges])
+    assert hedging.installed(target)
+    backpressure.disable(client)
+    assert not hedging.installed(target)
+    assert "_run_operation" not in vars(target)
+    assert "_select_server" not in vars(target)
+
+
+async def test_motor_client_hedges_a_read_stuck_on_the_slow_member(
+    replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """Motor: a read stuck on the slow member is hedged through the sync delegate."""
+    hedges = HedgeRecorder()
+    client = backpressure.AsyncIOMotorClient(
+        replicaset_server.uri,
+        backpressure=HEDGED,
+        backpressure_listeners=[hedges],
+        readPreference="nearest",
+        localThresholdMS=60_000,
+        event_listeners=[commands],
+        serverSelectionTimeoutMS=3000,
+    )
+    try:
+        await client.db.coll.insert_one({"_id": 1})
+        await wait_for_members(client.delegate)
+        slow = replicaset_server.addresses[SLOW]
+        replicaset_server.configure_fail_point(
+            slow_fail_point("find", SLOW_MS, then_fail=True), member=SLOW
+        )
+        for _ in range(200):
+            assert await client.db.coll.find_one({"_id": 1}) == {"_id": 1}
+            if hedges.events:
+                break
+        assert [(e.first_server, e.hedge) for e in hedges.events] == [(slow, 1)]
+        await wait_for(lambda: finished_at(commands, "find", slow), "the slow member's reply")
+    finally:
+        client.close()
