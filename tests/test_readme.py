@@ -34,6 +34,7 @@ BLOCK_TESTS = {
     "backpressure.enable(other": "test_quick_start_runs_against_a_server",
     "mclient = backpressure.AsyncIOMotorClient(uri)": "test_options_example",
     "stats = backpressure.stats(client)": "test_statistics_example",
+    "hedge_delay=0.02": "test_hedging_example",
     "backpressure.metrics.enable_prometheus(registry)": "test_metrics_example",
     "with backpressure.overrides(max_retries=0):": "test_overrides_example",
     "set_testing(True)": "test_test_mode_example",
@@ -120,6 +121,34 @@ def test_options_example(replicaset_server: EmbeddedServer) -> None:
         loop.run_until_complete(aclient.close())
         asyncio.set_event_loop(None)
         loop.close()
+
+
+def test_hedging_example(replicaset_server: EmbeddedServer) -> None:
+    """The Hedged reads block: the URI option and the policy field both turn hedging on."""
+    from backpressure.adapters import hedging
+
+    class HedgeListener:
+        def hedged(self, event: Any) -> None:
+            """Ignore hedges."""
+
+    seed: Any = pymongo.MongoClient(replicaset_server.uri)
+    seed.db.orders.insert_one({"_id": 1})
+    seed.close()
+    namespace: dict[str, Any] = {"uri": replicaset_server.uri, "hedge_listener": HedgeListener()}
+    block = _block_containing("hedge_delay=0.02")
+    first, rest = block.split("\n", 1)
+    _run("import backpressure\n" + first, namespace)
+    client = namespace["client"]
+    try:
+        assert backpressure.state(client).policy.hedge_delay == 0.02  # type: ignore[union-attr]
+        out = _run(rest, namespace)
+        assert out == "{'_id': 1}\n"
+        state = backpressure.state(client)
+        assert state is not None
+        assert (state.policy.name, state.policy.hedge_delay) == ("adaptive", 0.02)
+        assert hedging.installed(client)
+    finally:
+        client.close()
 
 
 def test_statistics_example() -> None:
