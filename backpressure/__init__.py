@@ -29,6 +29,8 @@ from backpressure.core.client_state import ClientState
 from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
 from backpressure.core.events import (
     GiveUpEvent,
+    HedgeEvent,
+    HedgeListener,
     OperationFinishedEvent,
     OperationListener,
     RetryEvent,
@@ -94,6 +96,8 @@ __all__ = [
     "Criticality",
     "GiveUp",
     "GiveUpEvent",
+    "HedgeEvent",
+    "HedgeListener",
     "InvalidPolicyError",
     "LocalOverloadError",
     "LocalRefusalEvent",

@@ -5,13 +5,13 @@ instance wrappers of four client methods, so a client without hedging runs none 
 
 * ``_run_operation`` (a cursor's first ``find``) and ``_retryable_read`` (``count``,
   ``distinct``): a read that may be hedged (see *What is hedged*) runs as a race.  The first
-  attempt and every hedge are each the client's own unchanged read path (retry loop, pacing and
-  budget accounting included), run in a thread of their own (sync clients and Motor) or a task
-  (``AsyncMongoClient``).  The caller waits for the first success; at ``start + n *
-  hedge_delay`` it asks the core for hedge ``n`` and, when granted, starts it pinned to the
-  chosen member.  A fatal error of the first attempt (one every member would return) ends the
-  read at once; a non-fatal one waits for the hedges in flight.  When every attempt failed, the
-  first attempt's error is raised.
+  attempt and every hedge are each the client's own unchanged read path (retry loop, pacing
+  and budget accounting included), run in a thread of their own (sync clients and Motor; idle
+  threads are reused) or a task (``AsyncMongoClient``).  The caller waits for the first
+  success; at ``start + n * hedge_delay`` it asks the core for hedge ``n`` and, when granted,
+  starts it pinned to the chosen member.  A fatal error of the first attempt (one every member
+  would return) ends the read at once; a non-fatal one waits for the hedges in flight.  When
+  every attempt failed, the first attempt's error is raised.
 * ``_select_server``: pins a hedge to its member (selection by address), records the member of
   each attempt, and stops a losing attempt before it sends another try (``HedgeCancelled``).
 * ``_process_response``: every reply carrying ``SystemOverloadedError`` holds hedges for
@@ -42,6 +42,7 @@ import copy
 import functools
 import inspect
 import logging
+import os
 import queue
 import threading
 import weakref
@@ -159,6 +160,60 @@ class _Attempt:
 _CURRENT: contextvars.ContextVar[Optional[_Attempt]] = contextvars.ContextVar(
     "backpressure_hedge_attempt", default=None
 )
+
+
+class _Workers:
+    """Daemon threads that run the attempts of hedged sync reads, kept idle for reuse.
+
+    Starting a thread per attempt would cost every hedged read a thread start; an idle worker
+    takes the next attempt instead, and exits after ``idle_timeout`` seconds without one.
+    """
+
+    def __init__(self, idle_timeout: float = 30.0) -> None:
+        """Start with no worker."""
+        self._idle_timeout = idle_timeout
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+
+    def run(self, task: Callable[[], None]) -> None:
+        """Run ``task`` in an idle worker, or in a new one."""
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            thread = threading.Thread(
+                target=self._work, args=(inbox,), name="backpressure-hedging", daemon=True
+            )
+            thread.start()
+        inbox.put(task)
+
+    def _work(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+        """Run tasks from ``inbox``; exit once idle for ``idle_timeout``."""
+        while True:
+            try:
+                task = inbox.get(timeout=self._idle_timeout)
+            except queue.Empty:
+                with self._lock:
+                    if inbox in self._idle:
+                        self._idle.remove(inbox)
+                        return
+                continue  # taken off the idle list by ``run``: its task is on the way
+            try:
+                task()
+            except BaseException:  # pragma: no cover - tasks report their own errors
+                _LOGGER.exception("a hedged read attempt failed outside its own handling")
+            with self._lock:
+                self._idle.append(inbox)
+
+    def forget(self) -> None:
+        """Drop every idle worker (in a forked child, where those threads do not exist)."""
+        self._idle = []
+        self._lock = threading.Lock()
+
+
+_WORKERS = _Workers()
+if hasattr(os, "register_at_fork"):  # pragma: no branch - every supported platform but Windows
+    os.register_at_fork(after_in_child=_WORKERS.forget)
 
 
 def _with_address(args: tuple[Any, ...], kwargs: dict[str, Any], address: Address) -> Any:
@@ -478,10 +533,7 @@ def _race_sync(
             else:
                 installation.loser(method, result)
 
-        thread = threading.Thread(
-            target=context.run, args=(body,), name=f"backpressure-hedge-{name}", daemon=True
-        )
-        thread.start()
+        _WORKERS.run(functools.partial(context.run, body))
 
     launch(_Attempt(race, None, 0), lambda: delegate(*args, **kwargs))
     pending, number = 1, 0
