@@ -20,7 +20,13 @@ from typing import Any, Callable, Optional, Protocol, Union
 
 from backpressure.core.adaptive import LocalRefusalEvent, LocalWaitEvent
 from backpressure.core.client_state import ClientState
-from backpressure.core.events import Address, GiveUpEvent, OperationFinishedEvent, RetryEvent
+from backpressure.core.events import (
+    Address,
+    GiveUpEvent,
+    HedgeEvent,
+    OperationFinishedEvent,
+    RetryEvent,
+)
 from backpressure.switch import registry
 from backpressure.switch.client import state as client_state
 
@@ -132,6 +138,9 @@ class MetricsBackend(Protocol):
     def local_refusal(self, reason: str) -> None:
         """Count one attempt the adaptive policy refused locally."""
 
+    def hedge(self, server: str) -> None:
+        """Count one hedged read sent to ``server``."""
+
 
 def _reason_label(event: Union[GiveUpEvent, LocalRefusalEvent]) -> str:
     """The stop reason as a label value (``attempts_exhausted``, ``local_wait_limit``, ...)."""
@@ -141,8 +150,8 @@ def _reason_label(event: Union[GiveUpEvent, LocalRefusalEvent]) -> str:
 class MetricsListener:
     """Listener feeding one backend from the clients it covers (all enabled ones, or some).
 
-    It implements ``RetryListener``, ``OperationListener`` and ``AdmissionListener`` (the
-    adaptive policy's local waits and refusals).
+    It implements ``RetryListener``, ``OperationListener``, ``AdmissionListener`` (the
+    adaptive policy's local waits and refusals) and ``HedgeListener`` (hedged reads).
 
     With ``clients`` None it covers every client enabled now and later (it is registered with
     ``backpressure.register``); otherwise only the clients given (each must be enabled).
@@ -248,6 +257,11 @@ class MetricsListener:
         """Count a local refusal of the adaptive policy by reason."""
         if not self._closed:
             self._backend.local_refusal(_reason_label(event))
+
+    def hedged(self, event: HedgeEvent) -> None:
+        """Count a hedged read by the server it was sent to."""
+        if not self._closed:
+            self._backend.hedge(format_server(event.server))
 
     def close(self) -> None:
         """Stop recording and detach from every client (their metrics stop changing)."""

@@ -17,6 +17,7 @@ name                                  kind             unit           attributes
 ``backpressure.local.waits``          Counter          ``{wait}``     ``server.address``
 ``backpressure.local.wait.duration``  Histogram        ``s``
 ``backpressure.local.refusals``       Counter          ``{refusal}``  ``backpressure.reason``
+``backpressure.hedges``               Counter          ``{hedge}``    ``server.address``
 ====================================  ===============  =============  ==============================
 """
 
@@ -90,6 +91,11 @@ class _Instruments:
             unit="{refusal}",
             description="Attempts the adaptive policy refused locally (not sent).",
         )
+        self.hedges = meter.create_counter(
+            "backpressure.hedges",
+            unit="{hedge}",
+            description="Hedged reads sent, by the server they went to.",
+        )
 
     def retry(
         self, operation: str, server: str, retry_number: int, error_code: str, delay: float
@@ -122,6 +128,10 @@ class _Instruments:
     def local_refusal(self, reason: str) -> None:
         """Count one attempt the adaptive policy refused locally."""
         self.local_refusals.add(1, {"backpressure.reason": reason})
+
+    def hedge(self, server: str) -> None:
+        """Count one hedged read sent to ``server``."""
+        self.hedges.add(1, {"server.address": server})
 
 
 class OpenTelemetryMetrics:

@@ -14,6 +14,7 @@ name                                      type       labels
 ``backpressure_local_waits_total``        counter    server
 ``backpressure_local_wait_seconds``       histogram  (none)
 ``backpressure_local_refusals_total``     counter    reason
+``backpressure_hedges_total``             counter    server
 ========================================  =========  =========================================
 """
 
@@ -34,6 +35,7 @@ _RETRY_LABELS = ("operation", "server", "retry_number", "error_code")
 _LOCAL_WAITS_HELP = "Attempts the adaptive policy held locally before sending them."
 _LOCAL_WAIT_SECONDS_HELP = "Local wait of each attempt held by the adaptive policy."
 _LOCAL_REFUSALS_HELP = "Attempts the adaptive policy refused locally (not sent)."
+_HEDGES_HELP = "Hedged reads sent, by the server they went to."
 
 
 class _Histogram:
@@ -73,6 +75,7 @@ class _Aggregates:
         self.local_waits: dict[str, int] = {}
         self.local_wait_seconds = _Histogram(BACKOFF_BUCKETS)
         self.local_refusals: dict[str, int] = {}
+        self.hedges: dict[str, int] = {}
 
     def retry(
         self, operation: str, server: str, retry_number: int, error_code: str, delay: float
@@ -104,9 +107,14 @@ class _Aggregates:
         with self.lock:
             self.local_refusals[reason] = self.local_refusals.get(reason, 0) + 1
 
+    def hedge(self, server: str) -> None:
+        """Count one hedged read sent to ``server``."""
+        with self.lock:
+            self.hedges[server] = self.hedges.get(server, 0) + 1
+
 
 class _Collector:
-    """The prometheus-client collector serving the nine metric families."""
+    """The prometheus-client collector serving the ten metric families."""
 
     def __init__(self, aggregates: _Aggregates, listener: MetricsListener) -> None:
         """Serve ``aggregates`` and the gauges of ``listener``."""
@@ -145,9 +153,10 @@ class _Collector:
         yield core.CounterMetricFamily(
             "backpressure_local_refusals", _LOCAL_REFUSALS_HELP, labels=("reason",)
         )
+        yield core.CounterMetricFamily("backpressure_hedges", _HEDGES_HELP, labels=("server",))
 
     def collect(self) -> Iterator[Any]:
-        """Yield the nine metric families with their current values."""
+        """Yield the ten metric families with their current values."""
         core = self._core
         aggregates = self._aggregates
         with aggregates.lock:
@@ -161,6 +170,7 @@ class _Collector:
                 aggregates.local_wait_seconds.total,
             )
             local_refusals = dict(aggregates.local_refusals)
+            hedges = dict(aggregates.hedges)
         family = core.CounterMetricFamily(
             "backpressure_retries", "Overload retries.", labels=_RETRY_LABELS
         )
@@ -215,6 +225,10 @@ class _Collector:
         )
         for reason, count in sorted(local_refusals.items()):
             family.add_metric([reason], count)
+        yield family
+        family = core.CounterMetricFamily("backpressure_hedges", _HEDGES_HELP, labels=("server",))
+        for server, count in sorted(hedges.items()):
+            family.add_metric([server], count)
         yield family
 
 

@@ -347,3 +347,55 @@ async def test_motor_client_hedges_a_read_stuck_on_the_slow_member(
         await wait_for(lambda: finished_at(commands, "find", slow), "the slow member's reply")
     finally:
         client.close()
+
+
+async def test_hedges_are_counted_in_prometheus_and_opentelemetry(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """Every hedge increments backpressure_hedges_total / backpressure.hedges for its server."""
+    require_hedging(clients)
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    import backpressure.metrics
+
+    registry = CollectorRegistry()
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    backpressure.metrics.enable_prometheus(registry)
+    backpressure.metrics.enable_opentelemetry(provider)
+    try:
+        hedges = HedgeRecorder()
+        client = hedged_client(clients, replicaset_server, commands, hedges)
+        await resolve(client.db.coll.insert_one({"_id": 1}))
+        await wait_for_members(client)
+        slow = replicaset_server.addresses[SLOW]
+        replicaset_server.configure_fail_point(slow_fail_point("find", 300), member=SLOW)
+        for _ in range(200):
+            assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}
+            if hedges.events:
+                break
+        assert hedges.events, "no read went to the slow member first"
+        target = "{}:{}".format(*hedges.events[0].server)
+        text = generate_latest(registry).decode()
+        families = {f.name: f.samples for f in text_string_to_metric_families(text)}
+        assert [(s.name, s.labels, s.value) for s in families["backpressure_hedges"]] == [
+            ("backpressure_hedges_total", {"server": target}, 1.0)
+        ]
+        data = reader.get_metrics_data()
+        assert data is not None
+        points = [
+            (dict(point.attributes), point.value)
+            for resource in data.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            if metric.name == "backpressure.hedges"
+            for point in metric.data.data_points
+        ]
+        assert points == [({"server.address": target}, 1)]
+        await wait_for(lambda: finished_at(commands, "find", slow), "the slow member's reply")
+    finally:
+        backpressure.metrics.disable_metrics()
+        provider.shutdown()
