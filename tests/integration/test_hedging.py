@@ -408,3 +408,24 @@ async def test_hedges_are_counted_in_prometheus_and_opentelemetry(
     finally:
         backpressure.metrics.disable_metrics()
         provider.shutdown()
+
+
+async def test_a_read_stuck_on_one_mongos_is_hedged_to_the_other(
+    clients: ClientFactory, sharded_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """Sharded: every mongos is eligible, so a read stuck on one router goes to the other."""
+    require_hedging(clients)
+    hedges = HedgeRecorder()
+    client = hedged_client(clients, sharded_server, commands, hedges)
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    await conftest.wait_for_mongoses(client)
+    slow = sharded_server.addresses[1]
+    sharded_server.configure_fail_point(slow_fail_point("find", SLOW_MS, then_fail=True), member=1)
+    for _ in range(200):
+        assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}
+        if from_slow(hedges, slow):
+            break
+    assert from_slow(hedges, slow), "no read went to the slow router first"
+    (event,) = from_slow(hedges, slow)
+    assert event.server == sharded_server.addresses[0]
+    await wait_for(lambda: finished_at(commands, "find", slow), "the slow router's reply")
