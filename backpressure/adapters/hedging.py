@@ -32,6 +32,14 @@ opened the cursor), which is then discarded instead of being pooled again.  Ever
 never hedged: writes, ``getMore``, ``aggregate`` and change streams (their cursors own the
 session), ``runCommand``, ``list_*``, explicit sessions (causal consistency and thread safety
 of the session), transactions and exhaust cursors.
+
+Shared state.  A hedged ``find`` runs on a copy of the cursor's query (its own cached command).
+A ``count``/``distinct`` hedge brings its own implicit session but calls pymongo's closure,
+which holds one command document: pymongo updates it in place on each send (``lsid``,
+``$clusterTime``), so the hedge is sent only while the first attempt waits for its reply (no
+hedge follows an overload reply, and the first attempt's retries are stopped once the read is
+answered); a first attempt retrying a network error while a hedge is being encoded is the one
+overlap left.
 """
 
 from __future__ import annotations
