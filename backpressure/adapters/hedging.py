@@ -372,6 +372,7 @@ class _Installation:
         if not isinstance(decision, Hedge):
             _LOGGER.debug("not hedging %s (hedge %d): %s", operation, number, decision.reason.value)
             return None
+        race.tried(decision.target)  # the next hedge goes elsewhere, even if this one is slow
         first = tried[0] if tried else None
         hedging, notifier = self.hedging, self.notifier
 
