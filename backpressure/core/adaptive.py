@@ -14,7 +14,10 @@ admitted attempts in coarse time buckets so the rate is known when it is needed)
    ``rate = adaptive_decrease * capacity``, a little below it, so a closed loop's queue is served
    without rejections.  An interval shorter than three time buckets (or with fewer than 16
    admitted replies) is too noisy to trust: the pacer then paces at 1.2 times that estimate, so
-   the server keeps pushing back and the measurement goes on.  Without an estimate, pushback
+   the server keeps pushing back and the measurement goes on.  One estimate lowers the capacity
+   by at most 10 %: a client stalled by its own load records replies late, which reads as a
+   lower rate, and too low a pace refuses callers who start over at once and stall the client
+   more (a real drop is followed over a few pushbacks).  Without an estimate, pushback
    to an attempt reserved at the current rate lowers the rate once per round: the round ends
    when a slot reserved after the last decrease is pushed back (the admission carries its
    round), so the pushback of an attempt reserved earlier, or sent unpaced, is not reacted to
@@ -105,6 +108,7 @@ _LATENCY_MARGIN = 2.0  # the deadline bound keeps this multiple of the estimate 
 _ESTIMATE_SAMPLES = 16  # admitted attempts between two pushbacks needed for a capacity estimate
 _ESTIMATE_SPAN = 3  # time buckets between two pushbacks needed to trust the estimate
 _PROVISIONAL = 1.2  # pace at this multiple of an estimate not yet trusted (keeps it measured)
+_DAMPING = 0.9  # one estimate lowers the capacity to no less than this share of it
 _MARKS = 256  # pushbacks remembered for the estimate (within one window)
 _MAX_CONFIRMED = 2  # the probe waits up to (2**2 - 1) windows once the capacity is confirmed
 
@@ -279,6 +283,13 @@ class ServerPacer:
                 # Pushback also says the server admits no more than this client sends now.
                 ceiling = max(self._rate_at(now), self._peak)
                 capacity = min(capacity, ceiling)
+                if self._capacity is not None:
+                    # One interval lowers the capacity by at most _DAMPING: a client stalled
+                    # by its own load records replies late, which reads as a lower rate, and
+                    # a pace too low for the queue refuses callers who start over at once,
+                    # which stalls the client more.  A real drop is followed over a few
+                    # pushbacks (they keep coming while the pace is above the capacity).
+                    capacity = max(capacity, _DAMPING * self._capacity)
                 self._capacity = capacity
                 self._decrease_to(now, capacity)
                 return

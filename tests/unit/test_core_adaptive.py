@@ -459,3 +459,17 @@ def test_adaptive_fields_are_validated(field: str, value: object, allowed: str) 
     with pytest.raises(Exception, match=f"Policy.{field} must be") as info:
         Policy(**{field: value})
     assert allowed in str(info.value)
+
+
+def test_one_estimate_lowers_the_capacity_by_at_most_a_tenth() -> None:
+    """A stalled client reads a low rate once: the capacity falls by 10 %, not to that rate."""
+    clock = FakeClock()
+    control = AdmissionControl(ADAPTIVE, clock=clock)
+    admitted(control, clock, A, 2000.0, 0.1)
+    control.record(A, overloaded=True)
+    admitted(control, clock, A, 200.0, 0.5)
+    control.record(A, overloaded=True)
+    assert control.snapshot()[A].peak == pytest.approx(200.0, rel=0.02)
+    admitted(control, clock, A, 50.0, 1.5)  # replies recorded late: 50/s over a whole window
+    control.record(A, overloaded=True)
+    assert control.snapshot()[A].peak == pytest.approx(180.0, rel=0.02)
