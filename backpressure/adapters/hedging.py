@@ -343,10 +343,6 @@ class _Installation:
 
     # -- shared by both flavours -----------------------------------------------------------
 
-    def current(self) -> Optional[_Attempt]:
-        """The attempt of a race of this client running in this context, if any."""
-        return _CURRENT.get()
-
     def note_reply(self, reply: Any) -> None:
         """Hold hedges after an overload reply."""
         if isinstance(reply, Mapping):
