@@ -80,6 +80,7 @@ class _Operation:
         "kwargs",
         "opens_transaction",
         "pinned",
+        "processed",
         "retries",
         "state",
     )
@@ -108,13 +109,26 @@ class _Operation:
             seams.retry_internal_argument(args, kwargs, "operation") == "commitTransaction"
         ):
             self.commit_attempt = 0
+        # The pacing's admission of the open attempt and the address it went to (adaptive).
+        self.admission: Optional[Admission] = None
+        self.address: Optional[tuple[str, int]] = None
+        # A reply to the statement opening a transaction arrived before ``retries`` existed.
+        self.processed = False
+
+    @classmethod
+    def promoted(cls, installation: _Installation, cell: list[Any]) -> _Operation:
+        """Take over an operation that ran on the lean path so far (see :data:`_Cell`)."""
+        operation = cls(installation, cell[1], cell[2])
+        first = cell[0]
+        if first is not None:
+            operation.first = first
+            operation.attempt_open = True
+        return operation
 
     @property
     def session(self) -> Any:
         """The session argument of the ``_retry_internal`` call (None when absent)."""
         return seams.retry_internal_argument(self.args, self.kwargs, "session")
-        self.admission: Optional[Admission] = None
-        self.address: Optional[tuple[str, int]] = None
 
     def admit(self, gate: AdmissionGate, server: Any) -> float:
         """Ask the pacing about the attempt about to go to ``server``; return the local wait.
@@ -155,6 +169,8 @@ class _Operation:
             if self.first is not _NOT_SELECTED:
                 retries.attempt_started(seams.server_address(self.first))
                 self.first = _NOT_SELECTED
+                if self.processed:
+                    retries.command_processed()  # during that first attempt
             self.retries = retries
         return retries
 
@@ -182,7 +198,10 @@ class _Operation:
     def reply_received(self, reply: Any, session: Any) -> None:
         """Note a reply to the statement that opens a transaction (the transaction began)."""
         if self.opens_transaction and session is self.session and seams.reply_ok(reply):
-            self.tracked().command_processed()
+            if self.retries is None and self.first is not _NOT_SELECTED:
+                self.processed = True  # replayed by ``tracked`` if it is ever needed
+            else:
+                self.tracked().command_processed()
 
     def decide(self, error: BaseException) -> float:
         """Ask the core about an overload failure pymongo would retry; return the delay.
@@ -228,10 +247,9 @@ class _Operation:
         self.attempt_open = False
         retries = self.retries
         if retries is None:
-            # A first-attempt success: a deposit and a cached finished event.
             first = self.first
-            self.state.first_attempt_succeeded(
-                None if first is _NOT_SELECTED else seams.server_address(first)
+            self.state.count_first_attempt(
+                None if first is _NOT_SELECTED else first, seams.server_address
             )
         else:
             retries.succeeded()
@@ -275,9 +293,15 @@ class _Operation:
         retries.ended()
 
 
-_CURRENT: contextvars.ContextVar[Optional[_Operation]] = contextvars.ContextVar(
-    "backpressure_native_operation", default=None
-)
+_Cell = list
+"""An operation on the lean path: ``[first selected Server or None, args, kwargs]``.
+
+While an operation of a client without pacing has neither failed nor been retried and is not
+in a transaction, this three-item list is all there is of it: the ``_retry_internal`` wrapper
+makes it current, the ``_select_server`` wrapper stores the first server in it, and the success
+counts it.  Anything else (a failure reaching our policy, a second attempt, a transaction, an
+error raised by the loop) promotes it to an :class:`_Operation` with the same history.
+"""
 
 
 _FALLBACK_DECISION: contextvars.ContextVar[Optional[Decision]] = contextvars.ContextVar(
@@ -320,10 +344,7 @@ class NativeRetryPolicy:
 
     def _operation(self) -> Optional[_Operation]:
         """Return the operation of this client running in the current context, if any."""
-        operation = _CURRENT.get()
-        if operation is None or operation.installation is not self._installation:
-            return None
-        return operation
+        return self._installation.operation()
 
     def backoff(self, attempt: int, base_backoff: Optional[float] = None) -> float:
         """Return the delay before retry ``attempt`` of the overload error being handled.
@@ -396,9 +417,22 @@ class _Installation:
             else _PlainRetryPolicy
         )
         self.policy: NativeRetryPolicy = policy_class(self)
+        self.current: contextvars.ContextVar[Any] = contextvars.ContextVar(
+            "backpressure_native_operation", default=None
+        )
+        """The operation of this client running in the context: a ``_Cell``, an
+        ``_Operation`` or None."""
         self.wrappers: dict[str, Callable[..., Any]] = _wrappers(
             self, client, is_async=seams.is_async_client(client)
         )
+
+    def operation(self) -> Optional[_Operation]:
+        """Return the current operation of this client, promoting a lean one (None: none)."""
+        value = self.current.get()
+        if type(value) is _Cell:
+            value = _Operation.promoted(self, value)
+            self.current.set(value)  # the wrapper's ``reset`` still restores the outer value
+        return value  # type: ignore[no-any-return]
 
     def delegate(self, client: Any, name: str) -> Callable[..., Any]:
         """Return what our wrapper of ``name`` calls, as ``delegate(client, *args, **kwargs)``.
@@ -452,75 +486,119 @@ def _wrappers(
 ) -> dict[str, Callable[..., Any]]:
     """Build the instance-level wrappers of one client, sync or async flavour.
 
-    What the wrappers do is written once (the ``selected``/``replied`` helpers and
-    :class:`_Operation`); the two flavours differ only in awaiting the delegate.  The success
-    path is kept to a few attribute reads: the delegates are resolved here, the operation is made
-    current with a plain ``ContextVar.set``/``reset`` (no context manager), and its bookkeeping
-    stays lazy.  A failure is recorded while the operation is still current, a success after it
-    stopped being current.  ``_process_response`` sees every reply before pymongo builds an error
-    from it: hostile fields are made harmless there (see ``seams.sanitize_reply``).
+    What the wrappers do is written once (the helpers below and :class:`_Operation`); the two
+    flavours differ only in awaiting the delegate.  The success path is the lean one (see
+    :data:`_Cell`): per operation a three-item list made current with ``ContextVar.set`` and
+    ``reset``, per attempt one store of the selected server, per reply two key lookups, and a
+    lock-free success count (``ClientState.count_first_attempt``).  A client with pacing
+    (adaptive policy) tracks every operation with an :class:`_Operation` from its start.  A
+    failure is recorded while the operation is still current, a success after it stopped being
+    current.  ``_process_response`` sees every reply before pymongo builds an error from it:
+    hostile fields are made harmless there (see ``seams.sanitize_reply``).
     """
     ref = installation.client_ref
     retry_internal = installation.delegate(client, "_retry_internal")
     select_server = installation.delegate(client, "_select_server")
     process_response = installation.delegate(client, "_process_response")
-    current_get, current_set, current_reset = _CURRENT.get, _CURRENT.set, _CURRENT.reset
+    current = installation.current
+    current_get, current_set, current_reset = current.get, current.set, current.reset
+    active_states = seams.ACTIVE_TRANSACTION_STATES
+    server_address = seams.server_address
+    operation_class = _Operation
+    cell_class = _Cell
+    dict_class = dict
 
-    def current() -> Optional[_Operation]:
-        operation = current_get()
-        if operation is None or operation.installation is not installation:
-            return None
-        return operation
+    def finish_failed(exc: BaseException) -> None:
+        """Account for the error the loop raised (the operation still current)."""
+        value = current_get()
+        if type(value) is cell_class:
+            if value[0] is None:
+                return  # no server was ever selected: nothing to account for
+            value = installation.operation()
+        if value is not None:
+            value.failed(exc)
 
-    def select_kwargs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        operation = current()
+    def tracked_select(value: Any) -> Optional[_Operation]:
+        """The operation an attempt outside the lean path belongs to (None: not ours)."""
+        if type(value) is cell_class:
+            return installation.operation()
+        return value  # type: ignore[no-any-return]
+
+    def select_kwargs(
+        operation: Optional[_Operation], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> dict[str, Any]:
         if operation is None or operation.state.gate is None:
             return kwargs
         return _avoid_paced(ref(), operation.state.gate, args, kwargs)
 
-    def admitted(server: Any) -> float:
+    def admitted(operation: Optional[_Operation], server: Any) -> float:
         """The local wait before the attempt to ``server`` (raises LocalOverloadError)."""
-        operation = current()
         if operation is None or operation.state.gate is None:
             return 0.0
         return operation.admit(operation.state.gate, server)
 
-    def selected(server: Any) -> Any:
-        operation = current()
-        if operation is not None:
-            operation.attempt_started(server)
-        return server
-
     def replied(reply: Any, session: Any) -> None:
+        """A reply that may carry error fields, or belongs to a tracked operation."""
         seams.sanitize_reply(reply)
-        operation = current()
-        if operation is not None:
-            operation.reply_received(reply, session)
+        value = current_get()
+        if type(value) is operation_class:
+            value.reply_received(reply, session)
 
     if is_async:
 
         async def _retry_internal_async(*args: Any, **kwargs: Any) -> Any:
-            operation = _Operation(installation, args, kwargs)
-            token = current_set(operation)
+            if installation.state.gate is None:
+                token = current_set([None, args, kwargs])
+            else:
+                token = current_set(operation_class(installation, args, kwargs))
             try:
                 result = await retry_internal(ref(), *args, **kwargs)
             except BaseException as exc:
-                operation.failed(exc)
+                try:
+                    finish_failed(exc)
+                finally:
+                    current_reset(token)
                 raise
-            finally:
-                current_reset(token)
-            operation.succeeded()
+            value = current_get()
+            current_reset(token)
+            if type(value) is cell_class:
+                state = installation.state
+                tally = state.stats.tallies.get(value[0]) if state.lean_success else None
+                if tally is None:
+                    state.count_first_attempt(value[0], server_address)
+                else:  # ClientState.count_first_attempt's lock-free path, inlined
+                    next(tally)
+                    deposit = state.deposit
+                    if deposit is not None:
+                        deposit(retried=False)
+            else:
+                value.succeeded()
             return result
 
         async def _select_server_async(*args: Any, **kwargs: Any) -> Any:
-            server = await select_server(ref(), *args, **select_kwargs(args, kwargs))
-            wait = admitted(server)
-            if wait > 0.0:
-                await asyncio.sleep(wait)
-            return selected(server)
+            value = current_get()
+            if type(value) is cell_class and value[0] is None:
+                session = args[1] if len(args) > 1 else kwargs.get("session")
+                if session is None or session._transaction.state not in active_states:
+                    value[0] = server = await select_server(ref(), *args, **kwargs)
+                    return server
+            operation = tracked_select(value)
+            server = await select_server(ref(), *args, **select_kwargs(operation, args, kwargs))
+            if operation is not None:
+                wait = admitted(operation, server)
+                if wait > 0.0:
+                    await asyncio.sleep(wait)
+                operation.attempt_started(server)
+            return server
 
         async def _process_response_async(reply: Any, session: Any) -> Any:
-            replied(reply, session)
+            if (
+                type(reply) is not dict_class
+                or "errorLabels" in reply
+                or "baseBackoffMS" in reply
+                or type(current_get()) is operation_class
+            ):
+                replied(reply, session)
             return await process_response(ref(), reply, session)
 
         return {
@@ -530,27 +608,58 @@ def _wrappers(
         }
 
     def _retry_internal(*args: Any, **kwargs: Any) -> Any:
-        operation = _Operation(installation, args, kwargs)
-        token = current_set(operation)
+        if installation.state.gate is None:
+            token = current_set([None, args, kwargs])
+        else:
+            token = current_set(operation_class(installation, args, kwargs))
         try:
             result = retry_internal(ref(), *args, **kwargs)
         except BaseException as exc:
-            operation.failed(exc)
+            try:
+                finish_failed(exc)
+            finally:
+                current_reset(token)
             raise
-        finally:
-            current_reset(token)
-        operation.succeeded()
+        value = current_get()
+        current_reset(token)
+        if type(value) is cell_class:
+            state = installation.state
+            tally = state.stats.tallies.get(value[0]) if state.lean_success else None
+            if tally is None:
+                state.count_first_attempt(value[0], server_address)
+            else:  # ClientState.count_first_attempt's lock-free path, inlined
+                next(tally)
+                deposit = state.deposit
+                if deposit is not None:
+                    deposit(retried=False)
+        else:
+            value.succeeded()
         return result
 
     def _select_server(*args: Any, **kwargs: Any) -> Any:
-        server = select_server(ref(), *args, **select_kwargs(args, kwargs))
-        wait = admitted(server)
-        if wait > 0.0:
-            time.sleep(wait)
-        return selected(server)
+        value = current_get()
+        if type(value) is cell_class and value[0] is None:
+            session = args[1] if len(args) > 1 else kwargs.get("session")
+            if session is None or session._transaction.state not in active_states:
+                value[0] = server = select_server(ref(), *args, **kwargs)
+                return server
+        operation = tracked_select(value)
+        server = select_server(ref(), *args, **select_kwargs(operation, args, kwargs))
+        if operation is not None:
+            wait = admitted(operation, server)
+            if wait > 0.0:
+                time.sleep(wait)
+            operation.attempt_started(server)
+        return server
 
     def _process_response(reply: Any, session: Any) -> Any:
-        replied(reply, session)
+        if (
+            type(reply) is not dict_class
+            or "errorLabels" in reply
+            or "baseBackoffMS" in reply
+            or type(current_get()) is operation_class
+        ):
+            replied(reply, session)
         return process_response(ref(), reply, session)
 
     return {

@@ -289,6 +289,29 @@ def _transaction_states(session: Any) -> Any:
     raise TypeError(f"{type(session).__name__} is not a pymongo ClientSession")
 
 
+def _active_transaction_states() -> frozenset[Any]:
+    """pymongo's ``_TxnState.STARTING`` and ``IN_PROGRESS`` of both flavours (probed on install)."""
+    found: set[Any] = set()
+    for flavour in ("synchronous", "asynchronous"):
+        states = getattr(_import(f"pymongo.{flavour}.client_session"), "_TxnState", None)
+        for name in ("STARTING", "IN_PROGRESS"):
+            if hasattr(states, name):
+                found.add(getattr(states, name))
+    return frozenset(found)
+
+
+ACTIVE_TRANSACTION_STATES = _active_transaction_states()
+"""``ClientSession._transaction.state`` values of a session in a transaction (for hot paths)."""
+
+
+def outside_transaction(session: Any) -> bool:
+    """Return True unless ``session`` is in a transaction (the success path's one check).
+
+    The same answer as ``not session.in_transaction`` without its two calls.
+    """
+    return session is None or session._transaction.state not in ACTIVE_TRANSACTION_STATES
+
+
 def transaction_starting(session: Any) -> bool:
     """Return True if ``session`` is in a transaction that has not sent a command yet."""
     return bool(session is not None and session.in_transaction and session._transaction.starting())
@@ -448,8 +471,14 @@ def native_problems(client: Any) -> list[str]:
     _expect_parameters(
         problems, cls, label, "_retry_internal", _RETRY_INTERNAL_PARAMETERS[:5], exact=False
     )
-    if not callable(getattr(cls, "_select_server", None)):
-        problems.append(f"{label}._select_server is missing")
+    _expect_parameters(
+        problems,
+        cls,
+        label,
+        "_select_server",
+        ["self", "server_selector", "session", "operation"],
+        exact=False,
+    )
     _expect_parameters(
         problems, cls, label, "_process_response", ["self", "reply", "session"], exact=True
     )

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from backpressure.core.adaptive import AdmissionControl, AdmissionGate
+from backpressure.core.budget import NullBudget, ServerBudgets
 from backpressure.core.decision import RetryController
 from backpressure.core.events import Address, OperationFinishedEvent, RetryListener
 from backpressure.core.operation import BudgetWarnings, OperationRetries
@@ -81,6 +82,16 @@ class ClientState:
         self._operation_listeners: tuple[Any, ...] = _operation_listeners(self.listeners)
         if self.gate is not None:
             self.gate.listeners = self.listeners
+        budget = self.controller.budget
+        self.lean_success: bool = not self._operation_listeners and not isinstance(
+            budget, ServerBudgets
+        )
+        """Whether :meth:`count_first_attempt` takes its lock-free path (see there)."""
+        self.deposit: Optional[Callable[..., None]] = (
+            None if isinstance(budget, NullBudget) else budget.record_success
+        )
+        """The budget's ``record_success`` (None for the disabled budget); returns at once
+        while the budget is full."""
 
     def add_listener(self, listener: Any) -> None:
         """Add ``listener`` for the operations that start from now on (no-op if present)."""
@@ -137,6 +148,28 @@ class ClientState:
             )
             self._first_attempt_events[server] = event
         self._notify(event)
+
+    def count_first_attempt(
+        self, key: Hashable, address_of: Callable[[Any], Optional[Address]]
+    ) -> None:
+        """Record an operation that succeeded on its first attempt on the server known as ``key``.
+
+        The adapters' cheapest success path: ``key`` is what the adapter holds (pymongo's
+        ``Server`` object, or None when no server was selected) and ``address_of(key)`` is
+        called only the first time a key is seen.  Without operation listeners and with one
+        budget for the client, it is a lock-free count and a deposit that returns at once while
+        the budget is full; otherwise it is :meth:`first_attempt_succeeded`.
+        """
+        if self.lean_success:
+            tally = self.stats.tallies.get(key)
+            if tally is None:
+                tally = self.stats.tally(key, address_of(key))
+            next(tally)
+            deposit = self.deposit
+            if deposit is not None:
+                deposit(retried=False)
+            return
+        self.first_attempt_succeeded(address_of(key))
 
     def new_operation(self, operation: str, *, opens_transaction: bool = False) -> OperationRetries:
         """Start the retry bookkeeping of one operation (one call of the retry loop).

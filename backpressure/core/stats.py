@@ -10,8 +10,9 @@ its last attempt.
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Optional
@@ -94,6 +95,30 @@ class _ServerCounters:
         )
 
 
+class _Tally:
+    """A lock-free success counter: ``itertools.count``, read by :meth:`take` under a lock."""
+
+    __slots__ = ("counter", "reads", "server", "taken")
+
+    def __init__(self, server: Optional[Address]) -> None:
+        """Count successes on ``server`` from zero."""
+        self.server = server
+        self.counter: Iterator[int] = itertools.count()
+        self.reads = 0  # next() calls made by take() itself
+        self.taken = 0  # successes already handed out by take()
+
+    def take(self) -> int:
+        """Return the successes counted since the previous call (the recorder's lock held).
+
+        Reading an ``itertools.count`` advances it, so each read is subtracted: the value
+        returned by the n-th read (0-based) is the successes so far plus n.
+        """
+        total = next(self.counter) - self.reads
+        self.reads += 1
+        new, self.taken = total - self.taken, total
+        return new
+
+
 class StatsRecorder:
     """Thread-safe counters of finished operations; an ``OperationListener``."""
 
@@ -108,6 +133,9 @@ class StatsRecorder:
         self._gave_up: dict[StopReason, int] = {}
         self._servers: dict[Address, _ServerCounters] = {}
         self._first_attempt_successes: dict[Optional[Address], int] = {}
+        self._tallies: dict[Hashable, _Tally] = {}
+        self.tallies: Mapping[Hashable, Iterator[int]] = {}
+        """The lock-free first-attempt success counters by key (see :meth:`tally`); read-only."""
 
     def _server(self, address: Address) -> _ServerCounters:
         """Return the counters of ``address`` (created on first use; lock held)."""
@@ -155,8 +183,29 @@ class StatsRecorder:
         with self._lock:
             self._first_attempt_successes[server] = self._first_attempt_successes.get(server, 0) + 1
 
+    def tally(self, key: Hashable, server: Optional[Address]) -> Iterator[int]:
+        """Return the lock-free counter of first-attempt successes on ``server``, known as ``key``.
+
+        The adapters' cheapest success path: they keep ``key`` (e.g. pymongo's ``Server``
+        object, whose address costs a property call to read) and count one success with
+        ``next(tallies[key])``, one C call that is atomic under the GIL, so no lock is taken.
+        ``key`` must stand for one address for as long as this recorder lives.
+        """
+        with self._lock:
+            found = self._tallies.get(key)
+            if found is None:
+                found = self._tallies[key] = _Tally(server)
+                self.tallies = {**self.tallies, key: found.counter}
+            return found.counter
+
     def _fold_first_attempt_successes(self) -> None:
         """Add the first-attempt successes counted so far to the counters (lock held)."""
+        for found in self._tallies.values():
+            count = found.take()
+            if count:
+                self._first_attempt_successes[found.server] = (
+                    self._first_attempt_successes.get(found.server, 0) + count
+                )
         for server, count in self._first_attempt_successes.items():
             self._operations += count
             self._attempts += count
