@@ -157,3 +157,69 @@ def test_first_attempt_successes_are_folded_into_the_snapshot() -> None:
     assert snapshot.servers[("a", 1)].operations == 2
     assert snapshot.servers[("a", 1)].attempts == 2
     assert recorder.snapshot() == snapshot  # folding twice counts nothing twice
+
+
+def test_lock_free_tallies_count_exactly_across_snapshots_and_threads() -> None:
+    """``tally`` counters read by several snapshots count every success once, from any thread."""
+    import threading
+
+    recorder = StatsRecorder()
+    server_a, server_none = object(), None
+    tally = recorder.tally(server_a, A)
+    assert recorder.tally(server_a, A) is tally  # one counter per key
+    assert recorder.tallies[server_a] is tally
+    for _ in range(3):
+        next(tally)
+    next(recorder.tally(server_none, None))
+    first = recorder.snapshot()
+    assert (first.operations, first.succeeded, first.attempts) == (4, 4, 4)
+    assert first.servers[A].operations == 3
+    assert recorder.snapshot() == first  # reading the counters counts nothing
+
+    def count(n: int) -> None:
+        for _ in range(n):
+            next(tally)
+
+    threads = [threading.Thread(target=count, args=(1000,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    recorder.first_attempt_succeeded(A)
+    second = recorder.snapshot()
+    assert second.operations == 4 + 4000 + 1
+    assert second.servers[A].attempts == 3 + 4000 + 1
+
+
+def test_count_first_attempt_deposits_counts_and_notifies_like_the_full_path() -> None:
+    """The adapters' success path deposits into a drained budget and feeds operation listeners."""
+    from backpressure.core.client_state import ClientState
+
+    state = ClientState(RetryController(DRAFT))
+    assert state.lean_success
+    budget = state.controller.budget
+    assert budget.try_consume(1.0)
+    key = object()
+    resolved: list[object] = []
+
+    def address_of(found: object) -> tuple[str, int]:
+        resolved.append(found)
+        return A
+
+    state.count_first_attempt(key, address_of)
+    state.count_first_attempt(key, address_of)
+    assert resolved == [key]  # the address is read once per key
+    assert budget.tokens == pytest.approx(999.2)
+    assert state.snapshot().servers[A].operations == 2
+
+    events: list[OperationFinishedEvent] = []
+
+    class Listener:
+        def operation_finished(self, event: OperationFinishedEvent) -> None:
+            events.append(event)
+
+    state.add_listener(Listener())
+    assert not state.lean_success
+    state.count_first_attempt(key, address_of)
+    assert [(e.attempt_servers, e.succeeded) for e in events] == [((A,), True)]
+    assert state.snapshot().operations == 3

@@ -105,13 +105,15 @@ class _SyncRetryLoop:
         # The success path stays cheap: the OperationRetries is created only when an attempt
         # fails or a second one starts; until then only the first attempt's address is kept.
         self._ops: Optional[OperationRetries] = None
-        self._first_address: Any = _NO_ATTEMPT
+        self._first_server: Any = _NO_ATTEMPT  # a pymongo Server: its address is read lazily
         self._server: Any = None
         self._deprioritized: list[Any] = []
         self._last_error: Optional[PyMongoError] = None
         self._retrying = False
         self._after_overload = False
-        self._opens_transaction = seams.transaction_starting(session)
+        self._opens_transaction = not seams.outside_transaction(
+            session
+        ) and seams.transaction_starting(session)
         self._commit_attempt: Optional[int] = None  # the session's counter before this attempt
         self._gate = state.gate
         self._admission: Optional[Admission] = None
@@ -131,8 +133,8 @@ class _SyncRetryLoop:
             ops = self._ops = self._state.new_operation(
                 self._operation_name(), opens_transaction=self._opens_transaction
             )
-            if self._first_address is not _NO_ATTEMPT:
-                ops.attempt_started(self._first_address)
+            if self._first_server is not _NO_ATTEMPT:
+                ops.attempt_started(seams.server_address(self._first_server))
         return ops
 
     def run(self) -> Any:
@@ -160,9 +162,11 @@ class _SyncRetryLoop:
             if self._gate is not None:
                 self._gate.record(self._attempt_address, self._admission, None)
             ops = self._ops
-            if ops is None:  # a first-attempt success: a deposit and a cached finished event
-                first = self._first_address
-                self._state.first_attempt_succeeded(None if first is _NO_ATTEMPT else first)
+            if ops is None:  # a first-attempt success: a lock-free count (see ClientState)
+                first = self._first_server
+                self._state.count_first_attempt(
+                    None if first is _NO_ATTEMPT else first, seams.server_address
+                )
             else:
                 ops.succeeded()
             return result
@@ -208,14 +212,14 @@ class _SyncRetryLoop:
             deprioritized_servers=self._avoided(),
             operation_id=self._operation_id,
         )
-        address = self._server.description.address
+        server = self._server
         if self._gate is not None:
-            self._admit(self._gate, address)
-        if self._ops is None and self._first_address is _NO_ATTEMPT:
-            self._first_address = address
+            self._admit(self._gate, seams.server_address(server))
+        if self._ops is None and self._first_server is _NO_ATTEMPT:
+            self._first_server = server
         else:
-            self._tracked().attempt_started(address)
-        return self._server
+            self._tracked().attempt_started(seams.server_address(server))
+        return server
 
     def _avoided(self) -> list[Any]:
         """The deprioritized servers plus, while some server pushes back, the paced servers."""
@@ -259,8 +263,7 @@ class _SyncRetryLoop:
                     self._watch_batches(conn)
                 session = self._session
                 if (
-                    session is not None
-                    and session.in_transaction
+                    not seams.outside_transaction(session)
                     and self._operation_name() == "commitTransaction"
                 ):
                     self._commit_attempt = seams.commit_attempt(session)
@@ -673,7 +676,8 @@ def _process_response(self: Any, reply: Any, session: Any) -> None:
     pymongo calls it with each command reply before it builds an error from it (except for the
     batches of bulk writes, which it checks first); see ``seams.sanitize_reply``.
     """
-    seams.sanitize_reply(reply)
+    if type(reply) is not dict or "errorLabels" in reply or "baseBackoffMS" in reply:
+        seams.sanitize_reply(reply)
     type(self)._process_response(self, reply, session)
 
 
