@@ -22,7 +22,7 @@ from backpressure.bench import (
     run_bench,
 )
 from backpressure.bench.core_cost import measure_core_cost
-from backpressure.bench.overhead import _settrace_counter, _Tally, bootstrap_ratio_ci
+from backpressure.bench.overhead import _settrace_counter, _Tally, bootstrap_ratio_ci, verdict
 from backpressure.bench.overload import (
     BASELINE,
     OverloadPlan,
@@ -204,6 +204,13 @@ def test_overhead_goal_is_decided_on_the_upper_bound() -> None:
         ],
     }
     assert [(op, met) for op, met, _ in overhead_goals(section)] == [("a", True), ("b", False)]
+
+
+def test_overhead_verdict_says_when_the_ci_cannot_decide() -> None:
+    """A CI wholly below the goal meets it, wholly above fails it, straddling it decides nothing."""
+    assert verdict(0.99, 1.01, 1.01) == "met"
+    assert verdict(1.011, 1.05, 1.01) == "NOT met"
+    assert verdict(1.0, 1.02, 1.01) == "undecided (CI too wide)"
 
 
 def test_core_cost_structure() -> None:

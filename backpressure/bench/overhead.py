@@ -9,7 +9,7 @@ the default preset talk to the same server; each benchmark operation runs on bot
   the machine's load: they say exactly how much Python-level work enabling adds on a success path.
 * **Client CPU time (statistical).**  ``pairs`` paired samples: each sample runs ``block``
   operations on one client then ``block`` on the other, in alternating order, timing the calling
-  thread's CPU (``time.thread_time``: waiting for the server is left out, the wrapper's cost is
+  thread's CPU (``time.thread_time_ns``: waiting for the server is left out, the wrapper's cost is
   not).  The estimate is the median over the pairs of enabled CPU / stock CPU; its 95 %
   confidence interval comes from a seeded bootstrap that resamples whole pairs.  Drift that hits
   both halves of a pair cancels in its ratio, and the median ignores the pairs a neighbour's
@@ -50,6 +50,7 @@ __all__ = [
     "measure_cpu",
     "measure_overhead",
     "open_targets",
+    "verdict",
 ]
 
 _SMALL_DOCS = 5
@@ -333,15 +334,29 @@ def bootstrap_ratio_ci(
     return _median(ratios), low, high
 
 
+def verdict(low: float, high: float, goal: float) -> str:
+    """Decide an upper-bound goal on a ratio from its confidence interval.
+
+    "met" when the whole interval is at or below ``goal``, "NOT met" when it is wholly above,
+    and "undecided (CI too wide)" when it straddles the goal: more pairs or larger blocks are
+    needed to decide.
+    """
+    if high <= goal:
+        return "met"
+    if low > goal:
+        return "NOT met"
+    return "undecided (CI too wide)"
+
+
 def _time_block(
     operation: Operation, target: OverheadTargets, block: int, start: int
 ) -> tuple[float, float]:
     """Return (CPU seconds, wall seconds) of ``block`` operations on this thread."""
-    cpu = time.thread_time()
-    wall = time.perf_counter()
+    cpu = time.thread_time_ns()
+    wall = time.perf_counter_ns()
     for i in range(start, start + block):
         operation(target, i)
-    return time.thread_time() - cpu, time.perf_counter() - wall
+    return (time.thread_time_ns() - cpu) / 1e9, (time.perf_counter_ns() - wall) / 1e9
 
 
 def measure_cpu(
@@ -351,7 +366,7 @@ def measure_cpu(
     enabled: OverheadTargets,
     *,
     pairs: int = 200,
-    block: int = 10,
+    block: int = 20,
     progress: Callable[[float], None] = lambda _: None,
     rng: Optional[random.Random] = None,
 ) -> CpuOverhead:
@@ -440,7 +455,7 @@ def measure_overhead(
     uri: str,
     *,
     pairs: int = 200,
-    block: int = 10,
+    block: int = 20,
     count_operations: int = 20,
     operations: Mapping[str, Operation] = OPERATIONS,
     progress: Callable[[float], None] = lambda _: None,
