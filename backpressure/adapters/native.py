@@ -82,6 +82,7 @@ class _Operation:
         "pinned",
         "processed",
         "retries",
+        "session",
         "state",
     )
 
@@ -97,8 +98,9 @@ class _Operation:
         self.first: Any = _NOT_SELECTED
         self.attempt_open = False
         self.decision: Optional[Decision] = None
-        session = self.session
-        self.in_transaction = session is not None and session.in_transaction
+        session = self.session = seams.retry_internal_argument(args, kwargs, "session")
+        """The session argument of the ``_retry_internal`` call (None when absent)."""
+        self.in_transaction = not seams.outside_transaction(session)
         self.opens_transaction = self.in_transaction and seams.transaction_starting(session)
         # In a transaction: the mongos it was pinned to when the attempt started.
         self.pinned: Optional[tuple[str, int]] = None
@@ -124,11 +126,6 @@ class _Operation:
             operation.first = first
             operation.attempt_open = True
         return operation
-
-    @property
-    def session(self) -> Any:
-        """The session argument of the ``_retry_internal`` call (None when absent)."""
-        return seams.retry_internal_argument(self.args, self.kwargs, "session")
 
     def admit(self, gate: AdmissionGate, server: Any) -> float:
         """Ask the pacing about the attempt about to go to ``server``; return the local wait.
@@ -243,7 +240,8 @@ class _Operation:
 
     def succeeded(self) -> None:
         """Record success (deposits tokens)."""
-        self.settle(None)
+        if self.state.gate is not None:
+            self.settle(None)
         self.attempt_open = False
         retries = self.retries
         if retries is None:
@@ -518,28 +516,10 @@ def _wrappers(
         if value is not None:
             value.failed(exc)
 
-    def tracked_select(value: Any) -> Optional[_Operation]:
-        """The operation an attempt outside the lean path belongs to (None: not ours)."""
-        if type(value) is cell_class:
-            return installation.operation()
-        return value  # type: ignore[no-any-return]
-
-    def select_kwargs(
-        operation: Optional[_Operation], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> dict[str, Any]:
-        if operation is None or operation.state.gate is None:
-            return kwargs
-        return _avoid_paced(ref(), operation.state.gate, args, kwargs)
-
-    def admitted(operation: Optional[_Operation], server: Any) -> float:
-        """The local wait before the attempt to ``server`` (raises LocalOverloadError)."""
-        if operation is None or operation.state.gate is None:
-            return 0.0
-        return operation.admit(operation.state.gate, server)
-
     def replied(reply: Any, session: Any) -> None:
         """A reply that may carry error fields, or belongs to a tracked operation."""
-        seams.sanitize_reply(reply)
+        if type(reply) is not dict_class or "errorLabels" in reply or "baseBackoffMS" in reply:
+            seams.sanitize_reply(reply)
         value = current_get()
         if type(value) is operation_class:
             value.reply_received(reply, session)
@@ -582,13 +562,22 @@ def _wrappers(
                 if session is None or session._transaction.state not in active_states:
                     value[0] = server = await select_server(ref(), *args, **kwargs)
                     return server
-            operation = tracked_select(value)
-            server = await select_server(ref(), *args, **select_kwargs(operation, args, kwargs))
-            if operation is not None:
-                wait = admitted(operation, server)
+            operation = installation.operation() if type(value) is cell_class else value
+            if operation is None:
+                return await select_server(
+                    ref(), *args, **kwargs
+                )  # not within an operation of ours
+            gate = operation.state.gate
+            if gate is None:
+                server = await select_server(ref(), *args, **kwargs)
+            else:
+                server = await select_server(
+                    ref(), *args, **_avoid_paced(ref(), gate, args, kwargs)
+                )
+                wait = operation.admit(gate, server)
                 if wait > 0.0:
                     await asyncio.sleep(wait)
-                operation.attempt_started(server)
+            operation.attempt_started(server)
             return server
 
         async def _process_response_async(reply: Any, session: Any) -> Any:
@@ -643,13 +632,18 @@ def _wrappers(
             if session is None or session._transaction.state not in active_states:
                 value[0] = server = select_server(ref(), *args, **kwargs)
                 return server
-        operation = tracked_select(value)
-        server = select_server(ref(), *args, **select_kwargs(operation, args, kwargs))
-        if operation is not None:
-            wait = admitted(operation, server)
+        operation = installation.operation() if type(value) is cell_class else value
+        if operation is None:
+            return select_server(ref(), *args, **kwargs)  # not within an operation of ours
+        gate = operation.state.gate
+        if gate is None:
+            server = select_server(ref(), *args, **kwargs)
+        else:
+            server = select_server(ref(), *args, **_avoid_paced(ref(), gate, args, kwargs))
+            wait = operation.admit(gate, server)
             if wait > 0.0:
                 time.sleep(wait)
-            operation.attempt_started(server)
+        operation.attempt_started(server)
         return server
 
     def _process_response(reply: Any, session: Any) -> Any:

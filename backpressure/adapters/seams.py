@@ -314,7 +314,7 @@ def outside_transaction(session: Any) -> bool:
 
 def transaction_starting(session: Any) -> bool:
     """Return True if ``session`` is in a transaction that has not sent a command yet."""
-    return bool(session is not None and session.in_transaction and session._transaction.starting())
+    return not outside_transaction(session) and bool(session._transaction.starting())
 
 
 def restart_transaction(session: Any) -> None:
@@ -338,7 +338,7 @@ def resume_transaction(session: Any) -> None:
 def pinned_address(session: Any) -> Optional[tuple[str, int]]:
     """The mongos address a transaction is pinned to, or None (no transaction, not pinned, or
     pinned to a load balancer connection, which cannot be pinned again by address)."""
-    if session is None or not session.in_transaction:
+    if outside_transaction(session):
         return None
     transaction = session._transaction
     if getattr(transaction, "conn_mgr", None) is not None:
@@ -368,6 +368,8 @@ def set_commit_attempt(session: Any, attempt: int) -> None:
 
 def reply_ok(reply: Any) -> bool:
     """Return True for a command reply with ``ok: 1``."""
+    if type(reply) is dict:
+        return bool(reply.get("ok") == 1)
     try:
         return isinstance(reply, Mapping) and reply.get("ok") == 1
     except Exception:
