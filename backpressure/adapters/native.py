@@ -488,7 +488,10 @@ def _wrappers(
     flavours differ only in awaiting the delegate.  The success path is the lean one (see
     :data:`_Cell`): per operation a three-item list made current with ``ContextVar.set`` and
     ``reset``, per attempt one store of the selected server, per reply two key lookups, and a
-    lock-free success count (``ClientState.count_first_attempt``).  A client with pacing
+    lock-free success count (``ClientState.count_first_attempt``).  ``_retry_internal`` and
+    ``_select_server`` take pymongo's exact parameters (``seams.NATIVE_*_SIGNATURE``, probed on
+    install) and pass them on positionally: forwarding ``*args, **kwargs`` cost more than
+    everything else the wrappers do.  A client with pacing
     (adaptive policy) tracks every operation with an :class:`_Operation` from its start.  A
     failure is recorded while the operation is still current, a success after it stopped being
     current.  ``_process_response`` sees every reply before pymongo builds an error from it:
@@ -505,6 +508,7 @@ def _wrappers(
     operation_class = _Operation
     cell_class = _Cell
     dict_class = dict
+    no_kwargs: dict[str, Any] = {}  # the wrappers pass every argument positionally
 
     def finish_failed(exc: BaseException) -> None:
         """Account for the error the loop raised (the operation still current)."""
@@ -526,13 +530,38 @@ def _wrappers(
 
     if is_async:
 
-        async def _retry_internal_async(*args: Any, **kwargs: Any) -> Any:
+        async def _retry_internal_async(
+            func: Any,
+            session: Any,
+            bulk: Any,
+            operation: Any,
+            is_read: bool = False,
+            address: Any = None,
+            read_pref: Any = None,
+            retryable: bool = False,
+            operation_id: Optional[int] = None,
+            is_run_command: bool = False,
+            is_aggregate_write: bool = False,
+        ) -> Any:
+            args = (
+                func,
+                session,
+                bulk,
+                operation,
+                is_read,
+                address,
+                read_pref,
+                retryable,
+                operation_id,
+                is_run_command,
+                is_aggregate_write,
+            )
             if installation.state.gate is None:
-                token = current_set([None, args, kwargs])
+                token = current_set([None, args, no_kwargs])
             else:
-                token = current_set(operation_class(installation, args, kwargs))
+                token = current_set(operation_class(installation, args, no_kwargs))
             try:
-                result = await retry_internal(ref(), *args, **kwargs)
+                result = await retry_internal(ref(), *args)
             except BaseException as exc:
                 try:
                     finish_failed(exc)
@@ -548,36 +577,59 @@ def _wrappers(
                     state.count_first_attempt(value[0], server_address)
                 else:  # ClientState.count_first_attempt's lock-free path, inlined
                     next(tally)
-                    deposit = state.deposit
-                    if deposit is not None:
-                        deposit(retried=False)
+                    budget = state.budget
+                    if not budget.full:
+                        budget.record_success(retried=False)
             else:
                 value.succeeded()
             return result
 
-        async def _select_server_async(*args: Any, **kwargs: Any) -> Any:
+        async def _select_server_async(
+            server_selector: Any,
+            session: Any,
+            operation: Any,
+            address: Any = None,
+            deprioritized_servers: Optional[list[Any]] = None,
+            operation_id: Optional[int] = None,
+        ) -> Any:
             value = current_get()
-            if type(value) is cell_class and value[0] is None:
-                session = args[1] if len(args) > 1 else kwargs.get("session")
-                if session is None or session._transaction.state not in active_states:
-                    value[0] = server = await select_server(ref(), *args, **kwargs)
-                    return server
-            operation = installation.operation() if type(value) is cell_class else value
-            if operation is None:
+            if (
+                type(value) is cell_class
+                and value[0] is None
+                and (session is None or session._transaction.state not in active_states)
+            ):
+                value[0] = server = await select_server(
+                    ref(),
+                    server_selector,
+                    session,
+                    operation,
+                    address,
+                    deprioritized_servers,
+                    operation_id,
+                )
+                return server
+            args = (server_selector, session, operation)
+            kwargs = {
+                "address": address,
+                "deprioritized_servers": deprioritized_servers,
+                "operation_id": operation_id,
+            }
+            tracked = installation.operation() if type(value) is cell_class else value
+            if tracked is None:
                 return await select_server(
                     ref(), *args, **kwargs
                 )  # not within an operation of ours
-            gate = operation.state.gate
+            gate = tracked.state.gate
             if gate is None:
                 server = await select_server(ref(), *args, **kwargs)
             else:
                 server = await select_server(
                     ref(), *args, **_avoid_paced(ref(), gate, args, kwargs)
                 )
-                wait = operation.admit(gate, server)
+                wait = tracked.admit(gate, server)
                 if wait > 0.0:
                     await asyncio.sleep(wait)
-            operation.attempt_started(server)
+            tracked.attempt_started(server)
             return server
 
         async def _process_response_async(reply: Any, session: Any) -> Any:
@@ -596,13 +648,38 @@ def _wrappers(
             "_process_response": _process_response_async,
         }
 
-    def _retry_internal(*args: Any, **kwargs: Any) -> Any:
+    def _retry_internal(
+        func: Any,
+        session: Any,
+        bulk: Any,
+        operation: Any,
+        is_read: bool = False,
+        address: Any = None,
+        read_pref: Any = None,
+        retryable: bool = False,
+        operation_id: Optional[int] = None,
+        is_run_command: bool = False,
+        is_aggregate_write: bool = False,
+    ) -> Any:
+        args = (
+            func,
+            session,
+            bulk,
+            operation,
+            is_read,
+            address,
+            read_pref,
+            retryable,
+            operation_id,
+            is_run_command,
+            is_aggregate_write,
+        )
         if installation.state.gate is None:
-            token = current_set([None, args, kwargs])
+            token = current_set([None, args, no_kwargs])
         else:
-            token = current_set(operation_class(installation, args, kwargs))
+            token = current_set(operation_class(installation, args, no_kwargs))
         try:
-            result = retry_internal(ref(), *args, **kwargs)
+            result = retry_internal(ref(), *args)
         except BaseException as exc:
             try:
                 finish_failed(exc)
@@ -618,32 +695,55 @@ def _wrappers(
                 state.count_first_attempt(value[0], server_address)
             else:  # ClientState.count_first_attempt's lock-free path, inlined
                 next(tally)
-                deposit = state.deposit
-                if deposit is not None:
-                    deposit(retried=False)
+                budget = state.budget
+                if not budget.full:
+                    budget.record_success(retried=False)
         else:
             value.succeeded()
         return result
 
-    def _select_server(*args: Any, **kwargs: Any) -> Any:
+    def _select_server(
+        server_selector: Any,
+        session: Any,
+        operation: Any,
+        address: Any = None,
+        deprioritized_servers: Optional[list[Any]] = None,
+        operation_id: Optional[int] = None,
+    ) -> Any:
         value = current_get()
-        if type(value) is cell_class and value[0] is None:
-            session = args[1] if len(args) > 1 else kwargs.get("session")
-            if session is None or session._transaction.state not in active_states:
-                value[0] = server = select_server(ref(), *args, **kwargs)
-                return server
-        operation = installation.operation() if type(value) is cell_class else value
-        if operation is None:
+        if (
+            type(value) is cell_class
+            and value[0] is None
+            and (session is None or session._transaction.state not in active_states)
+        ):
+            value[0] = server = select_server(
+                ref(),
+                server_selector,
+                session,
+                operation,
+                address,
+                deprioritized_servers,
+                operation_id,
+            )
+            return server
+        args = (server_selector, session, operation)
+        kwargs = {
+            "address": address,
+            "deprioritized_servers": deprioritized_servers,
+            "operation_id": operation_id,
+        }
+        tracked = installation.operation() if type(value) is cell_class else value
+        if tracked is None:
             return select_server(ref(), *args, **kwargs)  # not within an operation of ours
-        gate = operation.state.gate
+        gate = tracked.state.gate
         if gate is None:
             server = select_server(ref(), *args, **kwargs)
         else:
             server = select_server(ref(), *args, **_avoid_paced(ref(), gate, args, kwargs))
-            wait = operation.admit(gate, server)
+            wait = tracked.admit(gate, server)
             if wait > 0.0:
                 time.sleep(wait)
-        operation.attempt_started(server)
+        tracked.attempt_started(server)
         return server
 
     def _process_response(reply: Any, session: Any) -> Any:

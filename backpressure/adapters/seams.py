@@ -465,22 +465,72 @@ def _session_problems(client: Any) -> list[str]:
     return problems
 
 
+_EMPTY = inspect.Parameter.empty
+
+NATIVE_RETRY_INTERNAL_SIGNATURE: tuple[tuple[str, Any], ...] = (
+    ("self", _EMPTY),
+    ("func", _EMPTY),
+    ("session", _EMPTY),
+    ("bulk", _EMPTY),
+    ("operation", _EMPTY),
+    ("is_read", False),
+    ("address", None),
+    ("read_pref", None),
+    ("retryable", False),
+    ("operation_id", None),
+    ("is_run_command", False),
+    ("is_aggregate_write", False),
+)
+"""``MongoClient._retry_internal`` of pymongo 4.17-4.20 (names and defaults): the native
+adapter's wrapper takes exactly these parameters, so it forwards them without ``*args`` and
+``**kwargs`` (the success path's biggest cost)."""
+
+NATIVE_SELECT_SERVER_SIGNATURE: tuple[tuple[str, Any], ...] = (
+    ("self", _EMPTY),
+    ("server_selector", _EMPTY),
+    ("session", _EMPTY),
+    ("operation", _EMPTY),
+    ("address", None),
+    ("deprioritized_servers", None),
+    ("operation_id", None),
+)
+"""``MongoClient._select_server`` of pymongo 4.17-4.20 (names and defaults), as above."""
+
+
+def _expect_signature(
+    problems: list[str], owner: Any, label: str, name: str, expected: tuple[tuple[str, Any], ...]
+) -> None:
+    """Append a problem unless ``owner.name`` takes exactly ``expected`` (names and defaults)."""
+    function = getattr(owner, name, None)
+    if not callable(function):
+        problems.append(f"{label}.{name} is missing")
+        return
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        problems.append(f"{label}.{name} is missing")
+        return
+    found = tuple((p.name, p.default) for p in parameters)
+    plain = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters)
+    if (
+        not plain
+        or len(found) != len(expected)
+        or any(
+            f_name != e_name or (f_default is not e_default and f_default != e_default)
+            for (f_name, f_default), (e_name, e_default) in zip(found, expected)
+        )
+    ):
+        shown = tuple(p.name for p in parameters)
+        problems.append(f"{label}.{name}{shown} does not take {tuple(n for n, _ in expected)}")
+
+
 def native_problems(client: Any) -> list[str]:
     """Return the seams of the native adapter (pymongo >= 4.17) that ``client`` does not match."""
     cls = type(client)
     label = cls.__name__
     problems: list[str] = []
-    _expect_parameters(
-        problems, cls, label, "_retry_internal", _RETRY_INTERNAL_PARAMETERS[:5], exact=False
-    )
-    _expect_parameters(
-        problems,
-        cls,
-        label,
-        "_select_server",
-        ["self", "server_selector", "session", "operation"],
-        exact=False,
-    )
+    _expect_signature(problems, cls, label, "_retry_internal", NATIVE_RETRY_INTERNAL_SIGNATURE)
+    _expect_signature(problems, cls, label, "_select_server", NATIVE_SELECT_SERVER_SIGNATURE)
     _expect_parameters(
         problems, cls, label, "_process_response", ["self", "reply", "session"], exact=True
     )

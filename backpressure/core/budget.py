@@ -99,6 +99,11 @@ class _Bucket(_Counted):
         self._capacity = _amount(capacity_field, capacity, positive=True)
         self._cap_units = max(1, _units(self._capacity))
         self._units = self._cap_units
+        self.full = True
+        """True while the bucket holds its capacity (a success then deposits nothing).
+
+        Written under the lock with every change of the tokens; read without it by the success
+        path, which is exact for the reason given in :meth:`_add`."""
 
     @property
     def tokens(self) -> float:
@@ -112,6 +117,7 @@ class _Bucket(_Counted):
         with self._lock:
             if self._units >= amount:
                 self._units -= amount
+                self.full = self._units >= self._cap_units
                 return True
             return False
 
@@ -132,6 +138,7 @@ class _Bucket(_Counted):
             return
         with self._lock:
             self._units = min(self._cap_units, self._units + units)
+            self.full = self._units >= self._cap_units
 
 
 class RetryBudget(_Bucket):
@@ -175,6 +182,7 @@ class RetryBudget(_Bucket):
         with self._lock:
             if self._units >= self._cost_units:
                 self._units -= self._cost_units
+                self.full = self._units >= self._cap_units
                 self._granted += 1
                 return True
             self._refused += 1
@@ -205,6 +213,9 @@ class RetryBudget(_Bucket):
 
 class NullBudget(_Counted):
     """The disabled budget: always grants, never runs out (``tokens`` is infinite)."""
+
+    full = True
+    """Always True: a success never needs a deposit."""
 
     @property
     def capacity(self) -> float:
@@ -293,11 +304,13 @@ class A6Budget(_Bucket):
             return  # full: the success hot path (exact, as in RetryBudget._add)
         with self._lock:
             self._units = min(self._cap_units, self._units + self._ratio_units)
+            self.full = self._units >= self._cap_units
 
     def record_overload_failure(self) -> None:
         """Take one token (never below 0)."""
         with self._lock:
             self._units = max(0, self._units - self._one)
+            self.full = self._units >= self._cap_units
 
     def record_non_overload_failure(self) -> None:
         """Do nothing: only overload failures count against the server."""

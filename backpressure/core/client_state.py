@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from backpressure.core.adaptive import AdmissionControl, AdmissionGate
-from backpressure.core.budget import NullBudget, ServerBudgets
+from backpressure.core.budget import A6Budget, NullBudget, RetryBudget
 from backpressure.core.decision import RetryController
 from backpressure.core.events import Address, OperationFinishedEvent, RetryListener
 from backpressure.core.operation import BudgetWarnings, OperationRetries
@@ -83,15 +83,14 @@ class ClientState:
         if self.gate is not None:
             self.gate.listeners = self.listeners
         budget = self.controller.budget
-        self.lean_success: bool = not self._operation_listeners and not isinstance(
-            budget, ServerBudgets
+        self.lean_success: bool = not self._operation_listeners and isinstance(
+            budget, (RetryBudget, A6Budget, NullBudget)
         )
         """Whether :meth:`count_first_attempt` takes its lock-free path (see there)."""
-        self.deposit: Optional[Callable[..., None]] = (
-            None if isinstance(budget, NullBudget) else budget.record_success
+        self.budget: Union[RetryBudget, A6Budget, NullBudget] = (
+            budget if isinstance(budget, (RetryBudget, A6Budget, NullBudget)) else NullBudget()
         )
-        """The budget's ``record_success`` (None for the disabled budget); returns at once
-        while the budget is full."""
+        """The client's one budget for the lock-free path (``full``: nothing to deposit)."""
 
     def add_listener(self, listener: Any) -> None:
         """Add ``listener`` for the operations that start from now on (no-op if present)."""
@@ -165,9 +164,9 @@ class ClientState:
             if tally is None:
                 tally = self.stats.tally(key, address_of(key))
             next(tally)
-            deposit = self.deposit
-            if deposit is not None:
-                deposit(retried=False)
+            budget = self.budget
+            if not budget.full:
+                budget.record_success(retried=False)
             return
         self.first_attempt_succeeded(address_of(key))
 

@@ -332,3 +332,25 @@ def test_huge_int_is_an_invalid_policy_naming_the_field(field: str) -> None:
     """RetryBudget(field=10**400) raises InvalidPolicyError naming the field (not OverflowError)."""
     with pytest.raises(InvalidPolicyError, match=rf"RetryBudget\.{field} must be a finite"):
         RetryBudget(**{field: 10**400})
+
+
+def test_full_flag_follows_every_change_of_the_tokens() -> None:
+    """``full`` (read without the lock by the success path) is True exactly at capacity."""
+    from backpressure.core.budget import A6Budget, NullBudget, RetryBudget
+
+    bucket = RetryBudget(2.0, success_deposit=1.0, retry_cost=1.0)
+    assert bucket.full
+    assert bucket.try_acquire()
+    assert not bucket.full
+    bucket.record_success(retried=False)
+    assert bucket.full
+    assert bucket.try_consume(0.5)
+    assert not bucket.full
+    bucket.deposit(0.5)
+    assert bucket.full
+    a6 = A6Budget(4.0, token_ratio=1.0)
+    a6.record_overload_failure()
+    assert not a6.full
+    a6.record_success(retried=False)
+    assert a6.full
+    assert NullBudget().full
