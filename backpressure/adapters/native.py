@@ -14,10 +14,12 @@ client:
   whatever number pymongo passes in.
   ``should_retry`` is ``async def`` only where the loop awaits it (4.17 async).
 * ``client._retry_internal`` is wrapped on the instance (a pass-through around the original,
-  ``@_csot.apply`` included): it makes the operation current in a context variable (thread- and
-  task-local), records success (token deposits) and attaches the retry summary to the raised
-  error.  The operation's ``OperationRetries`` is created only once something other than a
-  first-attempt success happens, so the success path costs a few attribute reads.
+  ``@_csot.apply`` included): it makes the operation current in a context variable of the
+  installation (thread- and task-local), records success (token deposits, statistics) and
+  attaches the retry summary to the raised error.  Until something other than a first-attempt
+  success outside a transaction happens, the operation is only a three-item list (the lean
+  path, see ``_Cell``); it is then promoted to an ``_Operation`` with the same history, and its
+  ``OperationRetries`` is created only when the core must decide something.
 * ``client._select_server`` is wrapped on the instance to record the server of each attempt.
   An attempt that started while the previous one never reached our policy means pymongo retried
   a classic (non-overload) error; such a failed retry refunds a token as the spec asks.
@@ -98,18 +100,22 @@ class _Operation:
         self.first: Any = _NOT_SELECTED
         self.attempt_open = False
         self.decision: Optional[Decision] = None
-        session = self.session = seams.retry_internal_argument(args, kwargs, "session")
+        if kwargs:
+            session = seams.retry_internal_argument(args, kwargs, "session")
+            operation = seams.retry_internal_argument(args, kwargs, "operation")
+        else:  # the wrappers pass every argument positionally
+            session, operation = args[1], args[3]
+        self.session = session
         """The session argument of the ``_retry_internal`` call (None when absent)."""
-        self.in_transaction = not seams.outside_transaction(session)
-        self.opens_transaction = self.in_transaction and seams.transaction_starting(session)
+        state = None if session is None else session._transaction.state
+        self.in_transaction = state in seams.ACTIVE_TRANSACTION_STATES
+        self.opens_transaction = state in seams.STARTING_TRANSACTION_STATES
         # In a transaction: the mongos it was pinned to when the attempt started.
         self.pinned: Optional[tuple[str, int]] = None
         # For commitTransaction: the session's commit attempt counter when the attempt started
         # (None for every other operation).
         self.commit_attempt: Optional[int] = None
-        if self.in_transaction and (
-            seams.retry_internal_argument(args, kwargs, "operation") == "commitTransaction"
-        ):
+        if self.in_transaction and operation == "commitTransaction":
             self.commit_attempt = 0
         # The pacing's admission of the open attempt and the address it went to (adaptive).
         self.admission: Optional[Admission] = None
@@ -520,14 +526,6 @@ def _wrappers(
         if value is not None:
             value.failed(exc)
 
-    def replied(reply: Any, session: Any) -> None:
-        """A reply that may carry error fields, or belongs to a tracked operation."""
-        if type(reply) is not dict_class or "errorLabels" in reply or "baseBackoffMS" in reply:
-            seams.sanitize_reply(reply)
-        value = current_get()
-        if type(value) is operation_class:
-            value.reply_received(reply, session)
-
     if is_async:
 
         async def _retry_internal_async(
@@ -614,7 +612,13 @@ def _wrappers(
                 "deprioritized_servers": deprioritized_servers,
                 "operation_id": operation_id,
             }
-            tracked = installation.operation() if type(value) is cell_class else value
+            if type(value) is not cell_class:
+                tracked = value
+            elif value[0] is None:  # the first attempt of a statement in a transaction
+                tracked = operation_class(installation, value[1], value[2])
+                current_set(tracked)  # the wrapper's ``reset`` still restores the outer value
+            else:
+                tracked = installation.operation()
             if tracked is None:
                 return await select_server(
                     ref(), *args, **kwargs
@@ -633,13 +637,11 @@ def _wrappers(
             return server
 
         async def _process_response_async(reply: Any, session: Any) -> Any:
-            if (
-                type(reply) is not dict_class
-                or "errorLabels" in reply
-                or "baseBackoffMS" in reply
-                or type(current_get()) is operation_class
-            ):
-                replied(reply, session)
+            if type(reply) is not dict_class or "errorLabels" in reply or "baseBackoffMS" in reply:
+                seams.sanitize_reply(reply)
+            value = current_get()
+            if type(value) is operation_class and value.opens_transaction:
+                value.reply_received(reply, session)
             return await process_response(ref(), reply, session)
 
         return {
@@ -732,7 +734,13 @@ def _wrappers(
             "deprioritized_servers": deprioritized_servers,
             "operation_id": operation_id,
         }
-        tracked = installation.operation() if type(value) is cell_class else value
+        if type(value) is not cell_class:
+            tracked = value
+        elif value[0] is None:  # the first attempt of a statement in a transaction
+            tracked = operation_class(installation, value[1], value[2])
+            current_set(tracked)  # the wrapper's ``reset`` still restores the outer value
+        else:
+            tracked = installation.operation()
         if tracked is None:
             return select_server(ref(), *args, **kwargs)  # not within an operation of ours
         gate = tracked.state.gate
@@ -747,13 +755,11 @@ def _wrappers(
         return server
 
     def _process_response(reply: Any, session: Any) -> Any:
-        if (
-            type(reply) is not dict_class
-            or "errorLabels" in reply
-            or "baseBackoffMS" in reply
-            or type(current_get()) is operation_class
-        ):
-            replied(reply, session)
+        if type(reply) is not dict_class or "errorLabels" in reply or "baseBackoffMS" in reply:
+            seams.sanitize_reply(reply)
+        value = current_get()
+        if type(value) is operation_class and value.opens_transaction:
+            value.reply_received(reply, session)
         return process_response(ref(), reply, session)
 
     return {

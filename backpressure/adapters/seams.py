@@ -289,19 +289,22 @@ def _transaction_states(session: Any) -> Any:
     raise TypeError(f"{type(session).__name__} is not a pymongo ClientSession")
 
 
-def _active_transaction_states() -> frozenset[Any]:
-    """pymongo's ``_TxnState.STARTING`` and ``IN_PROGRESS`` of both flavours (probed on install)."""
+def _transaction_state_values(*names: str) -> frozenset[Any]:
+    """pymongo's ``_TxnState`` values ``names`` of both flavours (probed on install)."""
     found: set[Any] = set()
     for flavour in ("synchronous", "asynchronous"):
         states = getattr(_import(f"pymongo.{flavour}.client_session"), "_TxnState", None)
-        for name in ("STARTING", "IN_PROGRESS"):
+        for name in names:
             if hasattr(states, name):
                 found.add(getattr(states, name))
     return frozenset(found)
 
 
-ACTIVE_TRANSACTION_STATES = _active_transaction_states()
+ACTIVE_TRANSACTION_STATES = _transaction_state_values("STARTING", "IN_PROGRESS")
 """``ClientSession._transaction.state`` values of a session in a transaction (for hot paths)."""
+
+STARTING_TRANSACTION_STATES = _transaction_state_values("STARTING")
+"""``ClientSession._transaction.state`` values of a transaction that sent no command yet."""
 
 
 def outside_transaction(session: Any) -> bool:
