@@ -319,6 +319,18 @@ def _overhead_md(section: dict[str, Any]) -> list[str]:
     pairs = section["cpu"][0]["pairs"] if section["cpu"] else 0
     block = section["cpu"][0]["block"] if section["cpu"] else 0
     timer = section["cpu"][0].get("timer_ns", 0) if section["cpu"] else 0
+    same = section.get("same_client_check")
+    same_lines = (
+        [
+            "Same-method check (A/A): a second stock client against the first on find_one "
+            f"gives {same['ratio']:.4f} [{same['ratio_ci_low']:.4f}, {same['ratio_ci_high']:.4f}]; "
+            "the enabled client is always the one opened second, so a ratio below 1 here means "
+            "the ratios above understate the overhead by about that much.",
+            "",
+        ]
+        if same
+        else []
+    )
     return [
         "## Overhead without overload",
         "",
@@ -355,6 +367,7 @@ def _overhead_md(section: dict[str, Any]) -> list[str]:
             markdown=True,
         ),
         "",
+        *same_lines,
     ]
 
 

@@ -506,9 +506,45 @@ def measure_overhead(
                     rng=rng,
                 )
             )
+        same = _same_client_check(uri, stock, operations, pairs, block, rng)
     return {
         "preset": preset,
         "tracer": tracer_name(),
         "work": [asdict(w) for w in work],
         "cpu": [asdict(c) for c in cpu],
+        "same_client_check": None if same is None else asdict(same),
     }
+
+
+def _same_client_check(
+    uri: str,
+    stock: OverheadTargets,
+    operations: Mapping[str, Operation],
+    pairs: int,
+    block: int,
+    rng: random.Random,
+) -> Optional[CpuOverhead]:
+    """Measure a second stock client against the first, the same way (an A/A check).
+
+    Two identical clients do not cost exactly the same (the enabled one is always the one
+    opened second); the ratio of this check, ideally 1, shows how far the method's own bias
+    goes beyond its confidence interval.  Run on find_one (None when it is not measured).
+    """
+    operation = operations.get("find_one")
+    if operation is None:
+        return None
+    second: MongoClient[Document] = MongoClient(uri)
+    try:
+        database = second[_DATABASE]
+        other = OverheadTargets(
+            second,
+            database["overhead"],
+            database["overhead_inserts"],
+            database["overhead_counters"],
+        )
+        return measure_cpu(
+            "find_one, second stock client / first", operation, stock, other,
+            pairs=pairs, block=block, rng=rng,
+        )  # fmt: skip
+    finally:
+        second.close()
