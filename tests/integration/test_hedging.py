@@ -36,6 +36,9 @@ HEDGED = DRAFT.replace(hedge_delay=0.05)
 SLOW_MS = 3000
 """How long the slow member holds a read (the hedge is sent after 50 ms)."""
 
+ONE_SLOW_MS = 1000
+"""How long a member that answers late, but before the slow ones, holds a read."""
+
 SLOW = 1
 """The slow member: a secondary."""
 
@@ -434,7 +437,7 @@ async def test_a_read_stuck_on_one_mongos_is_hedged_to_the_other(
 async def test_a_second_hedge_follows_at_twice_the_delay(
     clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
 ) -> None:
-    """max_hedges=2 with both secondaries slow: a read stuck on both gets a second hedge."""
+    """max_hedges=2 with every member slow: the read is sent to all three, one member each."""
     require_hedging(clients)
     hedges = HedgeRecorder()
     client = hedged_client(
@@ -442,30 +445,23 @@ async def test_a_second_hedge_follows_at_twice_the_delay(
     )
     await resolve(client.db.coll.insert_one({"_id": 1}))
     await wait_for_members(client)
-    slow = replicaset_server.addresses[1:]
+    # Every member holds the find far longer than both hedge delays, so whichever member the
+    # first attempt goes to, both hedges are due before any reply.  The primary answers after
+    # ONE_SLOW_MS; the secondaries fail (a fatal error) after SLOW_MS, so the primary's reply
+    # wins whatever the order of the attempts.
+    replicaset_server.configure_fail_point(slow_fail_point("find", ONE_SLOW_MS), member=0)
     for member in (1, 2):
         replicaset_server.configure_fail_point(
             slow_fail_point("find", SLOW_MS, then_fail=True), member=member
         )
-
-    def second_hedges() -> list[HedgeEvent]:
-        return [e for e in hedges.events if e.hedge == 2 and e.first_server in slow]
-
-    # Half the reads that start on a slow member send their first hedge to the other one; while
-    # a slow member holds a read, pymongo's selection prefers the idle members, so read on until
-    # it happens (a slow member is free again every SLOW_MS).
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 120.0
-    while not second_hedges():
-        assert loop.time() < deadline, "no read tried both slow members first"
-        assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}
-    second = second_hedges()[0]
-    # Usually the first hedge went to the other slow member and the second to the primary; on a
-    # loaded machine the primary may be the first hedge and still late: then the second goes to
-    # the other slow member.  Either way no member gets the read twice.
-    assert second.server != second.first_server
-    assert second.server in replicaset_server.addresses
+    assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}
+    first, second = sorted(hedges.events, key=lambda e: e.hedge)
+    assert (first.hedge, second.hedge) == (1, 2)
+    assert first.first_server == second.first_server
+    assert {first.first_server, first.server, second.server} == set(replicaset_server.addresses)
+    assert first.after >= HEDGED.hedge_delay
     assert second.after >= 2 * HEDGED.hedge_delay
-    assert commands.addresses("find").count(second.server) >= 1
-    for address in slow:
-        await wait_for(lambda a=address: finished_at(commands, "find", a), "the slow replies")
+    for address in replicaset_server.addresses:
+        await wait_for(
+            lambda a=address: finished_at(commands, "find", a), "every member's reply", 60.0
+        )
