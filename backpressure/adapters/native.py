@@ -426,9 +426,10 @@ class _Installation:
         )
         """The operation of this client running in the context: a ``_Cell``, an
         ``_Operation`` or None."""
-        self.wrappers: dict[str, Callable[..., Any]] = _wrappers(
-            self, client, is_async=seams.is_async_client(client)
-        )
+        is_async = seams.is_async_client(client)
+        self.wrappers: dict[str, Callable[..., Any]] = _wrappers(self, client, is_async=is_async)
+        if not seams.native_exact_signatures(client):
+            self.wrappers.update(_forwarding_wrappers(self, client, is_async=is_async))
 
     def operation(self) -> Optional[_Operation]:
         """Return the current operation of this client, promoting a lean one (None: none)."""
@@ -767,6 +768,88 @@ def _wrappers(
         "_select_server": _select_server,
         "_process_response": _process_response,
     }
+
+
+def _forwarding_wrappers(
+    installation: _Installation, client: Any, *, is_async: bool
+) -> dict[str, Callable[..., Any]]:
+    """``_retry_internal`` and ``_select_server`` wrappers for signatures other than 4.17-4.20's.
+
+    A pymongo release that adds a parameter to either method keeps working: these wrappers
+    forward ``*args, **kwargs`` and track every operation with an :class:`_Operation` from its
+    start (the path an adaptive client takes), at the cost of the lean success path.
+    """
+    ref = installation.client_ref
+    retry_internal = installation.delegate(client, "_retry_internal")
+    select_server = installation.delegate(client, "_select_server")
+    current = installation.current
+
+    def selection_kwargs(tracked: _Operation, args: Any, kwargs: dict[str, Any]) -> Any:
+        gate = tracked.state.gate
+        return kwargs if gate is None else _avoid_paced(ref(), gate, args, kwargs)
+
+    def failed(token: contextvars.Token[Any], exc: BaseException) -> None:
+        try:
+            current.get().failed(exc)
+        finally:
+            current.reset(token)
+
+    def succeeded(token: contextvars.Token[Any]) -> None:
+        operation = current.get()
+        current.reset(token)
+        operation.succeeded()
+
+    def admitted_wait(tracked: _Operation, server: Any) -> float:
+        gate = tracked.state.gate
+        return 0.0 if gate is None else tracked.admit(gate, server)
+
+    if is_async:
+
+        async def _retry_internal_async(*args: Any, **kwargs: Any) -> Any:
+            token = current.set(_Operation(installation, args, kwargs))
+            try:
+                result = await retry_internal(ref(), *args, **kwargs)
+            except BaseException as exc:
+                failed(token, exc)
+                raise
+            succeeded(token)
+            return result
+
+        async def _select_server_async(*args: Any, **kwargs: Any) -> Any:
+            tracked = current.get()
+            if type(tracked) is not _Operation:
+                return await select_server(ref(), *args, **kwargs)
+            server = await select_server(ref(), *args, **selection_kwargs(tracked, args, kwargs))
+            wait = admitted_wait(tracked, server)
+            if wait > 0.0:
+                await asyncio.sleep(wait)
+            tracked.attempt_started(server)
+            return server
+
+        return {"_retry_internal": _retry_internal_async, "_select_server": _select_server_async}
+
+    def _retry_internal(*args: Any, **kwargs: Any) -> Any:
+        token = current.set(_Operation(installation, args, kwargs))
+        try:
+            result = retry_internal(ref(), *args, **kwargs)
+        except BaseException as exc:
+            failed(token, exc)
+            raise
+        succeeded(token)
+        return result
+
+    def _select_server(*args: Any, **kwargs: Any) -> Any:
+        tracked = current.get()
+        if type(tracked) is not _Operation:
+            return select_server(ref(), *args, **kwargs)
+        server = select_server(ref(), *args, **selection_kwargs(tracked, args, kwargs))
+        wait = admitted_wait(tracked, server)
+        if wait > 0.0:
+            time.sleep(wait)
+        tracked.attempt_started(server)
+        return server
+
+    return {"_retry_internal": _retry_internal, "_select_server": _select_server}
 
 
 def seam_problems(client: Any) -> list[str]:

@@ -484,9 +484,9 @@ NATIVE_RETRY_INTERNAL_SIGNATURE: tuple[tuple[str, Any], ...] = (
     ("is_run_command", False),
     ("is_aggregate_write", False),
 )
-"""``MongoClient._retry_internal`` of pymongo 4.17-4.20 (names and defaults): the native
-adapter's wrapper takes exactly these parameters, so it forwards them without ``*args`` and
-``**kwargs`` (the success path's biggest cost)."""
+"""``MongoClient._retry_internal`` of pymongo 4.17-4.20 (names and defaults): with exactly these
+parameters the native adapter's wrapper forwards them without ``*args`` and ``**kwargs`` (the
+success path's biggest cost); see :func:`native_exact_signatures`."""
 
 NATIVE_SELECT_SERVER_SIGNATURE: tuple[tuple[str, Any], ...] = (
     ("self", _EMPTY),
@@ -527,13 +527,29 @@ def _expect_signature(
         problems.append(f"{label}.{name}{shown} does not take {tuple(n for n, _ in expected)}")
 
 
+def native_exact_signatures(client: Any) -> bool:
+    """Whether ``client``'s ``_retry_internal`` and ``_select_server`` are pymongo 4.17-4.20's.
+
+    The native adapter then installs its positional wrappers (the fastest); any other signature
+    that :func:`native_problems` accepts gets wrappers that forward ``*args, **kwargs``.
+    """
+    cls = type(client)
+    problems: list[str] = []
+    _expect_signature(problems, cls, "", "_retry_internal", NATIVE_RETRY_INTERNAL_SIGNATURE)
+    _expect_signature(problems, cls, "", "_select_server", NATIVE_SELECT_SERVER_SIGNATURE)
+    return not problems
+
+
 def native_problems(client: Any) -> list[str]:
     """Return the seams of the native adapter (pymongo >= 4.17) that ``client`` does not match."""
     cls = type(client)
     label = cls.__name__
     problems: list[str] = []
-    _expect_signature(problems, cls, label, "_retry_internal", NATIVE_RETRY_INTERNAL_SIGNATURE)
-    _expect_signature(problems, cls, label, "_select_server", NATIVE_SELECT_SERVER_SIGNATURE)
+    _expect_parameters(
+        problems, cls, label, "_retry_internal", _RETRY_INTERNAL_PARAMETERS[:5], exact=False
+    )
+    if not callable(getattr(cls, "_select_server", None)):
+        problems.append(f"{label}._select_server is missing")
     _expect_parameters(
         problems, cls, label, "_process_response", ["self", "reply", "session"], exact=True
     )

@@ -1,0 +1,234 @@
+"""The native adapter on a pymongo whose ``_retry_internal`` / ``_select_server`` take more.
+
+A pymongo release after 4.20 may add a parameter to either method, and pass it from its own
+callers.  The adapter then installs wrappers that forward ``*args, **kwargs`` instead of refusing
+the client.  These tests build such a client: a subclass with one more keyword parameter on both
+methods, and, in front of our wrappers, the callers' side (every call passes that parameter).
+They check that the policy still holds: retries, the attempt cap, one txnNumber, the
+transaction's first-statement rule, the budget's deposits.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional
+
+import pymongo
+import pytest
+from pymongo.errors import OperationFailure
+
+import backpressure
+from backpressure import DRAFT, Policy, StopReason, retry_summary
+from backpressure.adapters import seams
+from backpressure.testing.server.embedded import EmbeddedServer
+from tests.integration.conftest import (
+    ClientFactory,
+    CommandRecorder,
+    RetryRecorder,
+    in_transaction,
+    overload_fail_point,
+    resolve,
+)
+
+pytestmark = [
+    pytest.mark.skipif(
+        not seams.HAS_NATIVE_BACKPRESSURE,
+        reason="pymongo has no native overload retry loop (the backport is tested elsewhere)",
+    ),
+    pytest.mark.timeout(60),
+]
+
+FAST = Policy(base_backoff=0.001, max_backoff=0.05)
+
+LATER = "passed"
+"""The value every call passes for the extra parameter."""
+
+
+class LaterClient(pymongo.MongoClient):  # type: ignore[type-arg]
+    """A MongoClient whose two wrapped methods take one parameter more than pymongo 4.20's."""
+
+    later_calls = 0
+
+    def _retry_internal(  # type: ignore[override]
+        self,
+        func: Any,
+        session: Any,
+        bulk: Any,
+        operation: Any,
+        is_read: bool = False,
+        address: Any = None,
+        read_pref: Any = None,
+        retryable: bool = False,
+        operation_id: Optional[int] = None,
+        is_run_command: bool = False,
+        is_aggregate_write: bool = False,
+        later: Optional[str] = None,
+    ) -> Any:
+        type(self).later_calls += later == LATER
+        return super()._retry_internal(
+            func,
+            session,
+            bulk,
+            operation,
+            is_read,
+            address,
+            read_pref,
+            retryable,
+            operation_id,
+            is_run_command,
+            is_aggregate_write,
+        )
+
+    def _select_server(  # type: ignore[override]
+        self,
+        server_selector: Any,
+        session: Any,
+        operation: Any,
+        address: Any = None,
+        deprioritized_servers: Any = None,
+        operation_id: Optional[int] = None,
+        later: Optional[str] = None,
+    ) -> Any:
+        return super()._select_server(
+            server_selector, session, operation, address, deprioritized_servers, operation_id
+        )
+
+
+class AsyncLaterClient(pymongo.AsyncMongoClient):  # type: ignore[type-arg]
+    """The async twin of :class:`LaterClient`."""
+
+    later_calls = 0
+
+    async def _retry_internal(  # type: ignore[override]
+        self,
+        func: Any,
+        session: Any,
+        bulk: Any,
+        operation: Any,
+        is_read: bool = False,
+        address: Any = None,
+        read_pref: Any = None,
+        retryable: bool = False,
+        operation_id: Optional[int] = None,
+        is_run_command: bool = False,
+        is_aggregate_write: bool = False,
+        later: Optional[str] = None,
+    ) -> Any:
+        type(self).later_calls += later == LATER
+        return await super()._retry_internal(
+            func,
+            session,
+            bulk,
+            operation,
+            is_read,
+            address,
+            read_pref,
+            retryable,
+            operation_id,
+            is_run_command,
+            is_aggregate_write,
+        )
+
+    async def _select_server(  # type: ignore[override]
+        self,
+        server_selector: Any,
+        session: Any,
+        operation: Any,
+        address: Any = None,
+        deprioritized_servers: Any = None,
+        operation_id: Optional[int] = None,
+        later: Optional[str] = None,
+    ) -> Any:
+        return await super()._select_server(
+            server_selector, session, operation, address, deprioritized_servers, operation_id
+        )
+
+
+def later_client(
+    clients: ClientFactory,
+    server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+    policy: Policy = DRAFT,
+) -> Any:
+    """A LaterClient of the test's flavour, enabled with ``policy`` (zero jitter)."""
+    cls = AsyncLaterClient if clients.is_async else LaterClient
+    client = clients.track(
+        cls(server.uri, serverSelectionTimeoutMS=3000, event_listeners=[commands])
+    )
+    assert not seams.native_exact_signatures(client)
+    backpressure.enable(client, policy, listeners=[retries], random=lambda: 0.0)
+    for name in ("_retry_internal", "_select_server"):
+        # pymongo's callers would pass the new parameter: so does everything calling our wrapper.
+        setattr(client, name, functools.partial(getattr(client, name), later=LATER))
+    return client
+
+
+async def test_stock_clients_have_the_exact_signatures(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """The premise: pymongo's own clients get the positional wrappers."""
+    assert seams.native_exact_signatures(clients.plain(standalone_server.uri))
+
+
+async def test_always_overloaded_insert_stops_at_the_attempt_cap(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """Draft: 6 inserts, then the overload error with its summary, as on a stock client."""
+    client = later_client(clients, standalone_server, commands, retries)
+    standalone_server.configure_fail_point(overload_fail_point(["insert"]))
+    with pytest.raises(OperationFailure) as info:
+        await resolve(client.db.coll.insert_one({"x": 1}))
+    assert len(commands.started_commands("insert")) == 6
+    summary = retry_summary(info.value)
+    assert summary is not None
+    assert summary.attempts == 6
+    assert summary.stop_reason is StopReason.ATTEMPTS_EXHAUSTED
+    assert len(retries.retries) == 5
+    assert type(client).later_calls >= 1  # the subclass's method ran under our wrapper
+
+
+async def test_insert_after_two_overloads_is_written_once(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """Two overloads then success: one txnNumber, one write, the budget's deposits as usual."""
+    client = later_client(clients, replicaset_server, commands, retries)
+    replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=2))
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    inserts = commands.started_commands("insert")
+    assert [cmd["txnNumber"] for cmd in inserts] == [1, 1, 1]
+    transactions = replicaset_server.stats()["transactions"]
+    assert [(t["txnNumber"], t["applied"]) for t in transactions] == [(1, True)]
+    bucket = backpressure.budget(client)
+    assert bucket is not None
+    assert bucket.tokens == pytest.approx(1000 - 2 + 1.1)
+    await resolve(client.db.coll.insert_one({"_id": 2}))  # a first-attempt success
+    assert bucket.tokens == pytest.approx(1000 - 2 + 1.2)
+
+
+async def test_transaction_first_statement_is_resent_with_start_transaction(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """An overloaded first statement of a transaction is re-sent with startTransaction."""
+    client = later_client(clients, replicaset_server, commands, retries, FAST)
+    await resolve(client.db.coll.insert_one({"_id": 0}))
+    commands.reset()
+    replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=1))
+    await in_transaction(
+        client,
+        lambda session: client.db.coll.insert_one({"_id": 1}, session=session),
+        lambda session: client.db.coll.insert_one({"_id": 2}, session=session),
+    )
+    inserts = commands.started_commands("insert")
+    assert [cmd.get("startTransaction", False) for cmd in inserts] == [True, True, False]
+    assert len({cmd["txnNumber"] for cmd in inserts}) == 1
+    assert await resolve(client.db.coll.count_documents({})) == 3
