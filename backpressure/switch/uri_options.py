@@ -116,18 +116,9 @@ def _invalid(option: str, allowed: str, value: object, *, from_uri: bool) -> Inv
 
 def _validate_max_adaptive_retries(value: object, *, from_uri: bool) -> int:
     """Return ``value`` as an int in 0..100 or raise InvalidPolicyError."""
-    allowed = f"an integer from 0 to {MAX_ADAPTIVE_RETRIES_LIMIT}"
-    number: Optional[int] = None
-    if isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    elif isinstance(value, str):
-        try:
-            number = int(value.strip())
-        except ValueError:
-            number = None
-    if number is None or not 0 <= number <= MAX_ADAPTIVE_RETRIES_LIMIT:
-        raise _invalid(MAX_ADAPTIVE_RETRIES, allowed, value, from_uri=from_uri)
-    return number
+    return _validate_int(
+        MAX_ADAPTIVE_RETRIES, value, 0, MAX_ADAPTIVE_RETRIES_LIMIT, from_uri=from_uri
+    )
 
 
 def _validate_int(option: str, value: object, low: int, high: int, *, from_uri: bool) -> int:
