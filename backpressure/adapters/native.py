@@ -83,6 +83,7 @@ class _Operation:
         "opens_transaction",
         "pinned",
         "processed",
+        "pushed_back",
         "retries",
         "session",
         "state",
@@ -120,6 +121,8 @@ class _Operation:
         # The pacing's admission of the open attempt and the address it went to (adaptive).
         self.admission: Optional[Admission] = None
         self.address: Optional[tuple[str, int]] = None
+        # Whether a server pushed the last attempt back (its retry goes ahead of the pacing queue).
+        self.pushed_back = False
         # A reply to the statement opening a transaction arrived before ``retries`` existed.
         self.processed = False
 
@@ -148,9 +151,31 @@ class _Operation:
             ),
             address,
             seams.csot_deadline(),
+            retry=self.pushed_back,
         )
         self.admission = admission
         return admission.wait
+
+    def recheck(self, gate: Optional[AdmissionGate]) -> float:
+        """Ask the pacing again once the wait is over; return the further wait (0: send now).
+
+        Raises:
+            LocalOverloadError: a retry going ahead moved the slot past the attempt's bound.
+        """
+        admission = self.admission
+        if gate is None or admission is None or admission.ticket is None:
+            return 0.0
+        try:
+            return gate.recheck(
+                seams.operation_name(
+                    seams.retry_internal_argument(self.args, self.kwargs, "operation")
+                ),
+                self.address,
+                admission,
+            )
+        except LocalOverloadError:
+            self.admission = None
+            raise
 
     def settle(self, error: Optional[BaseException]) -> None:
         """Hand the outcome of the last attempt to the pacing (None: a reply, not an overload)."""
@@ -159,7 +184,7 @@ class _Operation:
             address = self.address
             if address is None and self.first is not _NOT_SELECTED:
                 address = seams.server_address(self.first)
-            gate.record(address, self.admission, error)
+            self.pushed_back = gate.record(address, self.admission, error)
 
     def tracked(self) -> OperationRetries:
         """Return the operation's ``OperationRetries``, creating it on first need."""
@@ -632,8 +657,9 @@ def _wrappers(
                     ref(), *args, **_avoid_paced(ref(), gate, args, kwargs)
                 )
                 wait = tracked.admit(gate, server)
-                if wait > 0.0:
+                while wait > 0.0:
                     await asyncio.sleep(wait)
+                    wait = tracked.recheck(gate)
             tracked.attempt_started(server)
             return server
 
@@ -750,8 +776,9 @@ def _wrappers(
         else:
             server = select_server(ref(), *args, **_avoid_paced(ref(), gate, args, kwargs))
             wait = tracked.admit(gate, server)
-            if wait > 0.0:
+            while wait > 0.0:
                 time.sleep(wait)
+                wait = tracked.recheck(gate)
         tracked.attempt_started(server)
         return server
 
@@ -821,8 +848,9 @@ def _forwarding_wrappers(
                 return await select_server(ref(), *args, **kwargs)
             server = await select_server(ref(), *args, **selection_kwargs(tracked, args, kwargs))
             wait = admitted_wait(tracked, server)
-            if wait > 0.0:
+            while wait > 0.0:
                 await asyncio.sleep(wait)
+                wait = tracked.recheck(tracked.state.gate)
             tracked.attempt_started(server)
             return server
 
@@ -844,8 +872,9 @@ def _forwarding_wrappers(
             return select_server(ref(), *args, **kwargs)
         server = select_server(ref(), *args, **selection_kwargs(tracked, args, kwargs))
         wait = admitted_wait(tracked, server)
-        if wait > 0.0:
+        while wait > 0.0:
             time.sleep(wait)
+            wait = tracked.recheck(tracked.state.gate)
         tracked.attempt_started(server)
         return server
 

@@ -25,7 +25,18 @@ admitted attempts in coarse time buckets so the rate is known when it is needed)
 2. **Pacing.**  Every attempt to a paced server, the first attempt of an operation included,
    reserves the next free send slot: ``slot = max(now, next_slot)``, ``next_slot = slot + 1/rate``.
    The adapter waits ``slot - now`` locally (``time.sleep`` or ``asyncio.sleep``) and then sends.
-   Reservations are taken in arrival order, so the callers are served first come, first served.
+   Reservations are taken in arrival order, so the callers are served first come, first served,
+   with one exception: the retry of an attempt the server pushed back goes ahead of the queue.
+   Its caller has already waited its turn once (in a closed loop, about as long as the queue is);
+   at the back of the queue its wait would end past its deadline and the operation would be lost
+   for one rejection.  The retry takes the slot of the first waiting first attempt (waiting
+   retries keep their order), and every first attempt from there on moves to the slot of the one
+   behind it, the last to ``next_slot``, which moves one interval later: the queue is served at
+   the pace, in a new order, and no slot is sent twice.  A waiting caller therefore holds a
+   :class:`SlotTicket`, not a fixed time: after its wait the adapter asks again
+   (:meth:`AdmissionControl.recheck`) and waits on if its slot moved.  A first attempt whose
+   moved slot would pass its own bound is refused (on its next recheck) instead, and the shift
+   stops there: the slot it leaves absorbs the move.
    A wait that would end past the operation's deadline, or exceed ``max_local_wait``, is refused
    without reserving anything: the attempt is not sent and the operation fails fast.  A slot is
    usable only if the reply can still arrive in time, so the deadline bound is shortened by the
@@ -62,6 +73,7 @@ executor and the event loop alike.  Time comes from the injected clock; nothing 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import threading
@@ -91,6 +103,7 @@ __all__ = [
     "Refusal",
     "ServerPacer",
     "ServerPacerSnapshot",
+    "SlotTicket",
     "admission_for",
 ]
 
@@ -111,6 +124,32 @@ _PROVISIONAL = 1.2  # pace at this multiple of an estimate not yet trusted (keep
 _DAMPING = 0.9  # one estimate lowers the capacity to no less than this share of it
 _MARKS = 256  # pushbacks remembered for the estimate (within one window)
 _MAX_CONFIRMED = 2  # the probe waits up to (2**2 - 1) windows once the capacity is confirmed
+_EARLY = 1e-3  # a recheck this close to the slot sends (timers may fire a little early)
+
+
+class SlotTicket:
+    """The send slot of one waiting attempt; the pacer may move it later, or cancel it."""
+
+    __slots__ = ("latest", "reason", "refused", "retry", "slot")
+
+    def __init__(self, slot: float, latest: float, reason: StopReason, retry: bool) -> None:
+        """Reserve ``slot``; the attempt may be sent no later than ``latest``."""
+        self.slot = slot
+        """The reserved send time on the pacer's clock."""
+        self.latest = latest
+        """The latest send time the attempt's bound allows (its deadline less the reply margin,
+        or ``max_local_wait``)."""
+        self.reason = reason
+        """Which bound ``latest`` is, for a refusal."""
+        self.retry = retry
+        """Whether the attempt retries one the server pushed back (it is never moved)."""
+        self.refused = False
+        """Set when a retry going ahead moved this slot past ``latest``: do not send."""
+
+    def __repr__(self) -> str:
+        """Show the slot and the bound."""
+        state = ", refused" if self.refused else ""
+        return f"SlotTicket(slot={self.slot!r}, latest={self.latest!r}{state})"
 
 
 @dataclass(frozen=True)
@@ -125,6 +164,14 @@ class Admission:
     wait: float
     round: Optional[int] = None
     slot: Optional[float] = field(default=None, compare=False)
+    ticket: Optional[SlotTicket] = field(default=None, compare=False)
+    """The reservation of a waiting attempt (None: sent now); the pacer may move its slot."""
+
+    @property
+    def send_slot(self) -> Optional[float]:
+        """The slot the attempt was finally sent in (the ticket's, if the pacer moved it)."""
+        ticket = self.ticket
+        return self.slot if ticket is None else ticket.slot
 
 
 @dataclass(frozen=True)
@@ -174,6 +221,7 @@ class ServerPacer:
         self._peak = 0.0
         self._epoch = 0.0
         self._next_slot = 0.0
+        self._waiting: deque[SlotTicket] = deque()  # reserved slots not yet due, in order
         self._last_pushback = -math.inf
         self._round = 0
         self._last_wait = -math.inf
@@ -257,6 +305,7 @@ class ServerPacer:
                 measured = max(self._measured_rate(now), self._min_rate)
                 self.paced = True
                 self._next_slot = now
+                self._waiting.clear()
                 self._last_wait = -math.inf
                 self._marks.clear()
                 self._marks.append((now, self._admitted_total))
@@ -326,10 +375,15 @@ class ServerPacer:
 
     # -- admission -------------------------------------------------------------------------------
 
-    def admit(self, now: float, limit: float, deadline_bound: bool) -> AdmissionDecision:
-        """Reserve the next send slot if its wait is at most ``limit`` seconds.
+    def admit(
+        self, now: float, limit: float, deadline_bound: bool, retry: bool = False
+    ) -> AdmissionDecision:
+        """Reserve a send slot if its wait is at most ``limit`` seconds.
 
-        ``deadline_bound`` tells which bound ``limit`` is (for the refusal's reason).
+        ``deadline_bound`` tells which bound ``limit`` is (for the refusal's reason); ``retry``
+        that the attempt retries one a server pushed back (it goes ahead of the waiting first
+        attempts).  A waiting attempt's admission carries its :class:`SlotTicket`: ask
+        :meth:`recheck` when the wait is over.
         """
         if not self.paced:
             return _SEND_NOW
@@ -339,25 +393,69 @@ class ServerPacer:
             if self._reopens(now):
                 self.paced = False
                 return _SEND_NOW
-            slot = max(now, self._next_slot)
-            wait = slot - now
             if deadline_bound:
                 # The reply must arrive before the deadline too, not only the send.  The margin
                 # is at most half the time left: an estimate inflated by a stall must not refuse
                 # every caller (nothing would be sent, and nothing would correct it).
                 limit -= min(_LATENCY_MARGIN * self._latency, limit / 2.0)
+            reason = (
+                StopReason.LOCAL_WAIT_DEADLINE if deadline_bound else StopReason.LOCAL_WAIT_LIMIT
+            )
+            waiting = self._waiting
+            while waiting and waiting[0].slot <= now:
+                waiting.popleft()  # due: those callers are sending
+            interval = 1.0 / self._rate_at(now)
+            if retry:
+                index = next((i for i, t in enumerate(waiting) if not t.retry), None)
+                if index is not None and waiting[index].slot - now <= limit:
+                    slot = waiting[index].slot
+                    self._move_back(index, interval)
+                    ticket = SlotTicket(slot, now + limit, reason, True)
+                    waiting.insert(index, ticket)
+                    self._last_wait = now
+                    return Admission(slot - now, self._round, slot, ticket)
+            slot = max(now, self._next_slot)
+            wait = slot - now
             if wait > limit:
-                reason = (
-                    StopReason.LOCAL_WAIT_DEADLINE
-                    if deadline_bound
-                    else StopReason.LOCAL_WAIT_LIMIT
-                )
                 self._last_wait = now  # the pacing limits callers: it must not reopen
                 return Refusal(reason, wait)
-            self._next_slot = slot + 1.0 / self._rate_at(now)
-            if wait > 0.0:
+            self._next_slot = slot + interval
+            if wait <= 0.0:
+                return Admission(0.0, self._round, slot)
+            ticket = SlotTicket(slot, now + limit, reason, retry)
+            waiting.append(ticket)
+            self._last_wait = now
+            return Admission(wait, self._round, slot, ticket)
+
+    def _move_back(self, index: int, interval: float) -> None:
+        """Give every waiting attempt from ``index`` on the slot of the one behind it (lock held).
+
+        The last one takes ``next_slot``, which moves one interval later.  An attempt whose new
+        slot passes its bound is refused instead (its caller learns it on recheck) and the move
+        stops there: the slot it leaves is taken by the one before it.
+        """
+        waiting = self._waiting
+        slots = [ticket.slot for ticket in itertools.islice(waiting, index, None)]
+        slots.append(self._next_slot)
+        for position in range(index, len(waiting)):
+            ticket = waiting[position]
+            moved = slots[position - index + 1]
+            if moved > ticket.latest:
+                ticket.slot = moved
+                ticket.refused = True
+                del waiting[position]
+                return
+            ticket.slot = moved
+        self._next_slot += interval
+
+    def recheck(self, now: float, ticket: SlotTicket) -> Union[float, Refusal]:
+        """Return how much longer the attempt holding ``ticket`` waits (0: send now), or refuse."""
+        with self._lock:
+            if ticket.refused:
                 self._last_wait = now
-            return Admission(wait, self._round, slot)
+                return Refusal(ticket.reason, max(0.0, ticket.slot - now))
+            wait = ticket.slot - now
+        return wait if wait > _EARLY else 0.0
 
     def _reopens(self, now: float) -> bool:
         """Whether the pacer should open again at ``now`` (lock held)."""
@@ -431,12 +529,13 @@ class AdmissionControl:
         return pacer
 
     def admit(
-        self, server: Optional[Address], deadline: Optional[float] = None
+        self, server: Optional[Address], deadline: Optional[float] = None, *, retry: bool = False
     ) -> AdmissionDecision:
         """Decide whether an attempt to ``server`` is sent now, after a wait, or refused.
 
         ``deadline`` is the operation's deadline on the injected clock (None: no deadline).  The
         wait allowed is ``max_local_wait``, or the time left before the deadline if shorter.
+        ``retry``: the attempt retries one a server pushed back (it goes ahead of the queue).
         """
         if server is None:
             return _SEND_NOW
@@ -449,7 +548,7 @@ class AdmissionControl:
         if deadline is not None and deadline - now < limit:
             limit = max(0.0, deadline - now)
             deadline_bound = True
-        return pacer.admit(now, limit, deadline_bound)
+        return pacer.admit(now, limit, deadline_bound, retry)
 
     def record(
         self,
@@ -468,8 +567,19 @@ class AdmissionControl:
             round_ = None if admission is None else admission.round
             self.pacer(server).record_pushback(self._clock(), round_)
         else:
-            slot = None if admission is None else admission.slot
+            slot = None if admission is None else admission.send_slot
             self.pacer(server).record_admitted(self._clock(), slot)
+
+    def recheck(self, server: Optional[Address], admission: Admission) -> Union[float, Refusal]:
+        """Return how much longer an admitted attempt waits (0: send now), or its refusal.
+
+        Ask when the wait ``admit`` answered is over: a retry going ahead may have moved the
+        slot later, or past the attempt's bound.
+        """
+        ticket = admission.ticket
+        if server is None or ticket is None:
+            return 0.0
+        return self.pacer(server).recheck(self._clock(), ticket)
 
     def is_paced(self, server: Address) -> bool:
         """Whether attempts to ``server`` are paced now."""
@@ -568,22 +678,50 @@ class AdmissionGate:
         self._refusal_log = LogRateLimit(log_interval, clock=control.clock)
 
     def admit(
-        self, operation: str, server: Optional[Address], deadline: Optional[float]
+        self,
+        operation: str,
+        server: Optional[Address],
+        deadline: Optional[float],
+        *,
+        retry: bool = False,
     ) -> Admission:
-        """Return the admission of one attempt to ``server``, or raise LocalOverloadError."""
-        decision = self.control.admit(server, deadline)
+        """Return the admission of one attempt to ``server``, or raise LocalOverloadError.
+
+        ``retry``: the attempt retries one a server pushed back (see :meth:`ServerPacer.admit`).
+        """
+        decision = self.control.admit(server, deadline, retry=retry)
         if isinstance(decision, Admission):
             if decision.wait > 0.0 and server is not None:
                 self._waited(operation, server, decision.wait)
             return decision
+        raise self._refusal_error(operation, server, decision)
+
+    def recheck(self, operation: str, server: Optional[Address], admission: Admission) -> float:
+        """Return how much longer an admitted attempt waits (0: send it now).
+
+        Call it when the wait of :meth:`admit` (or of the previous recheck) is over: a retry
+        going ahead of the queue may have moved the attempt's slot.
+
+        Raises:
+            LocalOverloadError: the slot moved past the attempt's bound; it is not sent.
+        """
+        decision = self.control.recheck(server, admission)
+        if isinstance(decision, Refusal):
+            raise self._refusal_error(operation, server, decision)
+        return decision
+
+    def _refusal_error(
+        self, operation: str, server: Optional[Address], refusal: Refusal
+    ) -> LocalOverloadError:
+        """Announce and log ``refusal``; return the error the adapter raises for it."""
         assert server is not None  # an unknown server is never refused
-        self._refused(operation, server, decision)
-        raise LocalOverloadError(
-            f"{operation} not sent to {server[0]}:{server[1]}: {decision.reason.value} "
-            f"(a {decision.wait:.3f}s wait was needed)",
-            reason=decision.reason,
+        self._refused(operation, server, refusal)
+        return LocalOverloadError(
+            f"{operation} not sent to {server[0]}:{server[1]}: {refusal.reason.value} "
+            f"(a {refusal.wait:.3f}s wait was needed)",
+            reason=refusal.reason,
             server=server,
-            wait=decision.wait,
+            wait=refusal.wait,
         )
 
     def record(
@@ -591,12 +729,16 @@ class AdmissionGate:
         server: Optional[Address],
         admission: Optional[Admission],
         error: Optional[BaseException] = None,
-    ) -> None:
-        """Record the outcome of an attempt: ``error`` None for a reply that is no overload."""
+    ) -> bool:
+        """Record the outcome of an attempt: ``error`` None for a reply that is no overload.
+
+        Returns whether the server pushed the attempt back (its retry goes ahead of the queue).
+        """
         overloaded = error is not None and is_overload(error)
         if error is not None and not overloaded:
-            return  # network errors and the like say nothing about what the server admits
+            return False  # network errors and the like say nothing about what the server admits
         self.control.record(server, overloaded=overloaded, admission=admission)
+        return overloaded
 
     def _waited(self, operation: str, server: Address, wait: float) -> None:
         """Announce and log a local wait."""

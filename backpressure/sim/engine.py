@@ -44,6 +44,7 @@ from backpressure.sim.oracle import Capacity, physical_limit
 from backpressure.sim.policies import (
     Admission,
     SimPolicy,
+    admit_takes_retry,
     make_controller,
     record_takes_admission,
 )
@@ -198,6 +199,8 @@ class _Run:
         self._eligible_index: dict[tuple[int, ...], int] = {}
         self._overheads: list[float] = []
         self._record_answer: Optional[bool] = None
+        self._admit_retry = False  # whether admit is told that an attempt retries a pushback
+        self._recheck = False  # whether a waiting attempt asks again when its wait is over
         self.groups: list[list[_Client]] = []
         for group in scenario.clients:
             self.groups.append([self._new_client(group) for _ in range(group.count)])
@@ -213,6 +216,8 @@ class _Run:
             state = ClientState(controller, logger=_QUIET)
             if admission is not None and self._record_answer is None:
                 self._record_answer = record_takes_admission(admission)
+                self._admit_retry = admit_takes_retry(admission)
+                self._recheck = callable(getattr(admission, "recheck", None))
         return _Client(group, len(self.servers), state, admission)
 
     # -- topology ------------------------------------------------------------------------------
@@ -352,12 +357,28 @@ class _Run:
         answer: Any = None
         ok = False
         reason = OVERLOAD
+        pushed_back = False  # the server pushed the last attempt back
         while True:
             server = self._select(client, candidates, avoid, admission if is_read else None)
             address = server.address
             if admission is not None:
-                answer = admission.admit(address, csot)
+                if pushed_back and self._admit_retry:
+                    answer = admission.admit(address, csot, retry=True)
+                else:
+                    answer = admission.admit(address, csot)
                 refusal = getattr(answer, "reason", None)
+                wait = 0.0 if refusal is not None else float(answer.wait)
+                if wait > 0:
+                    data.local_waits += 1
+                while wait > 0:
+                    yield env.timeout(wait)
+                    wait = 0.0
+                    if self._recheck:
+                        # A retry going ahead may have moved the slot (or past the deadline).
+                        again = admission.recheck(address, answer)
+                        refusal = getattr(again, "reason", None)
+                        if refusal is None:
+                            wait = float(again)
                 if refusal is not None:
                     reason = REFUSED
                     if operation is not None:
@@ -373,10 +394,6 @@ class _Run:
                     client.cpu_free = begin + max(cpu_half, REFUSAL_MIN_COST_S)
                     yield env.timeout(client.cpu_free - env.now)
                     break
-                wait = float(answer.wait)
-                if wait > 0:
-                    data.local_waits += 1
-                    yield env.timeout(wait)
             attempts += 1
             if operation is not None:
                 operation.attempt_started(address)
@@ -438,6 +455,7 @@ class _Run:
                 error = server.connection_error
             if admission is not None:
                 self._record(admission, address, True, answer)
+                pushed_back = True
             if kind == "none":
                 break
             if kind == "storm":

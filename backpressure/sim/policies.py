@@ -121,8 +121,14 @@ def resolve_all(values: Sequence[Union[str, Policy, SimPolicy]]) -> list[SimPoli
 class Admission(Protocol):
     """The per-server admission state of an adaptive policy, as the simulator drives it."""
 
-    def admit(self, server: Optional[tuple[str, int]], deadline: Optional[float] = None) -> Any:
+    def admit(
+        self, server: Optional[tuple[str, int]], deadline: Optional[float] = None, **extra: Any
+    ) -> Any:
         """Return an object with ``wait`` (seconds), and ``reason`` when the attempt is refused."""
+        ...
+
+    def recheck(self, server: Optional[tuple[str, int]], admission: Any) -> Any:
+        """Once a wait is over: the further wait (seconds), or an object with ``reason``."""
         ...
 
     def record(self, server: Optional[tuple[str, int]], *, overloaded: bool, **extra: Any) -> None:
@@ -189,6 +195,11 @@ def make_controller(
 def record_takes_admission(admission: Admission) -> bool:
     """Whether ``admission.record`` wants the answer ``admit`` gave for the attempt."""
     return _accepts(admission.record, "admission")
+
+
+def admit_takes_retry(admission: Admission) -> bool:
+    """Whether ``admission.admit`` takes ``retry`` (a retry of a pushed-back attempt)."""
+    return _accepts(admission.admit, "retry")
 
 
 def describe(policies: Mapping[str, SimPolicy]) -> list[tuple[str, str]]:

@@ -10,7 +10,7 @@ either certain or impossible whatever the load on the machine.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 from pymongo.errors import PyMongoError
@@ -277,3 +277,121 @@ async def test_motor_client_waits_and_refuses_locally(
         assert [e.reason for e in recorder.refusals] == [StopReason.LOCAL_WAIT_LIMIT]
     finally:
         client.close()
+
+
+class SteppedClock:
+    """A monotonic clock only the test moves: the pacing's time, decoupled from the machine's."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        """Start at ``now``."""
+        self.now = now
+
+    def __call__(self) -> float:
+        """The current time."""
+        return self.now
+
+
+def pace_on(client: Any, clock: SteppedClock) -> None:
+    """Run the client's pacing on ``clock`` (adapters still sleep the waits it answers)."""
+    state = backpressure.state(client)
+    assert state is not None
+    control = state.controller.admission
+    assert control is not None
+    control._clock = clock  # type: ignore[attr-defined]  # the control's injected clock
+
+
+class Background:
+    """One operation of the test's client running concurrently: a thread (sync) or a task."""
+
+    def __init__(self, clients: ClientFactory, operation: Any) -> None:
+        """Start ``operation()`` (a callable returning the result or an awaitable)."""
+        import asyncio
+
+        self.error: Optional[BaseException] = None
+        if clients.is_async:
+            self._task: Optional[asyncio.Future[Any]] = asyncio.ensure_future(operation())
+            self._thread: Optional[threading.Thread] = None
+        else:
+            self._task = None
+            self._thread = threading.Thread(target=self._run, args=(operation,), daemon=True)
+            self._thread.start()
+
+    def _run(self, operation: Any) -> None:
+        try:
+            operation()
+        except BaseException as exc:  # reported by join
+            self.error = exc
+
+    @property
+    def done(self) -> bool:
+        """Whether the operation has finished."""
+        if self._task is not None:
+            return self._task.done()
+        assert self._thread is not None
+        return not self._thread.is_alive()
+
+    async def join(self) -> None:
+        """Wait for the operation (at most 60 s) and raise what it raised."""
+        await until(lambda: self.done, "the operation did not finish")
+        if self._task is not None:
+            self._task.result()
+        if self.error is not None:
+            raise self.error
+
+
+async def until(condition: Any, message: str, timeout: float = 60.0) -> None:
+    """Poll ``condition()`` (yielding to tasks and threads) until it holds, or fail."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, message
+        await asyncio.sleep(0.01)
+
+
+async def test_a_retry_goes_ahead_and_the_first_attempt_it_displaced_waits_on(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: AdmissionRecorder,
+) -> None:
+    """A pushed-back insert's retry takes the slot of the first attempt waiting behind it; that
+    read learns on recheck that its slot moved one interval later and is sent only then.
+
+    The pacing runs on a clock the test moves (slots 50 ms apart on it), so which attempt may
+    be sent when does not depend on the machine's speed: every send below is caused by a step.
+    """
+    policy = ADAPTIVE.replace(adaptive_min_rate=20.0, max_local_wait=30.0)
+    client = adaptive_client(clients, standalone_server, commands, recorder, policy)
+    clock = SteppedClock()
+    pace_on(client, clock)
+    await close_pacing(client, standalone_server, commands)  # paced at 20/s; next slot +50 ms
+    start = clock.now
+    coll = client.db.coll
+    first = Background(clients, lambda: coll.find_one({"closing": True}))
+    await until(lambda: len(recorder.waits) == 1, "the first read did not wait")
+    standalone_server.configure_fail_point(overload_fail_point(["insert"], times=1))
+    pushed_back = Background(clients, lambda: coll.insert_one({"pushed back": True}))
+    await until(lambda: len(recorder.waits) == 2, "the insert did not wait")
+    displaced = Background(clients, lambda: coll.find_one({"displaced": True}))
+    await until(lambda: len(recorder.waits) == 3, "the second read did not wait")
+    assert commands.started_names() == []
+
+    clock.now = start + 0.10  # the first read's and the insert's slots are due
+    await first.join()
+    # The insert is pushed back; its retry takes the second read's slot (+150 ms).
+    await until(lambda: len(recorder.waits) == 4, "the insert's retry did not wait")
+    assert len(commands.started_commands("insert")) == 1
+
+    clock.now = start + 0.15  # the retry's slot: the second read's slot moved to +200 ms
+    await pushed_back.join()
+    assert len(commands.started_commands("insert")) == 2
+    assert not displaced.done
+    assert len(commands.started_commands("find")) == 1
+
+    clock.now = start + 0.20
+    await displaced.join()
+    assert commands.started_names()[-1] == "find"
+    assert len(commands.started_commands("find")) == 2
+    assert recorder.refusals == []

@@ -100,6 +100,180 @@ def test_paced_attempts_get_consecutive_slots_in_arrival_order() -> None:
     assert not control.has_headroom(A)
 
 
+def paced_at_90(clock: FakeClock) -> tuple[AdmissionControl, float]:
+    """A control whose pacer of A paces at about 90/s (no probe yet); returns it and its rate."""
+    control = AdmissionControl(ADAPTIVE.replace(adaptive_decrease=0.9), clock=clock)
+    admitted(control, clock, A, 100.0, 1.0)
+    control.record(A, overloaded=True)
+    rate = control.snapshot()[A].rate
+    assert rate is not None
+    return control, rate
+
+
+def waits_of(decisions: list[object]) -> list[float]:
+    """The waits of admissions (fails on a refusal)."""
+    waits = []
+    for decision in decisions:
+        assert isinstance(decision, Admission)
+        waits.append(decision.wait)
+    return waits
+
+
+def admission(decision: object) -> Admission:
+    """The decision as an Admission (fails on a refusal)."""
+    assert isinstance(decision, Admission)
+    return decision
+
+
+def rechecked(control: AdmissionControl, decision: Admission) -> float:
+    """What a recheck of ``decision`` answers as a further wait (fails on a refusal)."""
+    again = control.recheck(A, decision)
+    assert isinstance(again, float)
+    return again
+
+
+def test_a_retry_after_pushback_takes_the_first_waiting_slot_and_moves_the_queue_back() -> None:
+    """The retry takes the slot of the first waiting first attempt; each waiting first attempt
+    learns on recheck that it moved to the slot of the one behind it, and the last one to the
+    next free slot: no slot is given twice."""
+    clock = FakeClock()
+    control, rate = paced_at_90(clock)
+    queued = [admission(control.admit(A)) for _ in range(5)]
+    assert [d.wait for d in queued] == pytest.approx([i / rate for i in range(5)], rel=1e-3)
+    assert queued[0].ticket is None  # sent now: nothing to move
+    retry = admission(control.admit(A, retry=True))
+    assert retry.wait == pytest.approx(1 / rate, rel=1e-3)  # the first waiting slot
+    assert retry.slot == queued[1].slot
+    clock.advance(1 / rate)  # the first waiting caller wakes at its old slot
+    assert rechecked(control, queued[1]) == pytest.approx(1 / rate, rel=1e-3)
+    assert rechecked(control, retry) == 0.0
+    later = admission(control.admit(A))
+    assert later.wait == pytest.approx(5 / rate, rel=1e-3)  # slot 6: one behind the old back
+    slots = [d.send_slot for d in (*queued, retry, later)]
+    assert len(set(slots)) == len(slots)
+    start = queued[0].slot
+    assert start is not None
+    assert sorted(s - start for s in slots if s is not None) == pytest.approx(
+        [k / rate for k in range(7)], rel=1e-3
+    )
+
+
+def test_waiting_retries_keep_their_order() -> None:
+    """A second retry goes behind the first one (and ahead of the first attempts)."""
+    clock = FakeClock()
+    control, rate = paced_at_90(clock)
+    queued = [admission(control.admit(A)) for _ in range(4)]
+    first = admission(control.admit(A, retry=True))
+    second = admission(control.admit(A, retry=True))
+    assert first.wait == pytest.approx(1 / rate, rel=1e-3)
+    assert second.wait == pytest.approx(2 / rate, rel=1e-3)
+    assert rechecked(control, first) == pytest.approx(1 / rate, rel=1e-3)
+    assert rechecked(control, second) == pytest.approx(2 / rate, rel=1e-3)
+    assert [rechecked(control, d) for d in queued[1:]] == pytest.approx(
+        [3 / rate, 4 / rate, 5 / rate], rel=1e-3
+    )
+
+
+def test_a_first_attempt_moved_past_its_deadline_is_refused_on_recheck() -> None:
+    """The shift stops at the first attempt it would push past its bound: that one is refused
+    when it asks again, and the ones behind it keep their slots."""
+    clock = FakeClock()
+    control, rate = paced_at_90(clock)
+    admission(control.admit(A))  # sent now
+    tight = admission(control.admit(A, deadline=clock.now + 1.5 / rate))  # slot 1, bound 1.5
+    behind = [admission(control.admit(A)) for _ in range(3)]
+    retry = admission(control.admit(A, retry=True))
+    assert retry.slot == tight.slot
+    refusal = control.recheck(A, tight)
+    assert isinstance(refusal, Refusal)
+    assert refusal.reason is StopReason.LOCAL_WAIT_DEADLINE
+    assert refusal.wait == pytest.approx(2 / rate, rel=1e-3)
+    assert [rechecked(control, d) for d in behind] == pytest.approx(
+        [d.wait for d in behind], rel=1e-3
+    )
+    later = admission(control.admit(A))
+    assert later.wait == pytest.approx(5 / rate, rel=1e-3)  # the back did not move
+
+
+def test_a_retry_queues_at_the_back_when_no_first_attempt_waits() -> None:
+    """With nobody waiting, or only retries, a retry takes the next free slot like anyone."""
+    clock = FakeClock()
+    control, rate = paced_at_90(clock)
+    assert admission(control.admit(A, retry=True)).wait == 0.0
+    assert admission(control.admit(A, retry=True)).wait == pytest.approx(1 / rate, rel=1e-3)
+    assert admission(control.admit(A, retry=True)).wait == pytest.approx(2 / rate, rel=1e-3)
+
+
+def test_retries_and_first_attempts_together_hold_one_slot_each() -> None:
+    """However retries and first attempts interleave, n admissions hold n distinct slots spaced
+    one interval apart (the send rate is the pace)."""
+    clock = FakeClock()
+    control, rate = paced_at_90(clock)
+    decisions = [
+        admission(control.admit(A, retry=retry))
+        for retry in (False, False, True, True, False, True, False, True, True, False)
+    ]
+    slots = sorted(d.send_slot or 0.0 for d in decisions)
+    gaps = [b - a for a, b in zip(slots, slots[1:])]
+    assert gaps == pytest.approx([1 / rate] * (len(slots) - 1), rel=1e-3)
+    assert control.snapshot()[A].backlog == pytest.approx(len(slots) / rate, rel=1e-3)
+
+
+def test_a_retry_goes_ahead_where_a_first_attempt_would_miss_its_deadline() -> None:
+    """Behind a queue longer than the time left, a first attempt is refused and a retry is not."""
+    clock = FakeClock()
+    control, rate = paced_at_90(clock)
+    admission(control.admit(A))
+    waits_of([control.admit(A) for _ in range(45)])  # half a second of queue
+    deadline = clock.now + 0.3
+    first = control.admit(A, deadline=deadline)
+    assert isinstance(first, Refusal)
+    assert first.reason is StopReason.LOCAL_WAIT_DEADLINE
+    retry = admission(control.admit(A, deadline=deadline, retry=True))
+    assert retry.wait == pytest.approx(1 / rate, rel=1e-3)
+
+
+def test_recheck_of_an_attempt_sent_now_or_past_its_slot_answers_zero() -> None:
+    """No ticket, or the slot reached: send now."""
+    clock = FakeClock()
+    control, rate = paced_at_90(clock)
+    now = admission(control.admit(A))
+    waiting = admission(control.admit(A))
+    assert rechecked(control, now) == 0.0
+    assert rechecked(control, waiting) == pytest.approx(1 / rate, rel=1e-3)
+    clock.advance(1 / rate - 1e-4)  # a timer firing a little early still sends
+    assert rechecked(control, waiting) == 0.0
+
+
+def test_gate_recheck_refusal_raises_and_notifies() -> None:
+    """The gate turns a refusal on recheck into LocalOverloadError and a refusal event."""
+    clock = FakeClock()
+    control, rate = paced_at_90(clock)
+    refusals: list[LocalRefusalEvent] = []
+
+    class Listener:
+        def refused(self, event: LocalRefusalEvent) -> None:
+            refusals.append(event)
+
+    gate = AdmissionGate(control, listeners=[Listener()])
+    gate.admit("find", A, None)
+    tight = gate.admit("find", A, clock.now + 1.5 / rate)
+    gate.admit("find", A, None, retry=True)
+    with pytest.raises(LocalOverloadError) as raised:
+        gate.recheck("find", A, tight)
+    assert raised.value.reason is StopReason.LOCAL_WAIT_DEADLINE
+    assert [e.operation for e in refusals] == ["find"]
+    assert gate.recheck("find", A, gate.admit("find", A, None)) > 0.0
+
+
+def test_retry_priority_does_nothing_while_the_server_is_unpaced() -> None:
+    """An open pacer sends every attempt now, retry or not."""
+    control = AdmissionControl(ADAPTIVE, clock=FakeClock())
+    assert control.admit(A, retry=True) == Admission(0.0)
+    control.record(A, overloaded=False)
+    assert control.admit(A, retry=True) == Admission(0.0)
+
+
 def test_wait_past_max_local_wait_is_refused_without_reserving() -> None:
     """A wait longer than max_local_wait is refused and leaves the queue as it was."""
     clock = FakeClock()
@@ -404,10 +578,10 @@ def test_gate_ignores_errors_that_are_not_overload() -> None:
     clock = FakeClock()
     control = AdmissionControl(ADAPTIVE, clock=clock)
     gate = AdmissionGate(control)
-    gate.record(A, None, PyMongoError("connection reset"))
+    assert gate.record(A, None, PyMongoError("connection reset")) is False
     assert not control.is_paced(A)
-    gate.record(A, None, None)
-    gate.record(A, None, overload_error())
+    assert gate.record(A, None, None) is False
+    assert gate.record(A, None, overload_error()) is True  # pushed back: the retry goes first
     assert control.is_paced(A)
 
 

@@ -118,6 +118,7 @@ class _AsyncRetryLoop:
         self._gate = state.gate
         self._admission: Optional[Admission] = None
         self._attempt_address: Optional[tuple[str, int]] = None
+        self._pushed_back = False  # a server pushed the last attempt back (its retry goes first)
 
     def _operation_name(self) -> str:
         """The operation's name for logs, events and the retry options (resolved once)."""
@@ -234,10 +235,16 @@ class _AsyncRetryLoop:
         self._attempt_address = address
         self._admission = None
         name = self._operation_name()
-        admission = gate.admit(name, address, _shared.csot_deadline())
+        admission = gate.admit(name, address, _shared.csot_deadline(), retry=self._pushed_back)
         self._admission = admission
-        if admission.wait > 0.0:
-            await asyncio.sleep(admission.wait)
+        wait = admission.wait
+        while wait > 0.0:
+            await asyncio.sleep(wait)
+            try:
+                wait = gate.recheck(name, address, admission)
+            except LocalOverloadError:
+                self._admission = None
+                raise
 
     async def _write_once(self) -> Any:
         """One write attempt on a freshly selected server and connection."""
@@ -305,7 +312,7 @@ class _AsyncRetryLoop:
         """Decide what follows a failed attempt: return the delay before the next, or raise."""
         error = _shared.error_to_check(exc)
         if self._gate is not None:
-            self._gate.record(self._attempt_address, self._admission, error)
+            self._pushed_back = self._gate.record(self._attempt_address, self._admission, error)
         if is_overload(error):
             return await self._after_overload_error(exc, error)
         await self._after_classic_error(exc, error)
