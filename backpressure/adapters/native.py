@@ -43,7 +43,7 @@ from typing import Any, Callable, Optional
 
 from backpressure.adapters import seams
 from backpressure.core.adaptive import Admission, AdmissionGate, LocalOverloadError
-from backpressure.core.client_state import ClientState
+from backpressure.core.client_state import LEAN_BATCH, ClientState
 from backpressure.core.decision import Decision, GiveUp, Retry, StopReason
 from backpressure.core.events import attach_summary
 from backpressure.core.labels import has_no_writes_performed
@@ -271,14 +271,17 @@ class _Operation:
 
     def succeeded(self) -> None:
         """Record success (deposits tokens)."""
-        if self.state.gate is not None:
+        counted = self.state.gate is not None and self.attempt_open
+        if counted:
             self.settle(None)
         self.attempt_open = False
         retries = self.retries
         if retries is None:
             first = self.first
             self.state.count_first_attempt(
-                None if first is _NOT_SELECTED else first, seams.server_address
+                None if first is _NOT_SELECTED else first,
+                seams.server_address,
+                paced_counted=counted,
             )
         else:
             retries.succeeded()
@@ -523,8 +526,10 @@ def _wrappers(
     lock-free success count (``ClientState.count_first_attempt``).  ``_retry_internal`` and
     ``_select_server`` take pymongo's exact parameters (``seams.NATIVE_*_SIGNATURE``, probed on
     install) and pass them on positionally: forwarding ``*args, **kwargs`` cost more than
-    everything else the wrappers do.  A client with pacing
-    (adaptive policy) tracks every operation with an :class:`_Operation` from its start.  A
+    everything else the wrappers do.  A client with pacing (adaptive policy) takes the lean
+    path too while none of its servers is paced (``AdmissionControl.engaged`` is False; its
+    successes are counted for the pacing in batches, see ``ClientState.count_first_attempt``),
+    and tracks every operation with an :class:`_Operation` from its start while one is.  A
     failure is recorded while the operation is still current, a success after it stopped being
     current.  ``_process_response`` sees every reply before pymongo builds an error from it:
     hostile fields are made harmless there (see ``seams.sanitize_reply``).
@@ -541,6 +546,7 @@ def _wrappers(
     cell_class = _Cell
     dict_class = dict
     no_kwargs: dict[str, Any] = {}  # the wrappers pass every argument positionally
+    lean_batch = LEAN_BATCH
 
     def finish_failed(exc: BaseException) -> None:
         """Account for the error the loop raised (the operation still current)."""
@@ -580,7 +586,8 @@ def _wrappers(
                 is_run_command,
                 is_aggregate_write,
             )
-            if installation.state.gate is None:
+            gate = installation.state.gate
+            if gate is None or not gate.control.engaged:
                 token = current_set([None, args, no_kwargs])
             else:
                 token = current_set(operation_class(installation, args, no_kwargs))
@@ -596,14 +603,16 @@ def _wrappers(
             current_reset(token)
             if type(value) is cell_class:
                 state = installation.state
-                tally = state.stats.tallies.get(value[0]) if state.lean_success else None
-                if tally is None:
+                entry = state.lean.get(value[0])
+                if entry is None:
                     state.count_first_attempt(value[0], server_address)
                 else:  # ClientState.count_first_attempt's lock-free path, inlined
-                    next(tally)
-                    budget = state.budget
+                    count = next(entry[0])
+                    budget = entry[1]
                     if not budget.full:
                         budget.record_success(retried=False)
+                    if entry[2] is not None and not count % lean_batch:
+                        entry[2]()
             else:
                 value.succeeded()
             return result
@@ -703,7 +712,8 @@ def _wrappers(
             is_run_command,
             is_aggregate_write,
         )
-        if installation.state.gate is None:
+        gate = installation.state.gate
+        if gate is None or not gate.control.engaged:
             token = current_set([None, args, no_kwargs])
         else:
             token = current_set(operation_class(installation, args, no_kwargs))
@@ -719,14 +729,16 @@ def _wrappers(
         current_reset(token)
         if type(value) is cell_class:
             state = installation.state
-            tally = state.stats.tallies.get(value[0]) if state.lean_success else None
-            if tally is None:
+            entry = state.lean.get(value[0])
+            if entry is None:
                 state.count_first_attempt(value[0], server_address)
             else:  # ClientState.count_first_attempt's lock-free path, inlined
-                next(tally)
-                budget = state.budget
+                count = next(entry[0])
+                budget = entry[1]
                 if not budget.full:
                     budget.record_success(retried=False)
+                if entry[2] is not None and not count % lean_batch:
+                    entry[2]()
         else:
             value.succeeded()
         return result
@@ -896,7 +908,7 @@ def _avoid_paced(
     address).  Inert until some server of the client is paced.
     """
     control = gate.control
-    if not control.pushing_back() or len(args) > 4:
+    if not control.engaged or len(args) > 4:
         return kwargs  # ``len(args) > 4``: deprioritized_servers passed positionally; leave it
     busy = seams.servers_where(client, control.is_paced)
     if not busy:

@@ -253,20 +253,28 @@ class ServerPacer:
         else:
             self._count(now)
 
+    def add_admitted(self, now: float, count: int) -> None:
+        """Count ``count`` admitted attempts at once (the adapters' lean success path batches)."""
+        if self.paced:
+            with self._lock:
+                self._count(now, count)
+        else:
+            self._count(now, count)
+
     def _learn_latency(self, sample: float) -> None:
         """Fold one slot-to-reply time into the estimate (lock held)."""
         weight = _LATENCY_RISE if sample > self._latency else _LATENCY_FALL
         self._latency += weight * (sample - self._latency)
 
-    def _count(self, now: float) -> None:
-        """Add one to the time bucket of ``now``."""
+    def _count(self, now: float, count: int = 1) -> None:
+        """Add ``count`` to the time bucket of ``now``."""
         bucket = int(now / self._width)
         slot = bucket % _BUCKETS
         if self._bucket_ids[slot] != bucket:
             self._bucket_ids[slot] = bucket
             self._counts[slot] = 0
-        self._counts[slot] += 1
-        self._admitted_total += 1
+        self._counts[slot] += count
+        self._admitted_total += count
         if self._first_sample is None:
             self._first_sample = now
 
@@ -465,6 +473,19 @@ class ServerPacer:
             return True  # nobody had to wait for a whole window: the pacing limits nothing
         return self._rate_at(now) >= REOPEN_FACTOR * self._peak
 
+    def still_paced(self, now: float) -> bool:
+        """Whether attempts are paced at ``now``; a pacer due to open again opens here.
+
+        Without this, a server no attempt is sent to (reads avoid paced members) would never
+        be asked to admit one, so it would never open again.
+        """
+        if not self.paced:
+            return False
+        with self._lock:
+            if self.paced and self._reopens(now):
+                self.paced = False
+            return self.paced
+
     def has_headroom(self, now: float) -> bool:
         """Whether an attempt sent now would not have to wait (always True while open)."""
         if not self.paced:
@@ -507,6 +528,9 @@ class AdmissionControl:
         self._max_wait = float(policy.max_local_wait)
         self._pacers: dict[Address, ServerPacer] = {}
         self._lock = threading.Lock()
+        self.engaged = False
+        """Whether some server may be paced: set by pushback, cleared once every pacer has
+        opened again.  While it is False the adapters skip the pacing (nothing would wait)."""
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -548,7 +572,10 @@ class AdmissionControl:
         if deadline is not None and deadline - now < limit:
             limit = max(0.0, deadline - now)
             deadline_bound = True
-        return pacer.admit(now, limit, deadline_bound, retry)
+        decision = pacer.admit(now, limit, deadline_bound, retry)
+        if not pacer.paced:
+            self.engaged = any(p.paced for p in list(self._pacers.values()))
+        return decision
 
     def record(
         self,
@@ -566,9 +593,20 @@ class AdmissionControl:
         if overloaded:
             round_ = None if admission is None else admission.round
             self.pacer(server).record_pushback(self._clock(), round_)
+            self.engaged = True
         else:
             slot = None if admission is None else admission.send_slot
             self.pacer(server).record_admitted(self._clock(), slot)
+
+    def batch_counter(self, server: Address, count: int) -> Callable[[], None]:
+        """Return a callable that counts ``count`` admitted replies from ``server`` now."""
+        pacer = self.pacer(server)
+        clock = self._clock
+
+        def count_batch() -> None:
+            pacer.add_admitted(clock(), count)
+
+        return count_batch
 
     def recheck(self, server: Optional[Address], admission: Admission) -> Union[float, Refusal]:
         """Return how much longer an admitted attempt waits (0: send now), or its refusal.
@@ -582,9 +620,14 @@ class AdmissionControl:
         return self.pacer(server).recheck(self._clock(), ticket)
 
     def is_paced(self, server: Address) -> bool:
-        """Whether attempts to ``server`` are paced now."""
+        """Whether attempts to ``server`` are paced now (opening its pacer if it is due)."""
         pacer = self._pacers.get(server)
-        return pacer is not None and pacer.paced
+        if pacer is None or not pacer.paced:
+            return False
+        if pacer.still_paced(self._clock()):
+            return True
+        self.engaged = any(p.paced for p in list(self._pacers.values()))
+        return False
 
     def has_headroom(self, server: Address) -> bool:
         """Whether an attempt to ``server`` would be sent without waiting."""

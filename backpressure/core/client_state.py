@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 from backpressure.core.adaptive import AdmissionControl, AdmissionGate
-from backpressure.core.budget import A6Budget, NullBudget, RetryBudget
+from backpressure.core.budget import A6Budget, NullBudget, RetryBudget, ServerBudgets
 from backpressure.core.decision import RetryController
 from backpressure.core.events import Address, OperationFinishedEvent, RetryListener
 from backpressure.core.operation import BudgetWarnings, OperationRetries
@@ -17,6 +17,13 @@ from backpressure.core.policy import Policy
 from backpressure.core.stats import BackpressureStats, StatsRecorder
 
 LOGGER = logging.getLogger("backpressure")
+
+LEAN_BATCH = 8
+"""The lock-free success path counts admitted replies for the pacing in batches of this many."""
+
+LeanEntry = tuple[Iterator[int], Any, Optional[Callable[[], None]]]
+"""Per server key: the success tally, the server's budget, and the pacer's batch count (None
+without pacing)."""
 
 STATE_ATTRIBUTE = "_backpressure_state"
 """Name of the attribute that holds a client's `ClientState` while backpressure is enabled."""
@@ -84,13 +91,23 @@ class ClientState:
             self.gate.listeners = self.listeners
         budget = self.controller.budget
         self.lean_success: bool = not self._operation_listeners and isinstance(
-            budget, (RetryBudget, A6Budget, NullBudget)
+            budget, (RetryBudget, A6Budget, NullBudget, ServerBudgets)
         )
         """Whether :meth:`count_first_attempt` takes its lock-free path (see there)."""
-        self.budget: Union[RetryBudget, A6Budget, NullBudget] = (
-            budget if isinstance(budget, (RetryBudget, A6Budget, NullBudget)) else NullBudget()
-        )
-        """The client's one budget for the lock-free path (``full``: nothing to deposit)."""
+        self.lean: dict[Hashable, LeanEntry] = {}
+        """What the lock-free success path needs per server key (filled by
+        :meth:`count_first_attempt`; stays empty unless ``lean_success``)."""
+
+    def _lean_entry(self, key: Hashable, server: Optional[Address]) -> LeanEntry:
+        """Build (and keep) the lock-free success path's entry of ``key`` (``server``)."""
+        budget = self.controller.budget.for_server(server)
+        admission = self.controller.admission
+        batch: Optional[Callable[[], None]] = None
+        if isinstance(admission, AdmissionControl) and server is not None:
+            batch = admission.batch_counter(server, LEAN_BATCH)
+        entry = (self.stats.tally(key, server), budget, batch)
+        self.lean = {**self.lean, key: entry}
+        return entry
 
     def add_listener(self, listener: Any) -> None:
         """Add ``listener`` for the operations that start from now on (no-op if present)."""
@@ -125,15 +142,21 @@ class ClientState:
             except Exception:
                 self.logger.exception("backpressure operation listener %r failed", listener)
 
-    def first_attempt_succeeded(self, server: Optional[Address]) -> None:
+    def first_attempt_succeeded(
+        self, server: Optional[Address], *, paced_counted: bool = False
+    ) -> None:
         """Record an operation that succeeded on its first attempt on ``server``.
 
-        The adapters' success path: a token deposit, the statistics' counters, and for operation
-        listeners (metrics) one finished event, cached per server so nothing is allocated after
-        the first.
+        The adapters' success path: a token deposit, the statistics' counters, the pacing's
+        count of admitted replies (unless ``paced_counted``: the adapter handed the reply to it),
+        and for operation listeners (metrics) one finished event, cached per server so nothing
+        is allocated after the first.
         """
         self.controller.record_success(retried=False, server=server)
         self.stats.first_attempt_succeeded(server)
+        admission = self.controller.admission
+        if not paced_counted and isinstance(admission, AdmissionControl):
+            admission.record(server, overloaded=False)
         if not self._operation_listeners:
             return
         event = self._first_attempt_events.get(server)
@@ -149,26 +172,36 @@ class ClientState:
         self._notify(event)
 
     def count_first_attempt(
-        self, key: Hashable, address_of: Callable[[Any], Optional[Address]]
+        self,
+        key: Hashable,
+        address_of: Callable[[Any], Optional[Address]],
+        *,
+        paced_counted: bool = False,
     ) -> None:
         """Record an operation that succeeded on its first attempt on the server known as ``key``.
 
         The adapters' cheapest success path: ``key`` is what the adapter holds (pymongo's
         ``Server`` object, or None when no server was selected) and ``address_of(key)`` is
-        called only the first time a key is seen.  Without operation listeners and with one
-        budget for the client, it is a lock-free count and a deposit that returns at once while
-        the budget is full; otherwise it is :meth:`first_attempt_succeeded`.
+        called only the first time a key is seen.  Without operation listeners it is a
+        lock-free count, a deposit that returns at once while the server's budget is full and,
+        for an adaptive policy, one call of the pacer's batch count per ``LEAN_BATCH``
+        successes (the rate it measures before any pushback); otherwise it is
+        :meth:`first_attempt_succeeded`.  ``paced_counted``: the adapter already handed this
+        reply to the pacing (``AdmissionGate.record``), so it is not counted there again.
         """
         if self.lean_success:
-            tally = self.stats.tallies.get(key)
-            if tally is None:
-                tally = self.stats.tally(key, address_of(key))
-            next(tally)
-            budget = self.budget
+            entry = self.lean.get(key)
+            if entry is None:
+                entry = self._lean_entry(key, address_of(key))
+            count = next(entry[0])
+            budget = entry[1]
             if not budget.full:
                 budget.record_success(retried=False)
+            batch = entry[2]
+            if batch is not None and not paced_counted and not count % LEAN_BATCH:
+                batch()
             return
-        self.first_attempt_succeeded(address_of(key))
+        self.first_attempt_succeeded(address_of(key), paced_counted=paced_counted)
 
     def new_operation(self, operation: str, *, opens_transaction: bool = False) -> OperationRetries:
         """Start the retry bookkeeping of one operation (one call of the retry loop).

@@ -160,13 +160,17 @@ class _AsyncRetryLoop:
                 if delay > 0:
                     await asyncio.sleep(delay)
                 continue
-            if self._gate is not None:
-                self._gate.record(self._attempt_address, self._admission, None)
             ops = self._ops
+            gate = self._gate
+            counted = gate is not None and (self._admission is not None or ops is not None)
+            if gate is not None and counted:
+                gate.record(self._attempt_server(), self._admission, None)
             if ops is None:  # a first-attempt success: a lock-free count (see ClientState)
                 first = self._first_server
                 self._state.count_first_attempt(
-                    None if first is _NO_ATTEMPT else first, seams.server_address
+                    None if first is _NO_ATTEMPT else first,
+                    seams.server_address,
+                    paced_counted=counted,
                 )
             else:
                 ops.succeeded()
@@ -214,8 +218,13 @@ class _AsyncRetryLoop:
             operation_id=self._operation_id,
         )
         server = self._server
-        if self._gate is not None:
-            await self._admit(self._gate, seams.server_address(server))
+        gate = self._gate
+        if gate is not None:
+            if gate.control.engaged:
+                await self._admit(gate, seams.server_address(server))
+            else:  # no server is paced: nothing would wait (the address is read on failure)
+                self._attempt_address = None
+                self._admission = None
         if self._ops is None and self._first_server is _NO_ATTEMPT:
             self._first_server = server
         else:
@@ -225,10 +234,17 @@ class _AsyncRetryLoop:
     def _avoided(self) -> list[Any]:
         """The deprioritized servers plus, while some server pushes back, the paced servers."""
         gate = self._gate
-        if gate is None or not gate.control.pushing_back():
+        if gate is None or not gate.control.engaged:
             return self._deprioritized
         busy = seams.servers_where(self._client, gate.control.is_paced)
         return [*self._deprioritized, *(s for s in busy if s not in self._deprioritized)]
+
+    def _attempt_server(self) -> Optional[tuple[str, int]]:
+        """The address the last attempt was for (None: no server was selected)."""
+        if self._attempt_address is not None:
+            return self._attempt_address
+        server = self._server
+        return None if server is None else seams.server_address(server)
 
     async def _admit(self, gate: AdmissionGate, address: Any) -> None:
         """Wait locally for the pacing of ``address``, or raise LocalOverloadError."""
@@ -312,7 +328,7 @@ class _AsyncRetryLoop:
         """Decide what follows a failed attempt: return the delay before the next, or raise."""
         error = _shared.error_to_check(exc)
         if self._gate is not None:
-            self._pushed_back = self._gate.record(self._attempt_address, self._admission, error)
+            self._pushed_back = self._gate.record(self._attempt_server(), self._admission, error)
         if is_overload(error):
             return await self._after_overload_error(exc, error)
         await self._after_classic_error(exc, error)
