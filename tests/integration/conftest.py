@@ -82,6 +82,29 @@ async def wait_for_mongoses(client: Any, count: int = 2, timeout: float = 60.0) 
         await asyncio.sleep(0.01)
 
 
+async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Wait until ``condition()`` holds (polling, yielding to tasks and threads), or fail
+    naming ``what``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def wait_for_members(client: Any, count: int = 3) -> None:
+    """Wait until the client's monitors know ``count`` data-bearing replica set members.
+
+    An AsyncMongoClient starts its monitors on its first operation: run one before waiting.
+    """
+
+    def known() -> int:
+        descriptions = client.topology_description.server_descriptions().values()
+        return sum(d.server_type_name in ("RSPrimary", "RSSecondary") for d in descriptions)
+
+    await wait_for(lambda: known() >= count, "the replica set members to be discovered")
+
+
 def overload_fail_point(
     commands: Sequence[str],
     times: Optional[int] = None,

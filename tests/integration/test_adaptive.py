@@ -34,6 +34,8 @@ from tests.integration.conftest import (
     overload_fail_point,
     resolve,
     to_list,
+    wait_for,
+    wait_for_members,
 )
 
 NEVER_WAIT_TWICE = ADAPTIVE.replace(adaptive_min_rate=0.001, max_local_wait=30.0)
@@ -221,7 +223,7 @@ async def test_reads_avoid_a_paced_member_when_the_read_preference_allows(
         clients, server, commands, recorder, NEVER_WAIT_TWICE, readPreference="nearest"
     )
     await resolve(client.db.coll.insert_one({"_id": 1}))
-    await conftest_wait_for_members(client, 3)
+    await wait_for_members(client, 3)
     hot = server.addresses[1]
     server.configure_fail_point(overload_fail_point(["find"]), member=1)
     for _ in range(20):  # until a read lands on the hot member and its pacing closes
@@ -236,21 +238,6 @@ async def test_reads_avoid_a_paced_member_when_the_read_preference_allows(
     assert hot not in commands.addresses("find")
     assert recorder.refusals == []
     assert recorder.waits == []
-
-
-async def conftest_wait_for_members(client: Any, count: int) -> None:
-    """Wait until the client's monitors know ``count`` data-bearing members."""
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 20.0
-    while True:
-        descriptions = client.topology_description.server_descriptions().values()
-        known = sum(d.server_type_name in ("RSPrimary", "RSSecondary") for d in descriptions)
-        if known >= count:
-            return
-        assert loop.time() < deadline, "the replica set members were not all discovered"
-        await asyncio.sleep(0.01)
 
 
 async def test_motor_client_waits_and_refuses_locally(
@@ -332,22 +319,11 @@ class Background:
 
     async def join(self) -> None:
         """Wait for the operation (at most 60 s) and raise what it raised."""
-        await until(lambda: self.done, "the operation did not finish")
+        await wait_for(lambda: self.done, "the operation to finish")
         if self._task is not None:
             self._task.result()
         if self.error is not None:
             raise self.error
-
-
-async def until(condition: Any, message: str, timeout: float = 60.0) -> None:
-    """Poll ``condition()`` (yielding to tasks and threads) until it holds, or fail."""
-    import asyncio
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, message
-        await asyncio.sleep(0.01)
 
 
 async def test_a_retry_goes_ahead_and_the_first_attempt_it_displaced_waits_on(
@@ -370,18 +346,18 @@ async def test_a_retry_goes_ahead_and_the_first_attempt_it_displaced_waits_on(
     start = clock.now
     coll = client.db.coll
     first = Background(clients, lambda: coll.find_one({"closing": True}))
-    await until(lambda: len(recorder.waits) == 1, "the first read did not wait")
+    await wait_for(lambda: len(recorder.waits) == 1, "the first read to wait")
     standalone_server.configure_fail_point(overload_fail_point(["insert"], times=1))
     pushed_back = Background(clients, lambda: coll.insert_one({"pushed back": True}))
-    await until(lambda: len(recorder.waits) == 2, "the insert did not wait")
+    await wait_for(lambda: len(recorder.waits) == 2, "the insert to wait")
     displaced = Background(clients, lambda: coll.find_one({"displaced": True}))
-    await until(lambda: len(recorder.waits) == 3, "the second read did not wait")
+    await wait_for(lambda: len(recorder.waits) == 3, "the second read to wait")
     assert commands.started_names() == []
 
     clock.now = start + 0.10  # the first read's and the insert's slots are due
     await first.join()
     # The insert is pushed back; its retry takes the second read's slot (+150 ms).
-    await until(lambda: len(recorder.waits) == 4, "the insert's retry did not wait")
+    await wait_for(lambda: len(recorder.waits) == 4, "the insert's retry to wait")
     assert len(commands.started_commands("insert")) == 1
 
     clock.now = start + 0.15  # the retry's slot: the second read's slot moved to +200 ms

@@ -8,7 +8,6 @@ that happens (a hedge event, or a command started there), never for a fixed time
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from typing import Any, Callable
@@ -28,6 +27,8 @@ from tests.integration.conftest import (
     overload_fail_point,
     resolve,
     to_list,
+    wait_for,
+    wait_for_members,
 )
 
 HEDGED = DRAFT.replace(hedge_delay=0.05)
@@ -74,25 +75,6 @@ def slow_fail_point(command: str, block_ms: int, *, then_fail: bool = False) -> 
     if then_fail:
         data["errorCode"] = 2
     return {"configureFailPoint": "failCommand", "mode": "alwaysOn", "data": data}
-
-
-async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    """Wait until ``condition()`` holds (polling), or fail naming ``what``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
-async def wait_for_members(client: Any, count: int = 3) -> None:
-    """Wait until the client's monitors know ``count`` data-bearing members."""
-
-    def known() -> int:
-        descriptions = client.topology_description.server_descriptions().values()
-        return sum(d.server_type_name in ("RSPrimary", "RSSecondary") for d in descriptions)
-
-    await wait_for(lambda: known() >= count, "the replica set members to be discovered")
 
 
 def require_hedging(clients: ClientFactory) -> None:

@@ -31,6 +31,7 @@ from tests.integration.conftest import (
     overload_fail_point,
     resolve,
     to_list,
+    wait_for_members,
 )
 
 FAST = Policy(base_backoff=0.001, max_backoff=0.05)
@@ -521,6 +522,7 @@ async def test_read_retry_retargets_only_when_the_policy_says_so(
         localThresholdMS=1000,
     )
     await resolve(client.admin.command("ping"))
+    await wait_for_members(client, 3)  # both secondaries known: a retry can go to the other
     replicaset_server.configure_fail_point(overload_fail_point(["find"]))
     addresses: set[tuple[str, int]] = set()
     for _ in range(4):
