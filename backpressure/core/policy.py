@@ -7,7 +7,7 @@ Backoff formula (keep in sync with :mod:`backpressure.core.backoff` and the docs
 
 where ``n`` is the retry number (1 for the first retry), ``jitter`` is uniform in ``[0, 1)`` and
 ``base`` is the server's ``baseBackoffMS`` hint (when ``honour_server_backoff``) or
-``base_backoff``.  The draft (default) gives ceilings 0.1, 0.2, 0.4, 0.8, 1.6 s; the current spec
+``base_backoff``.  The draft gives ceilings 0.1, 0.2, 0.4, 0.8, 1.6 s; the current spec
 (``first_retry_exponent=1``, two retries) gives 0.2, 0.4 s.
 """
 
@@ -297,13 +297,13 @@ PRESETS: Mapping[str, Policy] = MappingProxyType(
 )
 """Presets by name."""
 
-DEFAULT_POLICY = DRAFT
+DEFAULT_POLICY = ADAPTIVE
 """The policy used when backpressure is simply switched on."""
 
 _ALIASES: Mapping[str, Policy] = MappingProxyType(
     {
         "draft": DRAFT,
-        "default": DRAFT,
+        "default": DEFAULT_POLICY,
         "current": CURRENT_SPEC,
         "current-spec": CURRENT_SPEC,
         "adaptive": ADAPTIVE,
@@ -314,9 +314,10 @@ _ALIASES: Mapping[str, Policy] = MappingProxyType(
 def resolve_policy(value: Union[bool, str, Policy, None]) -> Optional[Policy]:
     """Turn a user setting into a Policy, or None when backpressure is disabled.
 
-    ``None``/``False``/``"false"`` -> None; ``True``/``"true"`` -> DRAFT (the strings exactly so,
-    as pymongo reads URI booleans); a preset name ("draft", "default", "current", "current-spec",
-    "adaptive", case-insensitive) -> that preset; a Policy -> itself.
+    ``None``/``False``/``"false"`` -> None; ``True``/``"true"`` -> the default preset,
+    ADAPTIVE (the strings exactly so, as pymongo reads URI booleans); a preset name ("draft",
+    "default", "current", "current-spec", "adaptive", case-insensitive) -> that preset; a Policy
+    -> itself.
 
     Raises:
         InvalidPolicyError: for any other value.

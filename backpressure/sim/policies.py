@@ -3,7 +3,7 @@
 * ``no-retries``: one attempt per operation (pymongo with ``maxAdaptiveRetries=0``).
 * ``current``: the package's ``current`` preset, which is also what stock pymongo >= 4.17 does
   (two overload retries, backoff ceilings 0.2 and 0.4 s, no budget, no retargeting).
-* ``draft``: the package's default ``draft`` preset (five retries, per-client 1000-token bucket,
+* ``draft``: the package's ``draft`` preset (five retries, per-client 1000-token bucket,
   retargeting).
 * ``retry-storm``: a hand-written application loop, three immediate retries on any error (what
   ``tenacity.retry(stop=stop_after_attempt(4))`` without a wait does).

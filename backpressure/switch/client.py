@@ -152,7 +152,8 @@ def enable(
     Args:
         client: a ``pymongo.MongoClient``, ``pymongo.AsyncMongoClient`` or Motor
             ``AsyncIOMotorClient``.
-        policy: True (the draft spec), a preset name ("draft", "current") or a Policy.
+        policy: True (the default preset, "adaptive"), a preset name ("adaptive", "draft",
+            "current") or a Policy.
         listeners: receive a RetryEvent per retry and a GiveUpEvent per give-up (and an
             OperationFinishedEvent per operation if they implement ``operation_finished``),
             after the listeners registered with ``backpressure.register``.

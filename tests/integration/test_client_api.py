@@ -13,8 +13,9 @@ import pytest
 from pymongo.errors import PyMongoError
 
 import backpressure
-from backpressure import CURRENT_SPEC, DRAFT, InvalidPolicyError, Policy
+from backpressure import ADAPTIVE, CURRENT_SPEC, DRAFT, InvalidPolicyError, Policy
 from backpressure.adapters import seams
+from backpressure.core.policy import DEFAULT_POLICY
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
     ClientFactory,
@@ -53,14 +54,16 @@ def _pin_jitter(client: Any) -> None:
 async def test_client_class_is_enabled_by_default(
     clients: ClientFactory, standalone_server: EmbeddedServer, commands: CommandRecorder
 ) -> None:
-    """backpressure.MongoClient/AsyncMongoClient retry with the draft policy by default."""
+    """backpressure.MongoClient/AsyncMongoClient retry with the default preset, adaptive."""
     client = clients.backpressure(standalone_server.uri, event_listeners=[commands])
     state = backpressure.state(client)
     assert state is not None
-    assert state.policy == DRAFT
+    assert state.policy is DEFAULT_POLICY
+    assert DEFAULT_POLICY is ADAPTIVE
     assert backpressure.is_enabled(client)
-    _pin_jitter(client)
-    assert await _inserts_until_failure(client, standalone_server, commands) == 6
+    standalone_server.configure_fail_point(overload_fail_point(["insert"], times=1))
+    await resolve(client.db.coll.insert_one({"x": 1}))
+    assert len(commands.started_commands("insert")) == 2
 
 
 async def test_client_class_with_backpressure_false_is_stock(
@@ -84,7 +87,7 @@ async def test_uri_options_configure_the_policy(
     client = clients.backpressure(uri)
     state = backpressure.state(client)
     assert state is not None
-    assert state.policy == DRAFT.replace(max_retries=3, retarget=False)
+    assert state.policy == DEFAULT_POLICY.replace(max_retries=3, retarget=False)
 
 
 async def test_uri_can_switch_backpressure_off(
@@ -214,7 +217,7 @@ async def test_invalid_uri_values_warn_and_are_ignored(
     assert any("enableOverloadRetargeting" in m for m in messages)
     state = backpressure.state(client)
     assert state is not None
-    assert state.policy == DRAFT
+    assert state.policy is DEFAULT_POLICY
 
 
 async def test_enable_disable_round_trip(

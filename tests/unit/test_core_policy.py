@@ -21,6 +21,12 @@ from backpressure.core.policy import (
 )
 
 
+def test_the_default_preset_is_adaptive() -> None:
+    """Switching backpressure on without naming a preset gives ADAPTIVE (also as "default")."""
+    assert DEFAULT_POLICY is ADAPTIVE
+    assert resolve_policy("default") is ADAPTIVE
+
+
 def test_draft_defaults() -> None:
     """DRAFT has the draft spec's numbers."""
     assert DRAFT.name == "draft"
@@ -37,7 +43,6 @@ def test_draft_defaults() -> None:
     assert DRAFT.honour_server_backoff
     assert DRAFT.retarget
     assert DRAFT.respect_retry_options
-    assert DEFAULT_POLICY is DRAFT
 
 
 def test_current_spec() -> None:
@@ -154,10 +159,10 @@ def test_valid_edges() -> None:
     [
         (None, None),
         (False, None),
-        (True, DRAFT),
+        (True, ADAPTIVE),
         ("draft", DRAFT),
         ("DRAFT", DRAFT),
-        ("default", DRAFT),
+        ("default", ADAPTIVE),
         ("current", CURRENT_SPEC),
         ("Current-Spec", CURRENT_SPEC),
         (" current ", CURRENT_SPEC),
@@ -190,7 +195,7 @@ def test_huge_int_is_an_invalid_policy_naming_the_field(field: str) -> None:
         Policy(**{field: 10**400})
 
 
-@pytest.mark.parametrize(("value", "expected"), [("true", "draft"), ("false", None)])
+@pytest.mark.parametrize(("value", "expected"), [("true", "adaptive"), ("false", None)])
 def test_boolean_strings_resolve_like_booleans(value: str, expected: object) -> None:
     """'true'/'false' (exactly, as pymongo reads URI booleans) mean True/False."""
     resolved = resolve_policy(value)
