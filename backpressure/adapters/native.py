@@ -85,6 +85,7 @@ class _Operation:
         "processed",
         "pushed_back",
         "retries",
+        "sent_to",
         "session",
         "state",
     )
@@ -121,6 +122,7 @@ class _Operation:
         # The pacing's admission of the open attempt and the address it went to (adaptive).
         self.admission: Optional[Admission] = None
         self.address: Optional[tuple[str, int]] = None
+        self.sent_to: Any = None  # the Server of an attempt sent unpaced (address read lazily)
         # Whether a server pushed the last attempt back (its retry goes ahead of the pacing queue).
         self.pushed_back = False
         # A reply to the statement opening a transaction arrived before ``retries`` existed.
@@ -144,6 +146,7 @@ class _Operation:
         """
         address = seams.server_address(server)
         self.address = address
+        self.sent_to = None
         self.admission = None
         admission = gate.admit(
             seams.operation_name(
@@ -155,6 +158,12 @@ class _Operation:
         )
         self.admission = admission
         return admission.wait
+
+    def unpaced(self, server: Any) -> None:
+        """Record that the attempt about to go to ``server`` was not asked to wait."""
+        self.admission = None
+        self.address = None  # read from ``sent_to`` only if the pacing needs it
+        self.sent_to = server
 
     def recheck(self, gate: Optional[AdmissionGate]) -> float:
         """Ask the pacing again once the wait is over; return the further wait (0: send now).
@@ -182,8 +191,10 @@ class _Operation:
         gate = self.state.gate
         if gate is not None and self.attempt_open:
             address = self.address
-            if address is None and self.first is not _NOT_SELECTED:
-                address = seams.server_address(self.first)
+            if address is None:
+                server = self.sent_to if self.sent_to is not None else self.first
+                if server is not _NOT_SELECTED:
+                    address = seams.server_address(server)
             self.pushed_back = gate.record(address, self.admission, error)
 
     def tracked(self) -> OperationRetries:
@@ -271,7 +282,13 @@ class _Operation:
 
     def succeeded(self) -> None:
         """Record success (deposits tokens)."""
-        counted = self.state.gate is not None and self.attempt_open
+        # A first attempt sent unpaced is counted for the pacing by the lean success count
+        # (in batches); a paced one, or a retried operation's, is handed to the pacing here.
+        counted = (
+            self.state.gate is not None
+            and self.attempt_open
+            and (self.admission is not None or self.retries is not None)
+        )
         if counted:
             self.settle(None)
         self.attempt_open = False
@@ -659,8 +676,11 @@ def _wrappers(
                     ref(), *args, **kwargs
                 )  # not within an operation of ours
             gate = tracked.state.gate
-            if gate is None:
+            if gate is None or not gate.control.engaged:
                 server = await select_server(ref(), *args, **kwargs)
+                if gate is not None:  # no server is paced: nothing would wait (``unpaced``)
+                    tracked.admission = tracked.address = None
+                    tracked.sent_to = server
             else:
                 server = await select_server(
                     ref(), *args, **_avoid_paced(ref(), gate, args, kwargs)
@@ -783,8 +803,11 @@ def _wrappers(
         if tracked is None:
             return select_server(ref(), *args, **kwargs)  # not within an operation of ours
         gate = tracked.state.gate
-        if gate is None:
+        if gate is None or not gate.control.engaged:
             server = select_server(ref(), *args, **kwargs)
+            if gate is not None:  # no server is paced: nothing would wait (``unpaced``)
+                tracked.admission = tracked.address = None
+                tracked.sent_to = server
         else:
             server = select_server(ref(), *args, **_avoid_paced(ref(), gate, args, kwargs))
             wait = tracked.admit(gate, server)
@@ -840,7 +863,12 @@ def _forwarding_wrappers(
 
     def admitted_wait(tracked: _Operation, server: Any) -> float:
         gate = tracked.state.gate
-        return 0.0 if gate is None else tracked.admit(gate, server)
+        if gate is None:
+            return 0.0
+        if not gate.control.engaged:
+            tracked.unpaced(server)  # no server is paced: nothing would wait
+            return 0.0
+        return tracked.admit(gate, server)
 
     if is_async:
 
