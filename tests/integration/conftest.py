@@ -18,8 +18,11 @@ import pytest
 from pymongo import monitoring
 
 import backpressure
+from backpressure.adapters import seams
+from backpressure.adapters.backport import NATIVE_BACKPRESSURE, NATIVE_REASON
 from backpressure.core.events import GiveUpEvent, RetryEvent
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
+from backpressure.core.policy import Policy
 
 T = TypeVar("T")
 
@@ -28,6 +31,18 @@ OVERLOAD_CODE = 462
 
 FLAVOURS = ("sync", "async")
 """Client flavours every adapter test runs with."""
+
+NATIVE_LOOP_ONLY = pytest.mark.skipif(
+    not seams.HAS_NATIVE_BACKPRESSURE,
+    reason="pymongo has no native overload retry loop (the backport is tested elsewhere)",
+)
+"""Marks tests of the native adapter (pymongo >= 4.17)."""
+
+BACKPORT_ONLY = pytest.mark.skipif(NATIVE_BACKPRESSURE, reason=NATIVE_REASON)
+"""Marks tests of the backport (pymongo 4.9-4.16)."""
+
+FAST_BACKOFF = Policy(base_backoff=0.001, max_backoff=0.05)
+"""The draft's limits with millisecond backoffs, so retries take no noticeable time."""
 
 
 async def resolve(value: Union[T, Awaitable[T]]) -> T:

@@ -14,9 +14,10 @@ from pymongo.errors import OperationFailure, PyMongoError
 
 import backpressure
 from backpressure import DRAFT, StopReason, retry_summary
-from backpressure.adapters.backport import NATIVE_BACKPRESSURE, NATIVE_REASON, client_kwargs
+from backpressure.adapters.backport import client_kwargs
 from backpressure.testing import EmbeddedServer
 from tests.integration.conftest import (
+    BACKPORT_ONLY,
     OVERLOAD_CODE,
     ClientFactory,
     CommandRecorder,
@@ -30,7 +31,7 @@ from tests.integration.conftest import (
 )
 
 pytestmark = [
-    pytest.mark.skipif(NATIVE_BACKPRESSURE, reason=NATIVE_REASON),
+    BACKPORT_ONLY,
     pytest.mark.timeout(60),
 ]
 

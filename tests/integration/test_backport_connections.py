@@ -16,13 +16,18 @@ from pymongo.errors import AutoReconnect
 
 import backpressure
 from backpressure import DRAFT
-from backpressure.adapters.backport import NATIVE_BACKPRESSURE, NATIVE_REASON
 from backpressure.adapters.backport.shared import topology_enabled
 from backpressure.testing import EmbeddedServer
-from tests.integration.conftest import ClientFactory, enabled_client, resolve, zero_jitter
+from tests.integration.conftest import (
+    BACKPORT_ONLY,
+    ClientFactory,
+    enabled_client,
+    resolve,
+    zero_jitter,
+)
 
 pytestmark = [
-    pytest.mark.skipif(NATIVE_BACKPRESSURE, reason=NATIVE_REASON),
+    BACKPORT_ONLY,
     pytest.mark.timeout(60),
 ]
 

@@ -9,9 +9,9 @@ from pymongo.hello import Hello
 from pymongo.operations import InsertOne
 
 from backpressure import DRAFT, StopReason, retry_summary
-from backpressure.adapters.backport import NATIVE_BACKPRESSURE, NATIVE_REASON
 from backpressure.testing import EmbeddedServer
 from tests.integration.conftest import (
+    BACKPORT_ONLY,
     OVERLOAD_CODE,
     ClientFactory,
     CommandRecorder,
@@ -25,7 +25,7 @@ from tests.integration.conftest import (
 )
 
 pytestmark = [
-    pytest.mark.skipif(NATIVE_BACKPRESSURE, reason=NATIVE_REASON),
+    BACKPORT_ONLY,
     pytest.mark.timeout(60),
 ]
 

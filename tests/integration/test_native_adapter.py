@@ -12,11 +12,13 @@ import pytest
 from pymongo.errors import OperationFailure, PyMongoError
 
 import backpressure
-from backpressure import DRAFT, Policy
+from backpressure import DRAFT
 from backpressure.adapters import native, seams
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
+    FAST_BACKOFF,
+    NATIVE_LOOP_ONLY,
     ClientFactory,
     CommandRecorder,
     FailPointSwitch,
@@ -26,14 +28,9 @@ from tests.integration.conftest import (
 )
 
 pytestmark = [
-    pytest.mark.skipif(
-        not seams.HAS_NATIVE_BACKPRESSURE,
-        reason="pymongo has no native overload retry loop (the backport is tested elsewhere)",
-    ),
+    NATIVE_LOOP_ONLY,
     pytest.mark.timeout(60),
 ]
-
-FAST = Policy(base_backoff=0.001, max_backoff=0.05)
 
 
 def _options(client: Any) -> tuple[int, bool]:
@@ -85,7 +82,7 @@ async def test_one_loop_one_txn_number(
 ) -> None:
     """All 6 attempts of an always-overloaded insert share one txnNumber: no stacked loop."""
     client = clients.plain(replicaset_server.uri, event_listeners=[commands])
-    backpressure.enable(client, FAST, listeners=[retries], random=lambda: 0.0)
+    backpressure.enable(client, FAST_BACKOFF, listeners=[retries], random=lambda: 0.0)
     replicaset_server.configure_fail_point(overload_fail_point(["insert"]))
     with pytest.raises(PyMongoError):
         await resolve(client.db.coll.insert_one({"x": 1}))
@@ -109,7 +106,7 @@ async def test_failed_classic_retry_refunds_a_token(
     # Make the retry of the overloaded insert lose its connection.
     switch = FailPointSwitch(replicaset_server, "insert", "failed", drop)
     client = clients.plain(replicaset_server.uri, event_listeners=[commands, switch])
-    backpressure.enable(client, FAST.replace(budget_capacity=10), random=lambda: 0.0)
+    backpressure.enable(client, FAST_BACKOFF.replace(budget_capacity=10), random=lambda: 0.0)
     await resolve(client.admin.command("ping"))
     bucket = backpressure.budget(client)
     assert bucket is not None

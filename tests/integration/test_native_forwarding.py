@@ -22,6 +22,8 @@ from backpressure import DRAFT, Policy, StopReason, retry_summary
 from backpressure.adapters import seams
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
+    FAST_BACKOFF,
+    NATIVE_LOOP_ONLY,
     ClientFactory,
     CommandRecorder,
     RetryRecorder,
@@ -31,14 +33,10 @@ from tests.integration.conftest import (
 )
 
 pytestmark = [
-    pytest.mark.skipif(
-        not seams.HAS_NATIVE_BACKPRESSURE,
-        reason="pymongo has no native overload retry loop (the backport is tested elsewhere)",
-    ),
+    NATIVE_LOOP_ONLY,
     pytest.mark.timeout(60),
 ]
 
-FAST = Policy(base_backoff=0.001, max_backoff=0.05)
 
 LATER = "passed"
 """The value every call passes for the extra parameter."""
@@ -219,7 +217,7 @@ async def test_transaction_first_statement_is_resent_with_start_transaction(
     retries: RetryRecorder,
 ) -> None:
     """An overloaded first statement of a transaction is re-sent with startTransaction."""
-    client = later_client(clients, replicaset_server, commands, retries, FAST)
+    client = later_client(clients, replicaset_server, commands, retries, FAST_BACKOFF)
     await resolve(client.db.coll.insert_one({"_id": 0}))
     commands.reset()
     replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=1))

@@ -22,6 +22,7 @@ from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED, is_retryable_
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration import conftest
 from tests.integration.conftest import (
+    FAST_BACKOFF,
     OVERLOAD_CODE,
     ClientFactory,
     CommandRecorder,
@@ -34,7 +35,6 @@ from tests.integration.conftest import (
     wait_for_members,
 )
 
-FAST = Policy(base_backoff=0.001, max_backoff=0.05)
 """Draft semantics with millisecond backoff, for tests where the delay is not what is tested."""
 
 
@@ -143,7 +143,7 @@ async def test_backoff_follows_jitter_and_draft_exponents(
     expected: Any,
 ) -> None:
     """Draft prose test: delays are jitter * base * 2**(n-1), read from the retry events."""
-    client = enabled_client(clients, standalone_server, commands, retries, FAST, jitter)
+    client = enabled_client(clients, standalone_server, commands, retries, FAST_BACKOFF, jitter)
     standalone_server.configure_fail_point(overload_fail_point(["insert"]))
     with pytest.raises(PyMongoError):
         await resolve(client.db.coll.insert_one({"x": 1}))
@@ -261,7 +261,7 @@ async def test_retry_goes_to_the_other_mongos(
     retries: RetryRecorder,
 ) -> None:
     """On a sharded cluster the retry is sent to the mongos that did not fail."""
-    policy = FAST.replace(max_retries=1)
+    policy = FAST_BACKOFF.replace(max_retries=1)
     client = enabled_client(clients, sharded_server, commands, retries, policy)
     await resolve(client.admin.command("ping"))  # an AsyncMongoClient connects on first use
     # Discovering the second router takes a monitor round; under load it can come after the
@@ -316,7 +316,12 @@ async def test_transaction_first_command_retried_with_start_transaction(
 ) -> None:
     """An overloaded first command of a transaction is re-sent with startTransaction."""
     client = enabled_client(
-        clients, replicaset_server, commands, retries, FAST, backpressure_class=backpressure_class
+        clients,
+        replicaset_server,
+        commands,
+        retries,
+        FAST_BACKOFF,
+        backpressure_class=backpressure_class,
     )
     await resolve(client.db.coll.insert_one({"_id": 0}))
     commands.reset()
@@ -343,7 +348,12 @@ async def test_overloaded_commit_is_retried(
 ) -> None:
     """An overloaded commitTransaction is retried and the transaction commits once."""
     client = enabled_client(
-        clients, replicaset_server, commands, retries, FAST, backpressure_class=backpressure_class
+        clients,
+        replicaset_server,
+        commands,
+        retries,
+        FAST_BACKOFF,
+        backpressure_class=backpressure_class,
     )
     await resolve(client.db.create_collection("coll"))
     replicaset_server.configure_fail_point(
@@ -391,7 +401,7 @@ async def test_no_duplicate_write_when_overload_and_network_errors_mix(
         replicaset_server, "insert", "succeeded", drop, check=overloaded_after_the_write
     )
     client2 = clients.plain(replicaset_server.uri, event_listeners=[commands, switcher])
-    backpressure.enable(client2, FAST, listeners=[retries], random=lambda: 0.0)
+    backpressure.enable(client2, FAST_BACKOFF, listeners=[retries], random=lambda: 0.0)
     await resolve(client2.db.coll.insert_one({"_id": 7}))
     inserts = commands.started_commands("insert")
     assert len(inserts) == 3
@@ -441,7 +451,7 @@ async def test_no_writes_performed_raises_the_earlier_error(
 
     # After the first overloaded insert, fail the next ones with NoWritesPerformed.
     switch = FailPointSwitch(replicaset_server, "insert", "failed", second)
-    policy = FAST.replace(max_retries=1)
+    policy = FAST_BACKOFF.replace(max_retries=1)
     client = clients.plain(replicaset_server.uri, event_listeners=[commands, switch])
     backpressure.enable(client, policy, listeners=[retries], random=lambda: 0.0)
     await resolve(client.admin.command("ping"))
@@ -511,7 +521,7 @@ async def test_read_retry_retargets_only_when_the_policy_says_so(
     retarget: bool,
 ) -> None:
     """With retarget on, a secondary read is retried on the other secondary."""
-    policy = FAST.replace(max_retries=1, retarget=retarget)
+    policy = FAST_BACKOFF.replace(max_retries=1, retarget=retarget)
     client = enabled_client(
         clients,
         replicaset_server,
@@ -544,7 +554,7 @@ async def test_concurrent_operations_keep_separate_bookkeeping(
     retries: RetryRecorder,
 ) -> None:
     """Concurrent operations (threads or tasks) on one client each count their own attempts."""
-    policy = FAST.replace(max_retries=2)
+    policy = FAST_BACKOFF.replace(max_retries=2)
     client = enabled_client(clients, standalone_server, commands, retries, policy, 1.0)
     await resolve(client.admin.command("ping"))
     standalone_server.configure_fail_point(overload_fail_point(["insert"]))
