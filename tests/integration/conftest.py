@@ -82,21 +82,6 @@ async def in_transaction(client: Any, *writes: Callable[[Any], Any], abort: bool
         await resolve(session.end_session())
 
 
-async def wait_for_mongoses(client: Any, count: int = 2, timeout: float = 60.0) -> None:
-    """Wait until the client's monitors have discovered ``count`` mongos routers.
-
-    An AsyncMongoClient starts its monitors on its first operation: run one before waiting.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        descriptions = client.topology_description.server_descriptions().values()
-        if sum(d.server_type_name == "Mongos" for d in descriptions) >= count:
-            return
-        assert loop.time() < deadline, "the mongos routers were not all discovered"
-        await asyncio.sleep(0.01)
-
-
 async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
     """Wait until ``condition()`` holds (polling, yielding to tasks and threads), or fail
     naming ``what``."""
@@ -107,17 +92,33 @@ async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60
         await asyncio.sleep(0.01)
 
 
+def _discovered(client: Any, server_types: tuple[str, ...]) -> int:
+    """How many servers of ``server_types`` the client's monitors know."""
+    descriptions = client.topology_description.server_descriptions().values()
+    return sum(d.server_type_name in server_types for d in descriptions)
+
+
 async def wait_for_members(client: Any, count: int = 3) -> None:
     """Wait until the client's monitors know ``count`` data-bearing replica set members.
 
     An AsyncMongoClient starts its monitors on its first operation: run one before waiting.
     """
+    await wait_for(
+        lambda: _discovered(client, ("RSPrimary", "RSSecondary")) >= count,
+        "the replica set members to be discovered",
+    )
 
-    def known() -> int:
-        descriptions = client.topology_description.server_descriptions().values()
-        return sum(d.server_type_name in ("RSPrimary", "RSSecondary") for d in descriptions)
 
-    await wait_for(lambda: known() >= count, "the replica set members to be discovered")
+async def wait_for_mongoses(client: Any, count: int = 2, timeout: float = 60.0) -> None:
+    """Wait until the client's monitors have discovered ``count`` mongos routers.
+
+    An AsyncMongoClient starts its monitors on its first operation: run one before waiting.
+    """
+    await wait_for(
+        lambda: _discovered(client, ("Mongos",)) >= count,
+        "the mongos routers to be discovered",
+        timeout,
+    )
 
 
 def overload_fail_point(
