@@ -138,6 +138,12 @@ class _Operation:
             operation.attempt_open = True
         return operation
 
+    def name(self) -> str:
+        """The operation's name, for the pacing's events and the retry bookkeeping."""
+        return seams.operation_name(
+            seams.retry_internal_argument(self.args, self.kwargs, "operation")
+        )
+
     def admit(self, gate: AdmissionGate, server: Any) -> float:
         """Ask the pacing about the attempt about to go to ``server``; return the local wait.
 
@@ -149,9 +155,7 @@ class _Operation:
         self.sent_to = None
         self.admission = None
         admission = gate.admit(
-            seams.operation_name(
-                seams.retry_internal_argument(self.args, self.kwargs, "operation")
-            ),
+            self.name(),
             address,
             seams.csot_deadline(),
             retry=self.pushed_back,
@@ -176,9 +180,7 @@ class _Operation:
             return 0.0
         try:
             return gate.recheck(
-                seams.operation_name(
-                    seams.retry_internal_argument(self.args, self.kwargs, "operation")
-                ),
+                self.name(),
                 self.address,
                 admission,
             )
@@ -201,10 +203,9 @@ class _Operation:
         """Return the operation's ``OperationRetries``, creating it on first need."""
         retries = self.retries
         if retries is None:
-            name = seams.operation_name(
-                seams.retry_internal_argument(self.args, self.kwargs, "operation")
+            retries = self.state.new_operation(
+                self.name(), opens_transaction=self.opens_transaction
             )
-            retries = self.state.new_operation(name, opens_transaction=self.opens_transaction)
             if self.first is not _NOT_SELECTED:
                 retries.attempt_started(seams.server_address(self.first))
                 self.first = _NOT_SELECTED
@@ -678,9 +679,8 @@ def _wrappers(
             gate = tracked.state.gate
             if gate is None or not gate.control.engaged:
                 server = await select_server(ref(), *args, **kwargs)
-                if gate is not None:  # no server is paced: nothing would wait (``unpaced``)
-                    tracked.admission = tracked.address = None
-                    tracked.sent_to = server
+                if gate is not None:
+                    tracked.unpaced(server)  # no server is paced: nothing would wait
             else:
                 server = await select_server(
                     ref(), *args, **_avoid_paced(ref(), gate, args, kwargs)
@@ -805,9 +805,8 @@ def _wrappers(
         gate = tracked.state.gate
         if gate is None or not gate.control.engaged:
             server = select_server(ref(), *args, **kwargs)
-            if gate is not None:  # no server is paced: nothing would wait (``unpaced``)
-                tracked.admission = tracked.address = None
-                tracked.sent_to = server
+            if gate is not None:
+                tracked.unpaced(server)  # no server is paced: nothing would wait
         else:
             server = select_server(ref(), *args, **_avoid_paced(ref(), gate, args, kwargs))
             wait = tracked.admit(gate, server)

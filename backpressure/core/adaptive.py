@@ -574,7 +574,7 @@ class AdmissionControl:
             deadline_bound = True
         decision = pacer.admit(now, limit, deadline_bound, retry)
         if not pacer.paced:
-            self.engaged = any(p.paced for p in list(self._pacers.values()))
+            self._refresh_engaged()
         return decision
 
     def record(
@@ -626,8 +626,12 @@ class AdmissionControl:
             return False
         if pacer.still_paced(self._clock()):
             return True
-        self.engaged = any(p.paced for p in list(self._pacers.values()))
+        self._refresh_engaged()
         return False
+
+    def _refresh_engaged(self) -> None:
+        """Recompute ``engaged`` after a pacer opened again."""
+        self.engaged = any(p.paced for p in list(self._pacers.values()))
 
     def has_headroom(self, server: Address) -> bool:
         """Whether an attempt to ``server`` would be sent without waiting."""
