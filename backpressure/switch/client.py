@@ -316,27 +316,84 @@ def _construct(
     *,
     is_async: bool,
     close_on_failure: bool,
+    motor: bool = False,
 ) -> None:
     """Build ``client``: the base constructor with our options taken out, then ``enable``.
 
     ``base_init`` is the base class's bound ``__init__`` (``super().__init__``); ``positional``
     are the arguments that follow ``host``.  With ``close_on_failure`` a failing ``enable``
     closes the client before the error propagates (the sync clients, whose ``close`` is not a
-    coroutine).
+    coroutine).  ``connect=True`` opens the topology after ``enable`` (``motor``: the client's
+    sync ``delegate``); async clients never open it in their constructor.
 
     Raises:
         InvalidPolicyError: an invalid keyword value.
     """
     prepared = _prepare(host, kwargs, setting, listeners, is_async=is_async)
-    base_init(prepared.host, *positional, **prepared.kwargs)
     if prepared.policy is None:
+        base_init(prepared.host, *positional, **prepared.kwargs)
         return
+    # The topology opens only once the client is enabled: a pool filling to minPoolSize, or a
+    # monitor, must never meet the server before the hooks know the client is ours.
+    deferred = _DeferredOpen()
+    if motor:
+        # Motor builds its sync delegate from the instance's __delegate_class__.
+        delegate_class = type(client).__delegate_class__
+        vars(client)["__delegate_class__"] = lambda *a, **k: deferred.build(delegate_class, a, k)
+        try:
+            base_init(prepared.host, *positional, **prepared.kwargs)
+        finally:
+            vars(client).pop("__delegate_class__", None)
+        pymongo_client = client.delegate
+    else:
+        deferred.hold(client)
+        try:
+            base_init(prepared.host, *positional, **prepared.kwargs)
+        finally:
+            deferred.release(client)
+        pymongo_client = client
     try:
         enable(client, prepared.policy, listeners=prepared.listeners)
     except BaseException:
         if close_on_failure:
             client.close()
         raise
+    if deferred.requested:
+        pymongo_client._get_topology()
+
+
+class _DeferredOpen:
+    """Holds back a sync pymongo client's ``connect=True`` during its constructor.
+
+    While held, the client's ``_get_topology`` (what the constructor calls to open the topology)
+    only notes the request; ``requested`` tells the caller to open it later.
+    """
+
+    def __init__(self) -> None:
+        """Start with no open requested."""
+        self.requested = False
+
+    def __call__(self) -> None:
+        """Stand in for ``_get_topology``: note the request."""
+        self.requested = True
+
+    def hold(self, client: Any) -> None:
+        """Make ``client``'s constructor note its open instead of opening."""
+        vars(client)["_get_topology"] = self
+
+    def release(self, client: Any) -> None:
+        """Give ``client`` back its own ``_get_topology``."""
+        vars(client).pop("_get_topology", None)
+
+    def build(self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Construct a ``cls`` (a pymongo client class) held back."""
+        client = cls.__new__(cls)
+        self.hold(client)
+        try:
+            cls.__init__(client, *args, **kwargs)
+        finally:
+            self.release(client)
+        return client
 
 
 class MongoClient(pymongo.MongoClient[_DocumentType]):
@@ -453,6 +510,7 @@ def _build_motor_client_class() -> type:
                 backpressure_listeners,
                 is_async=False,
                 close_on_failure=True,
+                motor=True,
             )
 
     AsyncIOMotorClient.__module__ = __name__

@@ -349,3 +349,39 @@ async def test_motor_client_with_backpressure_off(standalone_server: EmbeddedSer
         assert (await client.admin.command("ping"))["ok"] == 1
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "motor"])
+@pytest.mark.parametrize("connect", [True, False])
+def test_topology_opens_only_once_the_client_is_enabled(
+    monkeypatch: pytest.MonkeyPatch, standalone_server: EmbeddedServer, flavour: str, connect: bool
+) -> None:
+    """connect=True opens the topology after enable: no pool fills to minPoolSize, no monitor
+    connects, before the hooks know the client (the backport's handshake errors would reach SDAM).
+    """
+    opened_enabled: list[bool] = []
+    original = pymongo.MongoClient._get_topology
+
+    def spy(self: Any) -> Any:
+        if not self._opened:
+            opened_enabled.append(backpressure.is_enabled(self))
+        return original(self)
+
+    monkeypatch.setattr(pymongo.MongoClient, "_get_topology", spy)
+    if flavour == "sync":
+        client: Any = backpressure.MongoClient(
+            standalone_server.uri, connect=connect, minPoolSize=2, serverSelectionTimeoutMS=3000
+        )
+        pymongo_client = client
+    else:
+        client = backpressure.AsyncIOMotorClient(
+            standalone_server.uri, connect=connect, minPoolSize=2, serverSelectionTimeoutMS=3000
+        )
+        pymongo_client = client.delegate
+    try:
+        assert opened_enabled == ([True] if connect else [])
+        assert pymongo_client._opened is connect
+        assert "_get_topology" not in vars(pymongo_client)
+        assert pymongo_client.options.connect is connect
+    finally:
+        client.close()
