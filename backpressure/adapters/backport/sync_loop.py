@@ -1,7 +1,7 @@
 """Overload retries for ``MongoClient`` on pymongo 4.9-4.16 (the sync flavour).
 
-``_sync_backport.py`` is generated from this file by ``scripts/unasync.py``: edit this one, then
-run ``python scripts/unasync.py``.
+The sync twin ``sync_loop.py`` is generated from ``async_loop.py`` by ``scripts/unasync.py``:
+edit the async file, then run ``python scripts/unasync.py``.
 
 Theory of operation:
 

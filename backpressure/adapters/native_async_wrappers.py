@@ -1,0 +1,257 @@
+"""The native adapter's wrappers for ``AsyncMongoClient`` (the async flavour).
+
+The sync twin ``native_sync_wrappers.py`` is generated from ``native_async_wrappers.py`` by
+``scripts/unasync.py``: edit the async file, then run ``python scripts/unasync.py``.
+
+:func:`lean_wrappers` builds what ``client._retry_internal``, ``_select_server`` and
+``_process_response`` become on one client (pymongo 4.17-4.20's exact signatures);
+:func:`forwarding_wrappers` builds the ``_retry_internal`` and ``_select_server`` wrappers for
+other signatures.  The bookkeeping they drive (``_Operation``, the lean ``_Cell``, the retry
+policy object) lives in :mod:`backpressure.adapters.native`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextvars import Token
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from backpressure.adapters import seams
+from backpressure.core.client_state import LEAN_BATCH
+
+if TYPE_CHECKING:
+    from backpressure.adapters.native import _Installation
+
+__all__ = ["forwarding_wrappers", "lean_wrappers"]
+
+
+def lean_wrappers(installation: _Installation, client: Any) -> dict[str, Callable[..., Any]]:
+    """Build the instance-level wrappers of one client (the async flavour).
+
+    The success path is the lean one (see ``native._Cell``): per operation a three-item list
+    made current with ``ContextVar.set`` and ``reset``, per attempt one store of the selected
+    server, per reply two key lookups, and a lock-free success count
+    (``ClientState.count_first_attempt``).  ``_retry_internal`` and ``_select_server`` take
+    pymongo's exact parameters (``seams.NATIVE_*_SIGNATURE``, probed on install) and pass them on
+    positionally: forwarding ``*args, **kwargs`` cost more than everything else the wrappers do.
+    A client with pacing (adaptive policy) takes the lean path too while none of its servers is
+    paced (``AdmissionControl.engaged`` is False; its successes are counted for the pacing in
+    batches, see ``ClientState.count_first_attempt``), and tracks every operation with an
+    ``_Operation`` from its start while one is.  A failure is recorded while the operation is
+    still current, a success after it stopped being current.  ``_process_response`` sees every
+    reply before pymongo builds an error from it: hostile fields are made harmless there (see
+    ``seams.sanitize_reply``).
+    """
+    from backpressure.adapters.native import _avoid_paced, _Cell, _Operation
+
+    ref = installation.client_ref
+    retry_internal = installation.delegate(client, "_retry_internal")
+    select_server = installation.delegate(client, "_select_server")
+    process_response = installation.delegate(client, "_process_response")
+    current = installation.current
+    current_get, current_set, current_reset = current.get, current.set, current.reset
+    active_states = seams.ACTIVE_TRANSACTION_STATES
+    server_address = seams.server_address
+    operation_class = _Operation
+    cell_class = _Cell
+    dict_class = dict
+    no_kwargs: dict[str, Any] = {}  # the wrappers pass every argument positionally
+    lean_batch = LEAN_BATCH
+
+    def finish_failed(exc: BaseException) -> None:
+        """Account for the error the loop raised (the operation still current)."""
+        value = current_get()
+        if type(value) is cell_class:
+            if value[0] is None:
+                return  # no server was ever selected: nothing to account for
+            value = installation.operation()
+        if value is not None:
+            value.failed(exc)
+
+    async def _retry_internal(
+        func: Any,
+        session: Any,
+        bulk: Any,
+        operation: Any,
+        is_read: bool = False,
+        address: Any = None,
+        read_pref: Any = None,
+        retryable: bool = False,
+        operation_id: Optional[int] = None,
+        is_run_command: bool = False,
+        is_aggregate_write: bool = False,
+    ) -> Any:
+        args = (
+            func,
+            session,
+            bulk,
+            operation,
+            is_read,
+            address,
+            read_pref,
+            retryable,
+            operation_id,
+            is_run_command,
+            is_aggregate_write,
+        )
+        gate = installation.state.gate
+        if gate is None or not gate.control.engaged:
+            token = current_set([None, args, no_kwargs])
+        else:
+            token = current_set(operation_class(installation, args, no_kwargs))
+        try:
+            result = await retry_internal(ref(), *args)
+        except BaseException as exc:
+            try:
+                finish_failed(exc)
+            finally:
+                current_reset(token)
+            raise
+        value = current_get()
+        current_reset(token)
+        if type(value) is cell_class:
+            state = installation.state
+            entry = state.lean.get(value[0])
+            if entry is None:
+                state.count_first_attempt(value[0], server_address)
+            else:  # ClientState.count_first_attempt's lock-free path, inlined
+                count = next(entry[0])
+                budget = entry[1]
+                if not budget.full:
+                    budget.record_success(retried=False)
+                if entry[2] is not None and not count % lean_batch:
+                    entry[2]()
+        else:
+            value.succeeded()
+        return result
+
+    async def _select_server(
+        server_selector: Any,
+        session: Any,
+        operation: Any,
+        address: Any = None,
+        deprioritized_servers: Optional[list[Any]] = None,
+        operation_id: Optional[int] = None,
+    ) -> Any:
+        value = current_get()
+        if (
+            type(value) is cell_class
+            and value[0] is None
+            and (session is None or session._transaction.state not in active_states)
+        ):
+            value[0] = server = await select_server(
+                ref(),
+                server_selector,
+                session,
+                operation,
+                address,
+                deprioritized_servers,
+                operation_id,
+            )
+            return server
+        args = (server_selector, session, operation)
+        kwargs = {
+            "address": address,
+            "deprioritized_servers": deprioritized_servers,
+            "operation_id": operation_id,
+        }
+        if type(value) is not cell_class:
+            tracked = value
+        elif value[0] is None:  # the first attempt of a statement in a transaction
+            tracked = operation_class(installation, value[1], value[2])
+            current_set(tracked)  # the wrapper's ``reset`` still restores the outer value
+        else:
+            tracked = installation.operation()
+        if tracked is None:  # not within an operation of ours
+            return await select_server(ref(), *args, **kwargs)
+        gate = tracked.state.gate
+        if gate is None or not gate.control.engaged:
+            server = await select_server(ref(), *args, **kwargs)
+            if gate is not None:
+                tracked.unpaced(server)  # no server is paced: nothing would wait
+        else:
+            kwargs = _avoid_paced(ref(), gate, args, kwargs)
+            server = await select_server(ref(), *args, **kwargs)
+            wait = tracked.admit(gate, server)
+            while wait > 0.0:
+                await asyncio.sleep(wait)
+                wait = tracked.recheck(gate)
+        tracked.attempt_started(server)
+        return server
+
+    async def _process_response(reply: Any, session: Any) -> Any:
+        if type(reply) is not dict_class or "errorLabels" in reply or "baseBackoffMS" in reply:
+            seams.sanitize_reply(reply)
+        value = current_get()
+        if type(value) is operation_class and value.opens_transaction:
+            value.reply_received(reply, session)
+        return await process_response(ref(), reply, session)
+
+    return {
+        "_retry_internal": _retry_internal,
+        "_select_server": _select_server,
+        "_process_response": _process_response,
+    }
+
+
+def forwarding_wrappers(installation: _Installation, client: Any) -> dict[str, Callable[..., Any]]:
+    """``_retry_internal`` and ``_select_server`` wrappers for signatures other than 4.17-4.20's.
+
+    A pymongo release that adds a parameter to either method keeps working: these wrappers
+    forward ``*args, **kwargs`` and track every operation with an ``_Operation`` from its start
+    (the path an adaptive client takes), at the cost of the lean success path.
+    """
+    from backpressure.adapters.native import _avoid_paced, _Operation
+
+    ref = installation.client_ref
+    retry_internal = installation.delegate(client, "_retry_internal")
+    select_server = installation.delegate(client, "_select_server")
+    current = installation.current
+
+    def selection_kwargs(tracked: _Operation, args: Any, kwargs: dict[str, Any]) -> Any:
+        gate = tracked.state.gate
+        return kwargs if gate is None else _avoid_paced(ref(), gate, args, kwargs)
+
+    def failed(token: Token[Any], exc: BaseException) -> None:
+        try:
+            current.get().failed(exc)
+        finally:
+            current.reset(token)
+
+    def succeeded(token: Token[Any]) -> None:
+        operation = current.get()
+        current.reset(token)
+        operation.succeeded()
+
+    def admitted_wait(tracked: _Operation, server: Any) -> float:
+        gate = tracked.state.gate
+        if gate is None:
+            return 0.0
+        if not gate.control.engaged:
+            tracked.unpaced(server)  # no server is paced: nothing would wait
+            return 0.0
+        return tracked.admit(gate, server)
+
+    async def _retry_internal(*args: Any, **kwargs: Any) -> Any:
+        token = current.set(_Operation(installation, args, kwargs))
+        try:
+            result = await retry_internal(ref(), *args, **kwargs)
+        except BaseException as exc:
+            failed(token, exc)
+            raise
+        succeeded(token)
+        return result
+
+    async def _select_server(*args: Any, **kwargs: Any) -> Any:
+        tracked = current.get()
+        if type(tracked) is not _Operation:
+            return await select_server(ref(), *args, **kwargs)
+        server = await select_server(ref(), *args, **selection_kwargs(tracked, args, kwargs))
+        wait = admitted_wait(tracked, server)
+        while wait > 0.0:
+            await asyncio.sleep(wait)
+            wait = tracked.recheck(tracked.state.gate)
+        tracked.attempt_started(server)
+        return server
+
+    return {"_retry_internal": _retry_internal, "_select_server": _select_server}
