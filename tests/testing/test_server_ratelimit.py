@@ -163,6 +163,11 @@ def test_base_backoff_attached_to_overload_errors(
     assert "baseBackoffMS" not in conn.command({"ping": 1})
 
 
+def _pings_received(server: EmbeddedServer) -> int:
+    """How many pings the server has received from clients (control connections not counted)."""
+    return int(server.stats()["commands"].get("ping", {}).get("received", 0))
+
+
 def test_queue_depth_delays_instead_of_rejecting(
     standalone_server: EmbeddedServer, raw_connect: Any
 ) -> None:
@@ -170,10 +175,18 @@ def test_queue_depth_delays_instead_of_rejecting(
     conns: list[Any] = [raw_connect(standalone_server.primary_address) for _ in range(3)]
     for conn in conns:
         conn.command({"hello": 1})
-    standalone_server.set_rate_limit(10, burst_seconds=0.1, queue_depth=1)
+    # One token, the next one 0.5 s later: the queued request holds its slot that long.
+    standalone_server.set_rate_limit(2, burst_seconds=0.5, queue_depth=1)
+    received = _pings_received(standalone_server)
     for conn in conns:
         conn.send({"ping": 1})
-        time.sleep(0.005)
+        received += 1
+        # The server counts a request just before its admission: wait for that decision, so
+        # the next request surely arrives while this one holds the token or its queue slot.
+        deadline = time.monotonic() + 10
+        while _pings_received(standalone_server) < received:
+            assert time.monotonic() < deadline, "the server never received the ping"
+            time.sleep(0.001)
     replies = [conn.receive()[1] for conn in conns]
     assert [r["ok"] for r in replies] == [1.0, 1.0, 0.0]
     assert replies[2]["code"] == 462
