@@ -51,7 +51,7 @@ from backpressure.core.operation import OperationRetries
 __all__ = ["NativeRetryPolicy", "install", "installed_state", "seam_problems", "uninstall"]
 
 _INSTALLATION_ATTR = "_backpressure_native"
-_WRAPPED = seams.CLIENT_SEAMS
+_WRAPPED = ("_retry_internal", "_select_server", "_process_response")
 _ABSENT = object()
 
 

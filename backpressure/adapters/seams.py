@@ -300,10 +300,6 @@ def _transaction_state_values(*names: str) -> frozenset[Any]:
     return frozenset(found)
 
 
-CLIENT_SEAMS: tuple[str, ...] = ("_retry_internal", "_select_server", "_process_response")
-"""The client methods both adapters replace on each enabled client (instance attributes)."""
-
-
 ACTIVE_TRANSACTION_STATES = _transaction_state_values("STARTING", "IN_PROGRESS")
 """``ClientSession._transaction.state`` values of a session in a transaction (for hot paths)."""
 

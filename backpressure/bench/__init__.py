@@ -331,20 +331,6 @@ def _overhead_md(section: dict[str, Any]) -> list[str]:
         if same
         else []
     )
-    floor = section.get("seam_floor_check")
-    floor_lines = (
-        [
-            "Seam floor: a stock client whose three hooked methods (`_retry_internal`, "
-            "`_select_server`, `_process_response`) are wrapped by functions that only forward, "
-            f"against the first stock client on find_one: {floor['ratio']:.4f} "
-            f"[{floor['ratio_ci_low']:.4f}, {floor['ratio_ci_high']:.4f}]. No hook at these "
-            "places costs less; the enabled client's find_one ratio less this is what our code "
-            "in them adds.",
-            "",
-        ]
-        if floor
-        else []
-    )
     return [
         "## Overhead without overload",
         "",
@@ -382,7 +368,6 @@ def _overhead_md(section: dict[str, Any]) -> list[str]:
         ),
         "",
         *same_lines,
-        *floor_lines,
     ]
 
 

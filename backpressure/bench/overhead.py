@@ -19,10 +19,6 @@ the default preset talk to the same server; each benchmark operation runs on bot
   interference of other processes comes in bursts longer than a block, so longer blocks do not
   average it out, while more pairs narrow the median's interval (about ±0.3 % at 4,000 pairs
   with the per-pair spread of a loaded 2-core machine).
-* **Two reference ratios, on find_one.**  A second stock client against the first (A/A: the
-  method's own bias), and a stock client whose hooked methods
-  (:data:`~backpressure.adapters.seams.CLIENT_SEAMS`) are wrapped by functions that only
-  forward (the seam floor: what any hook at these places costs before it does anything).
 
 pyperf is not used: it times wall-clock runs of one benchmark in separate worker processes and
 compares two result files with a t-test; it has neither a paired, alternating design nor a timer
@@ -61,7 +57,6 @@ __all__ = [
     "open_targets",
     "timer_cost_ns",
     "verdict",
-    "with_empty_seams",
 ]
 
 _SMALL_DOCS = 5
@@ -511,66 +506,34 @@ def measure_overhead(
                     rng=rng,
                 )
             )
-        # A/A: two identical clients do not cost exactly the same (the enabled one is always
-        # the one opened second); this ratio, ideally 1, shows the method's own bias.
-        same = _second_stock_check(
-            uri, stock, operations, pairs, block, rng,
-            label="find_one, second stock client / first", empty_seams=False,
-        )  # fmt: skip
-        # The floor of any hook at our seams: the same second client with empty wrappers.
-        floor = _second_stock_check(
-            uri, stock, operations, pairs, block, rng,
-            label="find_one, stock client with empty seam wrappers / stock", empty_seams=True,
-        )  # fmt: skip
+        same = _same_client_check(uri, stock, operations, pairs, block, rng)
     return {
         "preset": preset,
         "tracer": tracer_name(),
         "work": [asdict(w) for w in work],
         "cpu": [asdict(c) for c in cpu],
         "same_client_check": None if same is None else asdict(same),
-        "seam_floor_check": None if floor is None else asdict(floor),
     }
 
 
-def _forwarding(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Return a wrapper that only calls ``method`` (an empty interposition)."""
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        return method(*args, **kwargs)
-
-    return forward
-
-
-def with_empty_seams(client: MongoClient[Document]) -> MongoClient[Document]:
-    """Wrap ``client``'s seams (:data:`~backpressure.adapters.seams.CLIENT_SEAMS`) in wrappers
-    that do nothing but forward: the cheapest possible hook at the places our adapters hook.
-    """
-    from backpressure.adapters import seams
-
-    for name in seams.CLIENT_SEAMS:
-        setattr(client, name, _forwarding(getattr(client, name)))
-    return client
-
-
-def _second_stock_check(
+def _same_client_check(
     uri: str,
     stock: OverheadTargets,
     operations: Mapping[str, Operation],
     pairs: int,
     block: int,
     rng: random.Random,
-    *,
-    label: str,
-    empty_seams: bool,
 ) -> Optional[CpuOverhead]:
-    """Measure a second stock client (``empty_seams``: hooked by empty wrappers) against the
-    first, the same way, on find_one (None when it is not measured)."""
+    """Measure a second stock client against the first, the same way (an A/A check).
+
+    Two identical clients do not cost exactly the same (the enabled one is always the one
+    opened second); the ratio of this check, ideally 1, shows how far the method's own bias
+    goes beyond its confidence interval.  Run on find_one (None when it is not measured).
+    """
     operation = operations.get("find_one")
     if operation is None:
         return None
     second: MongoClient[Document] = MongoClient(uri)
-    if empty_seams:
-        with_empty_seams(second)
     try:
         database = second[_DATABASE]
         other = OverheadTargets(
@@ -579,6 +542,9 @@ def _second_stock_check(
             database["overhead_inserts"],
             database["overhead_counters"],
         )
-        return measure_cpu(label, operation, stock, other, pairs=pairs, block=block, rng=rng)
+        return measure_cpu(
+            "find_one, second stock client / first", operation, stock, other,
+            pairs=pairs, block=block, rng=rng,
+        )  # fmt: skip
     finally:
         second.close()
