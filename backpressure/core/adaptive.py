@@ -486,13 +486,6 @@ class ServerPacer:
                 self.paced = False
             return self.paced
 
-    def has_headroom(self, now: float) -> bool:
-        """Whether an attempt sent now would not have to wait (always True while open)."""
-        if not self.paced:
-            return True
-        with self._lock:
-            return self._next_slot <= now or self._reopens(now)
-
     def snapshot(self, now: float) -> ServerPacerSnapshot:
         """Return the pacer's state at ``now``."""
         with self._lock:
@@ -632,11 +625,6 @@ class AdmissionControl:
     def _refresh_engaged(self) -> None:
         """Recompute ``engaged`` after a pacer opened again."""
         self.engaged = any(p.paced for p in list(self._pacers.values()))
-
-    def has_headroom(self, server: Address) -> bool:
-        """Whether an attempt to ``server`` would be sent without waiting."""
-        pacer = self._pacers.get(server)
-        return pacer is None or pacer.has_headroom(self._clock())
 
     def pushing_back(self) -> bool:
         """Whether any server of this client is paced (used to hold hedges and probes)."""

@@ -253,15 +253,15 @@ class _Run:
     ) -> SimServer:
         """pymongo's choice: two at random, fewer operations in flight (avoiding ``avoid``).
 
-        With an adaptive policy's admission control, reads prefer members it would send to
-        without waiting, as the package's adapters do.
+        With an adaptive policy's admission control, reads avoid the members it paces (those
+        pushing back), as the package's adapters do.
         """
         count = len(candidates)
         if avoid >= 0 and count > 1:
             candidates = tuple(i for i in candidates if i != avoid)
             count -= 1
         if admission is not None and count > 1:
-            free = tuple(i for i in candidates if admission.has_headroom(self.servers[i].address))
+            free = tuple(i for i in candidates if not admission.is_paced(self.servers[i].address))
             if free:
                 candidates, count = free, len(free)
         if count == 1:

@@ -135,8 +135,8 @@ class Admission(Protocol):
         """Account for the reply of an attempt."""
         ...
 
-    def has_headroom(self, server: tuple[str, int]) -> bool:
-        """Whether an attempt to ``server`` would be sent without waiting."""
+    def is_paced(self, server: tuple[str, int]) -> bool:
+        """Whether attempts to ``server`` are paced now (reads avoid it)."""
         ...
 
 

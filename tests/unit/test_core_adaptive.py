@@ -96,8 +96,8 @@ def test_paced_attempts_get_consecutive_slots_in_arrival_order() -> None:
         assert isinstance(decision, Admission)
         waits.append(decision.wait)
     assert waits == pytest.approx([i / rate for i in range(5)], rel=1e-3)
-    assert control.has_headroom(B)
-    assert not control.has_headroom(A)
+    assert not control.is_paced(B)
+    assert control.is_paced(A)
 
 
 def paced_at_90(clock: FakeClock) -> tuple[AdmissionControl, float]:
