@@ -18,8 +18,10 @@ client:
   installation (thread- and task-local), records success (token deposits, statistics) and
   attaches the retry summary to the raised error.  Until something other than a first-attempt
   success outside a transaction happens, the operation is only a three-item list (the lean
-  path, see ``_Cell``); it is then promoted to an ``_Operation`` with the same history, and its
-  ``OperationRetries`` is created only when the core must decide something.
+  path, see ``native_operation.LeanCell``); it is then promoted to a ``TrackedOperation`` with
+  the same history, and its ``OperationRetries`` is created only when the core must decide
+  something.  The wrappers are in ``native_async_wrappers`` (and its generated sync twin), the
+  operation's bookkeeping in ``native_operation``.
 * ``client._select_server`` is wrapped on the instance to record the server of each attempt.
   An attempt that started while the previous one never reached our policy means pymongo retried
   a classic (non-overload) error; such a failed retry refunds a token as the spec asks.
@@ -33,7 +35,6 @@ client:
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import sys
 import time
 import types
@@ -41,316 +42,15 @@ import weakref
 from typing import Any, Callable, Optional
 
 from backpressure.adapters import native_async_wrappers, native_sync_wrappers, seams
-from backpressure.core.adaptive import Admission, AdmissionGate, LocalOverloadError
+from backpressure.adapters.native_operation import LeanCell, TrackedOperation
 from backpressure.core.client_state import ClientState
 from backpressure.core.decision import Decision, GiveUp, Retry, StopReason
-from backpressure.core.events import attach_summary
-from backpressure.core.labels import has_no_writes_performed
-from backpressure.core.operation import OperationRetries
 
 __all__ = ["NativeRetryPolicy", "install", "installed_state", "seam_problems", "uninstall"]
 
 _INSTALLATION_ATTR = "_backpressure_native"
 _WRAPPED = ("_retry_internal", "_select_server", "_process_response")
 _ABSENT = object()
-
-
-_NOT_SELECTED = object()
-
-
-class _Operation:
-    """The retry bookkeeping of one call of the native loop on one client.
-
-    The success path is kept cheap: the ``OperationRetries`` (and the operation name and server
-    address it needs) is created only when something other than a first-attempt success
-    happens: a failure reaching our policy, a second server selection (pymongo retried an error),
-    an error raised by the loop, or the first reply to a statement that opens a transaction.
-    Until then only the first selected server is remembered.
-    """
-
-    __slots__ = (
-        "address",
-        "admission",
-        "args",
-        "attempt_open",
-        "commit_attempt",
-        "decision",
-        "first",
-        "in_transaction",
-        "installation",
-        "kwargs",
-        "opens_transaction",
-        "pinned",
-        "processed",
-        "pushed_back",
-        "retries",
-        "sent_to",
-        "session",
-        "state",
-    )
-
-    def __init__(
-        self, installation: _Installation, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> None:
-        """Track one ``_retry_internal(*args, **kwargs)`` call on ``installation``'s client."""
-        self.installation = installation
-        self.state = installation.state
-        self.args = args
-        self.kwargs = kwargs
-        self.retries: Optional[OperationRetries] = None
-        self.first: Any = _NOT_SELECTED
-        self.attempt_open = False
-        self.decision: Optional[Decision] = None
-        if kwargs:
-            session = seams.retry_internal_argument(args, kwargs, "session")
-            operation = seams.retry_internal_argument(args, kwargs, "operation")
-        else:  # the wrappers pass every argument positionally
-            session, operation = args[1], args[3]
-        self.session = session
-        """The session argument of the ``_retry_internal`` call (None when absent)."""
-        state = None if session is None else session._transaction.state
-        self.in_transaction = state in seams.ACTIVE_TRANSACTION_STATES
-        self.opens_transaction = state in seams.STARTING_TRANSACTION_STATES
-        # In a transaction: the mongos it was pinned to when the attempt started.
-        self.pinned: Optional[tuple[str, int]] = None
-        # For commitTransaction: the session's commit attempt counter when the attempt started
-        # (None for every other operation).
-        self.commit_attempt: Optional[int] = None
-        if self.in_transaction and operation == "commitTransaction":
-            self.commit_attempt = 0
-        # The pacing's admission of the open attempt and the address it went to (adaptive).
-        self.admission: Optional[Admission] = None
-        self.address: Optional[tuple[str, int]] = None
-        self.sent_to: Any = None  # the Server of an attempt sent unpaced (address read lazily)
-        # Whether a server pushed the last attempt back (its retry goes ahead of the pacing queue).
-        self.pushed_back = False
-        # A reply to the statement opening a transaction arrived before ``retries`` existed.
-        self.processed = False
-
-    @classmethod
-    def promoted(cls, installation: _Installation, cell: list[Any]) -> _Operation:
-        """Take over an operation that ran on the lean path so far (see :data:`_Cell`)."""
-        operation = cls(installation, cell[1], cell[2])
-        first = cell[0]
-        if first is not None:
-            operation.first = first
-            operation.attempt_open = True
-        return operation
-
-    def name(self) -> str:
-        """The operation's name, for the pacing's events and the retry bookkeeping."""
-        return seams.operation_name(
-            seams.retry_internal_argument(self.args, self.kwargs, "operation")
-        )
-
-    def admit(self, gate: AdmissionGate, server: Any) -> float:
-        """Ask the pacing about the attempt about to go to ``server``; return the local wait.
-
-        Raises:
-            LocalOverloadError: the wait is not allowed; the attempt is not sent.
-        """
-        address = seams.server_address(server)
-        self.address = address
-        self.sent_to = None
-        self.admission = None
-        admission = gate.admit(
-            self.name(),
-            address,
-            seams.csot_deadline(),
-            retry=self.pushed_back,
-        )
-        self.admission = admission
-        return admission.wait
-
-    def unpaced(self, server: Any) -> None:
-        """Record that the attempt about to go to ``server`` was not asked to wait."""
-        self.admission = None
-        self.address = None  # read from ``sent_to`` only if the pacing needs it
-        self.sent_to = server
-
-    def recheck(self, gate: Optional[AdmissionGate]) -> float:
-        """Ask the pacing again once the wait is over; return the further wait (0: send now).
-
-        Raises:
-            LocalOverloadError: a retry going ahead moved the slot past the attempt's bound.
-        """
-        admission = self.admission
-        if gate is None or admission is None or admission.ticket is None:
-            return 0.0
-        try:
-            return gate.recheck(
-                self.name(),
-                self.address,
-                admission,
-            )
-        except LocalOverloadError:
-            self.admission = None
-            raise
-
-    def settle(self, error: Optional[BaseException]) -> None:
-        """Hand the outcome of the last attempt to the pacing (None: a reply, not an overload)."""
-        gate = self.state.gate
-        if gate is not None and self.attempt_open:
-            address = self.address
-            if address is None:
-                server = self.sent_to if self.sent_to is not None else self.first
-                if server is not _NOT_SELECTED:
-                    address = seams.server_address(server)
-            self.pushed_back = gate.record(address, self.admission, error)
-
-    def tracked(self) -> OperationRetries:
-        """Return the operation's ``OperationRetries``, creating it on first need."""
-        retries = self.retries
-        if retries is None:
-            retries = self.state.new_operation(
-                self.name(), opens_transaction=self.opens_transaction
-            )
-            if self.first is not _NOT_SELECTED:
-                retries.attempt_started(seams.server_address(self.first))
-                self.first = _NOT_SELECTED
-                if self.processed:
-                    retries.command_processed()  # during that first attempt
-            self.retries = retries
-        return retries
-
-    def attempt_started(self, server: Any) -> None:
-        """Record an attempt; settle the previous one if pymongo retried it classically."""
-        if self.in_transaction:
-            session = self.session
-            self.pinned = seams.pinned_address(session)
-            if self.commit_attempt is not None:
-                self.commit_attempt = seams.commit_attempt(session)
-        retries = self.retries
-        if retries is None:
-            if self.first is _NOT_SELECTED:
-                self.first = server  # the first attempt: nothing else to do yet
-                self.attempt_open = True
-                return
-            retries = self.tracked()
-        if self.attempt_open:
-            # The previous attempt failed without reaching our policy and pymongo retried it:
-            # an error its classic retryable read/write rules retry.
-            retries.classic_retry()
-        retries.attempt_started(seams.server_address(server))
-        self.attempt_open = True
-
-    def reply_received(self, reply: Any, session: Any) -> None:
-        """Note a reply to the statement that opens a transaction (the transaction began)."""
-        if self.opens_transaction and session is self.session and seams.reply_ok(reply):
-            if self.retries is None and self.first is not _NOT_SELECTED:
-                self.processed = True  # replayed by ``tracked`` if it is ever needed
-            else:
-                self.tracked().command_processed()
-
-    def decide(self, error: BaseException) -> float:
-        """Ask the core about an overload failure pymongo would retry; return the delay.
-
-        pymongo asks only about errors it is about to retry (labelled ``RetryableError``, or
-        retryable under its classic rules), so ``classic_retryable`` is true here.  When the
-        core grants the retry of a statement whose transaction the server already began,
-        pymongo's own revert to "starting" is undone (it would send ``startTransaction`` twice).
-        """
-        self.settle(error)
-        self.attempt_open = False
-        deadline = seams.csot_deadline()
-        now = time.monotonic() if deadline is not None else None
-        retries = self.tracked()
-        decision = retries.failed(error, deadline=deadline, now=now, classic_retryable=True)
-        self.decision = decision
-        if not isinstance(decision, Retry):
-            return 0.0
-        ledger = retries.ledger
-        if ledger.opens_transaction and not ledger.restarts_transaction():
-            seams.resume_transaction(self.session)
-        if self.pinned is not None and ledger.keeps_pinned_server():
-            # pymongo unpinned the transaction on overload (its retry could go to another
-            # mongos, which can only recover or abort the transaction): keep its mongos.
-            seams.repin(self.session, self.pinned)
-        if self.commit_attempt is not None:
-            # pymongo resets the counter on overload (plain write concern on the retry); the
-            # transactions spec keeps the failed attempt's write concern only while every
-            # failure was an overload error, and upgrades it after any other failure.
-            keep = ledger.commit_keeps_write_concern()
-            counter = self.commit_attempt if keep else self.commit_attempt + 1
-            seams.set_commit_attempt(self.session, counter)
-        return decision.sleep_seconds
-
-    def take_decision(self) -> Optional[Decision]:
-        """Return and forget the decision made by the last ``decide``."""
-        decision, self.decision = self.decision, None
-        return decision
-
-    def succeeded(self) -> None:
-        """Record success (deposits tokens)."""
-        # A first attempt sent unpaced is counted for the pacing by the lean success count
-        # (in batches); a paced one, or a retried operation's, is handed to the pacing here.
-        counted = (
-            self.state.gate is not None
-            and self.attempt_open
-            and (self.admission is not None or self.retries is not None)
-        )
-        if counted:
-            self.settle(None)
-        self.attempt_open = False
-        retries = self.retries
-        if retries is None:
-            first = self.first
-            self.state.count_first_attempt(
-                None if first is _NOT_SELECTED else first,
-                seams.server_address,
-                paced_counted=counted,
-            )
-        else:
-            retries.succeeded()
-
-    def failed(self, exc: BaseException) -> None:
-        """Account for the error the loop raised and attach the retry summary to it."""
-        if not isinstance(exc, Exception):
-            return  # cancellation: nothing to account for
-        if isinstance(exc, LocalOverloadError):
-            self.refused(exc)
-            return
-        if self.retries is None and self.first is _NOT_SELECTED:
-            return  # no server was ever selected: nothing to account for
-        retries = self.tracked()
-        if retries.attempts == 0:
-            return
-        actual: BaseException = exc
-        cause = exc.__cause__
-        if cause is not None and has_no_writes_performed(cause):
-            actual = cause  # pymongo re-raised the earlier error ``from`` this attempt's error
-        if self.attempt_open:
-            self.settle(actual)
-            # The last attempt's error never reached our policy: pymongo refused to retry it
-            # (not an overload error, or retryReads/retryWrites off).  The core records the
-            # failure, logs and notifies when relevant; retries_allowed=False takes no token.
-            self.attempt_open = False
-            retries.failed(actual, retries_allowed=False)
-        summary = retries.summary()
-        if summary.stop_reason is None:
-            reason = StopReason.DEADLINE if seams.csot_expired() else StopReason.NOT_RETRYABLE
-            summary = dataclasses.replace(summary, stop_reason=reason)
-        attach_summary(exc, summary)
-        retries.ended()
-
-    def refused(self, exc: LocalOverloadError) -> None:
-        """Account for an attempt the pacing refused: nothing was sent for it."""
-        self.attempt_open = False
-        retries = self.tracked()
-        retries.stopped(exc.reason)
-        attach_summary(exc, retries.summary())
-        retries.ended()
-
-
-_Cell = list
-"""An operation on the lean path: ``[first selected Server or None, args, kwargs]``.
-
-While an operation of a client without pacing has neither failed nor been retried and is not
-in a transaction, this three-item list is all there is of it: the ``_retry_internal`` wrapper
-makes it current, the ``_select_server`` wrapper stores the first server in it, and the success
-counts it.  Anything else (a failure reaching our policy, a second attempt, a transaction, an
-error raised by the loop) promotes it to an :class:`_Operation` with the same history.
-"""
 
 
 _FALLBACK_DECISION: contextvars.ContextVar[Optional[Decision]] = contextvars.ContextVar(
@@ -391,7 +91,7 @@ class NativeRetryPolicy:
         """Backoff ceiling in seconds (pymongo's name)."""
         return self.state.policy.max_backoff
 
-    def _operation(self) -> Optional[_Operation]:
+    def _operation(self) -> Optional[TrackedOperation]:
         """Return the operation of this client running in the current context, if any."""
         return self._installation.operation()
 
@@ -469,18 +169,18 @@ class _Installation:
         self.current: contextvars.ContextVar[Any] = contextvars.ContextVar(
             "backpressure_native_operation", default=None
         )
-        """The operation of this client running in the context: a ``_Cell``, an
-        ``_Operation`` or None."""
+        """The operation of this client running in the context: a ``LeanCell``, an
+        ``TrackedOperation`` or None."""
         flavour = native_async_wrappers if seams.is_async_client(client) else native_sync_wrappers
         self.wrappers: dict[str, Callable[..., Any]] = flavour.lean_wrappers(self, client)
         if not seams.native_exact_signatures(client):
             self.wrappers.update(flavour.forwarding_wrappers(self, client))
 
-    def operation(self) -> Optional[_Operation]:
+    def operation(self) -> Optional[TrackedOperation]:
         """Return the current operation of this client, promoting a lean one (None: none)."""
         value = self.current.get()
-        if type(value) is _Cell:
-            value = _Operation.promoted(self, value)
+        if type(value) is LeanCell:
+            value = TrackedOperation.promoted(self, value)
             self.current.set(value)  # the wrapper's ``reset`` still restores the outer value
         return value  # type: ignore[no-any-return]
 
@@ -534,26 +234,6 @@ class _Installation:
 def seam_problems(client: Any) -> list[str]:
     """Return the pymongo seams this adapter needs that ``client`` does not match (none: fine)."""
     return seams.native_problems(client)
-
-
-def _avoid_paced(
-    client: Any, gate: AdmissionGate, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> dict[str, Any]:
-    """Add the servers that are paced (pushing back) to the deprioritized servers.
-
-    pymongo then selects another eligible server when the read preference allows one, and the
-    paced server otherwise (a transaction keeps its pinned server: pymongo selects it by
-    address).  Inert until some server of the client is paced.
-    """
-    control = gate.control
-    if not control.engaged or len(args) > 4:
-        return kwargs  # ``len(args) > 4``: deprioritized_servers passed positionally; leave it
-    busy = seams.servers_where(client, control.is_paced)
-    if not busy:
-        return kwargs
-    current = kwargs.get("deprioritized_servers") or []
-    merged = [*current, *(server for server in busy if server not in current)]
-    return {**kwargs, "deprioritized_servers": merged}
 
 
 def install(client: Any, state: ClientState) -> None:

@@ -6,29 +6,33 @@ The sync twin ``native_sync_wrappers.py`` is generated from ``native_async_wrapp
 :func:`lean_wrappers` builds what ``client._retry_internal``, ``_select_server`` and
 ``_process_response`` become on one client (pymongo 4.17-4.20's exact signatures);
 :func:`forwarding_wrappers` builds the ``_retry_internal`` and ``_select_server`` wrappers for
-other signatures.  The bookkeeping they drive (``_Operation``, the lean ``_Cell``, the retry
-policy object) lives in :mod:`backpressure.adapters.native`.
+other signatures.  The bookkeeping they drive (``TrackedOperation``, ``LeanCell``) is in
+:mod:`backpressure.adapters.native_operation`, the retry policy object in
+:mod:`backpressure.adapters.native`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from contextvars import Token
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 from backpressure.adapters import seams
+from backpressure.adapters.native_operation import (
+    Installation,
+    LeanCell,
+    TrackedOperation,
+    avoid_paced,
+)
 from backpressure.core.client_state import LEAN_BATCH
-
-if TYPE_CHECKING:
-    from backpressure.adapters.native import _Installation
 
 __all__ = ["forwarding_wrappers", "lean_wrappers"]
 
 
-def lean_wrappers(installation: _Installation, client: Any) -> dict[str, Callable[..., Any]]:
+def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable[..., Any]]:
     """Build the instance-level wrappers of one client (the async flavour).
 
-    The success path is the lean one (see ``native._Cell``): per operation a three-item list
+    The success path is the lean one (see ``native.LeanCell``): per operation a three-item list
     made current with ``ContextVar.set`` and ``reset``, per attempt one store of the selected
     server, per reply two key lookups, and a lock-free success count
     (``ClientState.count_first_attempt``).  ``_retry_internal`` and ``_select_server`` take
@@ -37,13 +41,11 @@ def lean_wrappers(installation: _Installation, client: Any) -> dict[str, Callabl
     A client with pacing (adaptive policy) takes the lean path too while none of its servers is
     paced (``AdmissionControl.engaged`` is False; its successes are counted for the pacing in
     batches, see ``ClientState.count_first_attempt``), and tracks every operation with an
-    ``_Operation`` from its start while one is.  A failure is recorded while the operation is
+    ``TrackedOperation`` from its start while one is.  A failure is recorded while the operation is
     still current, a success after it stopped being current.  ``_process_response`` sees every
     reply before pymongo builds an error from it: hostile fields are made harmless there (see
     ``seams.sanitize_reply``).
     """
-    from backpressure.adapters.native import _avoid_paced, _Cell, _Operation
-
     ref = installation.client_ref
     retry_internal = installation.delegate(client, "_retry_internal")
     select_server = installation.delegate(client, "_select_server")
@@ -52,8 +54,8 @@ def lean_wrappers(installation: _Installation, client: Any) -> dict[str, Callabl
     current_get, current_set, current_reset = current.get, current.set, current.reset
     active_states = seams.ACTIVE_TRANSACTION_STATES
     server_address = seams.server_address
-    operation_class = _Operation
-    cell_class = _Cell
+    operation_class = TrackedOperation
+    cell_class = LeanCell
     dict_class = dict
     no_kwargs: dict[str, Any] = {}  # the wrappers pass every argument positionally
     lean_batch = LEAN_BATCH
@@ -170,7 +172,7 @@ def lean_wrappers(installation: _Installation, client: Any) -> dict[str, Callabl
             if gate is not None:
                 tracked.unpaced(server)  # no server is paced: nothing would wait
         else:
-            kwargs = _avoid_paced(ref(), gate, args, kwargs)
+            kwargs = avoid_paced(ref(), gate, args, kwargs)
             server = await select_server(ref(), *args, **kwargs)
             wait = tracked.admit(gate, server)
             while wait > 0.0:
@@ -194,23 +196,21 @@ def lean_wrappers(installation: _Installation, client: Any) -> dict[str, Callabl
     }
 
 
-def forwarding_wrappers(installation: _Installation, client: Any) -> dict[str, Callable[..., Any]]:
+def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Callable[..., Any]]:
     """``_retry_internal`` and ``_select_server`` wrappers for signatures other than 4.17-4.20's.
 
     A pymongo release that adds a parameter to either method keeps working: these wrappers
-    forward ``*args, **kwargs`` and track every operation with an ``_Operation`` from its start
-    (the path an adaptive client takes), at the cost of the lean success path.
+    forward ``*args, **kwargs`` and track every operation with a ``TrackedOperation`` from its
+    start (the path an adaptive client takes), at the cost of the lean success path.
     """
-    from backpressure.adapters.native import _avoid_paced, _Operation
-
     ref = installation.client_ref
     retry_internal = installation.delegate(client, "_retry_internal")
     select_server = installation.delegate(client, "_select_server")
     current = installation.current
 
-    def selection_kwargs(tracked: _Operation, args: Any, kwargs: dict[str, Any]) -> Any:
+    def selection_kwargs(tracked: TrackedOperation, args: Any, kwargs: dict[str, Any]) -> Any:
         gate = tracked.state.gate
-        return kwargs if gate is None else _avoid_paced(ref(), gate, args, kwargs)
+        return kwargs if gate is None else avoid_paced(ref(), gate, args, kwargs)
 
     def failed(token: Token[Any], exc: BaseException) -> None:
         try:
@@ -223,7 +223,7 @@ def forwarding_wrappers(installation: _Installation, client: Any) -> dict[str, C
         current.reset(token)
         operation.succeeded()
 
-    def admitted_wait(tracked: _Operation, server: Any) -> float:
+    def admitted_wait(tracked: TrackedOperation, server: Any) -> float:
         gate = tracked.state.gate
         if gate is None:
             return 0.0
@@ -233,7 +233,7 @@ def forwarding_wrappers(installation: _Installation, client: Any) -> dict[str, C
         return tracked.admit(gate, server)
 
     async def _retry_internal(*args: Any, **kwargs: Any) -> Any:
-        token = current.set(_Operation(installation, args, kwargs))
+        token = current.set(TrackedOperation(installation, args, kwargs))
         try:
             result = await retry_internal(ref(), *args, **kwargs)
         except BaseException as exc:
@@ -244,7 +244,7 @@ def forwarding_wrappers(installation: _Installation, client: Any) -> dict[str, C
 
     async def _select_server(*args: Any, **kwargs: Any) -> Any:
         tracked = current.get()
-        if type(tracked) is not _Operation:
+        if type(tracked) is not TrackedOperation:
             return await select_server(ref(), *args, **kwargs)
         server = await select_server(ref(), *args, **selection_kwargs(tracked, args, kwargs))
         wait = admitted_wait(tracked, server)
