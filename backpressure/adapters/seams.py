@@ -42,6 +42,7 @@ PRIVATE_NAMES: Mapping[str, str] = {
     "MongoClient._conn_from_server": "connection checkout of a read attempt",
     "MongoClient._topology / ._topology_settings": "pools to tag; _topology_id; pool_class",
     "MongoClient(_pool_class=...)": "the pool class of an enabled client",
+    "MongoClient._resolve_srv_info": "pool class of a mongodb+srv topology built on first use",
     "mongo_client._add_retryable_write_error": "labels write errors as pymongo's loop does",
     "helpers_shared._RETRYABLE_ERROR_CODES": "classic retryable read codes",
     "_csot._TimeoutContext / _csot.apply": "one deadline for method-level retries",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
+import inspect
 import socket
 import threading
 import uuid
@@ -167,6 +169,65 @@ async def test_enabled_after_construction_retries_hangups(
     assert recorder.cleared == 0
     assert _server_types(client) == ["Standalone"]
     assert _handshakes(standalone_server, app_name)[-1].get("backpressure") == "2"
+
+
+def _answer(value: Any, is_async: bool) -> Any:
+    """A resolver method returning ``value`` (a coroutine function when ``is_async``)."""
+    if is_async:
+
+        async def answer_async(self: Any) -> Any:
+            return value
+
+        return answer_async
+    return lambda self: value
+
+
+@pytest.fixture
+def srv_uri(monkeypatch: pytest.MonkeyPatch, standalone_server: EmbeddedServer) -> str:
+    """A ``mongodb+srv`` URI whose SRV record (answered without DNS) names the standalone server."""
+    host, port = standalone_server.addresses[0]
+    answers = {
+        "get_hosts": [(host, port)],
+        "get_hosts_and_min_ttl": ([(host, port)], 60),
+        "get_options": None,  # no TXT record
+    }
+    for module_name in ("srv_resolver", "synchronous.srv_resolver", "asynchronous.srv_resolver"):
+        try:
+            module = importlib.import_module(f"pymongo.{module_name}")
+        except ImportError:
+            continue  # pymongo 4.9 has one resolver module, later releases one per flavour
+        resolver = module._SrvResolver
+        for name, value in answers.items():
+            original = getattr(resolver, name)
+            monkeypatch.setattr(
+                resolver, name, _answer(value, inspect.iscoroutinefunction(original))
+            )
+    return "mongodb+srv://bp-srv.example.com/?tls=false"
+
+
+async def test_enable_before_a_mongodb_srv_client_resolves(
+    clients: ClientFactory, standalone_server: EmbeddedServer, srv_uri: str
+) -> None:
+    """enable() on a mongodb+srv client before its first use (pymongo 4.11+ resolves the SRV
+    record and builds the topology only then): its connections announce backpressure, hang-ups
+    are retried without SDAM changes, and disable() works before and after the first use."""
+    app_name = f"srv-{uuid.uuid4().hex[:8]}"
+    recorder = PoolRecorder()
+    client = clients.plain(srv_uri, connect=False, **_connection_kwargs(app_name, recorder))
+    backpressure.enable(client, DRAFT, random=zero_jitter)
+    await _warm_up(client)
+    assert _handshakes(standalone_server, app_name)[-1].get("backpressure") == "2"
+    standalone_server.configure_fail_point(_hangup_fail_point(app_name, 2))
+    await resolve(client.db.coll.find_one({}))
+    assert recorder.cleared == 0
+    assert _server_types(client) == ["Standalone"]
+    backpressure.disable(client)
+
+    never_used = clients.plain(srv_uri, connect=False, appName=f"{app_name}-off")
+    backpressure.enable(never_used, DRAFT)
+    backpressure.disable(never_used)
+    await resolve(never_used.admin.command("ping"))
+    assert "backpressure" not in _handshakes(standalone_server, f"{app_name}-off")[-1]
 
 
 async def test_handshake_flag_only_for_enabled_client(

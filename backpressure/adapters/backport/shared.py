@@ -78,22 +78,24 @@ WRAPPED_MARK = "__backpressure_wrapped__"
 
 _TRANSACTION_ENDS = frozenset({"commitTransaction", "abortTransaction"})
 
-# Enabled clients by topology id (one per client, stable across topology rebuilds).  The values
-# are the clients' TopologySettings, held weakly: a client dropped without disable leaves nothing.
+# Enabled clients by topology id (one per client, stable across topology rebuilds: a
+# ``mongodb+srv`` client of pymongo 4.11+ builds new settings with the same id once it resolves
+# its SRV record).  The values are the clients, held weakly: a client dropped without disable
+# leaves nothing.
 _ENABLED_TOPOLOGIES: weakref.WeakValueDictionary[Any, Any] = weakref.WeakValueDictionary()
 _REGISTRY_LOCK = threading.Lock()
 
 
-def enable_topology(settings: Any) -> None:
-    """Mark the client owning ``settings`` (its TopologySettings) as enabled for the hooks."""
+def enable_topology(client: Any) -> None:
+    """Mark ``client`` (a pymongo client) as enabled for the class-level hooks."""
     with _REGISTRY_LOCK:
-        _ENABLED_TOPOLOGIES[settings._topology_id] = settings
+        _ENABLED_TOPOLOGIES[client._topology_settings._topology_id] = client
 
 
-def disable_topology(settings: Any) -> None:
-    """Make the class-level hooks inert again for the client owning ``settings``."""
+def disable_topology(client: Any) -> None:
+    """Make the class-level hooks inert again for ``client``."""
     with _REGISTRY_LOCK:
-        _ENABLED_TOPOLOGIES.pop(settings._topology_id, None)
+        _ENABLED_TOPOLOGIES.pop(client._topology_settings._topology_id, None)
 
 
 def topology_enabled(topology_id: Any) -> bool:

@@ -677,8 +677,19 @@ def _tag_pool(pool: Any) -> Any:
     return pool
 
 
-def _tag_topology(topology: Any) -> None:
-    """Tag the topology's current pools and the ones it creates later."""
+def _tag_topology(client: Any) -> None:
+    """Tag the client topology's current pools and the ones it creates later.
+
+    A ``mongodb+srv`` client of pymongo 4.11-4.16 has no topology before its first use (it
+    resolves the SRV record then): the topology it builds gets our pool class instead, through
+    the settings it will build from (``_resolve_srv_info``), unless the application chose one.
+    """
+    topology = client._topology
+    if topology is None:
+        srv_info = client._resolve_srv_info
+        if srv_info.get("pool_class") is None:
+            srv_info["pool_class"] = BackpressurePool
+        return
     for server in list(topology._servers.values()):
         _tag_pool(server.pool)
     if "_create_pool_for_server" not in vars(topology):
@@ -686,8 +697,14 @@ def _tag_topology(topology: Any) -> None:
         topology._create_pool_for_server = lambda address: _tag_pool(create(address))
 
 
-def _untag_topology(topology: Any) -> None:
-    """Remove the instance-level tags of ``_tag_topology``."""
+def _untag_topology(client: Any) -> None:
+    """Remove what ``_tag_topology`` put on the client (pools built since stay inert)."""
+    topology = client._topology
+    if topology is None:
+        srv_info = client._resolve_srv_info
+        if srv_info.get("pool_class") is BackpressurePool:
+            srv_info["pool_class"] = None
+        return
     vars(topology).pop("_create_pool_for_server", None)
     for server in list(topology._servers.values()):
         vars(server.pool).pop("connect", None)
@@ -709,15 +726,15 @@ def install_client(client: Any) -> None:
     client._retry_internal = types.MethodType(_csot.apply(_retry_internal), client)
     client._select_server = types.MethodType(_select_server, client)
     client._process_response = types.MethodType(_process_response, client)
-    _shared.enable_topology(client._topology_settings)
+    _shared.enable_topology(client)
     if not issubclass(client._topology_settings.pool_class, BackpressurePool):
-        _tag_topology(client._topology)
+        _tag_topology(client)
 
 
 def uninstall_client(client: Any) -> None:
     """Remove the backport's instance attributes from one client."""
-    _shared.disable_topology(client._topology_settings)
+    _shared.disable_topology(client)
     vars(client).pop("_retry_internal", None)
     vars(client).pop("_select_server", None)
     vars(client).pop("_process_response", None)
-    _untag_topology(client._topology)
+    _untag_topology(client)
