@@ -205,16 +205,22 @@ def srv_uri(monkeypatch: pytest.MonkeyPatch, standalone_server: EmbeddedServer) 
     return "mongodb+srv://bp-srv.example.com/?tls=false"
 
 
-async def test_enable_before_a_mongodb_srv_client_resolves(
-    clients: ClientFactory, standalone_server: EmbeddedServer, srv_uri: str
+@pytest.mark.parametrize("ours", [False, True], ids=["enable", "client-class"])
+async def test_mongodb_srv_client_enabled_before_it_resolves(
+    clients: ClientFactory, standalone_server: EmbeddedServer, srv_uri: str, ours: bool
 ) -> None:
-    """enable() on a mongodb+srv client before its first use (pymongo 4.11+ resolves the SRV
-    record and builds the topology only then): its connections announce backpressure, hang-ups
-    are retried without SDAM changes, and disable() works before and after the first use."""
+    """A mongodb+srv client enabled before its first use (pymongo 4.11+ resolves the SRV record
+    and builds the topology only then): its connections announce backpressure, hang-ups are
+    retried without SDAM changes, and disable() works before and after the first use."""
     app_name = f"srv-{uuid.uuid4().hex[:8]}"
     recorder = PoolRecorder()
-    client = clients.plain(srv_uri, connect=False, **_connection_kwargs(app_name, recorder))
-    backpressure.enable(client, DRAFT, random=zero_jitter)
+    client = enabled_client(
+        clients,
+        srv_uri,
+        backpressure_class=ours,
+        connect=False,
+        **_connection_kwargs(app_name, recorder),
+    )
     await _warm_up(client)
     assert _handshakes(standalone_server, app_name)[-1].get("backpressure") == "2"
     standalone_server.configure_fail_point(_hangup_fail_point(app_name, 2))
