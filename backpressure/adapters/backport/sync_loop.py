@@ -677,6 +677,14 @@ def _tag_pool(pool: Any) -> Any:
     return pool
 
 
+def _replace_srv_pool_class(client: Any, old: Optional[type], new: Optional[type]) -> None:
+    """Give the topology a ``mongodb+srv`` client builds on first use ``new`` as its pool class,
+    if ``old`` is the one it would get (None: pymongo's own)."""
+    srv_info = client._resolve_srv_info
+    if srv_info.get("pool_class") is old:
+        srv_info["pool_class"] = new
+
+
 def _tag_topology(client: Any) -> None:
     """Tag the client topology's current pools and the ones it creates later.
 
@@ -686,9 +694,7 @@ def _tag_topology(client: Any) -> None:
     """
     topology = client._topology
     if topology is None:
-        srv_info = client._resolve_srv_info
-        if srv_info.get("pool_class") is None:
-            srv_info["pool_class"] = BackpressurePool
+        _replace_srv_pool_class(client, None, BackpressurePool)
         return
     for server in list(topology._servers.values()):
         _tag_pool(server.pool)
@@ -701,9 +707,7 @@ def _untag_topology(client: Any) -> None:
     """Remove what ``_tag_topology`` put on the client (pools built since stay inert)."""
     topology = client._topology
     if topology is None:
-        srv_info = client._resolve_srv_info
-        if srv_info.get("pool_class") is BackpressurePool:
-            srv_info["pool_class"] = None
+        _replace_srv_pool_class(client, BackpressurePool, None)
         return
     vars(topology).pop("_create_pool_for_server", None)
     for server in list(topology._servers.values()):
