@@ -27,6 +27,8 @@ PRIVATE_NAMES: Mapping[str, str] = {
     "MongoClient._retry_internal": "the retry loop every retryable operation passes through",
     "MongoClient._select_server": "server selection of each attempt (wrapped per instance)",
     "MongoClient._retry_policy": "the native loop's policy object (native: replaced)",
+    "MongoClient._get_topology": "the constructor's topology open, held until enable",
+    "AgnosticClient.__delegate_class__": "Motor builds its sync delegate from it",
     "ClientSession._transaction": "transaction state: state, attempt, pinned_address, conn_mgr",
     "client_session._TxnState": "transaction states STARTING / IN_PROGRESS",
     "client_session._Transaction.starting": "whether the transaction sent no command yet",
@@ -81,6 +83,7 @@ __all__ = [
     "OPTION_ATTRIBUTES",
     "PRIVATE_NAMES",
     "PYMONGO_VERSION",
+    "TopologyOpenHold",
     "client_has_native_backpressure",
     "csot_deadline",
     "csot_expired",
@@ -88,6 +91,55 @@ __all__ = [
     "servers_where",
     "should_retry_is_awaited",
 ]
+
+
+class TopologyOpenHold:
+    """Holds back a sync pymongo client's ``connect=True`` while its constructor runs.
+
+    While held, the client's ``_get_topology`` (what the constructor calls to open the topology)
+    only notes the request; ``requested`` tells the caller to open it later, once the client is
+    enabled, with :meth:`open_if_requested`.
+    """
+
+    def __init__(self) -> None:
+        """Start with no open requested."""
+        self.requested = False
+
+    def __call__(self) -> None:
+        """Stand in for ``_get_topology``: note the request."""
+        self.requested = True
+
+    def hold(self, client: Any) -> None:
+        """Make ``client``'s constructor note its open instead of opening."""
+        vars(client)["_get_topology"] = self
+
+    def release(self, client: Any) -> None:
+        """Give ``client`` back its own ``_get_topology``."""
+        vars(client).pop("_get_topology", None)
+
+    def build(self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Construct a ``cls`` (a pymongo client class) held back."""
+        client = cls.__new__(cls)
+        self.hold(client)
+        try:
+            cls.__init__(client, *args, **kwargs)
+        finally:
+            self.release(client)
+        return client
+
+    def hold_motor_delegate(self, motor_client: Any) -> None:
+        """Make a Motor client's constructor build its sync delegate held back."""
+        delegate_class = type(motor_client).__delegate_class__
+        vars(motor_client)["__delegate_class__"] = lambda *a, **k: self.build(delegate_class, a, k)
+
+    def release_motor_delegate(self, motor_client: Any) -> None:
+        """Give a Motor client back its class's delegate class."""
+        vars(motor_client).pop("__delegate_class__", None)
+
+    def open_if_requested(self, client: Any) -> None:
+        """Open ``client``'s topology (a pymongo client) if its constructor asked to."""
+        if self.requested:
+            client._get_topology()
 
 
 def csot_deadline() -> Optional[float]:

@@ -335,65 +335,26 @@ def _construct(
         return
     # The topology opens only once the client is enabled: a pool filling to minPoolSize, or a
     # monitor, must never meet the server before the hooks know the client is ours.
-    deferred = _DeferredOpen()
+    hold = seams.TopologyOpenHold()
     if motor:
-        # Motor builds its sync delegate from the instance's __delegate_class__.
-        delegate_class = type(client).__delegate_class__
-        vars(client)["__delegate_class__"] = lambda *a, **k: deferred.build(delegate_class, a, k)
+        hold.hold_motor_delegate(client)
         try:
             base_init(prepared.host, *positional, **prepared.kwargs)
         finally:
-            vars(client).pop("__delegate_class__", None)
-        pymongo_client = client.delegate
+            hold.release_motor_delegate(client)
     else:
-        deferred.hold(client)
+        hold.hold(client)
         try:
             base_init(prepared.host, *positional, **prepared.kwargs)
         finally:
-            deferred.release(client)
-        pymongo_client = client
+            hold.release(client)
     try:
         enable(client, prepared.policy, listeners=prepared.listeners)
     except BaseException:
         if close_on_failure:
             client.close()
         raise
-    if deferred.requested:
-        pymongo_client._get_topology()
-
-
-class _DeferredOpen:
-    """Holds back a sync pymongo client's ``connect=True`` during its constructor.
-
-    While held, the client's ``_get_topology`` (what the constructor calls to open the topology)
-    only notes the request; ``requested`` tells the caller to open it later.
-    """
-
-    def __init__(self) -> None:
-        """Start with no open requested."""
-        self.requested = False
-
-    def __call__(self) -> None:
-        """Stand in for ``_get_topology``: note the request."""
-        self.requested = True
-
-    def hold(self, client: Any) -> None:
-        """Make ``client``'s constructor note its open instead of opening."""
-        vars(client)["_get_topology"] = self
-
-    def release(self, client: Any) -> None:
-        """Give ``client`` back its own ``_get_topology``."""
-        vars(client).pop("_get_topology", None)
-
-    def build(self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Construct a ``cls`` (a pymongo client class) held back."""
-        client = cls.__new__(cls)
-        self.hold(client)
-        try:
-            cls.__init__(client, *args, **kwargs)
-        finally:
-            self.release(client)
-        return client
+    hold.open_if_requested(client.delegate if motor else client)
 
 
 class MongoClient(pymongo.MongoClient[_DocumentType]):
