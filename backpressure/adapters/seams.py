@@ -13,7 +13,8 @@ import importlib
 import inspect
 import sys
 import warnings
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
 from typing import Any, Callable, Optional
 
 import pymongo
@@ -96,9 +97,9 @@ __all__ = [
 class TopologyOpenHold:
     """Holds back a sync pymongo client's ``connect=True`` while its constructor runs.
 
-    While held, the client's ``_get_topology`` (what the constructor calls to open the topology)
-    only notes the request; ``requested`` tells the caller to open it later, once the client is
-    enabled, with :meth:`open_if_requested`.
+    Inside :meth:`held`, the client's ``_get_topology`` (what the constructor calls to open the
+    topology) only notes the request; :meth:`open_if_requested` opens it later, once the client
+    is enabled.
     """
 
     def __init__(self) -> None:
@@ -109,32 +110,31 @@ class TopologyOpenHold:
         """Stand in for ``_get_topology``: note the request."""
         self.requested = True
 
-    def hold(self, client: Any) -> None:
-        """Make ``client``'s constructor note its open instead of opening."""
-        vars(client)["_get_topology"] = self
+    @contextmanager
+    def held(self, client: Any, *, motor: bool = False) -> Iterator[None]:
+        """While inside, ``client``'s constructor notes its open instead of opening.
 
-    def release(self, client: Any) -> None:
-        """Give ``client`` back its own ``_get_topology``."""
-        vars(client).pop("_get_topology", None)
+        ``motor``: ``client`` is a Motor client, whose constructor builds its sync delegate from
+        the instance's ``__delegate_class__``: the delegate is built held.
+        """
+        if motor:
+            delegate_class = type(client).__delegate_class__
+            name = "__delegate_class__"
+            vars(client)[name] = lambda *a, **k: self._build(delegate_class, a, k)
+        else:
+            name = "_get_topology"
+            vars(client)[name] = self
+        try:
+            yield
+        finally:
+            vars(client).pop(name, None)
 
-    def build(self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _build(self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Construct a ``cls`` (a pymongo client class) held back."""
         client = cls.__new__(cls)
-        self.hold(client)
-        try:
+        with self.held(client):
             cls.__init__(client, *args, **kwargs)
-        finally:
-            self.release(client)
         return client
-
-    def hold_motor_delegate(self, motor_client: Any) -> None:
-        """Make a Motor client's constructor build its sync delegate held back."""
-        delegate_class = type(motor_client).__delegate_class__
-        vars(motor_client)["__delegate_class__"] = lambda *a, **k: self.build(delegate_class, a, k)
-
-    def release_motor_delegate(self, motor_client: Any) -> None:
-        """Give a Motor client back its class's delegate class."""
-        vars(motor_client).pop("__delegate_class__", None)
 
     def open_if_requested(self, client: Any) -> None:
         """Open ``client``'s topology (a pymongo client) if its constructor asked to."""

@@ -336,18 +336,8 @@ def _construct(
     # The topology opens only once the client is enabled: a pool filling to minPoolSize, or a
     # monitor, must never meet the server before the hooks know the client is ours.
     hold = seams.TopologyOpenHold()
-    if motor:
-        hold.hold_motor_delegate(client)
-        try:
-            base_init(prepared.host, *positional, **prepared.kwargs)
-        finally:
-            hold.release_motor_delegate(client)
-    else:
-        hold.hold(client)
-        try:
-            base_init(prepared.host, *positional, **prepared.kwargs)
-        finally:
-            hold.release(client)
+    with hold.held(client, motor=motor):
+        base_init(prepared.host, *positional, **prepared.kwargs)
     try:
         enable(client, prepared.policy, listeners=prepared.listeners)
     except BaseException:
