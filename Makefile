@@ -4,10 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS := test,dev,demo,motor,server
 # pymongo eras exercised by `make test-compat`: oldest supported, middle, last without native
-# backpressure, first with it, newest.
-COMPAT_VERSIONS ?= 4.9.2 4.13.2 4.16.0 4.17.0 4.20.0
+# backpressure, first with it, the last 4.20 without conn_mgr, newest.
+COMPAT_VERSIONS ?= 4.9.2 4.13.2 4.16.0 4.17.0 4.20.0 4.20.1
 
-.PHONY: install test test-compat lint format demo bench spec-test clean
+.PHONY: install test test-compat lookahead lint format demo bench spec-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,10 +31,15 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 install: $(VENV)/.installed
 
 test: $(VENV)/.installed
+	@$(BIN)/python -c "import motor, pymongo; print('make test: pymongo', pymongo.version, '/ motor', motor.version)"
 	$(BIN)/python -m pytest
 
 test-compat: $(VENV)/.installed
 	PYTHON=$(PYTHON) bash scripts/test-compat.sh $(COMPAT_VERSIONS)
+
+# The newest pymongo on the package index against the era-sensitive tests (scripts/lookahead.sh).
+lookahead: $(VENV)/.installed
+	PYTHON=$(PYTHON) bash scripts/lookahead.sh
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

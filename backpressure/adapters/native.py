@@ -171,9 +171,14 @@ class _Installation:
         )
         """The operation of this client running in the context: a ``LeanCell``, an
         ``TrackedOperation`` or None."""
+        self.signature: Optional[str] = seams.native_signature(client)
+        """The known ``_retry_internal`` signature (``seams.NATIVE_RETRY_INTERNAL_SIGNATURES``'s
+        key) the positional wrappers serve; None: the forwarding wrappers are installed."""
+        self.retry_arity = seams.retry_internal_arity(client)
+        """How many arguments the client's ``_retry_internal`` takes (``self`` left out)."""
         flavour = native_async_wrappers if seams.is_async_client(client) else native_sync_wrappers
         self.wrappers: dict[str, Callable[..., Any]] = flavour.lean_wrappers(self, client)
-        if not seams.native_exact_signatures(client):
+        if self.signature is None:
             self.wrappers.update(flavour.forwarding_wrappers(self, client))
 
     def operation(self) -> Optional[TrackedOperation]:

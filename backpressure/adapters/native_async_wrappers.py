@@ -4,11 +4,11 @@ The sync twin ``native_sync_wrappers.py`` is generated from ``native_async_wrapp
 ``scripts/unasync.py``: edit the async file, then run ``python scripts/unasync.py``.
 
 :func:`lean_wrappers` builds what ``client._retry_internal``, ``_select_server`` and
-``_process_response`` become on one client (pymongo 4.17-4.20's exact signatures);
-:func:`forwarding_wrappers` builds the ``_retry_internal`` and ``_select_server`` wrappers for
-other signatures.  The bookkeeping they drive (``TrackedOperation``, ``LeanCell``) is in
-:mod:`backpressure.adapters.native_operation`, the retry policy object in
-:mod:`backpressure.adapters.native`.
+``_process_response`` become on one client (a known signature of pymongo 4.17-4.20.1, see
+``seams.NATIVE_RETRY_INTERNAL_SIGNATURES``); :func:`forwarding_wrappers` builds the
+``_retry_internal`` and ``_select_server`` wrappers for other signatures.  The bookkeeping they
+drive (``TrackedOperation``, ``LeanCell``) is in :mod:`backpressure.adapters.native_operation`,
+the retry policy object in :mod:`backpressure.adapters.native`.
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     made current with ``ContextVar.set`` and ``reset``, per attempt one store of the selected
     server, per reply two key lookups, and a lock-free success count
     (``ClientState.count_first_attempt``).  ``_retry_internal`` and ``_select_server`` take
-    pymongo's exact parameters (``seams.NATIVE_*_SIGNATURE``, probed on install) and pass them on
-    positionally: forwarding ``*args, **kwargs`` cost more than everything else the wrappers do.
+    pymongo's exact parameters (``seams.NATIVE_RETRY_INTERNAL_SIGNATURES``, probed on install;
+    ``_retry_internal`` takes the longest known one and passes on as many arguments as the
+    client's own takes) and pass them on positionally: forwarding ``*args, **kwargs`` cost more
+    than everything else the wrappers do.
     A client with pacing (adaptive policy) takes the lean path too while none of its servers is
     paced (``AdmissionControl.engaged`` is False; its successes are counted for the pacing in
     batches, see ``ClientState.count_first_attempt``), and tracks every operation with an
@@ -59,6 +61,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     dict_class = dict
     no_kwargs: dict[str, Any] = {}  # the wrappers pass every argument positionally
     lean_batch = LEAN_BATCH
+    arity = installation.retry_arity  # 11 before pymongo 4.20.1 (no conn_mgr), 12 from it
 
     def finish_failed(exc: BaseException) -> None:
         """Account for the error the loop raised (the operation still current)."""
@@ -82,6 +85,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
         operation_id: Optional[int] = None,
         is_run_command: bool = False,
         is_aggregate_write: bool = False,
+        conn_mgr: Any = None,
     ) -> Any:
         args = (
             func,
@@ -95,7 +99,8 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
             operation_id,
             is_run_command,
             is_aggregate_write,
-        )
+            conn_mgr,
+        )[:arity]
         gate = installation.state.gate
         if gate is None or not gate.control.engaged:
             token = current_set([None, args, no_kwargs])
@@ -197,7 +202,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
 
 
 def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Callable[..., Any]]:
-    """``_retry_internal`` and ``_select_server`` wrappers for signatures other than 4.17-4.20's.
+    """``_retry_internal`` and ``_select_server`` wrappers for signatures not known to the seams.
 
     A pymongo release that adds a parameter to either method keeps working: these wrappers
     forward ``*args, **kwargs`` and track every operation with a ``TrackedOperation`` from its

@@ -44,6 +44,11 @@ class Installation(Protocol):
         None."""
         ...
 
+    @property
+    def retry_arity(self) -> int:
+        """How many arguments the client's ``_retry_internal`` takes (``self`` left out)."""
+        ...
+
     def operation(self) -> Optional[TrackedOperation]:
         """Return the current operation of this client, promoting a lean one (None: none)."""
         ...

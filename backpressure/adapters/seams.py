@@ -25,7 +25,8 @@ from backpressure.core.labels import valid_milliseconds
 
 PRIVATE_NAMES: Mapping[str, str] = {
     # Both adapters.
-    "MongoClient._retry_internal": "the retry loop every retryable operation passes through",
+    "MongoClient._retry_internal": "the retry loop every retryable operation passes through "
+    "(4.20.1 added conn_mgr: a pinned cursor's connection)",
     "MongoClient._select_server": "server selection of each attempt (wrapped per instance)",
     "MongoClient._retry_policy": "the native loop's policy object (native: replaced)",
     "MongoClient._get_topology": "the constructor's topology open, held until enable",
@@ -37,7 +38,8 @@ PRIVATE_NAMES: Mapping[str, str] = {
     "_csot.get_timeout/get_deadline/remaining": "the CSOT deadline",
     "ClientOptions._ClientOptions__max_adaptive_retries": "native: maxAdaptiveRetries value",
     "ClientOptions._ClientOptions__enable_overload_retargeting": "native: retargeting value",
-    "helpers._RetryPolicy": "native: detection of the native loop and its conventions",
+    "helpers._RetryPolicy (4.17) / helpers_shared._RetryPolicy (4.18+)": "native: detection "
+    "of the native loop and its conventions",
     # Native adapter (pymongo >= 4.17).
     "MongoClient._process_response": "sees every reply before pymongo builds an error",
     # Backport (pymongo 4.9-4.16).
@@ -46,7 +48,8 @@ PRIVATE_NAMES: Mapping[str, str] = {
     "MongoClient._topology / ._topology_settings": "pools to tag; _topology_id; pool_class",
     "MongoClient(_pool_class=...)": "the pool class of an enabled client",
     "MongoClient._resolve_srv_info": "pool class of a mongodb+srv topology built on first use",
-    "mongo_client._add_retryable_write_error": "labels write errors as pymongo's loop does",
+    "mongo_client._add_retryable_write_error": "labels write errors as pymongo's loop does "
+    "(probed through the client's modules: 4.20.1 moved it to mongo_client_shared)",
     "helpers_shared._RETRYABLE_ERROR_CODES": "classic retryable read codes",
     "_csot._TimeoutContext / _csot.apply": "one deadline for method-level retries",
     "ClientSession._start_retryable_write / ._unpin": "txnNumber once; unpin for retries",
@@ -523,7 +526,7 @@ def _session_problems(client: Any) -> list[str]:
 
 _EMPTY = inspect.Parameter.empty
 
-NATIVE_RETRY_INTERNAL_SIGNATURE: tuple[tuple[str, Any], ...] = (
+_RETRY_INTERNAL_4_17: tuple[tuple[str, Any], ...] = (
     ("self", _EMPTY),
     ("func", _EMPTY),
     ("session", _EMPTY),
@@ -537,9 +540,16 @@ NATIVE_RETRY_INTERNAL_SIGNATURE: tuple[tuple[str, Any], ...] = (
     ("is_run_command", False),
     ("is_aggregate_write", False),
 )
-"""``MongoClient._retry_internal`` of pymongo 4.17-4.20 (names and defaults): with exactly these
-parameters the native adapter's wrapper forwards them without ``*args`` and ``**kwargs`` (the
-success path's biggest cost); see :func:`native_exact_signatures`."""
+
+NATIVE_RETRY_INTERNAL_SIGNATURES: Mapping[str, tuple[tuple[str, Any], ...]] = {
+    "4.17-4.20.0": _RETRY_INTERNAL_4_17,
+    "4.20.1": (*_RETRY_INTERNAL_4_17, ("conn_mgr", None)),
+}
+"""``MongoClient._retry_internal``'s known signatures (names and defaults), by the pymongo
+releases that have them: with one of these the native adapter's wrapper takes the parameters by
+name and forwards them positionally, without ``*args`` and ``**kwargs`` (the success path's
+biggest cost); see :func:`native_signature`.  4.20.1 added ``conn_mgr`` (a load-balanced
+cursor's pinned connection, so that its getMore can be retried on overload)."""
 
 NATIVE_SELECT_SERVER_SIGNATURE: tuple[tuple[str, Any], ...] = (
     ("self", _EMPTY),
@@ -550,47 +560,113 @@ NATIVE_SELECT_SERVER_SIGNATURE: tuple[tuple[str, Any], ...] = (
     ("deprioritized_servers", None),
     ("operation_id", None),
 )
-"""``MongoClient._select_server`` of pymongo 4.17-4.20 (names and defaults), as above."""
+"""``MongoClient._select_server`` of pymongo 4.17-4.20.1 (names and defaults), as above."""
 
 
-def _expect_signature(
-    problems: list[str], owner: Any, label: str, name: str, expected: tuple[tuple[str, Any], ...]
-) -> None:
-    """Append a problem unless ``owner.name`` takes exactly ``expected`` (names and defaults)."""
+def _signature(owner: Any, name: str) -> Optional[tuple[tuple[str, Any], ...]]:
+    """Return ``owner.name``'s parameters as (name, default) pairs, or None.
+
+    None when it is missing, has no signature, or takes anything but plain positional-or-keyword
+    parameters (``*args``, keyword-only...).
+    """
     function = getattr(owner, name, None)
     if not callable(function):
-        problems.append(f"{label}.{name} is missing")
-        return
+        return None
     try:
         parameters = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):
-        problems.append(f"{label}.{name} is missing")
-        return
-    found = tuple((p.name, p.default) for p in parameters)
-    plain = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters)
-    if (
-        not plain
-        or len(found) != len(expected)
-        or any(
-            f_name != e_name or (f_default is not e_default and f_default != e_default)
+        return None
+    if not all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters):
+        return None
+    return tuple((p.name, p.default) for p in parameters)
+
+
+def _same_signature(
+    found: Optional[tuple[tuple[str, Any], ...]], expected: tuple[tuple[str, Any], ...]
+) -> bool:
+    """Whether ``found`` has exactly ``expected``'s names and defaults, in order."""
+    return (
+        found is not None
+        and len(found) == len(expected)
+        and all(
+            f_name == e_name and (f_default is e_default or f_default == e_default)
             for (f_name, f_default), (e_name, e_default) in zip(found, expected)
         )
-    ):
-        shown = tuple(p.name for p in parameters)
-        problems.append(f"{label}.{name}{shown} does not take {tuple(n for n, _ in expected)}")
+    )
+
+
+def native_signature(client: Any) -> Optional[str]:
+    """Name the known ``_retry_internal`` signature ``client`` has (None: not a known one).
+
+    The key of :data:`NATIVE_RETRY_INTERNAL_SIGNATURES` (e.g. ``"4.20.1"``) when
+    ``_retry_internal`` has one of them and ``_select_server`` is
+    :data:`NATIVE_SELECT_SERVER_SIGNATURE`: the native adapter then installs its positional
+    wrappers (the fastest).  Any other signature that :func:`native_problems` accepts gets
+    wrappers that forward ``*args, **kwargs``; :func:`signature_report` says why.
+    """
+    cls = type(client)
+    if not _same_signature(_signature(cls, "_select_server"), NATIVE_SELECT_SERVER_SIGNATURE):
+        return None
+    found = _signature(cls, "_retry_internal")
+    for releases, expected in NATIVE_RETRY_INTERNAL_SIGNATURES.items():
+        if _same_signature(found, expected):
+            return releases
+    return None
 
 
 def native_exact_signatures(client: Any) -> bool:
-    """Whether ``client``'s ``_retry_internal`` and ``_select_server`` are pymongo 4.17-4.20's.
+    """Whether ``client`` gets the positional wrappers (a known signature, see above)."""
+    return native_signature(client) is not None
 
-    The native adapter then installs its positional wrappers (the fastest); any other signature
-    that :func:`native_problems` accepts gets wrappers that forward ``*args, **kwargs``.
+
+def retry_internal_arity(client: Any) -> int:
+    """How many arguments (``self`` left out) ``client``'s ``_retry_internal`` takes.
+
+    Only meaningful for a client with a known signature (:func:`native_signature`).
     """
-    cls = type(client)
-    problems: list[str] = []
-    _expect_signature(problems, cls, "", "_retry_internal", NATIVE_RETRY_INTERNAL_SIGNATURE)
-    _expect_signature(problems, cls, "", "_select_server", NATIVE_SELECT_SERVER_SIGNATURE)
-    return not problems
+    found = _signature(type(client), "_retry_internal")
+    return len(found) - 1 if found is not None else 0
+
+
+def signature_report(cls: Any) -> str:
+    """Say, for people, whether a client class's wrapped methods have a known signature.
+
+    For example ``"pymongo 4.21.0: MongoClient._retry_internal has parameters (...) not in the
+    known signatures (4.17-4.20.0: (...); 4.20.1: (...))"``, or ``"... known signature 4.20.1"``.
+    """
+    head = f"pymongo {_version_text()}: {cls.__name__}"
+    problems = []
+    found = _signature(cls, "_retry_internal")
+    known = [r for r, e in NATIVE_RETRY_INTERNAL_SIGNATURES.items() if _same_signature(found, e)]
+    if not known:
+        shown = _shown(found, cls, "_retry_internal")
+        expected = "; ".join(
+            f"{releases}: {tuple(n for n, _ in sig[1:])}"
+            for releases, sig in NATIVE_RETRY_INTERNAL_SIGNATURES.items()
+        )
+        problems.append(
+            f"{head}._retry_internal has parameters {shown} not in the known signatures"
+            f" ({expected})"
+        )
+    select = _signature(cls, "_select_server")
+    if not _same_signature(select, NATIVE_SELECT_SERVER_SIGNATURE):
+        problems.append(
+            f"{head}._select_server has parameters {_shown(select, cls, '_select_server')}, not"
+            f" the known {tuple(n for n, _ in NATIVE_SELECT_SERVER_SIGNATURE[1:])}"
+        )
+    if problems:
+        return "; ".join(problems) + " (the adapter falls back to its forwarding wrappers)"
+    return f"{head} has the known _retry_internal signature {known[0]}"
+
+
+def _shown(found: Optional[tuple[tuple[str, Any], ...]], cls: Any, name: str) -> str:
+    """Show a method's parameter names (``self`` left out), for :func:`signature_report`."""
+    if found is not None:
+        return str(tuple(n for n, _ in found[1:]))
+    try:
+        return str(inspect.signature(getattr(cls, name)))
+    except (TypeError, ValueError, AttributeError):
+        return "(missing)"
 
 
 def native_problems(client: Any) -> list[str]:
@@ -703,3 +779,30 @@ def _warn_untested() -> None:
 
 class UntestedPymongoWarning(UserWarning):
     """pymongo is newer than the tested range (all seams matched, so backpressure is enabled)."""
+
+
+def print_report() -> int:
+    """Print, for people, whether the adapters know the installed pymongo; 0 if they do, else 1.
+
+    ``scripts/lookahead.sh`` runs it against the newest pymongo release before its tests, so that
+    a release with new seams fails with a line naming the release, the method and its parameters.
+    """
+    if not HAS_NATIVE_BACKPRESSURE:
+        print(f"pymongo {_version_text()}: no native overload loop; the backport serves it")
+        return 0
+    from pymongo import AsyncMongoClient, MongoClient
+
+    known = True
+    classes: tuple[type[Any], ...] = (MongoClient, AsyncMongoClient)
+    for cls in classes:
+        client: Any = cls(connect=False)
+        try:
+            known = known and native_signature(client) is not None
+            print(signature_report(cls))
+            for problem in native_problems(client):
+                known = False
+                print(f"pymongo {_version_text()}: {problem} (the adapter refuses the client)")
+        finally:
+            if cls is MongoClient:
+                client.close()
+    return 0 if known else 1

@@ -1,11 +1,12 @@
 """The native adapter on a pymongo whose ``_retry_internal`` / ``_select_server`` take more.
 
-A pymongo release after 4.20 may add a parameter to either method, and pass it from its own
-callers.  The adapter then installs wrappers that forward ``*args, **kwargs`` instead of refusing
-the client.  These tests build such a client: a subclass with one more keyword parameter on both
-methods, and, in front of our wrappers, the callers' side (every call passes that parameter).
-They check that the policy still holds: retries, the attempt cap, one txnNumber, the
-transaction's first-statement rule, the budget's deposits.
+A pymongo release after 4.20.1 may add a parameter to either method, and pass it from its own
+callers (4.20.1 itself added ``conn_mgr`` to ``_retry_internal``).  The adapter then installs
+wrappers that forward ``*args, **kwargs`` instead of refusing the client.  These tests build
+such a client: a subclass with one more keyword parameter on both methods, and, in front of
+our wrappers, the callers' side (every call passes that parameter).  They check that the
+policy still holds: retries, the attempt cap, one txnNumber, the transaction's first-statement
+rule, the budget's deposits.
 """
 
 from __future__ import annotations
@@ -43,7 +44,11 @@ LATER = "passed"
 
 
 class LaterClient(pymongo.MongoClient):  # type: ignore[type-arg]
-    """A MongoClient whose two wrapped methods take one parameter more than pymongo 4.20's."""
+    """A MongoClient whose two wrapped methods take one parameter more than pymongo's.
+
+    Beyond the four leading parameters the seams probe, whatever pymongo's callers pass
+    (positionally or by name, today's parameters or a later release's) is passed on unchanged.
+    """
 
     later_calls = 0
 
@@ -53,43 +58,17 @@ class LaterClient(pymongo.MongoClient):  # type: ignore[type-arg]
         session: Any,
         bulk: Any,
         operation: Any,
-        is_read: bool = False,
-        address: Any = None,
-        read_pref: Any = None,
-        retryable: bool = False,
-        operation_id: Optional[int] = None,
-        is_run_command: bool = False,
-        is_aggregate_write: bool = False,
+        *args: Any,
         later: Optional[str] = None,
+        **kwargs: Any,
     ) -> Any:
         type(self).later_calls += later == LATER
-        return super()._retry_internal(
-            func,
-            session,
-            bulk,
-            operation,
-            is_read,
-            address,
-            read_pref,
-            retryable,
-            operation_id,
-            is_run_command,
-            is_aggregate_write,
-        )
+        return super()._retry_internal(func, session, bulk, operation, *args, **kwargs)
 
     def _select_server(  # type: ignore[override]
-        self,
-        server_selector: Any,
-        session: Any,
-        operation: Any,
-        address: Any = None,
-        deprioritized_servers: Any = None,
-        operation_id: Optional[int] = None,
-        later: Optional[str] = None,
+        self, *args: Any, later: Optional[str] = None, **kwargs: Any
     ) -> Any:
-        return super()._select_server(
-            server_selector, session, operation, address, deprioritized_servers, operation_id
-        )
+        return super()._select_server(*args, **kwargs)
 
 
 class AsyncLaterClient(pymongo.AsyncMongoClient):  # type: ignore[type-arg]
@@ -103,43 +82,17 @@ class AsyncLaterClient(pymongo.AsyncMongoClient):  # type: ignore[type-arg]
         session: Any,
         bulk: Any,
         operation: Any,
-        is_read: bool = False,
-        address: Any = None,
-        read_pref: Any = None,
-        retryable: bool = False,
-        operation_id: Optional[int] = None,
-        is_run_command: bool = False,
-        is_aggregate_write: bool = False,
+        *args: Any,
         later: Optional[str] = None,
+        **kwargs: Any,
     ) -> Any:
         type(self).later_calls += later == LATER
-        return await super()._retry_internal(
-            func,
-            session,
-            bulk,
-            operation,
-            is_read,
-            address,
-            read_pref,
-            retryable,
-            operation_id,
-            is_run_command,
-            is_aggregate_write,
-        )
+        return await super()._retry_internal(func, session, bulk, operation, *args, **kwargs)
 
     async def _select_server(  # type: ignore[override]
-        self,
-        server_selector: Any,
-        session: Any,
-        operation: Any,
-        address: Any = None,
-        deprioritized_servers: Any = None,
-        operation_id: Optional[int] = None,
-        later: Optional[str] = None,
+        self, *args: Any, later: Optional[str] = None, **kwargs: Any
     ) -> Any:
-        return await super()._select_server(
-            server_selector, session, operation, address, deprioritized_servers, operation_id
-        )
+        return await super()._select_server(*args, **kwargs)
 
 
 def later_client(
@@ -166,7 +119,8 @@ async def test_stock_clients_have_the_exact_signatures(
     clients: ClientFactory, standalone_server: EmbeddedServer
 ) -> None:
     """The premise: pymongo's own clients get the positional wrappers."""
-    assert seams.native_exact_signatures(clients.plain(standalone_server.uri))
+    client = clients.plain(standalone_server.uri)
+    assert seams.native_exact_signatures(client), seams.signature_report(type(client))
 
 
 async def test_always_overloaded_insert_stops_at_the_attempt_cap(

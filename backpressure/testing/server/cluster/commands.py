@@ -77,12 +77,17 @@ def _hello(
     member: MemberState, conn: ConnectionState, db: str, body: dict[str, Any]
 ) -> dict[str, Any]:
     name = next(iter(body))
-    return member.topology.hello(
+    reply = member.topology.hello(
         member.member,
         connection_id=conn.connection_id,
         legacy=name != "hello",
         compression=conn.compression,
     )
+    if body.get("loadBalanced") is True and member.member.role == "mongos":
+        # A mongos behind a load balancer names its service: the driver then runs in
+        # load-balanced mode (cursors and transactions pinned to a connection).
+        reply["serviceId"] = member.member.service_id
+    return reply
 
 
 def _ping(

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import datetime
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from bson.binary import Binary
 from bson.int64 import Int64
+from bson.objectid import ObjectId
 from bson.timestamp import Timestamp
 
 from backpressure.testing.server.wire.framing import MAX_MESSAGE_SIZE_BYTES
@@ -60,6 +61,8 @@ class Member:
     """The bound port."""
     role: str
     """``standalone``, ``primary``, ``secondary`` or ``mongos``."""
+    service_id: ObjectId = field(default_factory=ObjectId, compare=False)
+    """The ``serviceId`` a mongos names in a load-balanced handshake."""
 
     @property
     def address(self) -> str:

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Looks ahead: asks the package index for the newest pymongo release and runs the era-sensitive
+# tests against it, in .venv-compat/pymongo-<version> (shared with scripts/test-compat.sh). A
+# release whose seams the adapters do not know fails first with a readable line naming the release,
+# the method and its parameters (backpressure.adapters.seams.signature_report), not with an error
+# deep in a test. `scripts/lookahead.sh 4.21.0` checks a given release instead; LOOKAHEAD_PYTHON
+# points at an existing interpreter (a scratch venv) instead of building one.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+index_python=.venv/bin/python
+[ -x "$index_python" ] || index_python=$PYTHON
+version=${1:-$("$index_python" -m pip index versions pymongo 2>/dev/null | sed -n 's/^pymongo (\(.*\))$/\1/p' | head -n 1)}
+if [ -z "$version" ]; then
+    echo "lookahead: the package index named no pymongo release (is it reachable?)"
+    exit 1
+fi
+python=${LOOKAHEAD_PYTHON:-}
+if [ -z "$python" ]; then
+    env=".venv-compat/pymongo-$version"
+    if [ ! -x "$env/bin/python" ]; then
+        "$PYTHON" -m venv "$env" && "$env/bin/python" -m pip install -q --upgrade pip || exit 1
+    fi
+    if [ ! -f "$env/.installed" ] || [ pyproject.toml -nt "$env/.installed" ]; then
+        "$env/bin/python" -m pip install -q -e '.[test,motor,server,demo]' "pymongo==$version" \
+            && touch "$env/.installed" || { echo "lookahead: could not install pymongo $version"; exit 1; }
+    fi
+    python="$env/bin/python"
+fi
+echo "lookahead: the newest pymongo on the index is $version; testing $("$python" -c 'import pymongo; print(pymongo.version)')"
+if ! "$python" -c 'import sys; from backpressure.adapters import seams; sys.exit(seams.print_report())'; then
+    echo "lookahead: FAILED: the adapters do not know this pymongo's seams (see above)"
+    exit 1
+fi
+"$python" -m pytest -q -p no:cacheprovider \
+    tests/unit/test_seams_signatures.py tests/unit/test_seams_inventory.py \
+    tests/integration/test_version_guard.py tests/integration/test_native_forwarding.py \
+    tests/integration/test_load_balanced.py tests/integration/test_native_adapter.py \
+    tests/integration/test_native_retries.py tests/integration/test_backport_generated.py \
+    || { echo "lookahead: FAILED: the era-sensitive tests fail on pymongo $version"; exit 1; }
+echo "lookahead: pymongo $version passed"
