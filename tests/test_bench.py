@@ -12,8 +12,10 @@ import random
 from pathlib import Path
 from typing import Any, Optional
 
+import pymongo
 import pytest
 
+from backpressure.adapters import seams
 from backpressure.bench import (
     _generic_md,
     build_parser,
@@ -290,6 +292,10 @@ def test_bench_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> 
         assert key in data
     assert data["machine"]["cpu_count"] >= 1
     overhead = data["overhead"]
+    assert overhead["pymongo"] == pymongo.version
+    assert f"pymongo {pymongo.version}, the native adapter's {overhead['wrappers']} wrappers" in (
+        markdown
+    )
     names = ["insert_one", "find_one", "find+getMore", "aggregate", "transaction"]
     assert [c["operation"] for c in overhead["cpu"]] == names
     assert all(c["ratio_ci_low"] <= c["ratio"] <= c["ratio_ci_high"] for c in overhead["cpu"])
@@ -311,3 +317,20 @@ def test_bench_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> 
     assert len(data["overload"]["goals"]) == 4
     assert "### Goals (all comparisons within this run)" in markdown
     assert "Load average" in markdown
+
+
+@pytest.mark.skipif(not seams.HAS_NATIVE_BACKPRESSURE, reason="the backport has no wrappers")
+def test_overhead_names_the_wrappers_it_measures(replicaset_server: EmbeddedServer) -> None:
+    """``auto`` measures the positional wrappers of pymongo's signature; ``forwarding`` forces
+    the forwarding ones, and the flavour is read off the enabled client, not assumed."""
+    from backpressure.adapters.native import wrapper_flavour
+    from backpressure.bench.overhead import open_targets
+
+    signature = seams.native_signature(pymongo.MongoClient(connect=False))
+    assert signature is not None
+    for wrappers, expected in (("auto", f"positional ({signature})"), ("forwarding", "forwarding")):
+        with open_targets(replicaset_server.uri, wrappers) as (_, enabled, _):
+            assert wrapper_flavour(enabled.client) == expected
+    refused = "wrappers must be one of auto, forwarding; got 'lean'"
+    with pytest.raises(ValueError, match=refused), open_targets(replicaset_server.uri, "lean"):
+        pass

@@ -46,7 +46,14 @@ from backpressure.adapters.native_operation import LeanCell, TrackedOperation
 from backpressure.core.client_state import ClientState
 from backpressure.core.decision import Decision, GiveUp, Retry, StopReason
 
-__all__ = ["NativeRetryPolicy", "install", "installed_state", "seam_problems", "uninstall"]
+__all__ = [
+    "NativeRetryPolicy",
+    "install",
+    "installed_state",
+    "seam_problems",
+    "uninstall",
+    "wrapper_flavour",
+]
 
 _INSTALLATION_ATTR = "_backpressure_native"
 _WRAPPED = ("_retry_internal", "_select_server", "_process_response")
@@ -271,3 +278,16 @@ def installed_state(client: Any) -> Optional[ClientState]:
     """Return the state installed on ``client`` by this adapter, or None."""
     installation = vars(client).get(_INSTALLATION_ATTR)
     return installation.state if isinstance(installation, _Installation) else None
+
+
+def wrapper_flavour(client: Any) -> Optional[str]:
+    """Name the wrappers the native adapter installed on ``client`` (None: not installed).
+
+    ``"positional (4.20.1)"``: the lean wrappers for that known ``_retry_internal`` signature;
+    ``"forwarding"``: the wrappers that forward ``*args, **kwargs`` (an unknown signature).
+    """
+    installation = vars(client).get(_INSTALLATION_ATTR)
+    if installation is None:
+        return None
+    signature = installation.signature
+    return "forwarding" if signature is None else f"positional ({signature})"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from backpressure.bench.core_cost import CoreCost, measure_core_cost
-from backpressure.bench.overhead import OPERATIONS, measure_overhead, verdict
+from backpressure.bench.overhead import OPERATIONS, WRAPPERS, measure_overhead, verdict
 from backpressure.bench.overload import (
     BASELINE,
     Goal,
@@ -70,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--pairs", type=int, default=4000, help="paired samples per operation")
     group.add_argument("--block", type=int, default=1, help="operations per half of a pair")
     group.add_argument("--count-ops", type=int, default=20, help="operations traced per count")
+    group.add_argument(
+        "--wrappers",
+        choices=WRAPPERS,
+        default="auto",
+        help="the native wrappers the enabled client gets: its signature's, or forwarding",
+    )
     group = parser.add_argument_group("decision core")
     group.add_argument("--core-iterations", type=int, default=100_000, help="ops per measurement")
     group.add_argument("--core-threads", type=int, default=8, help="threads of the threaded run")
@@ -180,7 +186,12 @@ def run_bench(
         "load_average_start": _load_average(),
         "config": {
             "server": f"embedded replica set, {args.members} members, subprocess",
-            "overhead": {"pairs": args.pairs, "block": args.block, "count_ops": args.count_ops},
+            "overhead": {
+                "pairs": args.pairs,
+                "block": args.block,
+                "count_ops": args.count_ops,
+                "wrappers": args.wrappers,
+            },
             "core": {"iterations": args.core_iterations, "threads": [1, args.core_threads]},
             "overload": {
                 **asdict(plan),
@@ -211,6 +222,7 @@ def run_bench(
                             block=args.block,
                             count_operations=args.count_ops,
                             progress=bar.update,
+                            wrappers=args.wrappers,
                         )
                         report["overhead"] = {**overhead, "goal_ratio": OVERHEAD_GOAL}
                     if not args.skip_overload:
@@ -335,7 +347,9 @@ def _overhead_md(section: dict[str, Any]) -> list[str]:
         "## Overhead without overload",
         "",
         f"Stock `pymongo.MongoClient` against `backpressure.MongoClient` with the default preset "
-        f"(`{section['preset']}`), same server, no overload.",
+        f"(`{section['preset']}`), same server, no overload; pymongo "
+        f"{section.get('pymongo', 'unknown')}, the native adapter's "
+        f"{section.get('wrappers', 'unnamed')} wrappers.",
         "",
         f"Work added per operation, counted with `{section['tracer']}` (deterministic: Python "
         "function calls of the whole client, and calls and line events of this package's code):",

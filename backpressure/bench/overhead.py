@@ -27,6 +27,7 @@ for one thread's CPU, and each worker process would have to connect to the repli
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import random
 import sys
@@ -47,6 +48,7 @@ from backpressure.workload.policies import Document
 
 __all__ = [
     "OPERATIONS",
+    "WRAPPERS",
     "CpuOverhead",
     "OverheadTargets",
     "WorkCount",
@@ -436,14 +438,28 @@ def measure_cpu(
     )
 
 
-@contextmanager
-def open_targets(uri: str) -> Iterator[tuple[OverheadTargets, OverheadTargets, str]]:
-    """Open the stock and the enabled client; yield both sides and the enabled preset's name."""
-    import backpressure
+WRAPPERS = ("auto", "forwarding")
+"""The native adapter's wrappers the enabled client gets: those its pymongo's signature calls
+for (``auto``), or the forwarding ones whatever the signature (to measure their cost)."""
 
+
+@contextmanager
+def open_targets(
+    uri: str, wrappers: str = "auto"
+) -> Iterator[tuple[OverheadTargets, OverheadTargets, str]]:
+    """Open the stock and the enabled client; yield both sides and the enabled preset's name.
+
+    ``wrappers``: one of :data:`WRAPPERS`.
+    """
+    import backpressure
+    from backpressure.adapters import seams
+
+    if wrappers not in WRAPPERS:
+        raise ValueError(f"wrappers must be one of {', '.join(WRAPPERS)}; got {wrappers!r}")
     stock_client: MongoClient[Document] = MongoClient(uri)
     try:
-        enabled_client: MongoClient[Document] = backpressure.MongoClient(uri)
+        with seams.forwarding_only() if wrappers == "forwarding" else contextlib.nullcontext():
+            enabled_client: MongoClient[Document] = backpressure.MongoClient(uri)
     except BaseException:
         stock_client.close()
         raise
@@ -481,12 +497,21 @@ def measure_overhead(
     count_operations: int = 20,
     operations: Mapping[str, Operation] = OPERATIONS,
     progress: Callable[[float], None] = lambda _: None,
+    wrappers: str = "auto",
 ) -> dict[str, Any]:
-    """Count the work and measure the CPU of every operation; return JSON-ready data."""
+    """Count the work and measure the CPU of every operation; return JSON-ready data.
+
+    ``wrappers``: see :data:`WRAPPERS`; the report names the flavour measured and the pymongo.
+    """
     from dataclasses import asdict
 
+    import pymongo
+
+    from backpressure.adapters.native import wrapper_flavour
+
     rng = random.Random(12345)
-    with open_targets(uri) as (stock, enabled, preset):
+    with open_targets(uri, wrappers) as (stock, enabled, preset):
+        flavour = wrapper_flavour(enabled.client) or "backport"
         work = []
         for name, operation in operations.items():
             for label, target in (("stock", stock), ("enabled", enabled)):
@@ -509,6 +534,8 @@ def measure_overhead(
         same = _same_client_check(uri, stock, operations, pairs, block, rng)
     return {
         "preset": preset,
+        "pymongo": pymongo.version,
+        "wrappers": flavour,
         "tracer": tracer_name(),
         "work": [asdict(w) for w in work],
         "cpu": [asdict(c) for c in cpu],
