@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 index_python=.venv/bin/python
 [ -x "$index_python" ] || index_python=$PYTHON
+source="the release asked for"
+[ $# -gt 0 ] || source="the newest release on the package index"
 version=${1:-$("$index_python" -m pip index versions pymongo 2>/dev/null | sed -n 's/^pymongo (\(.*\))$/\1/p' | head -n 1)}
 if [ -z "$version" ]; then
     echo "lookahead: the package index named no pymongo release (is it reachable?)"
@@ -27,7 +29,7 @@ if [ -z "$python" ]; then
     fi
     python="$env/bin/python"
 fi
-echo "lookahead: the newest pymongo on the index is $version; testing $("$python" -c 'import pymongo; print(pymongo.version)')"
+echo "lookahead: pymongo $version, $source; testing $("$python" -c 'import pymongo; print(pymongo.version)')"
 if ! "$python" -c 'import sys; from backpressure.adapters import seams; sys.exit(seams.print_report())'; then
     echo "lookahead: FAILED: the adapters do not know this pymongo's seams (see above)"
     exit 1
