@@ -4,7 +4,7 @@ Quick start::
 
     import backpressure
 
-    client = backpressure.MongoClient("mongodb://localhost/")          # draft policy, on
+    client = backpressure.MongoClient("mongodb://localhost/")          # default preset, current
     backpressure.enable(pymongo_client, "current")                     # or an existing client
 
 ``backpressure.AsyncIOMotorClient`` is built on first access, so importing this package never

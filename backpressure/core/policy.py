@@ -297,8 +297,15 @@ PRESETS: Mapping[str, Policy] = MappingProxyType(
 )
 """Presets by name."""
 
-DEFAULT_POLICY = ADAPTIVE
-"""The policy used when backpressure is simply switched on."""
+DEFAULT_POLICY = CURRENT_SPEC
+"""The policy used when backpressure is simply switched on: the current spec.
+
+``adaptive`` wins against one client process but not in a fleet (many processes, each with its
+own client, sharing the servers), after a transient or under faults: there it was measured far
+worse than stock pymongo (the README's fleet section has every policy's figures).  Until a preset
+meets every fleet, transient and fault goal as well, the default is the one that behaves as stock
+pymongo's own loop does; ``adaptive`` stays opt-in.
+"""
 
 _ALIASES: Mapping[str, Policy] = MappingProxyType(
     {
@@ -315,7 +322,7 @@ def resolve_policy(value: Union[bool, str, Policy, None]) -> Optional[Policy]:
     """Turn a user setting into a Policy, or None when backpressure is disabled.
 
     ``None``/``False``/``"false"`` -> None; ``True``/``"true"`` -> the default preset,
-    ADAPTIVE (the strings exactly so, as pymongo reads URI booleans); a preset name ("draft",
+    CURRENT_SPEC (the strings exactly so, as pymongo reads URI booleans); a preset name ("draft",
     "default", "current", "current-spec", "adaptive", case-insensitive) -> that preset; a Policy
     -> itself.
 

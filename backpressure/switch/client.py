@@ -152,7 +152,7 @@ def enable(
     Args:
         client: a ``pymongo.MongoClient``, ``pymongo.AsyncMongoClient`` or Motor
             ``AsyncIOMotorClient``.
-        policy: True (the default preset, "adaptive"), a preset name ("adaptive", "draft",
+        policy: True (the default preset, "current"), a preset name ("adaptive", "draft",
             "current") or a Policy.
         listeners: receive a RetryEvent per retry and a GiveUpEvent per give-up (and an
             OperationFinishedEvent per operation if they implement ``operation_finished``),

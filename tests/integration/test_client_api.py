@@ -13,11 +13,12 @@ import pytest
 from pymongo.errors import PyMongoError
 
 import backpressure
-from backpressure import ADAPTIVE, CURRENT_SPEC, DRAFT, InvalidPolicyError, Policy
+from backpressure import CURRENT_SPEC, DRAFT, InvalidPolicyError, Policy
 from backpressure.adapters import seams
 from backpressure.core.policy import DEFAULT_POLICY
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
+    FAST_BACKOFF,
     ClientFactory,
     CommandRecorder,
     RetryRecorder,
@@ -54,12 +55,12 @@ def _pin_jitter(client: Any) -> None:
 async def test_client_class_is_enabled_by_default(
     clients: ClientFactory, standalone_server: EmbeddedServer, commands: CommandRecorder
 ) -> None:
-    """backpressure.MongoClient/AsyncMongoClient retry with the default preset, adaptive."""
+    """backpressure.MongoClient/AsyncMongoClient retry with the default preset, current."""
     client = clients.backpressure(standalone_server.uri, event_listeners=[commands])
     state = backpressure.state(client)
     assert state is not None
     assert state.policy is DEFAULT_POLICY
-    assert DEFAULT_POLICY is ADAPTIVE
+    assert DEFAULT_POLICY is CURRENT_SPEC
     assert backpressure.is_enabled(client)
     standalone_server.configure_fail_point(overload_fail_point(["insert"], times=1))
     await resolve(client.db.coll.insert_one({"x": 1}))
@@ -223,17 +224,17 @@ async def test_invalid_uri_values_warn_and_are_ignored(
 async def test_enable_disable_round_trip(
     clients: ClientFactory, standalone_server: EmbeddedServer, commands: CommandRecorder
 ) -> None:
-    """enable -> 6 attempts; disable -> stock; enable("current") -> 3 attempts."""
+    """enable (current) -> 3 attempts; disable -> stock; enable("draft") -> 6 attempts."""
     client = clients.plain(standalone_server.uri, event_listeners=[commands])
     assert backpressure.enable(client, random=lambda: 0.0) is client
     assert backpressure.enable(client, True, random=lambda: 0.0) is client  # idempotent
-    assert await _inserts_until_failure(client, standalone_server, commands) == 6
+    assert await _inserts_until_failure(client, standalone_server, commands) == 3
     assert backpressure.disable(client) is client
     assert backpressure.disable(client) is client  # no-op
     assert not backpressure.is_enabled(client)
     assert await _inserts_until_failure(client, standalone_server, commands) == STOCK_ATTEMPTS
-    backpressure.enable(client, "current", random=lambda: 0.0)
-    assert await _inserts_until_failure(client, standalone_server, commands) == 3
+    backpressure.enable(client, FAST_BACKOFF, random=lambda: 0.0)
+    assert await _inserts_until_failure(client, standalone_server, commands) == 6
     backpressure.enable(client, False)
     assert backpressure.state(client) is None
 

@@ -21,10 +21,14 @@ from backpressure.core.policy import (
 )
 
 
-def test_the_default_preset_is_adaptive() -> None:
-    """Switching backpressure on without naming a preset gives ADAPTIVE (also as "default")."""
-    assert DEFAULT_POLICY is ADAPTIVE
-    assert resolve_policy("default") is ADAPTIVE
+def test_the_default_preset_is_current() -> None:
+    """Switching backpressure on without naming a preset gives CURRENT_SPEC (also as "default").
+
+    ``adaptive`` is opt-in until it meets the fleet, transient and fault goals too.
+    """
+    assert DEFAULT_POLICY is CURRENT_SPEC
+    assert resolve_policy("default") is CURRENT_SPEC
+    assert resolve_policy("adaptive") is ADAPTIVE
 
 
 def test_draft_defaults() -> None:
@@ -159,10 +163,10 @@ def test_valid_edges() -> None:
     [
         (None, None),
         (False, None),
-        (True, ADAPTIVE),
+        (True, CURRENT_SPEC),
         ("draft", DRAFT),
         ("DRAFT", DRAFT),
-        ("default", ADAPTIVE),
+        ("default", CURRENT_SPEC),
         ("current", CURRENT_SPEC),
         ("Current-Spec", CURRENT_SPEC),
         (" current ", CURRENT_SPEC),
@@ -195,7 +199,7 @@ def test_huge_int_is_an_invalid_policy_naming_the_field(field: str) -> None:
         Policy(**{field: 10**400})
 
 
-@pytest.mark.parametrize(("value", "expected"), [("true", "adaptive"), ("false", None)])
+@pytest.mark.parametrize(("value", "expected"), [("true", "current"), ("false", None)])
 def test_boolean_strings_resolve_like_booleans(value: str, expected: object) -> None:
     """'true'/'false' (exactly, as pymongo reads URI booleans) mean True/False."""
     resolved = resolve_policy(value)
