@@ -156,6 +156,7 @@ class TrackedOperation:
             address,
             seams.csot_deadline(),
             retry=self.pushed_back,
+            hold=self.state.holds_locally(),
         )
         self.admission = admission
         return admission.wait

@@ -263,7 +263,13 @@ class _SyncRetryLoop:
         self._attempt_address = address
         self._admission = None
         name = self._operation_name()
-        admission = gate.admit(name, address, _shared.csot_deadline(), retry=self._pushed_back)
+        admission = gate.admit(
+            name,
+            address,
+            _shared.csot_deadline(),
+            retry=self._pushed_back,
+            hold=self._state.holds_locally(),
+        )
         self._admission = admission
         wait = admission.wait
         while wait > 0.0:
