@@ -161,6 +161,7 @@ class TrackedOperation:
             address,
             seams.csot_deadline(),
             retry=self.pushed_back,
+            hold=self.state.holds_locally(),
         )
         self.admission = admission
         return admission.wait
@@ -363,14 +364,22 @@ def avoid_paced(
 
     pymongo then selects another eligible server when the read preference allows one, and the
     paced server otherwise (a transaction keeps its pinned server: pymongo selects it by
-    address).  Inert until some server of the client is paced.
+    address).  Inert until some server of the client is paced, and for selections that have no
+    choice: writes and primary reads outside a sharded cluster (``seams.selection_has_choice``),
+    and selections by address.  pymongo would leave the filtered candidate list on the
+    topology's shared description (``client.primary`` would find no primary): the topology puts
+    it back before its lock is released (``seams.keep_candidate_servers``).
     """
     control = gate.control
     if not control.engaged or len(args) > 4:
         return kwargs  # ``len(args) > 4``: deprioritized_servers passed positionally; leave it
+    selector = args[0] if args else kwargs.get("server_selector")
+    if kwargs.get("address") is not None or not seams.selection_has_choice(client, selector):
+        return kwargs
     busy = seams.servers_where(client, control.is_paced)
     if not busy:
         return kwargs
     current = kwargs.get("deprioritized_servers") or []
     merged = [*current, *(server for server in busy if server not in current)]
+    seams.keep_candidate_servers(client)
     return {**kwargs, "deprioritized_servers": merged}

@@ -719,11 +719,17 @@ class AdmissionGate:
         deadline: Optional[float],
         *,
         retry: bool = False,
+        hold: bool = True,
     ) -> Admission:
         """Return the admission of one attempt to ``server``, or raise LocalOverloadError.
 
         ``retry``: the attempt retries one a server pushed back (see :meth:`ServerPacer.admit`).
+        ``hold=False`` (test mode, where nothing waits): the attempt is sent now whatever the
+        pacing says; nothing is reserved, waited for or refused, and its outcome is still
+        recorded (pushback still closes the pacer).
         """
+        if not hold:
+            return _SEND_NOW
         decision = self.control.admit(server, deadline, retry=retry)
         if isinstance(decision, Admission):
             if decision.wait > 0.0 and server is not None:

@@ -120,6 +120,17 @@ class ClientState:
         self.listeners = tuple(item for item in self.listeners if item is not listener)
         self._refresh_listeners()
 
+    def holds_locally(self) -> bool:
+        """Whether the pacing may hold an attempt starting now (False in test mode).
+
+        Test mode (``settings().testing``) promises that nothing sleeps: retries do not back off
+        (``OperationSettings.controller_for``) and the pacing does not hold attempts either.
+        """
+        if self.settings is None:
+            return True
+        settings = self.settings()
+        return settings is None or not settings.testing
+
     @property
     def policy(self) -> Policy:
         """The policy this client retries with."""

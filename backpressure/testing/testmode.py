@@ -9,9 +9,10 @@
         ...
 
 In test mode every enabled client retries overload errors as its policy says (same attempt
-counts, same budget, same events, statistics and metrics), but the retry loops do not sleep
-and the jitter comes from one generator seeded with ``seed``, so the reported delays repeat from
-run to run.  ``max_retries`` caps the retries of every operation (None keeps each policy's).
+counts, same budget, same events, statistics and metrics), but the retry loops do not sleep,
+the adaptive pacing holds (or refuses) no attempt, and the jitter comes from one generator seeded
+with ``seed``, so the reported delays repeat from run to run.  ``max_retries`` caps the retries
+of every operation (None keeps each policy's).
 """
 
 from __future__ import annotations

@@ -266,6 +266,29 @@ def test_gate_recheck_refusal_raises_and_notifies() -> None:
     assert gate.recheck("find", A, gate.admit("find", A, None)) > 0.0
 
 
+def test_gate_that_may_not_hold_sends_now_and_reserves_nothing() -> None:
+    """hold=False (test mode): a paced server's attempts go now, unrefused, unannounced, and
+    the queue is left as it was (the next held attempt gets the slot it would have had)."""
+    clock = FakeClock()
+    control, rate = paced_at_90(clock)
+    events: list[object] = []
+
+    class Listener:
+        def waited(self, event: LocalWaitEvent) -> None:
+            events.append(event)
+
+        def refused(self, event: LocalRefusalEvent) -> None:
+            events.append(event)
+
+    gate = AdmissionGate(control, listeners=[Listener()])
+    assert gate.admit("find", A, None).wait == 0.0  # the slot due now
+    for _ in range(1000):  # far past max_local_wait and any deadline, were they held
+        assert gate.admit("find", A, clock.now, hold=False) == Admission(0.0)
+    assert events == []
+    assert gate.admit("find", A, None).wait == pytest.approx(1 / rate)
+    assert control.is_paced(A)
+
+
 def test_retry_priority_does_nothing_while_the_server_is_unpaced() -> None:
     """An open pacer sends every attempt now, retry or not."""
     control = AdmissionControl(ADAPTIVE, clock=FakeClock())

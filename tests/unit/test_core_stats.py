@@ -145,6 +145,20 @@ def test_client_state_hands_the_criticality_to_the_operation() -> None:
     assert plain.criticality is Criticality.CRITICAL
 
 
+def test_client_state_lets_the_pacing_hold_attempts_except_in_test_mode() -> None:
+    """holds_locally is False only while the settings source reports test mode."""
+    from backpressure.core.client_state import ClientState
+
+    current: list[OperationSettings | None] = [None]
+    state = ClientState(RetryController(DRAFT), settings=lambda: current[0])
+    assert state.holds_locally()
+    current[0] = OperationSettings(criticality=Criticality.SHEDDABLE)
+    assert state.holds_locally()
+    current[0] = OperationSettings(testing=True)
+    assert not state.holds_locally()
+    assert ClientState(RetryController(DRAFT)).holds_locally()
+
+
 def test_first_attempt_successes_are_folded_into_the_snapshot() -> None:
     """The success path's short form counts like a finished one-attempt operation."""
     recorder = StatsRecorder()

@@ -9,7 +9,9 @@ from backpressure.adapters.seams import PRIVATE_NAMES
 
 ADAPTERS = Path(__file__).resolve().parents[2] / "backpressure" / "adapters"
 
-OUR_OWN = frozenset({"_backpressure_native", "_backpressure_hedging"})
+OUR_OWN = frozenset(
+    {"_backpressure_native", "_backpressure_hedging", "_backpressure_keeps_candidates"}
+)
 """Private-looking names that are the package's own (attributes it puts on clients)."""
 
 

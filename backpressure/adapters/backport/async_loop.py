@@ -209,12 +209,15 @@ class _AsyncRetryLoop:
     async def _select(self) -> Any:
         """Select the server for the next attempt, avoiding the deprioritized ones."""
         self._server = None
+        avoided = self._avoided()
+        if avoided:
+            seams.keep_candidate_servers(self._client)  # the filter steers this selection only
         self._server = await self._client._select_server(
             self._selector,
             self._session,
             self._operation,
             address=self._address,
-            deprioritized_servers=self._avoided(),
+            deprioritized_servers=avoided,
             operation_id=self._operation_id,
         )
         server = self._server
@@ -232,9 +235,18 @@ class _AsyncRetryLoop:
         return server
 
     def _avoided(self) -> list[Any]:
-        """The deprioritized servers plus, while some server pushes back, the paced servers."""
+        """The deprioritized servers plus, while some server pushes back, the paced servers.
+
+        Paced servers are not added when the selection has no choice (a write or a primary
+        read outside a sharded cluster, or a selection by address).
+        """
         gate = self._gate
-        if gate is None or not gate.control.engaged:
+        if (
+            gate is None
+            or not gate.control.engaged
+            or self._address is not None
+            or not seams.selection_has_choice(self._client, self._selector)
+        ):
             return self._deprioritized
         busy = seams.servers_where(self._client, gate.control.is_paced)
         return [*self._deprioritized, *(s for s in busy if s not in self._deprioritized)]
@@ -251,7 +263,13 @@ class _AsyncRetryLoop:
         self._attempt_address = address
         self._admission = None
         name = self._operation_name()
-        admission = gate.admit(name, address, _shared.csot_deadline(), retry=self._pushed_back)
+        admission = gate.admit(
+            name,
+            address,
+            _shared.csot_deadline(),
+            retry=self._pushed_back,
+            hold=self._state.holds_locally(),
+        )
         self._admission = admission
         wait = admission.wait
         while wait > 0.0:
@@ -486,6 +504,8 @@ async def _select_server(
             self, server_selector, session, operation, address, deprioritized_servers,
             operation_id,
         )  # fmt: skip
+    if attempt.deprioritized:
+        seams.keep_candidate_servers(self)  # the filter steers this selection only
     server = await type(self)._select_server(
         self, server_selector, session, operation, address, attempt.deprioritized or None,
         operation_id,

@@ -1,0 +1,247 @@
+"""The adaptive preset's pacing stays local: pymongo's shared topology and test mode.
+
+Every test runs with a sync ``MongoClient``, an ``AsyncMongoClient`` and Motor against the
+embedded server, on the native adapter (pymongo >= 4.17) or the backport below it.
+
+* Pacing a server, and steering reads away from it, must leave pymongo's shared topology state
+  alone: pymongo >= 4.16 keeps the candidate list filtered by ``deprioritized_servers`` on the
+  topology's description, where ``client.primary`` then found no primary (``IndexError``) until
+  the next heartbeat replaced the description.
+* Test mode (``backpressure.testing.set_testing``) promises that nothing sleeps: the pacing's
+  admission gate must not hold, or refuse, an attempt either.  Waits are observed through the
+  pacing's wait events and the adapters' sleep function (replaced by a recorder), never through
+  the wall clock.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import AsyncIterator
+from typing import Any, Callable
+
+import pymongo
+import pytest
+from pymongo.errors import OperationFailure
+
+import backpressure
+from backpressure import ADAPTIVE, LocalOverloadError, LocalRefusalEvent, LocalWaitEvent
+from backpressure.testing import set_testing
+from backpressure.testing.server.embedded import EmbeddedServer
+from tests.integration.conftest import (
+    OVERLOAD_CODE,
+    CommandRecorder,
+    overload_fail_point,
+    resolve,
+    wait_for_members,
+)
+
+FLAVOURS = ("sync", "async", "motor")
+"""Every client flavour: pymongo's two clients and Motor (its sync delegate)."""
+
+PACED_FOR_THE_TEST = ADAPTIVE.replace(adaptive_min_rate=1000.0, adaptive_window=60.0)
+"""The adaptive preset, except that a pushback paces its server at 1000 attempts/s (slots 1 ms
+apart: nothing waits noticeably) for at least a minute (the window): the server stays paced for
+the whole test however slow the machine."""
+
+TEST_MODE_POLICY = ADAPTIVE.replace(adaptive_window=60.0)
+"""The adaptive preset (a freshly paced server gets one slot a second), with a window long
+enough that the pacer cannot open again before the test looks at it, however slow the machine."""
+
+DEADLINE = 0.5
+"""The operations' ``pymongo.timeout`` in the test-mode tests: shorter than the 1 s slot the
+adaptive preset's pacing gives a freshly paced server (``adaptive_min_rate``), so a held attempt
+would be refused at once, and long enough for a few round trips on a loaded machine."""
+
+SLEEPING_MODULES = (
+    "backpressure.adapters.native_sync_wrappers",
+    "backpressure.adapters.native_async_wrappers",
+    "backpressure.adapters.backport.sync_loop",
+    "backpressure.adapters.backport.async_loop",
+)
+"""The adapters that sleep the pacing's local waits (``time.sleep`` / ``asyncio.sleep``)."""
+
+
+class Clients:
+    """Builds ``backpressure`` clients of one flavour and closes them all at teardown."""
+
+    def __init__(self, flavour: str) -> None:
+        """Create a factory for ``flavour`` (one of FLAVOURS)."""
+        self.flavour = flavour
+        self._clients: list[Any] = []
+
+    def make(self, uri: str, policy: Any, **kwargs: Any) -> Any:
+        """A client of this flavour with ``policy``; ``kwargs`` go to the constructor."""
+        kwargs.setdefault("serverSelectionTimeoutMS", 3000)
+        if self.flavour == "motor":
+            client = backpressure.AsyncIOMotorClient(uri, backpressure=policy, **kwargs)
+        elif self.flavour == "async":
+            client = backpressure.AsyncMongoClient(uri, backpressure=policy, **kwargs)
+        else:
+            client = backpressure.MongoClient(uri, backpressure=policy, **kwargs)
+        self._clients.append(client)
+        return client
+
+    async def close_all(self) -> None:
+        """Close every client built (Motor's ``close`` is synchronous)."""
+        while self._clients:
+            await resolve(self._clients.pop().close())
+
+
+@pytest.fixture(params=FLAVOURS)
+async def clients(request: pytest.FixtureRequest) -> AsyncIterator[Clients]:
+    """A Clients factory for each flavour; its clients are closed after the test."""
+    factory = Clients(str(request.param))
+    yield factory
+    await factory.close_all()
+
+
+class PacingRecorder:
+    """Keeps the pacing's local waits and refusals (thread-safe)."""
+
+    def __init__(self) -> None:
+        """Start empty."""
+        self._lock = threading.Lock()
+        self.waits: list[LocalWaitEvent] = []
+        self.refusals: list[LocalRefusalEvent] = []
+
+    def waited(self, event: LocalWaitEvent) -> None:
+        """Record a local wait."""
+        with self._lock:
+            self.waits.append(event)
+
+    def refused(self, event: LocalRefusalEvent) -> None:
+        """Record a local refusal."""
+        with self._lock:
+            self.refusals.append(event)
+
+
+class SleepRecorder:
+    """Stands in for ``time`` / ``asyncio`` in the adapters: records every sleep, then sleeps."""
+
+    def __init__(self, calls: list[float], real: Callable[[float], Any]) -> None:
+        """Append to ``calls``; sleep with ``real``."""
+        self._calls = calls
+        self._real = real
+
+    def sleep(self, seconds: float) -> Any:
+        """Record ``seconds``, then sleep (or return the coroutine that sleeps) for real."""
+        self._calls.append(seconds)
+        return self._real(seconds)
+
+
+def record_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Make the loaded adapters record their sleeps; return the list they append to."""
+    calls: list[float] = []
+    for name in SLEEPING_MODULES:
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        for attribute in ("time", "asyncio"):
+            real = getattr(module, attribute, None)
+            if real is not None:
+                monkeypatch.setattr(module, attribute, SleepRecorder(calls, real.sleep))
+    return calls
+
+
+def pacing_of(client: Any) -> Any:
+    """The client's AdmissionControl (the adaptive pacing)."""
+    state = backpressure.state(client)
+    assert state is not None
+    admission = state.controller.admission
+    assert admission is not None
+    return admission
+
+
+@pytest.mark.parametrize("read_preference", ["primary", "nearest"])
+async def test_a_paced_primary_leaves_the_topology_as_stock(
+    clients: Clients, replicaset_server: EmbeddedServer, read_preference: str
+) -> None:
+    """One overload-retried insert paces the primary; writes, reads, ``client.primary``,
+    ``address``, ``is_primary`` and ``secondaries`` then answer as stock pymongo's.
+
+    With "primary" nothing is deprioritized (the primary is the only eligible server); with
+    "nearest" the reads avoid the paced primary, and the topology is left as it was.
+    """
+    client = clients.make(replicaset_server.uri, PACED_FOR_THE_TEST, readPreference=read_preference)
+    await resolve(client.db.coll.insert_one({"_id": 0}))  # starts an async client's monitors
+    await wait_for_members(client, 3)
+    primary, *secondaries = replicaset_server.addresses
+    replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=1), member=0)
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    for _ in range(3):
+        assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}
+    assert pacing_of(client).is_paced(primary)
+
+    assert await resolve(client.primary) == primary
+    assert await resolve(client.secondaries) == set(secondaries)
+    assert await resolve(client.is_primary) is True
+    assert await resolve(client.address) == primary
+    await resolve(client.db.coll.insert_one({"_id": 2}))
+    assert await resolve(client.db.coll.find_one({"_id": 2})) == {"_id": 2}
+    assert await resolve(client.primary) == primary
+    assert pacing_of(client).is_paced(primary)
+
+
+@pytest.mark.parametrize("overloads", [2, 3])
+async def test_test_mode_never_holds_an_attempt_for_the_pacing(
+    clients: Clients,
+    standalone_server: EmbeddedServer,
+    monkeypatch: pytest.MonkeyPatch,
+    overloads: int,
+) -> None:
+    """Test mode, a fresh adaptive client, ``overloads`` injected: the pushback paces the
+    server, yet no attempt waits locally or is refused; the insert is retried as the policy
+    says (2 overloads: success; 3: the server's overload error) and the next read is sent at
+    once, all within a deadline shorter than the slot the pacing would hold them for."""
+    commands = CommandRecorder()
+    recorder = PacingRecorder()
+    client = clients.make(standalone_server.uri, TEST_MODE_POLICY, event_listeners=[commands])
+    state = backpressure.state(client)
+    assert state is not None
+    state.add_listener(recorder)
+    sleeps = record_sleeps(monkeypatch)
+    address = standalone_server.addresses[0]
+    standalone_server.configure_fail_point(overload_fail_point(["insert"], times=overloads))
+    with set_testing(True):
+        with pymongo.timeout(DEADLINE):
+            if overloads <= TEST_MODE_POLICY.max_retries:
+                await resolve(client.db.coll.insert_one({"_id": 1}))
+            else:
+                with pytest.raises(OperationFailure) as info:
+                    await resolve(client.db.coll.insert_one({"_id": 1}))
+                assert not isinstance(info.value, LocalOverloadError)
+                assert info.value.code == OVERLOAD_CODE
+        assert pacing_of(client).is_paced(address)  # outside test mode, attempts would wait
+        with pymongo.timeout(DEADLINE):
+            await resolve(client.db.coll.find_one({}))
+    assert (
+        len(commands.started_commands("insert")) == min(overloads, TEST_MODE_POLICY.max_retries) + 1
+    )
+    assert len(commands.started_commands("find")) == 1
+    assert recorder.waits == []
+    assert recorder.refusals == []
+    assert [seconds for seconds in sleeps if seconds > 0] == []
+
+
+async def test_outside_test_mode_the_pacing_refuses_what_test_mode_let_through(
+    clients: Clients, standalone_server: EmbeddedServer
+) -> None:
+    """The control: a pushback retried in test mode paces the server, and once test mode is
+    off the reads are held to its slots: the first takes the slot due now, the second is
+    refused (slots 100 s apart, past the longest local wait), so the test above is not
+    vacuous."""
+    recorder = PacingRecorder()
+    policy = TEST_MODE_POLICY.replace(adaptive_min_rate=0.01)
+    client = clients.make(standalone_server.uri, policy)
+    state = backpressure.state(client)
+    assert state is not None
+    state.add_listener(recorder)
+    standalone_server.configure_fail_point(overload_fail_point(["insert"], times=1))
+    with set_testing(True):
+        await resolve(client.db.coll.insert_one({"_id": 1}))
+    assert recorder.refusals == []
+    assert await resolve(client.db.coll.find_one({})) == {"_id": 1}
+    with pytest.raises(LocalOverloadError):
+        await resolve(client.db.coll.find_one({}))
+    assert [event.operation for event in recorder.refusals] == ["find"]
