@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from backpressure.testing.server.cluster.topology import Member, Topology
 from backpressure.testing.server.control.failpoints import FailCommand, TransactionalWriteFailPoint
 from backpressure.testing.server.control.parameters import ServerParameters
+from backpressure.testing.server.control.profiles import profile_for
 from backpressure.testing.server.control.ratelimit import AdmissionLimiter
 from backpressure.testing.server.control.stats import ConnectionRecord, MemberStats
 
@@ -33,6 +34,8 @@ class ConnectionState:
     """Compressors negotiated in the handshake."""
     control: bool = False
     """True for an ``EmbeddedServer`` control connection."""
+    peer_host: Optional[str] = None
+    """The client's IP address (for ``ingressRequestRateLimiterExemptions``)."""
 
     @property
     def connection_id(self) -> int:
@@ -60,7 +63,9 @@ class MemberState:
         self.topology = topology
         self.engine = engine
         self.start_parameters = dict(start_parameters)
-        self.parameters = ServerParameters(start_parameters)
+        self.profile = profile_for(topology.server_version)
+        """The limiter behaviours of the member's server version."""
+        self.parameters = ServerParameters(start_parameters, self.profile)
         self.fail_command = FailCommand()
         self.transactional_write = TransactionalWriteFailPoint()
         """The ``onPrimaryTransactionalWrite`` fail point."""
@@ -84,7 +89,7 @@ class MemberState:
         """Fail points off, parameters and limiters back to start-up settings, counters zeroed."""
         self.fail_command.disable()
         self.transactional_write.disable()
-        self.parameters = ServerParameters(self.start_parameters)
+        self.parameters = ServerParameters(self.start_parameters, self.profile)
         self.request_limiter.apply(self.parameters.request_limiter())
         self.connection_limiter.apply(self.parameters.connection_limiter())
         self.request_limiter.bucket.refill_to_capacity()

@@ -99,11 +99,14 @@ def error_reply(
     return reply
 
 
-def rate_limited_reply(allow_retries: bool) -> dict[str, Any]:
-    """The request limiter's rejection (``RetryableError`` only when retries are allowed)."""
-    labels = (
-        ["SystemOverloadedError", "RetryableError"] if allow_retries else ["SystemOverloadedError"]
-    )
+def rate_limited_reply(allow_retries: bool, no_writes_performed: bool = False) -> dict[str, Any]:
+    """The request limiter's rejection: ``RetryableError`` only when retries are allowed,
+    ``NoWritesPerformed`` from 8.2.6 on (SERVER-113311)."""
+    labels = ["SystemOverloadedError"]
+    if allow_retries:
+        labels.append("RetryableError")
+    if no_writes_performed:
+        labels.append("NoWritesPerformed")
     return {
         "ok": 0.0,
         "errmsg": RATE_LIMITED_ERRMSG,

@@ -25,6 +25,9 @@ Clock = Callable[[], float]
 UNLIMITED_RATE = 2**31 - 1
 """mongod's default admission rate (INT32_MAX)."""
 
+INT64_MAX = 2**63 - 1
+"""mongod caps ``totalAvailableTokens`` here (an unlimited bucket holds infinitely many)."""
+
 
 class TokenBucket:
     """A refilling token bucket; the caller owns all synchronisation (one event loop)."""
@@ -126,12 +129,10 @@ class AdmissionLimiter:
         """Requests that bypassed the limiter."""
 
     def apply(self, settings: LimiterSettings) -> None:
-        """Install new settings; switching on refills the bucket, switching off frees waiters."""
-        was_enabled = self.settings.enabled
+        """Install new settings, keeping the tokens (clipped to the new capacity), as mongod's
+        ``reset()`` does; switching on does not refill; switching off frees waiters."""
         self.settings = settings.copy()
         self.bucket.reconfigure(settings.rate, settings.burst_seconds)
-        if settings.enabled and not was_enabled:
-            self.bucket.refill_to_capacity()
         if not settings.enabled:
             self._release_all()
 
@@ -186,14 +187,14 @@ class AdmissionLimiter:
             self._pump = None
 
     def status(self) -> dict[str, Any]:
-        """The ``serverStatus`` section for this limiter."""
+        """The ``serverStatus`` section for this limiter (mongod's fields; mongod leaves queue
+        statistics out of it, and so does this)."""
         return {
             "attemptedAdmissions": self.attempted,
             "successfulAdmissions": self.successful,
             "rejectedAdmissions": self.rejected,
             "exemptedAdmissions": self.exempted,
-            "totalAvailableTokens": float(self.bucket.tokens),
-            "queued": self.queued,
+            "totalAvailableTokens": float(min(self.bucket.tokens, INT64_MAX)),
         }
 
     def _release_all(self) -> None:

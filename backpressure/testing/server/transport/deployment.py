@@ -8,8 +8,11 @@ other connections. A request goes through these steps:
 1. framing (``wire/framing.py``); a malformed or oversized message closes only that
    connection;
 2. the first hello records the handshake (appName, compressors) for statistics and fail points;
-3. the ingress request limiter (hellos and control commands are exempt, see
-   ``cluster/commands.py``);
+3. the ingress request limiter: control commands are exempt (``cluster/commands.py``), and so
+   are hellos unless ``limit_hello`` (mongod with auth on exempts unauthenticated sessions; with
+   auth off it limits them too); client addresses in ``ingressRequestRateLimiterExemptions`` and
+   (9.0) appName or driver-name prefixes in ``ingressRequestRateLimiterApplicationExemptions``
+   are exempt; a rejection is the server version profile's 462 reply (``control/profiles.py``);
 4. the ``failCommand`` fail point: block, then close, then error (``control/failpoints.py``); a
    close or an error is reported to ``Engine.note_injected_error`` (mongod has already checked
    the session out and begun a ``startTransaction`` transaction when the fail point fires);
@@ -64,6 +67,7 @@ from backpressure.testing.server.control.failpoints import (
     TransactionalWriteAction,
     canonical_command_name,
 )
+from backpressure.testing.server.control.profiles import DEFAULT_SERVER_VERSION
 from backpressure.testing.server.control.stats import CommandCounters, ConnectionRecord
 from backpressure.testing.server.engine.request import CommandContext
 from backpressure.testing.server.errors import CommandError
@@ -116,10 +120,12 @@ class Deployment:
         port: int = 0,
         parameters: Optional[Mapping[str, Any]] = None,
         max_wire_version: int = 25,
-        server_version: str = "8.2.0",
+        server_version: str = DEFAULT_SERVER_VERSION,
+        limit_hello: bool = False,
         engine_factory: Callable[[], Engine] = _default_engine,
     ) -> None:
         """Describe the deployment; :meth:`start` binds the ports."""
+        self.limit_hello = limit_hello
         count = DEFAULT_MEMBERS.get(topology, 1) if members is None else members
         self.roles = Topology.roles(topology, count)
         self.kind = topology
@@ -241,6 +247,8 @@ class Deployment:
                 )
                 return
             conn = ConnectionState(ConnectionRecord(self._next_connection_id, remote))
+            if isinstance(peer, tuple):
+                conn.peer_host = str(peer[0])
             self._next_connection_id += 1
             state.total_connections += 1
             state.stats.connections[conn.connection_id] = conn.record
@@ -328,9 +336,8 @@ class Deployment:
         action: Optional[FailAction] = None
         if not conn.control:
             limiter = state.request_limiter
-            if name in RATE_LIMIT_EXEMPT:
-                if limiter.settings.enabled:
-                    limiter.record_exempt()
+            if limiter.settings.enabled and self._exempt_from_limiter(state, conn, name):
+                limiter.record_exempt()
             else:
                 decision = limiter.try_admit()
                 if decision is None:
@@ -338,7 +345,9 @@ class Deployment:
                     await limiter.wait()
                     started = time.thread_time()
                 elif not decision:
-                    reply = rate_limited_reply(state.parameters.allow_retries)
+                    reply = rate_limited_reply(
+                        state.parameters.allow_retries, state.profile.no_writes_performed
+                    )
                     assert counters is not None
                     counters.rejected += 1
             if reply is None and name != "configureFailPoint":
@@ -399,6 +408,29 @@ class Deployment:
         self._decorate(state, reply, counters)
         state.cpu_seconds += time.thread_time() - started
         return reply
+
+    def _exempt_from_limiter(self, state: MemberState, conn: ConnectionState, name: str) -> bool:
+        """Whether the ingress request limiter lets this request through uncounted."""
+        if name in RATE_LIMIT_EXEMPT and (not self.limit_hello or name not in HELLO_COMMANDS):
+            return True
+        params = state.parameters
+        if conn.peer_host is not None:
+            networks = params.exempt_networks
+            if networks:
+                try:
+                    address = ipaddress.ip_address(conn.peer_host.split("%")[0])
+                except ValueError:
+                    address = None
+                if address is not None and any(
+                    address.version == net.version and address in net for net in networks
+                ):
+                    return True
+        prefixes = params.exempt_app_prefixes
+        if prefixes:
+            names = [n for n in (conn.app_name, _driver_name(conn)) if n]
+            if any(n.startswith(p) for n in names for p in prefixes):
+                return True
+        return False
 
     def _check_write_concern(self, reply: dict[str, Any], name: str, body: dict[str, Any]) -> None:
         """Report a ``w`` the replica set cannot satisfy, after the write, as mongod does."""
@@ -534,6 +566,11 @@ class Deployment:
             backoff = state.parameters.base_backoff_ms
             if backoff > 0 and "SystemOverloadedError" in reply.get("errorLabels", ()):
                 reply["baseBackoffMS"] = backoff
+        elif isinstance(reply.get("writeConcernError"), dict):
+            # 9.0 puts the hint of an overloaded write concern inside writeConcernError.
+            backoff = state.parameters.base_backoff_ms
+            if backoff > 0 and "SystemOverloadedError" in reply.get("errorLabels", ()):
+                reply["writeConcernError"]["baseBackoffMS"] = backoff
         topology = state.topology
         if topology.gossips_cluster_time:
             now = topology.clock.tick()
@@ -550,6 +587,15 @@ async def _read_payload(reader: asyncio.StreamReader, size: int) -> bytearray:
             raise asyncio.IncompleteReadError(b"", size)
         buffer += chunk
     return buffer
+
+
+def _driver_name(conn: ConnectionState) -> Optional[str]:
+    """``client.driver.name`` of the connection's handshake."""
+    handshake = conn.record.handshake
+    client = handshake.get("client") if isinstance(handshake, Mapping) else None
+    driver = client.get("driver") if isinstance(client, Mapping) else None
+    name = driver.get("name") if isinstance(driver, Mapping) else None
+    return name if isinstance(name, str) else None
 
 
 def _namespace(request: Request) -> str:
