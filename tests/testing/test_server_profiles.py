@@ -1,0 +1,299 @@
+"""Server version profiles, the limit_hello switch, exemptions and parameter checks.
+
+Each test names the mongod reference it imitates; the facts and their sources are in
+``../shared/notes/mongod-limiter-facts.md`` (snapshots of ``mongodb/mongo``: rate_limiter.cpp,
+ingress_request_rate_limiter.cpp/.idl, folly's TokenBucket.h, the ingress rate limiter jstests).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import pytest
+
+from backpressure.testing import EmbeddedServer
+from backpressure.testing.server.cli import _parser
+from backpressure.testing.server.control.parameters import ServerParameters
+from backpressure.testing.server.control.profiles import profile_for
+from backpressure.testing.server.control.ratelimit import AdmissionLimiter, LimiterSettings
+from backpressure.testing.server.errors import CommandError
+
+Factory = Callable[..., EmbeddedServer]
+
+OVERLOAD = ["SystemOverloadedError", "RetryableError"]
+
+
+class FakeClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _limited_ping(server: EmbeddedServer, raw_connect: Any) -> dict[str, Any]:
+    """Spend the only token with one ping; return the reply to the next ping."""
+    conn = raw_connect(server.primary_address)
+    conn.command({"hello": 1})
+    server.set_rate_limit(1, burst_seconds=1)
+    assert conn.command({"ping": 1})["ok"] == 1.0
+    reply: dict[str, Any] = conn.command({"ping": 1})
+    return reply
+
+
+# -- profiles ------------------------------------------------------------------------------
+
+
+def test_profiles_by_version() -> None:
+    """Versions map to the profile below them: 8.3 behaves as 8.2.6 (NoWritesPerformed came
+    in 8.2.6 and 8.3, SERVER-113311), 9.x as 9.0 (SERVER-126027, -130142, -124943)."""
+    assert profile_for("4.4.0").name == "8.2.0"
+    assert profile_for("8.2.5").name == "8.2.0"
+    assert profile_for("8.2.6").name == "8.2.6"
+    assert profile_for("8.3.1").name == "8.2.6"
+    assert profile_for("9.0").name == "9.0"
+    assert profile_for("10.1.0").name == "9.0"
+
+
+@pytest.mark.parametrize(
+    ("version", "labels"),
+    [
+        ("8.2.0", OVERLOAD),
+        ("8.2.6", [*OVERLOAD, "NoWritesPerformed"]),
+        ("9.0", [*OVERLOAD, "NoWritesPerformed"]),
+    ],
+)
+def test_rejection_labels_by_profile(
+    embedded_server_factory: Factory, raw_connect: Any, version: str, labels: list[str]
+) -> None:
+    """The 462 reply of each profile: message from rate_limiter.cpp ("Rate limiter
+    'ingressRequestRateLimiter' rate exceeded"); NoWritesPerformed from 8.2.6 (SERVER-113311);
+    no baseBackoffMS unless 9.0's externalClientBaseBackoffMS is set (SERVER-130142)."""
+    server = embedded_server_factory(server_version=version)
+    assert _limited_ping(server, raw_connect) == {
+        "ok": 0.0,
+        "errmsg": "Rate limiter 'ingressRequestRateLimiter' rate exceeded",
+        "code": 462,
+        "codeName": "IngressRequestRateLimitExceeded",
+        "errorLabels": labels,
+    }
+    assert server.command({"buildInfo": 1})["version"] == version
+
+
+def test_default_profile_is_8_2_6() -> None:
+    """The default is what a MongoDB 8.2.6 user sees."""
+    assert EmbeddedServer().server_version == "8.2.6"
+    assert _parser().parse_args([]).server_version == "8.2.6"
+
+
+@pytest.mark.parametrize(
+    "name", ["ingressRequestRateLimiterAllowRetries", "externalClientBaseBackoffMS"]
+)
+def test_9_0_parameters_unknown_before_9_0(standalone_server: EmbeddedServer, name: str) -> None:
+    """8.2 has neither ingressRequestRateLimiterAllowRetries (SERVER-126027, 9.0) nor
+    externalClientBaseBackoffMS (SERVER-130142, 9.0): setParameter answers InvalidOptions as
+    mongod does for an unknown parameter."""
+    reply = standalone_server.command({"setParameter": 1, name: 1})
+    assert (reply["ok"], reply["code"]) == (0.0, 72)
+    assert "unrecognized parameter" in reply["errmsg"]
+
+
+def test_9_0_start_options_refused_before_9_0() -> None:
+    """Queueing and baseBackoffMS asked for at start on an 8.2 profile fail loudly."""
+    with pytest.raises(ValueError, match=r"9\.0"):
+        EmbeddedServer(queue_depth=2)
+    with pytest.raises(ValueError, match=r"9\.0"):
+        EmbeddedServer(base_backoff_ms=10, server_version="8.2.6")
+    EmbeddedServer(queue_depth=2, base_backoff_ms=10, server_version="9.0")
+
+
+def test_8_2_rejects_at_once_whatever_the_queue_depth(
+    standalone_server: EmbeddedServer, raw_connect: Any
+) -> None:
+    """mongod 8.2 fixes the request queue depth at 0 (rate_limiter.cpp constructor; queueing
+    is SERVER-124943, 9.0): the parameter is accepted but a request without a token is
+    rejected at once."""
+    conn = raw_connect(standalone_server.primary_address)
+    standalone_server.set_rate_limit(1, burst_seconds=1, queue_depth=5)
+    assert conn.command({"ping": 1})["ok"] == 1.0
+    assert conn.command({"ping": 1})["code"] == 462
+
+
+def test_9_0_base_backoff_inside_write_concern_error(
+    embedded_server_factory: Factory, raw_connect: Any
+) -> None:
+    """9.0 puts baseBackoffMS inside writeConcernError for an overloaded write concern, and at
+    the top level otherwise (SERVER-130142, the Atlas overload-errors page)."""
+    server = embedded_server_factory(server_version="9.0", base_backoff_ms=30)
+    conn = raw_connect(server.primary_address)
+    server.configure_fail_point(
+        {
+            "mode": {"times": 1},
+            "data": {
+                "failCommands": ["insert"],
+                "writeConcernError": {
+                    "code": 462,
+                    "codeName": "IngressRequestRateLimitExceeded",
+                    "errmsg": "overloaded",
+                    "errorLabels": OVERLOAD,
+                },
+            },
+        }
+    )
+    reply = conn.command({"insert": "c", "documents": [{"_id": 1}]}, db="test")
+    assert reply["ok"] == 1.0
+    assert reply["writeConcernError"]["baseBackoffMS"] == 30
+    assert "baseBackoffMS" not in reply
+    assert _limited_ping(server, raw_connect)["baseBackoffMS"] == 30
+
+
+def test_cli_profiles_and_limit_hello() -> None:
+    """The CLI takes --server-version (8.2.0, 8.2.6, 9.0 or another dotted version) and
+    --limit-hello."""
+    args = _parser().parse_args(["--server-version", "9.0", "--limit-hello"])
+    assert (args.server_version, args.limit_hello) == ("9.0", True)
+    assert _parser().parse_args([]).limit_hello is False
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--server-version", "latest"])
+
+
+# -- limit_hello ---------------------------------------------------------------------------
+
+
+def test_hello_exempt_by_default(standalone_server: EmbeddedServer, raw_connect: Any) -> None:
+    """limit_hello=False is mongod with auth on: an unauthenticated session is exempt
+    (SERVER-105814; jstest ingress_request_rate_limiter: testRateLimiterUnauthenticated), so
+    hellos take no token and count as exempted."""
+    conn = raw_connect(standalone_server.primary_address)
+    standalone_server.set_rate_limit(1, burst_seconds=1)
+    for _ in range(5):
+        assert conn.command({"hello": 1})["ok"] == 1.0
+    status = standalone_server.command({"serverStatus": 1})["network"]["ingressRequestRateLimiter"]
+    assert (status["exemptedAdmissions"], status["attemptedAdmissions"]) == (5, 0)
+    assert conn.command({"ping": 1})["ok"] == 1.0  # the token is still there
+
+
+@pytest.mark.parametrize("subprocess", [False, True])
+def test_limit_hello_limits_handshakes(
+    embedded_server_factory: Factory, raw_connect: Any, subprocess: bool
+) -> None:
+    """limit_hello=True (CLI --limit-hello) is mongod with auth off: every external request is
+    limited, hello included (jstest ingress_request_rate_limiter: runTestAuthDisabled)."""
+    server = embedded_server_factory(limit_hello=True, subprocess=subprocess)
+    conn = raw_connect(server.primary_address)
+    server.set_rate_limit(1, burst_seconds=1)
+    assert conn.command({"hello": 1})["ok"] == 1.0
+    rejected = conn.command({"isMaster": 1})
+    assert (rejected["code"], rejected["errorLabels"][0]) == (462, "SystemOverloadedError")
+    status = server.command({"serverStatus": 1})["network"]["ingressRequestRateLimiter"]
+    assert (status["attemptedAdmissions"], status["rejectedAdmissions"]) == (2, 1)
+
+
+# -- exemptions ----------------------------------------------------------------------------
+
+
+def test_cidr_exemptions(standalone_server: EmbeddedServer, raw_connect: Any) -> None:
+    """A client address inside ingressRequestRateLimiterExemptions is exempt and counted in
+    exemptedAdmissions (ingress_request_rate_limiter.cpp admitRequest, .idl)."""
+    conn = raw_connect(standalone_server.primary_address)
+    standalone_server.set_rate_limit(1, burst_seconds=1)
+    standalone_server.set_parameter(ingressRequestRateLimiterExemptions={"ranges": ["10.0.0.0/8"]})
+    assert conn.command({"ping": 1})["ok"] == 1.0
+    assert conn.command({"ping": 1})["code"] == 462  # 127.0.0.1 is not in 10/8
+    standalone_server.set_parameter(
+        ingressRequestRateLimiterExemptions={"ranges": ["::1/128", "127.0.0.0/8"]}
+    )
+    for _ in range(3):
+        assert conn.command({"ping": 1})["ok"] == 1.0
+    status = standalone_server.command({"serverStatus": 1})["network"]["ingressRequestRateLimiter"]
+    assert status["exemptedAdmissions"] == 3
+    bad = standalone_server.command(
+        {"setParameter": 1, "ingressRequestRateLimiterExemptions": {"ranges": ["not-an-ip"]}}
+    )
+    assert bad["code"] == 2
+
+
+def test_application_exemptions_on_9_0(embedded_server_factory: Factory, raw_connect: Any) -> None:
+    """9.0: an appName or driver name starting with a listed prefix is exempt and counted as
+    exempted (ingress_request_rate_limiter.cpp, application exemptions; mongod README
+    admission exemptions)."""
+    server = embedded_server_factory(server_version="9.0")
+    server.set_parameter(ingressRequestRateLimiterApplicationExemptions={"appNames": ["batch"]})
+    server.set_rate_limit(1, burst_seconds=1)
+    exempt = raw_connect(server.primary_address)
+    exempt.command({"hello": 1, "client": {"application": {"name": "batch-loader"}}})
+    other = raw_connect(server.primary_address)
+    other.command({"hello": 1, "client": {"application": {"name": "web"}}})
+    for _ in range(3):
+        assert exempt.command({"ping": 1})["ok"] == 1.0
+    assert other.command({"ping": 1})["ok"] == 1.0
+    assert other.command({"ping": 1})["code"] == 462
+    status = server.command({"serverStatus": 1})["network"]["ingressRequestRateLimiter"]
+    assert status["exemptedAdmissions"] == 5  # 3 pings + 2 hellos (limit_hello=False)
+
+
+# -- parameter checks ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0, "0 is not greater than or equal to 1"),
+        (-1, "-1 is not greater than or equal to 1"),
+        (2.5, "is not an integer"),
+        (2**31, "out of range"),
+    ],
+)
+def test_rate_is_an_integer_at_least_one(value: Any, message: str) -> None:
+    """ingressRequestAdmissionRatePerSec is an int32 >= 1 (ingress_request_rate_limiter.idl;
+    jstest: rate -1 is BadValue, 1 works)."""
+    with pytest.raises(CommandError) as info:
+        ServerParameters({"ingressRequestAdmissionRatePerSec": value})
+    assert info.value.code == 2
+    assert message in info.value.errmsg
+    assert (
+        ServerParameters({"ingressRequestAdmissionRatePerSec": 2.0}).values[
+            "ingressRequestAdmissionRatePerSec"
+        ]
+        == 2
+    )
+
+
+@pytest.mark.parametrize("value", [0, -1, 0.5])
+def test_burst_size_below_one_token(value: float) -> None:
+    """ingressRequestAdmissionBurstSize (older builds) is a token count of at least 1
+    ("burstSize cannot be less than 1.0"; jstest: burst size 0 and -1 are BadValue)."""
+    with pytest.raises(CommandError) as info:
+        ServerParameters({"ingressRequestAdmissionBurstSize": value})
+    assert (info.value.code, info.value.errmsg) == (2, "burstSize cannot be less than 1.0")
+
+
+def test_reenabling_keeps_the_tokens() -> None:
+    """Reconfiguring, switching Enabled off and on included, keeps the available tokens:
+    folly TokenBucket reset() keeps the balance, and enabling does not refill."""
+    clock = FakeClock()
+    limiter = AdmissionLimiter(LimiterSettings(), clock=clock)
+    limiter.apply(LimiterSettings(True, 1, 2))
+    assert [limiter.try_admit() for _ in range(3)] == [True, True, False]
+    limiter.apply(LimiterSettings(False, 1, 2))
+    limiter.apply(LimiterSettings(True, 1, 2))
+    assert limiter.try_admit() is False
+    clock.now += 1.0
+    assert limiter.try_admit() is True
+
+
+def test_total_available_tokens_is_finite(standalone_server: EmbeddedServer) -> None:
+    """totalAvailableTokens is capped (at INT64_MAX) instead of reporting an infinite bucket,
+    and the section has mongod's fields only (rate_limiter.cpp appendStats)."""
+    status = standalone_server.command({"serverStatus": 1})["network"]["ingressRequestRateLimiter"]
+    assert math.isfinite(status["totalAvailableTokens"])
+    assert set(status) == {
+        "attemptedAdmissions",
+        "successfulAdmissions",
+        "rejectedAdmissions",
+        "exemptedAdmissions",
+        "totalAvailableTokens",
+    }
