@@ -297,3 +297,60 @@ def test_total_available_tokens_is_finite(standalone_server: EmbeddedServer) -> 
         "exemptedAdmissions",
         "totalAvailableTokens",
     }
+
+
+# -- codes 463 and 473 ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "name", "labels"),
+    [
+        (463, "IngressOperationRateLimitExceeded", [*OVERLOAD, "NoWritesPerformed"]),
+        (473, "InterruptedDueToOverload", ["SystemOverloadedError"]),
+    ],
+)
+def test_overload_codes_from_fail_points(
+    standalone_server: EmbeddedServer, raw_connect: Any, code: int, name: str, labels: list[str]
+) -> None:
+    """failCommand with errorCode 463 or 473 and no errorLabels gets the labels the Atlas
+    overload-errors page lists: 463 retryable, 473 SystemOverloadedError only."""
+    conn = raw_connect(standalone_server.primary_address)
+    standalone_server.configure_fail_point(
+        {"mode": {"times": 1}, "data": {"failCommands": ["find"], "errorCode": code}}
+    )
+    reply = conn.command({"find": "c"}, db="test")
+    assert (reply["code"], reply["codeName"], reply["errorLabels"]) == (code, name, labels)
+
+
+def test_operation_rate_limiter_rejects_with_463(
+    embedded_server_factory: Factory, raw_connect: Any
+) -> None:
+    """The operation rate limiter (8.3+; SystemOverloadedError, RetryableError,
+    NoWritesPerformed per the Atlas overload-errors page) answers 463 once its tokens are spent;
+    hellos and the request limiter are untouched."""
+    server = embedded_server_factory(server_version="9.0")
+    conn = raw_connect(server.primary_address)
+    server.set_operation_rate_limit(1, burst_seconds=1)
+    assert conn.command({"ping": 1})["ok"] == 1.0
+    assert conn.command({"hello": 1})["ok"] == 1.0
+    assert conn.command({"ping": 1}) == {
+        "ok": 0.0,
+        "errmsg": "Operation rate limiter rate exceeded",
+        "code": 463,
+        "codeName": "IngressOperationRateLimitExceeded",
+        "errorLabels": [*OVERLOAD, "NoWritesPerformed"],
+    }
+    status = server.command({"serverStatus": 1})
+    assert status["backpressure"]["operationRateLimiter"]["rejectedAdmissions"] == 1
+    assert status["network"]["ingressRequestRateLimiter"]["attemptedAdmissions"] == 0
+    assert server.stats()["commands"]["ping"]["rejected"] == 1
+
+
+@pytest.mark.parametrize(("version", "exists"), [("8.2.6", False), ("8.3.0", True), ("9.0", True)])
+def test_operation_rate_limiter_from_8_3(
+    embedded_server_factory: Factory, version: str, exists: bool
+) -> None:
+    """The operation rate limiter exists from 8.3 (the facts note: 8.3+, off by default)."""
+    server = embedded_server_factory(server_version=version)
+    reply = server.command({"setParameter": 1, "backpressureOperationRateLimiterEnabled": False})
+    assert bool(reply["ok"]) is exists

@@ -264,6 +264,18 @@ class EmbeddedServer:
             ingressRequestRateLimiterEnabled=True,
         )
 
+    def set_operation_rate_limit(
+        self, rate: int, burst_seconds: float = 1.0, member: Optional[MemberRef] = None
+    ) -> None:
+        """Enable the operation rate limiter (code 463; server version 8.3 or later) at ``rate``
+        operations/s: the embedded stand-in for mongod's adaptive operation rate limiter."""
+        self.set_parameter(
+            member,
+            backpressureOperationRateLimiterRatePerSec=rate,
+            backpressureOperationRateLimiterBurstCapacitySecs=burst_seconds,
+            backpressureOperationRateLimiterEnabled=True,
+        )
+
     def disable_rate_limit(self, member: Optional[MemberRef] = None) -> None:
         """Disable the ingress request limiter."""
         self.set_parameter(member, ingressRequestRateLimiterEnabled=False)

@@ -142,6 +142,8 @@ def _server_status(
         },
         "ok": 1.0,
     }
+    if member.profile.operation_rate_limiter:
+        reply["backpressure"]["operationRateLimiter"] = member.operation_limiter.status()
     if member.topology.kind == "replicaset":
         hello = member.topology.hello(member.member, connection_id=0, legacy=False)
         reply["repl"] = {

@@ -71,6 +71,8 @@ class MemberState:
         """The ``onPrimaryTransactionalWrite`` fail point."""
         self.request_limiter = AdmissionLimiter(self.parameters.request_limiter())
         self.connection_limiter = AdmissionLimiter(self.parameters.connection_limiter())
+        self.operation_limiter = AdmissionLimiter(self.parameters.operation_limiter())
+        """The operation rate limiter (code 463; 8.3+ profiles only)."""
         self.stats = MemberStats()
         self.started = time.monotonic()
         self.requests = 0
@@ -84,6 +86,7 @@ class MemberState:
         """Push the current parameter values into the limiters."""
         self.request_limiter.apply(self.parameters.request_limiter())
         self.connection_limiter.apply(self.parameters.connection_limiter())
+        self.operation_limiter.apply(self.parameters.operation_limiter())
 
     def reset(self) -> None:
         """Fail points off, parameters and limiters back to start-up settings, counters zeroed."""
@@ -92,13 +95,14 @@ class MemberState:
         self.parameters = ServerParameters(self.start_parameters, self.profile)
         self.request_limiter.apply(self.parameters.request_limiter())
         self.connection_limiter.apply(self.parameters.connection_limiter())
-        self.request_limiter.bucket.refill_to_capacity()
-        self.connection_limiter.bucket.refill_to_capacity()
-        self.request_limiter.reset_counters()
-        self.connection_limiter.reset_counters()
+        self.operation_limiter.apply(self.parameters.operation_limiter())
+        for limiter in (self.request_limiter, self.connection_limiter, self.operation_limiter):
+            limiter.bucket.refill_to_capacity()
+            limiter.reset_counters()
         self.stats.reset()
 
     def close(self) -> None:
         """Release every limiter waiter."""
         self.request_limiter.close()
         self.connection_limiter.close()
+        self.operation_limiter.close()

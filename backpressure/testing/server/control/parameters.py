@@ -36,6 +36,11 @@ DEFAULTS: Mapping[str, Any] = {
     "ingressConnectionEstablishmentMaxQueueDepth": 0,
     "ingressRequestRateLimiterExemptions": {"ranges": []},
     "ingressRequestRateLimiterApplicationExemptions": {"appNames": []},
+    # The embedded server's stand-in for mongod's adaptive operation rate limiter (8.3+):
+    # a plain token bucket whose rejections are code 463. The names are this server's own.
+    "backpressureOperationRateLimiterEnabled": False,
+    "backpressureOperationRateLimiterRatePerSec": UNLIMITED_RATE,
+    "backpressureOperationRateLimiterBurstCapacitySecs": DBL_MAX,
     "externalClientBaseBackoffMS": 0,
     # Accepted and stored for test suites that set them; they change nothing here.
     "transactionLifetimeLimitSeconds": 60,
@@ -52,6 +57,9 @@ _PROFILE_ONLY: Mapping[str, Callable[[ServerProfile], bool]] = {
     "ingressRequestRateLimiterAllowRetries": lambda p: p.allow_retries_parameter,
     "externalClientBaseBackoffMS": lambda p: p.base_backoff,
     "ingressRequestRateLimiterApplicationExemptions": lambda p: p.application_exemptions,
+    "backpressureOperationRateLimiterEnabled": lambda p: p.operation_rate_limiter,
+    "backpressureOperationRateLimiterRatePerSec": lambda p: p.operation_rate_limiter,
+    "backpressureOperationRateLimiterBurstCapacitySecs": lambda p: p.operation_rate_limiter,
 }
 """Parameters that exist only from some server version on (unknown before, as in mongod)."""
 
@@ -156,6 +164,9 @@ _VALIDATORS: Mapping[str, Callable[[str, Any], Any]] = {
     "ingressConnectionEstablishmentMaxQueueDepth": _non_negative_int,
     "externalClientBaseBackoffMS": _non_negative_int,
     "ingressRequestRateLimiterExemptions": _ranges,
+    "backpressureOperationRateLimiterEnabled": _bool,
+    "backpressureOperationRateLimiterRatePerSec": _rate,
+    "backpressureOperationRateLimiterBurstCapacitySecs": _positive,
     "ingressRequestRateLimiterApplicationExemptions": _app_names,
     _BURST_SIZE: _burst_size,
 }
@@ -237,6 +248,18 @@ class ServerParameters:
         if not self.profile.request_queue:
             settings.max_queue_depth = 0
         return settings
+
+    def operation_limiter(self) -> LimiterSettings:
+        """The operation rate limiter's settings (disabled before 8.3; never a queue)."""
+        values = self.values
+        prefix = "backpressureOperationRateLimiter"
+        if prefix + "Enabled" not in values:
+            return LimiterSettings()
+        return LimiterSettings(
+            enabled=bool(values[prefix + "Enabled"]),
+            rate=float(values[prefix + "RatePerSec"]),
+            burst_seconds=float(values[prefix + "BurstCapacitySecs"]),
+        )
 
     def connection_limiter(self) -> LimiterSettings:
         """The connection-establishment limiter's settings."""

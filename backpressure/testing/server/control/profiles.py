@@ -13,11 +13,13 @@ three profiles chosen from that version (``../shared/notes/mongod-limiter-facts.
   (SERVER-126027); ``externalClientBaseBackoffMS`` attaches ``baseBackoffMS`` (SERVER-130142);
   ``ingressRequestAdmissionMaxQueueDepth`` queues requests (SERVER-124943); the application-name
   exemptions and the operation rate limiter (code 463, 8.3+) exist.
+
+8.3.x takes the 8.2.6 profile with the operation rate limiter.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["DEFAULT_SERVER_VERSION", "PROFILE_NAMES", "ServerProfile", "profile_for"]
 
@@ -74,6 +76,8 @@ def profile_for(version: str) -> ServerProfile:
     number = _version_tuple(version)
     if number >= (9, 0, 0):
         return _PROFILES["9.0"]
+    if number >= (8, 3, 0):  # 8.3 has the operation rate limiter (code 463), off by default
+        return replace(_PROFILES["8.2.6"], operation_rate_limiter=True)
     if number >= (8, 2, 6):
         return _PROFILES["8.2.6"]
     return _PROFILES["8.2.0"]

@@ -52,6 +52,7 @@ from backpressure.testing.server.cluster.replies import (
     error_reply,
     is_retryable_write,
     mongod_labels,
+    operation_limited_reply,
     rate_limited_reply,
     unsatisfiable_write_concern,
 )
@@ -350,6 +351,16 @@ class Deployment:
                     )
                     assert counters is not None
                     counters.rejected += 1
+            operations = state.operation_limiter
+            if (
+                reply is None
+                and operations.settings.enabled
+                and name not in RATE_LIMIT_EXEMPT
+                and not operations.try_admit()
+            ):
+                reply = operation_limited_reply()
+                assert counters is not None
+                counters.rejected += 1
             if reply is None and name != "configureFailPoint":
                 action = state.fail_command.evaluate(
                     name,
