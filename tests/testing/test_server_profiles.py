@@ -8,6 +8,7 @@ ingress_request_rate_limiter.cpp/.idl, folly's TokenBucket.h, the ingress rate l
 from __future__ import annotations
 
 import math
+import struct
 from typing import Any, Callable
 
 import pytest
@@ -18,6 +19,14 @@ from backpressure.testing.server.control.parameters import ServerParameters
 from backpressure.testing.server.control.profiles import profile_for
 from backpressure.testing.server.control.ratelimit import AdmissionLimiter, LimiterSettings
 from backpressure.testing.server.errors import CommandError
+from backpressure.testing.server.wire.framing import (
+    OP_MSG,
+    OP_QUERY,
+    pack_msg,
+    parse_header,
+    peek_request,
+)
+from tests.testing.test_server_protocol import op_query
 
 Factory = Callable[..., EmbeddedServer]
 
@@ -354,3 +363,79 @@ def test_operation_rate_limiter_from_8_3(
     server = embedded_server_factory(server_version=version)
     reply = server.command({"setParameter": 1, "backpressureOperationRateLimiterEnabled": False})
     assert bool(reply["ok"]) is exists
+
+
+# -- the decision before parsing -----------------------------------------------------------
+
+
+def _undecodable_ping(request_id: int, flags: int = 0) -> bytes:
+    """An OP_MSG whose body starts with ``ping: 1`` and then holds an element of unknown type."""
+    elements = b"\x10ping\x00" + struct.pack("<i", 1) + b"\x55bad\x00" + b"\x00" * 4
+    doc = struct.pack("<i", 4 + len(elements) + 1) + elements + b"\x00"
+    payload = struct.pack("<I", flags) + b"\x00" + doc
+    return struct.pack("<iiii", 16 + len(payload), request_id, 0, 2013) + payload
+
+
+def test_rejection_before_the_body_is_decoded(
+    standalone_server: EmbeddedServer, raw_connect: Any
+) -> None:
+    """mongod's limiter decides right after the message is read, before parsing (the session
+    workflow; mongod admission README): a message the server could not even decode is
+    rejected with 462 when no token is left, and only an admitted one closes the connection."""
+    conn = raw_connect(standalone_server.primary_address)
+    conn.command({"hello": 1})
+    standalone_server.set_rate_limit(1, burst_seconds=1)
+    assert conn.command({"ping": 1})["ok"] == 1.0
+    conn.send_bytes(_undecodable_ping(7))
+    response_to, reply = conn.receive()
+    assert (response_to, reply["code"]) == (7, 462)
+    assert standalone_server.stats()["commands"]["ping"]["rejected"] == 1
+    standalone_server.disable_rate_limit()
+    conn.send_bytes(_undecodable_ping(8))
+    assert conn.is_closed_by_peer()
+
+
+def test_rejected_fire_and_forget_gets_no_reply(
+    standalone_server: EmbeddedServer, raw_connect: Any
+) -> None:
+    """A rejected moreToCome request is dropped without a reply and counted as rejected
+    (session_workflow_test.cpp, fire-and-forget rejection); the connection stays usable."""
+    conn = raw_connect(standalone_server.primary_address)
+    conn.command({"hello": 1})
+    standalone_server.set_rate_limit(1, burst_seconds=1)
+    conn.send({"insert": "c", "documents": [{"_id": 1}]}, db="test", flags=2)  # takes the token
+    conn.send({"insert": "c", "documents": [{"_id": 2}]}, db="test", flags=2)  # rejected
+    request_id = conn.send({"ping": 1})
+    response_to, reply = conn.receive()
+    assert (response_to, reply["code"]) == (request_id, 462)
+    status = standalone_server.command({"serverStatus": 1})["network"]["ingressRequestRateLimiter"]
+    assert (status["successfulAdmissions"], status["rejectedAdmissions"]) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (pack_msg({"find": "c", "filter": {}}, 1, 0), ("find", OP_MSG, False)),
+        (pack_msg({"insert": "c"}, 1, 0, flags=2), ("insert", OP_MSG, True)),
+        (op_query(1, "admin.$cmd", {"isMaster": 1}), ("isMaster", OP_QUERY, False)),
+        (op_query(1, "admin.$cmd", {"$query": {"ping": 1}}), ("ping", OP_QUERY, False)),
+        (_undecodable_ping(1), ("ping", OP_MSG, False)),
+    ],
+)
+def test_peek_reads_the_command_name_without_decoding(
+    message: bytes, expected: tuple[str, int, bool]
+) -> None:
+    """The limiter's view of a message: command name and reply form from fixed offsets."""
+    header = parse_header(message[:16])
+    peek = peek_request(header, message[16:])
+    assert peek is not None
+    assert (peek.command_name, peek.op_code, peek.more_to_come) == expected
+
+
+def test_peek_gives_up_on_odd_layouts() -> None:
+    """A compressed or truncated message is left to the full parser."""
+    message = pack_msg({"ping": 1}, 1, 0)
+    header = parse_header(message[:16])
+    assert peek_request(header, message[16:21]) is None
+    compressed = parse_header(struct.pack("<iiii", 40, 1, 0, 2012))
+    assert peek_request(compressed, b"\x00" * 24) is None

@@ -76,12 +76,14 @@ from backpressure.testing.server.wire.compression import SUPPORTED_COMPRESSORS
 from backpressure.testing.server.wire.framing import (
     HEADER_SIZE,
     Header,
+    Peek,
     Request,
     WireError,
     compressed_size,
     pack_reply,
     parse_header,
     parse_request,
+    peek_request,
 )
 
 if TYPE_CHECKING:
@@ -271,10 +273,30 @@ class Deployment:
     ) -> None:
         while True:
             header_bytes = await reader.readexactly(HEADER_SIZE)
+            admitted = False
             try:
                 header = parse_header(header_bytes)
                 payload = await _read_payload(reader, header.length - HEADER_SIZE)
                 started = time.thread_time()
+                # mongod's ingress limiter decides right after reading, before parsing: so
+                # does this one, once the handshake has told control connections apart.
+                peek = None
+                if conn.record.handshake is not None and not conn.control:
+                    peek = peek_request(header, payload)
+                if peek is not None:
+                    state.cpu_seconds += time.thread_time() - started
+                    early = await self._reject_early(state, conn, peek)
+                    started = time.thread_time()
+                    if early is not None:
+                        state.cpu_seconds += time.thread_time() - started
+                        if peek.more_to_come:
+                            continue  # a rejected fire-and-forget request gets no reply
+                        writer.write(
+                            pack_reply(peek.as_request(header.request_id), early, self._next_id())
+                        )
+                        await writer.drain()
+                        continue
+                    admitted = True
                 if compressed_size(header, payload) > _PARSE_IN_WORKER_BYTES or (
                     header.length > _PARSE_IN_WORKER_BYTES
                 ):  # inflating and decoding megabytes would stall every other connection
@@ -293,7 +315,7 @@ class Deployment:
                 return
             state.cpu_seconds += time.thread_time() - started
             try:
-                reply = await self._handle(state, conn, request)
+                reply = await self._handle(state, conn, request, admitted=admitted)
             except _Close:
                 return
             except Exception as exc:
@@ -302,12 +324,12 @@ class Deployment:
             if request.more_to_come:
                 continue
             started = time.thread_time()
+            request_id = self._next_id()
             try:
-                data = pack_reply(request, reply, self._next_request_id)
+                data = pack_reply(request, reply, request_id)
             except Exception as exc:  # e.g. a reply that is not BSON-encodable
                 log.exception("%s: packing the reply failed", state.member.address)
-                data = pack_reply(request, _internal_error(exc), self._next_request_id)
-            self._next_request_id += 1
+                data = pack_reply(request, _internal_error(exc), request_id)
             state.cpu_seconds += time.thread_time() - started
             writer.write(data)
             await writer.drain()
@@ -321,8 +343,47 @@ class Deployment:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._parser, parse_request, header, payload)
 
+    def _next_id(self) -> int:
+        request_id = self._next_request_id
+        self._next_request_id += 1
+        return request_id
+
+    async def _reject_early(
+        self, state: MemberState, conn: ConnectionState, peek: Peek
+    ) -> Optional[dict[str, Any]]:
+        """The request limiter's decision on a message not yet decoded: the 462 reply, or None
+        when it is admitted (after waiting in the 9.0 queue) or exempt."""
+        name = canonical_command_name(peek.command_name)
+        counters = state.stats.command(name)
+        counters.received += 1  # counted before the decision, as on the late path
+        conn.record.commands += 1
+        if not await self._admit(state, conn, name):
+            state.requests += 1
+            counters.rejected += 1
+            reply = rate_limited_reply(
+                state.parameters.allow_retries, state.profile.no_writes_performed
+            )
+            self._decorate(state, reply, counters)
+            return reply
+        return None  # _handle counts the request
+
+    async def _admit(self, state: MemberState, conn: ConnectionState, name: str) -> bool:
+        """Pass a request through the ingress request limiter: exempt, admitted (perhaps after
+        queueing) or rejected (False)."""
+        limiter = state.request_limiter
+        if not limiter.settings.enabled:
+            return True
+        if self._exempt_from_limiter(state, conn, name):
+            limiter.record_exempt()
+            return True
+        decision = limiter.try_admit()
+        if decision is None:
+            await limiter.wait()
+            return True
+        return decision
+
     async def _handle(
-        self, state: MemberState, conn: ConnectionState, request: Request
+        self, state: MemberState, conn: ConnectionState, request: Request, *, admitted: bool = False
     ) -> dict[str, Any]:
         started = time.thread_time()
         state.requests += 1
@@ -330,22 +391,17 @@ class Deployment:
         if name in HELLO_COMMANDS and conn.record.handshake is None:
             self._record_handshake(state, conn, request.body)
         counters = None if conn.control else state.stats.command(name)
-        if counters is not None:
+        if counters is not None and not admitted:  # else counted by _reject_early
             counters.received += 1
             conn.record.commands += 1
         reply: Optional[dict[str, Any]] = None
         action: Optional[FailAction] = None
         if not conn.control:
-            limiter = state.request_limiter
-            if limiter.settings.enabled and self._exempt_from_limiter(state, conn, name):
-                limiter.record_exempt()
-            else:
-                decision = limiter.try_admit()
-                if decision is None:
-                    state.cpu_seconds += time.thread_time() - started
-                    await limiter.wait()
-                    started = time.thread_time()
-                elif not decision:
+            if not admitted:
+                state.cpu_seconds += time.thread_time() - started
+                passed = await self._admit(state, conn, name)
+                started = time.thread_time()
+                if not passed:
                     reply = rate_limited_reply(
                         state.parameters.allow_retries, state.profile.no_writes_performed
                     )
