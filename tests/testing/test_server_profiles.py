@@ -7,6 +7,7 @@ ingress_request_rate_limiter.cpp/.idl, folly's TokenBucket.h, the ingress rate l
 
 from __future__ import annotations
 
+import asyncio
 import math
 import struct
 from typing import Any, Callable
@@ -26,6 +27,7 @@ from backpressure.testing.server.wire.framing import (
     parse_header,
     peek_request,
 )
+from tests.testing.conftest import wait_until
 from tests.testing.test_server_protocol import op_query
 
 Factory = Callable[..., EmbeddedServer]
@@ -439,3 +441,67 @@ def test_peek_gives_up_on_odd_layouts() -> None:
     assert peek_request(header, message[16:21]) is None
     compressed = parse_header(struct.pack("<iiii", 40, 1, 0, 2012))
     assert peek_request(compressed, b"\x00" * 24) is None
+
+
+# -- 9.0 queue interruptions ---------------------------------------------------------------
+
+
+def _queue_status(server: EmbeddedServer) -> dict[str, Any]:
+    status = server.command({"serverStatus": 1})
+    limiter = status["network"]["ingressRequestRateLimiter"]
+    return {**status["backpressure"]["ingressRequestQueue"], **limiter}
+
+
+async def test_waiter_leaves_on_timeout_or_interrupt() -> None:
+    """A queued waiter gives up when its time runs out or its interrupt fires, and leaves the
+    queue (SERVER-124943: maxTimeMS or a kill interrupts a waiter)."""
+    limiter = AdmissionLimiter(LimiterSettings(True, 1, 1, 5))
+    assert limiter.try_admit() is True
+    assert limiter.try_admit() is None
+    assert await limiter.wait(timeout=0.01) is False
+    assert limiter.queued == 0
+    interrupt: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    assert limiter.try_admit() is None
+    asyncio.get_running_loop().call_soon(interrupt.set_result, None)
+    assert await limiter.wait(interrupt=interrupt) is False
+    assert (limiter.queued, limiter.successful) == (0, 1)
+    limiter.close()
+
+
+def test_queued_request_interrupted_by_max_time_ms(
+    embedded_server_factory: Factory, raw_connect: Any
+) -> None:
+    """9.0: a queued request whose maxTimeMS runs out is answered MaxTimeMSExpired and leaves
+    the queue without a token, so the next request gets the next token (SERVER-124943)."""
+    server = embedded_server_factory(server_version="9.0")
+    first, second, third = (raw_connect(server.primary_address) for _ in range(3))
+    for conn in (first, second, third):
+        conn.command({"hello": 1})
+    server.set_rate_limit(1, burst_seconds=1, queue_depth=5)
+    assert first.command({"ping": 1})["ok"] == 1.0
+    reply = second.command({"ping": 1, "maxTimeMS": 20})
+    assert (reply["code"], reply["codeName"]) == (50, "MaxTimeMSExpired")
+    assert third.command({"ping": 1})["ok"] == 1.0  # queued, then given the next token
+    status = _queue_status(server)
+    assert status["interruptedByMaxTimeMS"] == 1
+    assert status["successfulAdmissions"] == 2
+
+
+def test_queued_request_interrupted_by_client_disconnect(
+    embedded_server_factory: Factory, raw_connect: Any
+) -> None:
+    """9.0: a client that closes its connection while its request waits in the queue is taken
+    out of it, and its request never runs (SERVER-124943: a kill interrupts the waiter and the
+    token is returned)."""
+    server = embedded_server_factory(server_version="9.0")
+    first, leaving = raw_connect(server.primary_address), raw_connect(server.primary_address)
+    first.command({"hello": 1})
+    leaving.command({"hello": 1})
+    server.set_rate_limit(1, burst_seconds=1, queue_depth=5)
+    assert first.command({"ping": 1})["ok"] == 1.0
+    leaving.send({"ping": 1})
+    wait_until(lambda: _queue_status(server)["waiting"] == 1)
+    leaving.close()
+    wait_until(lambda: _queue_status(server)["interruptedByClientDisconnect"] == 1)
+    status = _queue_status(server)
+    assert (status["waiting"], status["successfulAdmissions"]) == (0, 1)

@@ -142,6 +142,12 @@ def _server_status(
         },
         "ok": 1.0,
     }
+    if member.profile.request_queue:
+        reply["backpressure"]["ingressRequestQueue"] = {
+            "waiting": member.request_limiter.queued,
+            "interruptedByMaxTimeMS": member.queue_interrupted_by_max_time,
+            "interruptedByClientDisconnect": member.queue_interrupted_by_disconnect,
+        }
     if member.profile.operation_rate_limiter:
         reply["backpressure"]["operationRateLimiter"] = member.operation_limiter.status()
     if member.topology.kind == "replicaset":

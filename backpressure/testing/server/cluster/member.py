@@ -74,6 +74,10 @@ class MemberState:
         self.operation_limiter = AdmissionLimiter(self.parameters.operation_limiter())
         """The operation rate limiter (code 463; 8.3+ profiles only)."""
         self.stats = MemberStats()
+        self.queue_interrupted_by_max_time = 0
+        """Queued requests (9.0) whose maxTimeMS ran out before they got a token."""
+        self.queue_interrupted_by_disconnect = 0
+        """Queued requests (9.0) whose client closed the connection before they got a token."""
         self.started = time.monotonic()
         self.requests = 0
         """Requests handled since start (control connections included)."""
@@ -100,6 +104,7 @@ class MemberState:
             limiter.bucket.refill_to_capacity()
             limiter.reset_counters()
         self.stats.reset()
+        self.queue_interrupted_by_max_time = self.queue_interrupted_by_disconnect = 0
 
     def close(self) -> None:
         """Release every limiter waiter."""

@@ -15,7 +15,7 @@ import asyncio
 import math
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 __all__ = ["AdmissionLimiter", "LimiterSettings", "TokenBucket"]
 
@@ -51,6 +51,11 @@ class TokenBucket:
         """Fill the bucket completely (used when a limiter is switched on)."""
         self._tokens = self.capacity
         self._stamp = self._clock()
+
+    def give_back(self) -> None:
+        """Return one token (an interrupted waiter's), up to the capacity."""
+        self._refill()
+        self._tokens = min(self.capacity, self._tokens + 1.0)
 
     @property
     def tokens(self) -> float:
@@ -158,14 +163,46 @@ class AdmissionLimiter:
             return False
         return None
 
-    async def wait(self) -> None:
-        """Wait in the FIFO queue until a token is handed over (after ``try_admit`` said None)."""
+    async def wait(
+        self,
+        timeout: Optional[float] = None,
+        interrupt: Optional[asyncio.Future[Any]] = None,
+    ) -> bool:
+        """Wait in the FIFO queue until a token is handed over (after ``try_admit`` said None).
+
+        Return False when ``timeout`` seconds pass or ``interrupt`` completes first: the waiter
+        leaves the queue, and a token handed over at that very moment goes back to the bucket
+        (mongod returns the token its interrupted waiter borrowed).
+        """
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiters.append(future)
         if self._pump is None or self._pump.done():
             self._pump = asyncio.ensure_future(self._run_pump())
-        await future
-        self.successful += 1
+        if timeout is None and interrupt is None:
+            await future
+            self.successful += 1
+            return True
+        waiting: set[asyncio.Future[Any]] = {future}
+        if interrupt is not None:
+            waiting.add(interrupt)
+        try:
+            await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            self._leave(future)
+            raise
+        if future.done() and not (interrupt is not None and interrupt.done()):
+            self.successful += 1
+            return True
+        self._leave(future)
+        return False
+
+    def _leave(self, future: asyncio.Future[bool]) -> None:
+        """Take a waiter out of the queue, giving back a token it was just handed."""
+        if future.done() and not future.cancelled():
+            if self.settings.enabled:
+                self.bucket.give_back()
+        else:
+            future.cancel()  # the pump skips it
 
     async def admit(self) -> bool:
         """Admit or reject one request, waiting in the queue when allowed."""

@@ -34,7 +34,7 @@ import ipaddress
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from backpressure.testing.server.cluster.commands import (
     ADMIN_COMMANDS,
@@ -105,6 +105,20 @@ def _default_engine() -> Engine:
     from backpressure.testing.server.engine.dispatch import Engine
 
     return Engine()
+
+
+_PENDING = "pending"
+"""The request limiter has not seen the request yet (decided while handling it)."""
+_ADMITTED = "admitted"
+"""Admitted (or exempt) before the body was decoded."""
+_QUEUED = "queued"
+"""Must wait in the 9.0 queue (decided before the body was decoded)."""
+
+
+async def _client_gone(reader: asyncio.StreamReader) -> None:
+    """Return once the client has closed its side of the connection (checked every 10 ms)."""
+    while not reader.at_eof():
+        await asyncio.sleep(0.01)
 
 
 class _Close(Exception):
@@ -273,7 +287,7 @@ class Deployment:
     ) -> None:
         while True:
             header_bytes = await reader.readexactly(HEADER_SIZE)
-            admitted = False
+            admission = _PENDING
             try:
                 header = parse_header(header_bytes)
                 payload = await _read_payload(reader, header.length - HEADER_SIZE)
@@ -285,9 +299,9 @@ class Deployment:
                     peek = peek_request(header, payload)
                 if peek is not None:
                     state.cpu_seconds += time.thread_time() - started
-                    early = await self._reject_early(state, conn, peek)
+                    early = self._decide_early(state, conn, peek)
                     started = time.thread_time()
-                    if early is not None:
+                    if isinstance(early, dict):
                         state.cpu_seconds += time.thread_time() - started
                         if peek.more_to_come:
                             continue  # a rejected fire-and-forget request gets no reply
@@ -296,7 +310,7 @@ class Deployment:
                         )
                         await writer.drain()
                         continue
-                    admitted = True
+                    admission = early
                 if compressed_size(header, payload) > _PARSE_IN_WORKER_BYTES or (
                     header.length > _PARSE_IN_WORKER_BYTES
                 ):  # inflating and decoding megabytes would stall every other connection
@@ -315,7 +329,7 @@ class Deployment:
                 return
             state.cpu_seconds += time.thread_time() - started
             try:
-                reply = await self._handle(state, conn, request, admitted=admitted)
+                reply = await self._handle(state, conn, request, admission, reader)
             except _Close:
                 return
             except Exception as exc:
@@ -348,42 +362,84 @@ class Deployment:
         self._next_request_id += 1
         return request_id
 
-    async def _reject_early(
+    def _decide_early(
         self, state: MemberState, conn: ConnectionState, peek: Peek
-    ) -> Optional[dict[str, Any]]:
-        """The request limiter's decision on a message not yet decoded: the 462 reply, or None
-        when it is admitted (after waiting in the 9.0 queue) or exempt."""
+    ) -> Union[dict[str, Any], str]:
+        """The request limiter's decision on a message not yet decoded: the 462 reply, or
+        ``_ADMITTED`` (admitted or exempt), or ``_QUEUED`` (wait in the 9.0 queue once the
+        body, with its maxTimeMS, is decoded)."""
         name = canonical_command_name(peek.command_name)
         counters = state.stats.command(name)
         counters.received += 1  # counted before the decision, as on the late path
         conn.record.commands += 1
-        if not await self._admit(state, conn, name):
-            state.requests += 1
-            counters.rejected += 1
-            reply = rate_limited_reply(
-                state.parameters.allow_retries, state.profile.no_writes_performed
-            )
-            self._decorate(state, reply, counters)
-            return reply
-        return None  # _handle counts the request
+        decision = self._first_decision(state, conn, name)
+        if decision is None:
+            return _QUEUED
+        if decision:
+            return _ADMITTED
+        state.requests += 1
+        counters.rejected += 1
+        reply = rate_limited_reply(
+            state.parameters.allow_retries, state.profile.no_writes_performed
+        )
+        self._decorate(state, reply, counters)
+        return reply
 
-    async def _admit(self, state: MemberState, conn: ConnectionState, name: str) -> bool:
-        """Pass a request through the ingress request limiter: exempt, admitted (perhaps after
-        queueing) or rejected (False)."""
+    def _first_decision(
+        self, state: MemberState, conn: ConnectionState, name: str
+    ) -> Optional[bool]:
+        """The request limiter's verdict: admitted or exempt (True), rejected (False), or None:
+        the request must wait in the queue."""
         limiter = state.request_limiter
         if not limiter.settings.enabled:
             return True
         if self._exempt_from_limiter(state, conn, name):
             limiter.record_exempt()
             return True
-        decision = limiter.try_admit()
-        if decision is None:
-            await limiter.wait()
-            return True
-        return decision
+        return limiter.try_admit()
+
+    async def _wait_in_queue(
+        self,
+        state: MemberState,
+        request: Request,
+        reader: Optional[asyncio.StreamReader],
+    ) -> Optional[dict[str, Any]]:
+        """Wait for a token (9.0 queue); interrupted by the request's maxTimeMS (the reply is
+        MaxTimeMSExpired) or by the client closing the connection (``_Close``)."""
+        max_time = request.body.get("maxTimeMS")
+        timeout = (
+            max_time / 1000.0
+            if isinstance(max_time, (int, float))
+            and not isinstance(max_time, bool)
+            and max_time > 0
+            else None
+        )
+        watcher = None if reader is None else asyncio.ensure_future(_client_gone(reader))
+        try:
+            admitted = await state.request_limiter.wait(timeout, watcher)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        if admitted:
+            return None
+        if watcher is not None and watcher.done() and not watcher.cancelled():
+            state.queue_interrupted_by_disconnect += 1
+            raise _Close
+        state.queue_interrupted_by_max_time += 1
+        return {
+            "ok": 0.0,
+            "errmsg": "operation exceeded time limit",
+            "code": 50,
+            "codeName": "MaxTimeMSExpired",
+        }
 
     async def _handle(
-        self, state: MemberState, conn: ConnectionState, request: Request, *, admitted: bool = False
+        self,
+        state: MemberState,
+        conn: ConnectionState,
+        request: Request,
+        admission: str = "pending",
+        reader: Optional[asyncio.StreamReader] = None,
     ) -> dict[str, Any]:
         started = time.thread_time()
         state.requests += 1
@@ -391,22 +447,26 @@ class Deployment:
         if name in HELLO_COMMANDS and conn.record.handshake is None:
             self._record_handshake(state, conn, request.body)
         counters = None if conn.control else state.stats.command(name)
-        if counters is not None and not admitted:  # else counted by _reject_early
+        if counters is not None and admission == _PENDING:  # else counted by _decide_early
             counters.received += 1
             conn.record.commands += 1
         reply: Optional[dict[str, Any]] = None
         action: Optional[FailAction] = None
         if not conn.control:
-            if not admitted:
-                state.cpu_seconds += time.thread_time() - started
-                passed = await self._admit(state, conn, name)
-                started = time.thread_time()
-                if not passed:
+            if admission == _PENDING:
+                decision = self._first_decision(state, conn, name)
+                if decision is None:
+                    admission = _QUEUED
+                elif not decision:
                     reply = rate_limited_reply(
                         state.parameters.allow_retries, state.profile.no_writes_performed
                     )
                     assert counters is not None
                     counters.rejected += 1
+            if admission == _QUEUED:
+                state.cpu_seconds += time.thread_time() - started
+                reply = await self._wait_in_queue(state, request, reader)
+                started = time.thread_time()
             operations = state.operation_limiter
             if (
                 reply is None
