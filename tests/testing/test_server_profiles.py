@@ -505,3 +505,61 @@ def test_queued_request_interrupted_by_client_disconnect(
     wait_until(lambda: _queue_status(server)["interruptedByClientDisconnect"] == 1)
     status = _queue_status(server)
     assert (status["waiting"], status["successfulAdmissions"]) == (0, 1)
+
+
+# -- connection-establishment limiter ------------------------------------------------------
+
+
+def _connection_status(server: EmbeddedServer) -> dict[str, Any]:
+    connections: dict[str, Any] = server.command({"serverStatus": 1})["connections"]
+    return connections
+
+
+def _limit_connections(server: EmbeddedServer, depth: int, **extra: Any) -> None:
+    server.set_parameter(
+        ingressConnectionEstablishmentRatePerSec=1,
+        ingressConnectionEstablishmentBurstCapacitySecs=1,
+        ingressConnectionEstablishmentMaxQueueDepth=depth,
+        ingressConnectionEstablishmentRateLimiterEnabled=True,
+        **extra,
+    )
+
+
+def test_connection_queue_returns_the_place_of_a_client_that_left(
+    standalone_server: EmbeddedServer, raw_connect: Any
+) -> None:
+    """A connection whose client disconnects while it waits for an establishment token leaves
+    the queue without a token, counted in connections.establishmentRateLimit
+    .interruptedDueToClientDisconnect (session_workflow_test.cpp; mongod admission README)."""
+    _limit_connections(standalone_server, depth=5)
+    first = raw_connect(standalone_server.primary_address)
+    assert first.command({"hello": 1})["ok"] == 1.0  # took the only token
+    leaving = raw_connect(standalone_server.primary_address)
+    wait_until(lambda: _connection_status(standalone_server)["queuedForEstablishment"] == 1)
+    leaving.close()
+    wait_until(
+        lambda: (
+            _connection_status(standalone_server)["establishmentRateLimit"][
+                "interruptedDueToClientDisconnect"
+            ]
+            == 1
+        )
+    )
+    status = _connection_status(standalone_server)
+    assert status["queuedForEstablishment"] == 0
+    queues = standalone_server.command({"serverStatus": 1})["queues"]
+    assert queues["ingressSessionEstablishment"]["averageTimeQueuedMicros"] > 0
+
+
+def test_connection_limiter_bypass(standalone_server: EmbeddedServer, raw_connect: Any) -> None:
+    """Clients in ingressConnectionEstablishmentRateLimiterBypass (CIDR) connect without a token
+    and are counted as exempted (ingress connection-establishment limiter parameters)."""
+    _limit_connections(
+        standalone_server,
+        depth=0,
+        ingressConnectionEstablishmentRateLimiterBypass={"ranges": ["127.0.0.1/32"]},
+    )
+    for _ in range(4):
+        assert raw_connect(standalone_server.primary_address).command({"hello": 1})["ok"] == 1.0
+    limit = _connection_status(standalone_server)["establishmentRateLimit"]
+    assert (limit["exempted"], limit["rejected"]) == (4, 0)

@@ -129,6 +129,21 @@ def _server_status(
             "available": 100_000 - open_connections,
             "totalCreated": member.total_connections,
             "rejected": member.stats.connections_rejected,
+            "queuedForEstablishment": member.connection_limiter.queued,
+            "establishmentRateLimit": {
+                "rejected": member.connection_limiter.rejected,
+                "exempted": member.connection_limiter.exempted,
+                "interruptedDueToClientDisconnect": member.establishment_interrupted,
+            },
+        },
+        "queues": {
+            "ingressSessionEstablishment": {
+                "averageTimeQueuedMicros": (
+                    member.establishment_queued_micros // member.establishment_queued
+                    if member.establishment_queued
+                    else 0
+                ),
+            },
         },
         "network": {
             "ingressRequestRateLimiter": member.request_limiter.status(),

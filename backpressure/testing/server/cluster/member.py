@@ -78,6 +78,12 @@ class MemberState:
         """Queued requests (9.0) whose maxTimeMS ran out before they got a token."""
         self.queue_interrupted_by_disconnect = 0
         """Queued requests (9.0) whose client closed the connection before they got a token."""
+        self.establishment_interrupted = 0
+        """Connections whose client closed them while they waited for a connection token."""
+        self.establishment_queued_micros = 0
+        """Time connections spent in the establishment queue, in microseconds (all of them)."""
+        self.establishment_queued = 0
+        """Connections that left the establishment queue (admitted or interrupted)."""
         self.started = time.monotonic()
         self.requests = 0
         """Requests handled since start (control connections included)."""
@@ -105,6 +111,8 @@ class MemberState:
             limiter.reset_counters()
         self.stats.reset()
         self.queue_interrupted_by_max_time = self.queue_interrupted_by_disconnect = 0
+        self.establishment_interrupted = 0
+        self.establishment_queued_micros = self.establishment_queued = 0
 
     def close(self) -> None:
         """Release every limiter waiter."""

@@ -35,6 +35,7 @@ DEFAULTS: Mapping[str, Any] = {
     "ingressConnectionEstablishmentBurstCapacitySecs": DBL_MAX,
     "ingressConnectionEstablishmentMaxQueueDepth": 0,
     "ingressRequestRateLimiterExemptions": {"ranges": []},
+    "ingressConnectionEstablishmentRateLimiterBypass": {"ranges": []},
     "ingressRequestRateLimiterApplicationExemptions": {"appNames": []},
     # The embedded server's stand-in for mongod's adaptive operation rate limiter (8.3+):
     # a plain token bucket whose rejections are code 463. The names are this server's own.
@@ -164,6 +165,7 @@ _VALIDATORS: Mapping[str, Callable[[str, Any], Any]] = {
     "ingressConnectionEstablishmentMaxQueueDepth": _non_negative_int,
     "externalClientBaseBackoffMS": _non_negative_int,
     "ingressRequestRateLimiterExemptions": _ranges,
+    "ingressConnectionEstablishmentRateLimiterBypass": _ranges,
     "backpressureOperationRateLimiterEnabled": _bool,
     "backpressureOperationRateLimiterRatePerSec": _rate,
     "backpressureOperationRateLimiterBurstCapacitySecs": _positive,
@@ -279,6 +281,12 @@ class ServerParameters:
     def exempt_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
         """The networks of ``ingressRequestRateLimiterExemptions``."""
         ranges = self.values["ingressRequestRateLimiterExemptions"]["ranges"]
+        return [ipaddress.ip_network(r, strict=False) for r in ranges]
+
+    @property
+    def bypass_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        """The networks of ``ingressConnectionEstablishmentRateLimiterBypass``."""
+        ranges = self.values["ingressConnectionEstablishmentRateLimiterBypass"]["ranges"]
         return [ipaddress.ip_network(r, strict=False) for r in ranges]
 
     @property

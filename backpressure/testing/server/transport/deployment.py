@@ -257,7 +257,10 @@ class Deployment:
         peer = writer.get_extra_info("peername")
         remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         try:
-            if not await state.connection_limiter.admit():
+            admitted = await self._admit_connection(state, peer, reader)
+            if admitted is None:
+                return  # the client left while queued
+            if not admitted:
                 state.stats.connections_rejected += 1
                 log.debug(
                     "%s: connection from %s rejected by the limiter", state.member.address, remote
@@ -277,6 +280,35 @@ class Deployment:
             pass
         finally:
             writer.close()
+
+    async def _admit_connection(
+        self, state: MemberState, peer: Any, reader: asyncio.StreamReader
+    ) -> Optional[bool]:
+        """The connection-establishment limiter: True (admitted, bypassed or disabled), False
+        (the queue is full: close before any message), None (the client disconnected while
+        queued: its place and token go back, counted in ``interruptedDueToClientDisconnect``)."""
+        limiter = state.connection_limiter
+        if not limiter.settings.enabled:
+            return True
+        host = str(peer[0]) if isinstance(peer, tuple) else None
+        if host is not None and _in_networks(host, state.parameters.bypass_networks):
+            limiter.record_exempt()
+            return True
+        decision = limiter.try_admit()
+        if decision is not None:
+            return decision
+        started = time.monotonic()
+        watcher = asyncio.ensure_future(_client_gone(reader))
+        try:
+            admitted = await limiter.wait(interrupt=watcher)
+        finally:
+            watcher.cancel()
+            state.establishment_queued += 1
+            state.establishment_queued_micros += int((time.monotonic() - started) * 1e6)
+        if admitted:
+            return True
+        state.establishment_interrupted += 1
+        return None
 
     async def _read_loop(
         self,
@@ -541,17 +573,8 @@ class Deployment:
         if name in RATE_LIMIT_EXEMPT and (not self.limit_hello or name not in HELLO_COMMANDS):
             return True
         params = state.parameters
-        if conn.peer_host is not None:
-            networks = params.exempt_networks
-            if networks:
-                try:
-                    address = ipaddress.ip_address(conn.peer_host.split("%")[0])
-                except ValueError:
-                    address = None
-                if address is not None and any(
-                    address.version == net.version and address in net for net in networks
-                ):
-                    return True
+        if conn.peer_host is not None and _in_networks(conn.peer_host, params.exempt_networks):
+            return True
         prefixes = params.exempt_app_prefixes
         if prefixes:
             names = [n for n in (conn.app_name, _driver_name(conn)) if n]
@@ -714,6 +737,17 @@ async def _read_payload(reader: asyncio.StreamReader, size: int) -> bytearray:
             raise asyncio.IncompleteReadError(b"", size)
         buffer += chunk
     return buffer
+
+
+def _in_networks(host: str, networks: list[Any]) -> bool:
+    """Whether the IP address ``host`` lies in one of ``networks``."""
+    if not networks:
+        return False
+    try:
+        address = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return False
+    return any(address.version == net.version and address in net for net in networks)
 
 
 def _driver_name(conn: ConnectionState) -> Optional[str]:
