@@ -1,8 +1,9 @@
 """Server-level commands the transport answers itself; every other command goes to the engine.
 
 ``ADMIN_COMMANDS`` is an explicit dispatch table. ``RATE_LIMIT_EXEMPT`` lists the commands the
-ingress request limiter never counts as attempts (they are counted as exempted): the hellos and
-the control commands tests use to configure and read the server.
+ingress request limiter never counts as attempts (they are counted as exempted): the control
+commands tests use to configure and read the server, and the hellos unless the deployment runs
+with ``limit_hello``.
 """
 
 from __future__ import annotations

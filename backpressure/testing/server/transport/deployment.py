@@ -8,11 +8,15 @@ other connections. A request goes through these steps:
 1. framing (``wire/framing.py``); a malformed or oversized message closes only that
    connection;
 2. the first hello records the handshake (appName, compressors) for statistics and fail points;
-3. the ingress request limiter: control commands are exempt (``cluster/commands.py``), and so
+3. the ingress request limiter, right after the message is read and before it is decoded (the
+   command name is read at a fixed offset; a compressed message or a connection's first one is
+   decoded first): control commands are exempt (``cluster/commands.py``), and so
    are hellos unless ``limit_hello`` (mongod with auth on exempts unauthenticated sessions; with
    auth off it limits them too); client addresses in ``ingressRequestRateLimiterExemptions`` and
    (9.0) appName or driver-name prefixes in ``ingressRequestRateLimiterApplicationExemptions``
    are exempt; a rejection is the server version profile's 462 reply (``control/profiles.py``);
+   on 9.0 a request without a token may wait in the queue until its maxTimeMS runs out or its
+   client disconnects; then the operation rate limiter (code 463, 8.3+ profiles);
 4. the ``failCommand`` fail point: block, then close, then error (``control/failpoints.py``); a
    close or an error is reported to ``Engine.note_injected_error`` (mongod has already checked
    the session out and begun a ``startTransaction`` transaction when the fail point fires);
@@ -470,7 +474,7 @@ class Deployment:
         state: MemberState,
         conn: ConnectionState,
         request: Request,
-        admission: str = "pending",
+        admission: str = _PENDING,
         reader: Optional[asyncio.StreamReader] = None,
     ) -> dict[str, Any]:
         started = time.thread_time()
@@ -747,7 +751,10 @@ def _in_networks(host: str, networks: list[Any]) -> bool:
         address = ipaddress.ip_address(host.split("%")[0])
     except ValueError:
         return False
-    return any(address.version == net.version and address in net for net in networks)
+    candidates: list[Any] = [address]
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        candidates.append(address.ipv4_mapped)  # a dual-stack socket's IPv4 client
+    return any(a.version == net.version and a in net for a in candidates for net in networks)
 
 
 def _driver_name(conn: ConnectionState) -> Optional[str]:
