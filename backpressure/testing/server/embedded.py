@@ -255,7 +255,9 @@ class EmbeddedServer:
         queue_depth: int = 0,
         member: Optional[MemberRef] = None,
     ) -> None:
-        """Enable the ingress request limiter with ``rate`` requests/s."""
+        """Enable the ingress request limiter with ``rate`` requests/s (an integer >= 1, as
+        mongod's ``ingressRequestAdmissionRatePerSec``); ``queue_depth`` needs the 9.0 profile
+        (8.2 accepts it and still rejects at once)."""
         self.set_parameter(
             member,
             ingressRequestAdmissionRatePerSec=rate,
