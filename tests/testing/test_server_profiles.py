@@ -563,3 +563,25 @@ def test_connection_limiter_bypass(standalone_server: EmbeddedServer, raw_connec
         assert raw_connect(standalone_server.primary_address).command({"hello": 1})["ok"] == 1.0
     limit = _connection_status(standalone_server)["establishmentRateLimit"]
     assert (limit["exempted"], limit["rejected"]) == (4, 0)
+
+
+@pytest.mark.parametrize("limit_hello", [False, True])
+def test_pymongo_handshakes_and_heartbeats_meet_the_limiter_only_with_limit_hello(
+    embedded_server_factory: Factory, make_client: Any, limit_hello: bool
+) -> None:
+    """A real pymongo client: its monitor and pool hellos are exempted by default (mongod with
+    auth on, SERVER-105814) and drawn from the bucket with limit_hello (mongod with auth off:
+    "every external request is limited, hello and heartbeats included")."""
+    server = embedded_server_factory(limit_hello=limit_hello, rate_limit=10_000)
+    client = make_client(server.uri, heartbeatFrequencyMS=500)
+    assert client.admin.command("ping")["ok"] == 1.0
+    hellos = server.stats()["commands"]
+    count = sum(hellos.get(n, {}).get("received", 0) for n in ("hello", "isMaster"))
+    assert count >= 2  # the monitor's and the pool connection's handshakes at least
+    status = server.command({"serverStatus": 1})["network"]["ingressRequestRateLimiter"]
+    if limit_hello:
+        assert status["exemptedAdmissions"] == 0
+        assert status["attemptedAdmissions"] >= count + 1
+    else:
+        assert status["exemptedAdmissions"] >= count
+        assert status["attemptedAdmissions"] == 1  # the ping
