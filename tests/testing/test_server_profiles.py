@@ -585,3 +585,14 @@ def test_pymongo_handshakes_and_heartbeats_meet_the_limiter_only_with_limit_hell
     else:
         assert status["exemptedAdmissions"] >= count
         assert status["attemptedAdmissions"] == 1  # the ping
+
+
+def test_burst_below_one_token_rejects_everything(
+    standalone_server: EmbeddedServer, raw_connect: Any
+) -> None:
+    """rate 1 x burst 0.5 s is half a token: mongod's bucket (folly TokenBucket) never holds a
+    whole one, so every limited request is rejected."""
+    conn = raw_connect(standalone_server.primary_address)
+    conn.command({"hello": 1})
+    standalone_server.set_rate_limit(1, burst_seconds=0.5)
+    assert [conn.command({"ping": 1})["ok"] for _ in range(3)] == [0.0, 0.0, 0.0]

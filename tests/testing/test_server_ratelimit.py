@@ -41,9 +41,16 @@ def test_bucket_starts_full_and_refills_at_rate() -> None:
     assert bucket.tokens == 5
 
 
-def test_bucket_capacity_is_at_least_one_token() -> None:
-    """A burst below one token would never admit anything, so it is raised to one."""
-    assert TokenBucket(1, 0.1, clock=FakeClock()).capacity == 1
+def test_bucket_below_one_token_admits_nothing() -> None:
+    """A capacity below one token admits nothing, ever (folly TokenBucket under mongod's
+    rate_limiter.cpp: capacity = rate x burst seconds, and a request needs a whole token)."""
+    clock = FakeClock()
+    bucket = TokenBucket(1, 0.5, clock=clock)
+    assert bucket.capacity == 0.5
+    assert bucket.try_acquire() is False
+    clock.now += 1000
+    assert bucket.try_acquire() is False
+    assert bucket.seconds_until_token() == float("inf")
 
 
 def test_bucket_reconfigure_clips_tokens() -> None:

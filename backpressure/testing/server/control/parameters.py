@@ -246,7 +246,10 @@ class ServerParameters:
         """The request limiter's settings (no queue before the 9.0 profile)."""
         settings = self._limiter(_REQUEST, "RateLimiterEnabled", "AdmissionRatePerSec", "Admission")
         if self.burst_tokens is not None:
-            settings.burst_seconds = self.burst_tokens / settings.rate
+            seconds = self.burst_tokens / settings.rate
+            while settings.rate * seconds < self.burst_tokens:  # no token lost to rounding
+                seconds = math.nextafter(seconds, math.inf)
+            settings.burst_seconds = seconds
         if not self.profile.request_queue:
             settings.max_queue_depth = 0
         return settings

@@ -1,7 +1,7 @@
 """Token buckets for the embedded server's ingress limiters, with an optional FIFO wait queue.
 
 Theory of operation: a :class:`TokenBucket` refills at ``rate`` tokens per second up to
-``capacity = rate * burst_seconds`` (at least one token) and starts full. An
+``capacity = rate * burst_seconds`` and starts full; below one token it admits nothing. An
 :class:`AdmissionLimiter` wraps one bucket with mongod's admission rules: disabled admits
 everything; otherwise a request takes a token, or waits in a FIFO queue of at most
 ``max_queue_depth`` entries (0 = reject at once), or is rejected. The waiting is the only
@@ -76,6 +76,8 @@ class TokenBucket:
         self._refill()
         if self._tokens >= 1.0:
             return 0.0
+        if self.capacity < 1.0:
+            return math.inf  # never: the bucket cannot hold a whole token
         return (1.0 - self._tokens) / self.rate
 
     def _refill(self) -> None:
@@ -87,10 +89,12 @@ class TokenBucket:
 
 
 def _capacity(rate: float, burst_seconds: float) -> float:
+    """``rate * burst_seconds`` tokens: below one, the bucket admits nothing, as folly's
+    TokenBucket under mongod's limiters does."""
     if rate <= 0 or burst_seconds <= 0:
         raise ValueError("rate and burst_seconds must be positive")
     product = rate * burst_seconds
-    return max(1.0, product) if math.isfinite(product) else math.inf
+    return product if math.isfinite(product) else math.inf
 
 
 class LimiterSettings:
@@ -248,4 +252,6 @@ class AdmissionLimiter:
             if self.bucket.try_acquire():
                 self._waiters.popleft().set_result(True)
                 continue
-            await asyncio.sleep(max(0.001, self.bucket.seconds_until_token()))
+            # A bucket smaller than one token never admits: look again in a second, in case
+            # the limiter is reconfigured (or switched off, which releases the waiters).
+            await asyncio.sleep(min(1.0, max(0.001, self.bucket.seconds_until_token())))
