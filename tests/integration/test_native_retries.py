@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from typing import Any
+from typing import Any, Callable
 
 import pymongo
 import pytest
@@ -153,11 +153,13 @@ async def test_backoff_follows_jitter_and_draft_exponents(
 
 async def test_server_base_backoff_sets_the_delays(
     clients: ClientFactory,
-    standalone_server: EmbeddedServer,
+    embedded_server_factory: Callable[..., EmbeddedServer],
     commands: CommandRecorder,
     retries: RetryRecorder,
 ) -> None:
-    """The server's baseBackoffMS replaces the policy base (0.1 s) in the reported delays."""
+    """The server's baseBackoffMS replaces the policy base (0.1 s) in the reported delays
+    (baseBackoffMS exists from MongoDB 9.0 on: the server runs the 9.0 profile)."""
+    standalone_server = embedded_server_factory(server_version="9.0")
     policy = DRAFT.replace(max_retries=2)
     client = enabled_client(clients, standalone_server, commands, retries, policy, 1.0)
     standalone_server.set_parameter(externalClientBaseBackoffMS=2)

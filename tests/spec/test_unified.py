@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import pytest
 
@@ -35,7 +36,7 @@ from backpressure.testing.unified import (
     load_spec_file,
 )
 
-DeploymentFor = Callable[[str], Deployment]
+DeploymentFor = Callable[..., Deployment]
 
 # Motor 3.7 runs on pymongo's sync client in a thread pool: a third flavour when installed.
 FLAVOURS = ("sync", "async") + (("motor",) if importlib.util.find_spec("motor") else ())
@@ -70,6 +71,8 @@ class Case:
     missing: str = ""
     topology: Optional[str] = None
     """Embedded topology to force (default: chosen from the file's requirements)."""
+    server_version: Optional[str] = None
+    """Embedded server version profile (default: the plugin's servers, 8.2.6)."""
 
     @property
     def id(self) -> str:
@@ -103,6 +106,14 @@ def external_suites(value: str) -> list[tuple[Path, str]]:
     return suites
 
 
+def _profile_needed(doc: Mapping[str, Any]) -> Optional[str]:
+    """``9.0`` for a file that needs ``externalClientBaseBackoffMS`` (a 9.0 parameter)."""
+    for requirement in doc.get("runOnRequirements") or []:
+        if "externalClientBaseBackoffMS" in (requirement.get("serverParameters") or {}):
+            return "9.0"
+    return None
+
+
 def _cases() -> list[Case]:
     """Every case, or one skipped placeholder per flavour when the shared files are absent."""
     cases: list[Case] = []
@@ -117,7 +128,8 @@ def _cases() -> list[Case]:
         if OWN_SPEC_TESTS.is_dir():
             for path in iter_spec_paths([OWN_SPEC_TESTS]):
                 spec = load_spec_file(path, display_name=f"spec-tests/{path.name}")
-                cases.extend(Case("draft", flavour, t) for t in spec.tests)
+                version = _profile_needed(spec.doc)
+                cases.extend(Case("draft", flavour, t, server_version=version) for t in spec.tests)
         for path in iter_spec_paths([RUNNER_SCENARIOS]):
             cases.extend(Case("none", flavour, t) for t in load_spec_file(path).tests)
         for folder, preset in external_suites(os.environ.get(EXTERNAL_SUITES_VARIABLE, "")):
@@ -143,7 +155,8 @@ def test_unified(case: Case, spec_deployment: DeploymentFor) -> None:
     if topology is None:
         pytest.skip("no embedded topology satisfies runOnRequirements")
     config = RunnerConfig(preset=case.preset, flavour=case.flavour, fast_backoff=True)
-    result = UnifiedRunner(spec_deployment(topology), config).run_test(case.test)
+    deployment = spec_deployment(topology, case.server_version)
+    result = UnifiedRunner(deployment, config).run_test(case.test)
     if result.outcome is Outcome.SKIP:
         pytest.skip(result.reason)
     if result.outcome is Outcome.FAIL:

@@ -23,8 +23,9 @@ def test_get_parameter_star_enables_test_commands(
         params["ingressRequestAdmissionBurstSize"]
         == params["ingressRequestAdmissionBurstCapacitySecs"]
     )
-    named = client.admin.command("getParameter", 1, externalClientBaseBackoffMS=1)
-    assert named["externalClientBaseBackoffMS"] == 0
+    named = client.admin.command("getParameter", 1, ingressRequestAdmissionMaxQueueDepth=1)
+    assert named["ingressRequestAdmissionMaxQueueDepth"] == 0
+    assert "externalClientBaseBackoffMS" not in params  # 9.0 only; the default profile is 8.2.6
 
 
 @pytest.mark.parametrize(
@@ -33,11 +34,9 @@ def test_get_parameter_star_enables_test_commands(
         ("ingressRequestAdmissionRatePerSec", -1),
         ("ingressRequestAdmissionRatePerSec", "fast"),
         ("ingressRequestAdmissionBurstCapacitySecs", 0),
-        ("ingressRequestAdmissionBurstSize", -2.5),
         ("ingressRequestAdmissionMaxQueueDepth", 1.5),
         ("ingressRequestRateLimiterEnabled", "yes"),
         ("ingressConnectionEstablishmentRatePerSec", 0),
-        ("externalClientBaseBackoffMS", -10),
     ],
 )
 def test_set_parameter_bad_values(
@@ -62,27 +61,37 @@ def test_set_parameter_applies_to_one_member_only(
     replicaset_server: EmbeddedServer, make_client: Any
 ) -> None:
     """Like mongod, setParameter on one member leaves the others alone."""
-    replicaset_server.set_parameter(1, externalClientBaseBackoffMS=25)
+    replicaset_server.set_parameter(1, ingressRequestAdmissionRatePerSec=25)
     values = [
-        replicaset_server.command({"getParameter": 1, "externalClientBaseBackoffMS": 1}, i)[
-            "externalClientBaseBackoffMS"
+        replicaset_server.command({"getParameter": 1, "ingressRequestAdmissionRatePerSec": 1}, i)[
+            "ingressRequestAdmissionRatePerSec"
         ]
         for i in range(3)
     ]
-    assert values == [0, 25, 0]
+    assert values == [2**31 - 1, 25, 2**31 - 1]
 
 
-def test_burst_size_alias() -> None:
-    """The older ingressRequestAdmissionBurstSize name sets the burst capacity."""
-    params = ServerParameters({"ingressRequestAdmissionBurstSize": 3})
-    assert params.request_limiter().burst_seconds == 3
+def test_burst_size_is_a_token_count() -> None:
+    """The older ingressRequestAdmissionBurstSize sets the capacity in tokens, whatever the rate.
+
+    mongod: ingress_request_rate_limiter.idl (burstSize, "burstSize cannot be less than 1.0").
+    """
+    params = ServerParameters(
+        {"ingressRequestAdmissionRatePerSec": 2, "ingressRequestAdmissionBurstSize": 3}
+    )
+    settings = params.request_limiter()
+    assert settings.rate * settings.burst_seconds == 3
+    assert params.get("ingressRequestAdmissionBurstSize") == 3
+    params.update({"ingressRequestAdmissionBurstCapacitySecs": 4})  # seconds again: 2 x 4
+    settings = params.request_limiter()
+    assert settings.rate * settings.burst_seconds == 8
 
 
 def test_diagnostic_commands(replicaset_server: EmbeddedServer, make_client: Any) -> None:
     """buildInfo, serverStatus, getCmdLineOpts, hostInfo, whatsmyuri, connectionStatus answer."""
     client = make_client(replicaset_server.uri)
     admin = client.admin
-    assert admin.command("buildInfo")["versionArray"] == [8, 2, 0, 0]
+    assert admin.command("buildInfo")["versionArray"] == [8, 2, 6, 0]
     status = admin.command("serverStatus")
     assert set(status["network"]["ingressRequestRateLimiter"]) >= {
         "attemptedAdmissions",
@@ -136,7 +145,7 @@ def test_reset_restores_everything(
     embedded_server_factory: Any, make_client: Any, raw_connect: Any
 ) -> None:
     """reset() drops data, fail points, changed parameters and counters, keeps start settings."""
-    server = embedded_server_factory(rate_limit=1000, base_backoff_ms=10)
+    server = embedded_server_factory(rate_limit=1000, base_backoff_ms=10, server_version="9.0")
     client = make_client(server.uri)
     client.test.c.insert_one({"x": 1})
     server.configure_fail_point(

@@ -203,4 +203,4 @@ def test_help_describes_every_option_with_its_default() -> None:
         end = text.index(f" {following} ", start) if following else len(text)
         assert "default:" in text[start:end], option
     assert "(default: 127.0.0.1)" in text
-    assert "(default: 8.2.0)" in text
+    assert "(default: 8.2.6)" in text

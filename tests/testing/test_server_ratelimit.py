@@ -41,9 +41,16 @@ def test_bucket_starts_full_and_refills_at_rate() -> None:
     assert bucket.tokens == 5
 
 
-def test_bucket_capacity_is_at_least_one_token() -> None:
-    """A burst below one token would never admit anything, so it is raised to one."""
-    assert TokenBucket(1, 0.1, clock=FakeClock()).capacity == 1
+def test_bucket_below_one_token_admits_nothing() -> None:
+    """A capacity below one token admits nothing, ever (folly TokenBucket under mongod's
+    rate_limiter.cpp: capacity = rate x burst seconds, and a request needs a whole token)."""
+    clock = FakeClock()
+    bucket = TokenBucket(1, 0.5, clock=clock)
+    assert bucket.capacity == 0.5
+    assert bucket.try_acquire() is False
+    clock.now += 1000
+    assert bucket.try_acquire() is False
+    assert bucket.seconds_until_token() == float("inf")
 
 
 def test_bucket_reconfigure_clips_tokens() -> None:
@@ -103,7 +110,8 @@ async def test_disabling_releases_waiters() -> None:
 
 
 def test_rejection_reply_is_exact(standalone_server: EmbeddedServer, raw_connect: Any) -> None:
-    """Beyond the tokens, a command gets mongod's 462 reply with both overload labels."""
+    """Beyond the tokens, a command gets mongod 8.2.6's 462 reply: both overload labels and
+    NoWritesPerformed (the default profile; SERVER-113311, rate_limiter.cpp)."""
     conn: Any = raw_connect(standalone_server.primary_address)
     conn.command({"hello": 1})
     standalone_server.set_rate_limit(1, burst_seconds=1)
@@ -113,7 +121,7 @@ def test_rejection_reply_is_exact(standalone_server: EmbeddedServer, raw_connect
         "errmsg": "Rate limiter 'ingressRequestRateLimiter' rate exceeded",
         "code": 462,
         "codeName": "IngressRequestRateLimitExceeded",
-        "errorLabels": ["SystemOverloadedError", "RetryableError"],
+        "errorLabels": ["SystemOverloadedError", "RetryableError", "NoWritesPerformed"],
     }
     assert conn.command({"hello": 1})["ok"] == 1.0  # exempt
     status = conn.command({"serverStatus": 1})["network"]["ingressRequestRateLimiter"]
@@ -125,20 +133,27 @@ def test_rejection_reply_is_exact(standalone_server: EmbeddedServer, raw_connect
 
 
 def test_allow_retries_false_drops_retryable_label(
-    standalone_server: EmbeddedServer, raw_connect: Any
+    embedded_server_factory: Callable[..., EmbeddedServer], raw_connect: Any
 ) -> None:
-    """ingressRequestRateLimiterAllowRetries=false leaves only SystemOverloadedError."""
-    conn: Any = raw_connect(standalone_server.primary_address)
-    standalone_server.set_parameter(ingressRequestRateLimiterAllowRetries=False)
-    standalone_server.set_rate_limit(1)
+    """9.0: ingressRequestRateLimiterAllowRetries=false drops RetryableError (SERVER-126027,
+    ingress_request_rate_limiter.idl)."""
+    server = embedded_server_factory(server_version="9.0")
+    conn: Any = raw_connect(server.primary_address)
+    server.set_parameter(ingressRequestRateLimiterAllowRetries=False)
+    server.set_rate_limit(1)
     conn.command({"ping": 1})
-    assert conn.command({"ping": 1})["errorLabels"] == ["SystemOverloadedError"]
+    assert conn.command({"ping": 1})["errorLabels"] == [
+        "SystemOverloadedError",
+        "NoWritesPerformed",
+    ]
 
 
 def test_base_backoff_attached_to_overload_errors(
-    standalone_server: EmbeddedServer, raw_connect: Any
+    embedded_server_factory: Callable[..., EmbeddedServer], raw_connect: Any
 ) -> None:
-    """externalClientBaseBackoffMS adds baseBackoffMS to limiter and injected overload errors."""
+    """9.0: externalClientBaseBackoffMS adds baseBackoffMS to limiter and injected overload
+    errors (SERVER-130142)."""
+    standalone_server = embedded_server_factory(server_version="9.0")
     conn: Any = raw_connect(standalone_server.primary_address)
     standalone_server.set_parameter(externalClientBaseBackoffMS=50)
     standalone_server.configure_fail_point(
@@ -169,9 +184,11 @@ def _pings_received(server: EmbeddedServer) -> int:
 
 
 def test_queue_depth_delays_instead_of_rejecting(
-    standalone_server: EmbeddedServer, raw_connect: Any
+    embedded_server_factory: Callable[..., EmbeddedServer], raw_connect: Any
 ) -> None:
-    """With a queue, the second request waits for a token and the third is rejected."""
+    """9.0: with a queue, the second request waits for a token and the third is rejected
+    (SERVER-124943)."""
+    standalone_server = embedded_server_factory(server_version="9.0")
     conns: list[Any] = [raw_connect(standalone_server.primary_address) for _ in range(3)]
     for conn in conns:
         conn.command({"hello": 1})

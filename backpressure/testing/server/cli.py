@@ -16,6 +16,7 @@ from typing import Optional
 
 from backpressure.testing.server.cluster.topology import DEFAULT_MEMBERS, TOPOLOGIES
 from backpressure.testing.server.control.parameters import start_parameters
+from backpressure.testing.server.control.profiles import DEFAULT_SERVER_VERSION, PROFILE_NAMES
 from backpressure.testing.server.transport.deployment import Deployment
 
 __all__ = ["main"]
@@ -43,6 +44,16 @@ def _members(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
     return value
+
+
+def _version(text: str) -> str:
+    """An argparse type: a dotted server version such as 8.2.6 or 9.0."""
+    parts = text.split(".")
+    if not 2 <= len(parts) <= 4 or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"expected a version such as {', '.join(PROFILE_NAMES)}, got {text!r}"
+        )
+    return text
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -129,8 +140,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     add(
         "--server-version",
-        default="8.2.0",
-        help="version reported by buildInfo (default: %(default)s)",
+        type=_version,
+        default=DEFAULT_SERVER_VERSION,
+        metavar="{" + ",".join(PROFILE_NAMES) + "}",
+        help="version reported by buildInfo; it picks the limiter profile: 8.2.0 (below 8.2.6), "
+        "8.2.6 (NoWritesPerformed on rejections; up to 9.0) or 9.0 (AllowRetries, "
+        "externalClientBaseBackoffMS, request queueing, appName exemptions); any other x.y.z "
+        "takes the profile below it (default: %(default)s)",
+    )
+    add(
+        "--limit-hello",
+        action="store_true",
+        help="limit hello and handshakes like any request (mongod with auth off); by default "
+        "they are exempt (mongod with auth on: unauthenticated sessions)",
     )
     add(
         "--log-level",
@@ -180,6 +202,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     try:
         params = start_parameters(
+            server_version=args.server_version,
             rate_limit=args.rate_limit,
             burst_seconds=args.burst_seconds,
             queue_depth=args.queue_depth,
@@ -196,6 +219,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parameters=params,
             max_wire_version=args.max_wire_version,
             server_version=args.server_version,
+            limit_hello=args.limit_hello,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

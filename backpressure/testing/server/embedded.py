@@ -24,6 +24,7 @@ from backpressure.testing.server.cluster.member import CONTROL_APP_NAME
 from backpressure.testing.server.cluster.topology import DEFAULT_MEMBERS, TOPOLOGIES
 from backpressure.testing.server.control.failpoints import FAIL_POINTS
 from backpressure.testing.server.control.parameters import start_parameters
+from backpressure.testing.server.control.profiles import DEFAULT_SERVER_VERSION
 from backpressure.testing.server.control.stats import merge_stats
 from backpressure.testing.server.transport.deployment import Deployment
 from backpressure.testing.server.wire.framing import (
@@ -99,10 +100,17 @@ class EmbeddedServer:
         connection_rate_limit: Optional[float] = None,
         connection_burst_seconds: float = 1.0,
         max_wire_version: int = 25,
-        server_version: str = "8.2.0",
+        server_version: str = DEFAULT_SERVER_VERSION,
+        limit_hello: bool = False,
         subprocess: bool = False,
     ) -> None:
-        """Configure the server; nothing runs until :meth:`start` (or ``with``)."""
+        """Configure the server; nothing runs until :meth:`start` (or ``with``).
+
+        ``server_version`` is reported by ``buildInfo`` and picks the limiter profile
+        (``8.2.0``, ``8.2.6`` (default) or ``9.0``; see ``control/profiles.py``).
+        ``limit_hello=True`` limits hellos and handshakes like any request (mongod with auth
+        off); the default exempts them (mongod with auth on: unauthenticated sessions).
+        """
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}; expected one of {TOPOLOGIES}")
         self.topology = topology
@@ -117,8 +125,10 @@ class EmbeddedServer:
         self.connection_burst_seconds = connection_burst_seconds
         self.max_wire_version = max_wire_version
         self.server_version = server_version
+        self.limit_hello = limit_hello
         self.subprocess = subprocess
         self._parameters = start_parameters(
+            server_version=server_version,
             rate_limit=rate_limit,
             burst_seconds=burst_seconds,
             queue_depth=queue_depth,
@@ -245,13 +255,27 @@ class EmbeddedServer:
         queue_depth: int = 0,
         member: Optional[MemberRef] = None,
     ) -> None:
-        """Enable the ingress request limiter with ``rate`` requests/s."""
+        """Enable the ingress request limiter with ``rate`` requests/s (an integer >= 1, as
+        mongod's ``ingressRequestAdmissionRatePerSec``); ``queue_depth`` needs the 9.0 profile
+        (8.2 accepts it and still rejects at once)."""
         self.set_parameter(
             member,
             ingressRequestAdmissionRatePerSec=rate,
             ingressRequestAdmissionBurstCapacitySecs=burst_seconds,
             ingressRequestAdmissionMaxQueueDepth=queue_depth,
             ingressRequestRateLimiterEnabled=True,
+        )
+
+    def set_operation_rate_limit(
+        self, rate: int, burst_seconds: float = 1.0, member: Optional[MemberRef] = None
+    ) -> None:
+        """Enable the operation rate limiter (code 463; server version 8.3 or later) at ``rate``
+        operations/s: the embedded stand-in for mongod's adaptive operation rate limiter."""
+        self.set_parameter(
+            member,
+            backpressureOperationRateLimiterRatePerSec=rate,
+            backpressureOperationRateLimiterBurstCapacitySecs=burst_seconds,
+            backpressureOperationRateLimiterEnabled=True,
         )
 
     def disable_rate_limit(self, member: Optional[MemberRef] = None) -> None:
@@ -306,6 +330,8 @@ class EmbeddedServer:
             "--connection-burst-seconds", str(self.connection_burst_seconds),
             "--log-level", "WARNING",
         ]  # fmt: skip
+        if self.limit_hello:
+            args.append("--limit-hello")
         if self.rate_limit is not None:
             args += ["--rate-limit", str(self.rate_limit)]
         if self.base_backoff_ms is not None:
@@ -348,6 +374,7 @@ class EmbeddedServer:
             parameters=self._parameters,
             max_wire_version=self.max_wire_version,
             server_version=self.server_version,
+            limit_hello=self.limit_hello,
         )
 
         async def serve() -> None:

@@ -96,6 +96,8 @@ CODE_NAMES: Mapping[int, str] = MappingProxyType(
         433: "AdmissionQueueOverflow",
         449: "RateLimitExceeded",
         462: "IngressRequestRateLimitExceeded",
+        463: "IngressOperationRateLimitExceeded",
+        473: "InterruptedDueToOverload",
         9001: "SocketException",
         10058: "LegacyNotPrimary",
         10107: "NotWritablePrimary",

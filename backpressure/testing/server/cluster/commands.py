@@ -1,8 +1,9 @@
 """Server-level commands the transport answers itself; every other command goes to the engine.
 
 ``ADMIN_COMMANDS`` is an explicit dispatch table. ``RATE_LIMIT_EXEMPT`` lists the commands the
-ingress request limiter never counts as attempts (they are counted as exempted): the hellos and
-the control commands tests use to configure and read the server.
+ingress request limiter never counts as attempts (they are counted as exempted): the control
+commands tests use to configure and read the server, and the hellos unless the deployment runs
+with ``limit_hello``.
 """
 
 from __future__ import annotations
@@ -134,6 +135,21 @@ def _server_status(
             "available": 100_000 - open_connections,
             "totalCreated": member.total_connections,
             "rejected": member.stats.connections_rejected,
+            "queuedForEstablishment": member.connection_limiter.queued,
+            "establishmentRateLimit": {
+                "rejected": member.connection_limiter.rejected,
+                "exempted": member.connection_limiter.exempted,
+                "interruptedDueToClientDisconnect": member.establishment_interrupted,
+            },
+        },
+        "queues": {
+            "ingressSessionEstablishment": {
+                "averageTimeQueuedMicros": (
+                    member.establishment_queued_micros // member.establishment_queued
+                    if member.establishment_queued
+                    else 0
+                ),
+            },
         },
         "network": {
             "ingressRequestRateLimiter": member.request_limiter.status(),
@@ -147,6 +163,14 @@ def _server_status(
         },
         "ok": 1.0,
     }
+    if member.profile.request_queue:
+        reply["backpressure"]["ingressRequestQueue"] = {
+            "waiting": member.request_limiter.queued,
+            "interruptedByMaxTimeMS": member.queue_interrupted_by_max_time,
+            "interruptedByClientDisconnect": member.queue_interrupted_by_disconnect,
+        }
+    if member.profile.operation_rate_limiter:
+        reply["backpressure"]["operationRateLimiter"] = member.operation_limiter.status()
     if member.topology.kind == "replicaset":
         hello = member.topology.hello(member.member, connection_id=0, legacy=False)
         reply["repl"] = {

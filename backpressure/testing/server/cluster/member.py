@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from backpressure.testing.server.cluster.topology import Member, Topology
 from backpressure.testing.server.control.failpoints import FailCommand, TransactionalWriteFailPoint
 from backpressure.testing.server.control.parameters import ServerParameters
+from backpressure.testing.server.control.profiles import profile_for
 from backpressure.testing.server.control.ratelimit import AdmissionLimiter
 from backpressure.testing.server.control.stats import ConnectionRecord, MemberStats
 
@@ -33,6 +34,8 @@ class ConnectionState:
     """Compressors negotiated in the handshake."""
     control: bool = False
     """True for an ``EmbeddedServer`` control connection."""
+    peer_host: Optional[str] = None
+    """The client's IP address (for ``ingressRequestRateLimiterExemptions``)."""
 
     @property
     def connection_id(self) -> int:
@@ -60,13 +63,27 @@ class MemberState:
         self.topology = topology
         self.engine = engine
         self.start_parameters = dict(start_parameters)
-        self.parameters = ServerParameters(start_parameters)
+        self.profile = profile_for(topology.server_version)
+        """The limiter behaviours of the member's server version."""
+        self.parameters = ServerParameters(start_parameters, self.profile)
         self.fail_command = FailCommand()
         self.transactional_write = TransactionalWriteFailPoint()
         """The ``onPrimaryTransactionalWrite`` fail point."""
         self.request_limiter = AdmissionLimiter(self.parameters.request_limiter())
         self.connection_limiter = AdmissionLimiter(self.parameters.connection_limiter())
+        self.operation_limiter = AdmissionLimiter(self.parameters.operation_limiter())
+        """The operation rate limiter (code 463; 8.3+ profiles only)."""
         self.stats = MemberStats()
+        self.queue_interrupted_by_max_time = 0
+        """Queued requests (9.0) whose maxTimeMS ran out before they got a token."""
+        self.queue_interrupted_by_disconnect = 0
+        """Queued requests (9.0) whose client closed the connection before they got a token."""
+        self.establishment_interrupted = 0
+        """Connections whose client closed them while they waited for a connection token."""
+        self.establishment_queued_micros = 0
+        """Time connections spent in the establishment queue, in microseconds (all of them)."""
+        self.establishment_queued = 0
+        """Connections that left the establishment queue (admitted or interrupted)."""
         self.started = time.monotonic()
         self.requests = 0
         """Requests handled since start (control connections included)."""
@@ -79,21 +96,26 @@ class MemberState:
         """Push the current parameter values into the limiters."""
         self.request_limiter.apply(self.parameters.request_limiter())
         self.connection_limiter.apply(self.parameters.connection_limiter())
+        self.operation_limiter.apply(self.parameters.operation_limiter())
 
     def reset(self) -> None:
         """Fail points off, parameters and limiters back to start-up settings, counters zeroed."""
         self.fail_command.disable()
         self.transactional_write.disable()
-        self.parameters = ServerParameters(self.start_parameters)
+        self.parameters = ServerParameters(self.start_parameters, self.profile)
         self.request_limiter.apply(self.parameters.request_limiter())
         self.connection_limiter.apply(self.parameters.connection_limiter())
-        self.request_limiter.bucket.refill_to_capacity()
-        self.connection_limiter.bucket.refill_to_capacity()
-        self.request_limiter.reset_counters()
-        self.connection_limiter.reset_counters()
+        self.operation_limiter.apply(self.parameters.operation_limiter())
+        for limiter in (self.request_limiter, self.connection_limiter, self.operation_limiter):
+            limiter.bucket.refill_to_capacity()
+            limiter.reset_counters()
         self.stats.reset()
+        self.queue_interrupted_by_max_time = self.queue_interrupted_by_disconnect = 0
+        self.establishment_interrupted = 0
+        self.establishment_queued_micros = self.establishment_queued = 0
 
     def close(self) -> None:
         """Release every limiter waiter."""
         self.request_limiter.close()
         self.connection_limiter.close()
+        self.operation_limiter.close()

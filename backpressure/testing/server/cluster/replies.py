@@ -20,6 +20,7 @@ __all__ = [
     "in_transaction",
     "is_retryable_write",
     "mongod_labels",
+    "operation_limited_reply",
     "rate_limited_reply",
     "unsatisfiable_write_concern",
 ]
@@ -34,8 +35,13 @@ _TRANSIENT_CODES = frozenset({24, 112, 267, 13388, 249, 246, 239, 150})
 SnapshotUnavailable, SnapshotTooOld, StaleEpoch: transient inside a transaction and on commit or
 abort alike (mongod's ``isTransientTransactionError``)."""
 
-_OVERLOAD_CODES = frozenset({462})
-"""Codes mongod labels ``SystemOverloadedError`` + ``RetryableError``."""
+_OVERLOAD_LABELS: Mapping[int, tuple[str, ...]] = {
+    462: ("SystemOverloadedError", "RetryableError"),
+    463: ("SystemOverloadedError", "RetryableError", "NoWritesPerformed"),
+    473: ("SystemOverloadedError",),
+}
+"""The overload codes and their labels (the Atlas overload-errors page): 462 the ingress request
+limiter, 463 the operation rate limiter (8.3+), 473 the query sentinel (not retryable)."""
 
 _NO_SUCH_TRANSACTION = 251
 _COMMIT_OR_ABORT = frozenset({"commitTransaction", "abortTransaction"})
@@ -72,8 +78,7 @@ def mongod_labels(
             labels.append("RetryableWriteError")
     elif is_retryable_write(name, body) and code in RETRYABLE_CODES:
         labels.append("RetryableWriteError")
-    if code in _OVERLOAD_CODES:
-        labels += ["SystemOverloadedError", "RetryableError"]
+    labels += _OVERLOAD_LABELS.get(code, ())
     return labels
 
 
@@ -99,17 +104,36 @@ def error_reply(
     return reply
 
 
-def rate_limited_reply(allow_retries: bool) -> dict[str, Any]:
-    """The request limiter's rejection (``RetryableError`` only when retries are allowed)."""
-    labels = (
-        ["SystemOverloadedError", "RetryableError"] if allow_retries else ["SystemOverloadedError"]
-    )
+def rate_limited_reply(allow_retries: bool, no_writes_performed: bool = False) -> dict[str, Any]:
+    """The request limiter's rejection: ``RetryableError`` only when retries are allowed,
+    ``NoWritesPerformed`` from 8.2.6 on (SERVER-113311)."""
+    labels = ["SystemOverloadedError"]
+    if allow_retries:
+        labels.append("RetryableError")
+    if no_writes_performed:
+        labels.append("NoWritesPerformed")
     return {
         "ok": 0.0,
         "errmsg": RATE_LIMITED_ERRMSG,
         "code": 462,
         "codeName": "IngressRequestRateLimitExceeded",
         "errorLabels": labels,
+    }
+
+
+OPERATION_LIMITED_ERRMSG = "Operation rate limiter rate exceeded"
+"""The ``errmsg`` of an operation-limiter rejection (mongod's wording is not known)."""
+
+
+def operation_limited_reply() -> dict[str, Any]:
+    """The operation rate limiter's rejection: code 463 with SystemOverloadedError,
+    RetryableError and NoWritesPerformed."""
+    return {
+        "ok": 0.0,
+        "errmsg": OPERATION_LIMITED_ERRMSG,
+        "code": 463,
+        "codeName": "IngressOperationRateLimitExceeded",
+        "errorLabels": list(_OVERLOAD_LABELS[463]),
     }
 
 

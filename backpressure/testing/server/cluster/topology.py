@@ -115,7 +115,7 @@ class Topology:
         members: list[Member],
         *,
         max_wire_version: int = 25,
-        server_version: str = "8.2.0",
+        server_version: str = "8.2.6",
     ) -> None:
         """Describe ``members`` of a ``kind`` topology."""
         if kind not in TOPOLOGIES:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import sys
 from collections.abc import Mapping
 from typing import Any, Callable
 
+from backpressure.testing.server.control.profiles import (
+    DEFAULT_SERVER_VERSION,
+    ServerProfile,
+    profile_for,
+)
 from backpressure.testing.server.control.ratelimit import UNLIMITED_RATE, LimiterSettings
 from backpressure.testing.server.errors import CommandError
 
@@ -28,6 +34,14 @@ DEFAULTS: Mapping[str, Any] = {
     "ingressConnectionEstablishmentRatePerSec": UNLIMITED_RATE,
     "ingressConnectionEstablishmentBurstCapacitySecs": DBL_MAX,
     "ingressConnectionEstablishmentMaxQueueDepth": 0,
+    "ingressRequestRateLimiterExemptions": {"ranges": []},
+    "ingressConnectionEstablishmentRateLimiterBypass": {"ranges": []},
+    "ingressRequestRateLimiterApplicationExemptions": {"appNames": []},
+    # The embedded server's stand-in for mongod's adaptive operation rate limiter (8.3+):
+    # a plain token bucket whose rejections are code 463. The names are this server's own.
+    "backpressureOperationRateLimiterEnabled": False,
+    "backpressureOperationRateLimiterRatePerSec": UNLIMITED_RATE,
+    "backpressureOperationRateLimiterBurstCapacitySecs": DBL_MAX,
     "externalClientBaseBackoffMS": 0,
     # Accepted and stored for test suites that set them; they change nothing here.
     "transactionLifetimeLimitSeconds": 60,
@@ -37,8 +51,18 @@ DEFAULTS: Mapping[str, Any] = {
 }
 """Every settable parameter and its default (mongod's defaults where mongod has one)."""
 
-_ALIASES = {"ingressRequestAdmissionBurstSize": "ingressRequestAdmissionBurstCapacitySecs"}
-"""Older 8.x builds call the burst capacity ``ingressRequestAdmissionBurstSize``."""
+_BURST_SIZE = "ingressRequestAdmissionBurstSize"
+"""Older 8.x builds size the burst in tokens with this parameter instead of seconds."""
+
+_PROFILE_ONLY: Mapping[str, Callable[[ServerProfile], bool]] = {
+    "ingressRequestRateLimiterAllowRetries": lambda p: p.allow_retries_parameter,
+    "externalClientBaseBackoffMS": lambda p: p.base_backoff,
+    "ingressRequestRateLimiterApplicationExemptions": lambda p: p.application_exemptions,
+    "backpressureOperationRateLimiterEnabled": lambda p: p.operation_rate_limiter,
+    "backpressureOperationRateLimiterRatePerSec": lambda p: p.operation_rate_limiter,
+    "backpressureOperationRateLimiterBurstCapacitySecs": lambda p: p.operation_rate_limiter,
+}
+"""Parameters that exist only from some server version on (unknown before, as in mongod)."""
 
 _READ_ONLY: Mapping[str, Any] = {"enableTestCommands": 1, "authenticationMechanisms": []}
 
@@ -57,6 +81,59 @@ def _positive(name: str, value: Any) -> float:
     if not math.isfinite(value) and value != math.inf:
         raise CommandError(2, f"Invalid value for parameter {name}: {value!r}")
     return value
+
+
+def _rate(name: str, value: Any) -> int:
+    """mongod's admission rates: an int32 of at least 1 (an integral double is accepted)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CommandError(2, f"Invalid value for parameter {name}: {value!r} is not a number")
+    if not math.isfinite(value) or value != int(value):
+        raise CommandError(2, f"Invalid value for parameter {name}: {value!r} is not an integer")
+    if value < 1:
+        raise CommandError(
+            2, f"Invalid value for parameter {name}: {int(value)} is not greater than or equal to 1"
+        )
+    if value > UNLIMITED_RATE:
+        raise CommandError(2, f"Invalid value for parameter {name}: {value!r} is out of range")
+    return int(value)
+
+
+def _burst_size(name: str, value: Any) -> float:
+    """The older token-count burst: at least one token."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise CommandError(2, f"Invalid value for parameter {name}: {value!r} is not a number")
+    if value < 1.0:
+        raise CommandError(2, "burstSize cannot be less than 1.0")
+    return float(value)
+
+
+def _ranges(name: str, value: Any) -> dict[str, list[str]]:
+    """``{ranges: [CIDR, ...]}``: each entry an address or network, IPv4 or IPv6."""
+    ranges = value.get("ranges") if isinstance(value, Mapping) else None
+    if not isinstance(ranges, list) or set(value) - {"ranges"}:
+        raise CommandError(2, f"Invalid value for parameter {name}: expected {{ranges: [...]}}")
+    for entry in ranges:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except (TypeError, ValueError):
+            raise CommandError(
+                2, f"Invalid value for parameter {name}: {entry!r} is not a CIDR range"
+            ) from None
+    return {"ranges": list(ranges)}
+
+
+def _app_names(name: str, value: Any) -> dict[str, list[str]]:
+    """``{appNames: [prefix, ...]}``."""
+    names = value.get("appNames") if isinstance(value, Mapping) else None
+    if (
+        not isinstance(names, list)
+        or set(value) - {"appNames"}
+        or not all(isinstance(n, str) for n in names)
+    ):
+        raise CommandError(
+            2, f"Invalid value for parameter {name}: expected {{appNames: [string, ...]}}"
+        )
+    return {"appNames": list(names)}
 
 
 def _non_negative_int(name: str, value: Any) -> int:
@@ -78,7 +155,7 @@ def _any(name: str, value: Any) -> Any:
 
 _VALIDATORS: Mapping[str, Callable[[str, Any], Any]] = {
     "ingressRequestRateLimiterEnabled": _bool,
-    "ingressRequestAdmissionRatePerSec": _positive,
+    "ingressRequestAdmissionRatePerSec": _rate,
     "ingressRequestAdmissionBurstCapacitySecs": _positive,
     "ingressRequestAdmissionMaxQueueDepth": _non_negative_int,
     "ingressRequestRateLimiterAllowRetries": _bool,
@@ -87,61 +164,107 @@ _VALIDATORS: Mapping[str, Callable[[str, Any], Any]] = {
     "ingressConnectionEstablishmentBurstCapacitySecs": _positive,
     "ingressConnectionEstablishmentMaxQueueDepth": _non_negative_int,
     "externalClientBaseBackoffMS": _non_negative_int,
+    "ingressRequestRateLimiterExemptions": _ranges,
+    "ingressConnectionEstablishmentRateLimiterBypass": _ranges,
+    "backpressureOperationRateLimiterEnabled": _bool,
+    "backpressureOperationRateLimiterRatePerSec": _rate,
+    "backpressureOperationRateLimiterBurstCapacitySecs": _positive,
+    "ingressRequestRateLimiterApplicationExemptions": _app_names,
+    _BURST_SIZE: _burst_size,
 }
 
 
 class ServerParameters:
-    """The parameter values of one member."""
+    """The parameter values of one member, as its server version's profile defines them."""
 
-    def __init__(self, initial: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        initial: Mapping[str, Any] | None = None,
+        profile: ServerProfile | None = None,
+    ) -> None:
         """Start from mongod's defaults overridden by ``initial`` (validated)."""
-        self.values: dict[str, Any] = dict(DEFAULTS)
+        self.profile = profile or profile_for(DEFAULT_SERVER_VERSION)
+        self.values: dict[str, Any] = {
+            k: v
+            for k, v in DEFAULTS.items()
+            if k not in _PROFILE_ONLY or _PROFILE_ONLY[k](self.profile)
+        }
+        self.burst_tokens: float | None = None
+        """The capacity in tokens when it was last set with ``ingressRequestAdmissionBurstSize``."""
         if initial:
             self.update(initial)
 
-    @staticmethod
-    def canonical(name: str) -> str:
-        """Resolve a parameter alias."""
-        return _ALIASES.get(name, name)
-
     def validate(self, name: str, value: Any) -> tuple[str, Any]:
-        """Return the canonical name and the checked value, or raise BadValue/InvalidOptions."""
-        key = self.canonical(name)
-        if key not in self.values:
+        """Return the name and the checked value, or raise BadValue/InvalidOptions."""
+        if name not in self.values and name != _BURST_SIZE:
             if name in _READ_ONLY:
                 raise CommandError(72, f"parameter {name} cannot be set at runtime")
             raise CommandError(
                 72,
                 f"attempted to set unrecognized parameter [{name}], use help:true to see options",
             )
-        return key, _VALIDATORS.get(key, _any)(name, value)
+        return name, _VALIDATORS.get(name, _any)(name, value)
 
     def update(self, changes: Mapping[str, Any]) -> dict[str, Any]:
         """Validate every change, then apply them all; return the previous values."""
         checked = [self.validate(name, value) for name, value in changes.items()]
-        previous = {key: self.values[key] for key, _ in checked}
+        previous = {key: self.get(key) for key, _ in checked}
         for key, value in checked:
-            self.values[key] = value
+            if key == _BURST_SIZE:
+                self.burst_tokens = value
+            else:
+                if key == "ingressRequestAdmissionBurstCapacitySecs":
+                    self.burst_tokens = None
+                self.values[key] = value
         return previous
 
     def get(self, name: str) -> Any:
-        """Return a parameter (aliases and read-only ones included); KeyError when unknown."""
+        """Return a parameter (read-only ones included); KeyError when unknown."""
         if name in _READ_ONLY:
             return _READ_ONLY[name]
-        return self.values[self.canonical(name)]
+        if name == _BURST_SIZE:
+            return self._burst_size()
+        return self.values[name]
 
     def all(self) -> dict[str, Any]:
         """Every parameter, for ``getParameter: "*"``."""
         result = dict(self.values)
-        result["ingressRequestAdmissionBurstSize"] = result[
-            "ingressRequestAdmissionBurstCapacitySecs"
-        ]
+        result[_BURST_SIZE] = self._burst_size()
         result.update(_READ_ONLY)
         return result
 
+    def _burst_size(self) -> float:
+        if self.burst_tokens is not None:
+            return self.burst_tokens
+        values = self.values
+        product = float(values["ingressRequestAdmissionRatePerSec"]) * float(
+            values["ingressRequestAdmissionBurstCapacitySecs"]
+        )
+        return min(product, DBL_MAX)
+
     def request_limiter(self) -> LimiterSettings:
-        """The request limiter's settings."""
-        return self._limiter(_REQUEST, "RateLimiterEnabled", "AdmissionRatePerSec", "Admission")
+        """The request limiter's settings (no queue before the 9.0 profile)."""
+        settings = self._limiter(_REQUEST, "RateLimiterEnabled", "AdmissionRatePerSec", "Admission")
+        if self.burst_tokens is not None:
+            seconds = self.burst_tokens / settings.rate
+            while settings.rate * seconds < self.burst_tokens:  # no token lost to rounding
+                seconds = math.nextafter(seconds, math.inf)
+            settings.burst_seconds = seconds
+        if not self.profile.request_queue:
+            settings.max_queue_depth = 0
+        return settings
+
+    def operation_limiter(self) -> LimiterSettings:
+        """The operation rate limiter's settings (disabled before 8.3; never a queue)."""
+        values = self.values
+        prefix = "backpressureOperationRateLimiter"
+        if prefix + "Enabled" not in values:
+            return LimiterSettings()
+        return LimiterSettings(
+            enabled=bool(values[prefix + "Enabled"]),
+            rate=float(values[prefix + "RatePerSec"]),
+            burst_seconds=float(values[prefix + "BurstCapacitySecs"]),
+        )
 
     def connection_limiter(self) -> LimiterSettings:
         """The connection-establishment limiter's settings."""
@@ -149,13 +272,31 @@ class ServerParameters:
 
     @property
     def allow_retries(self) -> bool:
-        """Whether rate-limiter rejections carry ``RetryableError``."""
-        return bool(self.values["ingressRequestRateLimiterAllowRetries"])
+        """Whether rate-limiter rejections carry ``RetryableError`` (always before 9.0)."""
+        return bool(self.values.get("ingressRequestRateLimiterAllowRetries", True))
 
     @property
     def base_backoff_ms(self) -> int:
-        """``externalClientBaseBackoffMS`` (0: do not attach ``baseBackoffMS``)."""
-        return int(self.values["externalClientBaseBackoffMS"])
+        """``externalClientBaseBackoffMS`` (0, or before 9.0: do not attach ``baseBackoffMS``)."""
+        return int(self.values.get("externalClientBaseBackoffMS", 0))
+
+    @property
+    def exempt_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        """The networks of ``ingressRequestRateLimiterExemptions``."""
+        ranges = self.values["ingressRequestRateLimiterExemptions"]["ranges"]
+        return [ipaddress.ip_network(r, strict=False) for r in ranges]
+
+    @property
+    def bypass_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        """The networks of ``ingressConnectionEstablishmentRateLimiterBypass``."""
+        ranges = self.values["ingressConnectionEstablishmentRateLimiterBypass"]["ranges"]
+        return [ipaddress.ip_network(r, strict=False) for r in ranges]
+
+    @property
+    def exempt_app_prefixes(self) -> list[str]:
+        """The prefixes of ``ingressRequestRateLimiterApplicationExemptions`` (9.0)."""
+        value = self.values.get("ingressRequestRateLimiterApplicationExemptions")
+        return list(value["appNames"]) if value else []
 
     def _limiter(self, prefix: str, enabled: str, rate: str, middle: str) -> LimiterSettings:
         values = self.values
@@ -169,6 +310,7 @@ class ServerParameters:
 
 def start_parameters(
     *,
+    server_version: str = DEFAULT_SERVER_VERSION,
     rate_limit: float | None = None,
     burst_seconds: float = 1.0,
     queue_depth: int = 0,
@@ -188,6 +330,7 @@ def start_parameters(
         )
     if base_backoff_ms is not None:
         params["externalClientBaseBackoffMS"] = base_backoff_ms
+    profile = profile_for(server_version)
     if connection_rate_limit is not None:
         params.update(
             ingressConnectionEstablishmentRateLimiterEnabled=True,
@@ -196,7 +339,17 @@ def start_parameters(
             ingressConnectionEstablishmentMaxQueueDepth=connection_queue_depth,
         )
     try:
-        ServerParameters(params)  # validate now: a bad option fails at start-up, not later
+        if queue_depth and not profile.request_queue:
+            raise CommandError(
+                2, f"request queueing needs server version 9.0 or later (not {server_version})"
+            )
+        if base_backoff_ms is not None and not profile.base_backoff:
+            raise CommandError(
+                2,
+                f"externalClientBaseBackoffMS needs server version 9.0 or later "
+                f"(not {server_version})",
+            )
+        ServerParameters(params, profile)  # validate now: a bad option fails at start-up, not later
     except CommandError as exc:
         raise ValueError(exc.errmsg) from None
     return params

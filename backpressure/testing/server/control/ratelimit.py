@@ -1,7 +1,7 @@
 """Token buckets for the embedded server's ingress limiters, with an optional FIFO wait queue.
 
 Theory of operation: a :class:`TokenBucket` refills at ``rate`` tokens per second up to
-``capacity = rate * burst_seconds`` (at least one token) and starts full. An
+``capacity = rate * burst_seconds`` and starts full; below one token it admits nothing. An
 :class:`AdmissionLimiter` wraps one bucket with mongod's admission rules: disabled admits
 everything; otherwise a request takes a token, or waits in a FIFO queue of at most
 ``max_queue_depth`` entries (0 = reject at once), or is rejected. The waiting is the only
@@ -15,7 +15,7 @@ import asyncio
 import math
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 __all__ = ["AdmissionLimiter", "LimiterSettings", "TokenBucket"]
 
@@ -24,6 +24,9 @@ Clock = Callable[[], float]
 
 UNLIMITED_RATE = 2**31 - 1
 """mongod's default admission rate (INT32_MAX)."""
+
+INT64_MAX = 2**63 - 1
+"""mongod caps ``totalAvailableTokens`` here (an unlimited bucket holds infinitely many)."""
 
 
 class TokenBucket:
@@ -49,6 +52,11 @@ class TokenBucket:
         self._tokens = self.capacity
         self._stamp = self._clock()
 
+    def give_back(self) -> None:
+        """Return one token (an interrupted waiter's), up to the capacity."""
+        self._refill()
+        self._tokens = min(self.capacity, self._tokens + 1.0)
+
     @property
     def tokens(self) -> float:
         """Tokens available now."""
@@ -68,6 +76,8 @@ class TokenBucket:
         self._refill()
         if self._tokens >= 1.0:
             return 0.0
+        if self.capacity < 1.0:
+            return math.inf  # never: the bucket cannot hold a whole token
         return (1.0 - self._tokens) / self.rate
 
     def _refill(self) -> None:
@@ -79,10 +89,12 @@ class TokenBucket:
 
 
 def _capacity(rate: float, burst_seconds: float) -> float:
+    """``rate * burst_seconds`` tokens: below one, the bucket admits nothing, as folly's
+    TokenBucket under mongod's limiters does."""
     if rate <= 0 or burst_seconds <= 0:
         raise ValueError("rate and burst_seconds must be positive")
     product = rate * burst_seconds
-    return max(1.0, product) if math.isfinite(product) else math.inf
+    return product if math.isfinite(product) else math.inf
 
 
 class LimiterSettings:
@@ -126,12 +138,10 @@ class AdmissionLimiter:
         """Requests that bypassed the limiter."""
 
     def apply(self, settings: LimiterSettings) -> None:
-        """Install new settings; switching on refills the bucket, switching off frees waiters."""
-        was_enabled = self.settings.enabled
+        """Install new settings, keeping the tokens (clipped to the new capacity), as mongod's
+        ``reset()`` does; switching on does not refill; switching off frees waiters."""
         self.settings = settings.copy()
         self.bucket.reconfigure(settings.rate, settings.burst_seconds)
-        if settings.enabled and not was_enabled:
-            self.bucket.refill_to_capacity()
         if not settings.enabled:
             self._release_all()
 
@@ -157,14 +167,46 @@ class AdmissionLimiter:
             return False
         return None
 
-    async def wait(self) -> None:
-        """Wait in the FIFO queue until a token is handed over (after ``try_admit`` said None)."""
+    async def wait(
+        self,
+        timeout: Optional[float] = None,
+        interrupt: Optional[asyncio.Future[Any]] = None,
+    ) -> bool:
+        """Wait in the FIFO queue until a token is handed over (after ``try_admit`` said None).
+
+        Return False when ``timeout`` seconds pass or ``interrupt`` completes first: the waiter
+        leaves the queue, and a token handed over at that very moment goes back to the bucket
+        (mongod returns the token its interrupted waiter borrowed).
+        """
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiters.append(future)
         if self._pump is None or self._pump.done():
             self._pump = asyncio.ensure_future(self._run_pump())
-        await future
-        self.successful += 1
+        if timeout is None and interrupt is None:
+            await future
+            self.successful += 1
+            return True
+        waiting: set[asyncio.Future[Any]] = {future}
+        if interrupt is not None:
+            waiting.add(interrupt)
+        try:
+            await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            self._leave(future)
+            raise
+        if future.done() and not (interrupt is not None and interrupt.done()):
+            self.successful += 1
+            return True
+        self._leave(future)
+        return False
+
+    def _leave(self, future: asyncio.Future[bool]) -> None:
+        """Take a waiter out of the queue, giving back a token it was just handed."""
+        if future.done() and not future.cancelled():
+            if self.settings.enabled:
+                self.bucket.give_back()
+        else:
+            future.cancel()  # the pump skips it
 
     async def admit(self) -> bool:
         """Admit or reject one request, waiting in the queue when allowed."""
@@ -186,14 +228,14 @@ class AdmissionLimiter:
             self._pump = None
 
     def status(self) -> dict[str, Any]:
-        """The ``serverStatus`` section for this limiter."""
+        """The ``serverStatus`` section for this limiter (mongod's fields; mongod leaves queue
+        statistics out of it, and so does this)."""
         return {
             "attemptedAdmissions": self.attempted,
             "successfulAdmissions": self.successful,
             "rejectedAdmissions": self.rejected,
             "exemptedAdmissions": self.exempted,
-            "totalAvailableTokens": float(self.bucket.tokens),
-            "queued": self.queued,
+            "totalAvailableTokens": float(min(self.bucket.tokens, INT64_MAX)),
         }
 
     def _release_all(self) -> None:
@@ -210,4 +252,6 @@ class AdmissionLimiter:
             if self.bucket.try_acquire():
                 self._waiters.popleft().set_result(True)
                 continue
-            await asyncio.sleep(max(0.001, self.bucket.seconds_until_token()))
+            # A bucket smaller than one token never admits: look again in a second, in case
+            # the limiter is reconfigured (or switched off, which releases the waiters).
+            await asyncio.sleep(min(1.0, max(0.001, self.bucket.seconds_until_token())))

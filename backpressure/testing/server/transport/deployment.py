@@ -8,8 +8,15 @@ other connections. A request goes through these steps:
 1. framing (``wire/framing.py``); a malformed or oversized message closes only that
    connection;
 2. the first hello records the handshake (appName, compressors) for statistics and fail points;
-3. the ingress request limiter (hellos and control commands are exempt, see
-   ``cluster/commands.py``);
+3. the ingress request limiter, right after the message is read and before it is decoded (the
+   command name is read at a fixed offset; a compressed message or a connection's first one is
+   decoded first): control commands are exempt (``cluster/commands.py``), and so
+   are hellos unless ``limit_hello`` (mongod with auth on exempts unauthenticated sessions; with
+   auth off it limits them too); client addresses in ``ingressRequestRateLimiterExemptions`` and
+   (9.0) appName or driver-name prefixes in ``ingressRequestRateLimiterApplicationExemptions``
+   are exempt; a rejection is the server version profile's 462 reply (``control/profiles.py``);
+   on 9.0 a request without a token may wait in the queue until its maxTimeMS runs out or its
+   client disconnects; then the operation rate limiter (code 463, 8.3+ profiles);
 4. the ``failCommand`` fail point: block, then close, then error (``control/failpoints.py``); a
    close or an error is reported to ``Engine.note_injected_error`` (mongod has already checked
    the session out and begun a ``startTransaction`` transaction when the fail point fires);
@@ -31,7 +38,7 @@ import ipaddress
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from backpressure.testing.server.cluster.commands import (
     ADMIN_COMMANDS,
@@ -49,6 +56,7 @@ from backpressure.testing.server.cluster.replies import (
     error_reply,
     is_retryable_write,
     mongod_labels,
+    operation_limited_reply,
     rate_limited_reply,
     unsatisfiable_write_concern,
 )
@@ -64,6 +72,7 @@ from backpressure.testing.server.control.failpoints import (
     TransactionalWriteAction,
     canonical_command_name,
 )
+from backpressure.testing.server.control.profiles import DEFAULT_SERVER_VERSION
 from backpressure.testing.server.control.stats import CommandCounters, ConnectionRecord
 from backpressure.testing.server.engine.request import CommandContext
 from backpressure.testing.server.errors import CommandError
@@ -71,12 +80,14 @@ from backpressure.testing.server.wire.compression import SUPPORTED_COMPRESSORS
 from backpressure.testing.server.wire.framing import (
     HEADER_SIZE,
     Header,
+    Peek,
     Request,
     WireError,
     compressed_size,
     pack_reply,
     parse_header,
     parse_request,
+    peek_request,
 )
 
 if TYPE_CHECKING:
@@ -100,6 +111,20 @@ def _default_engine() -> Engine:
     return Engine()
 
 
+_PENDING = "pending"
+"""The request limiter has not seen the request yet (decided while handling it)."""
+_ADMITTED = "admitted"
+"""Admitted (or exempt) before the body was decoded."""
+_QUEUED = "queued"
+"""Must wait in the 9.0 queue (decided before the body was decoded)."""
+
+
+async def _client_gone(reader: asyncio.StreamReader) -> None:
+    """Return once the client has closed its side of the connection (checked every 10 ms)."""
+    while not reader.at_eof():
+        await asyncio.sleep(0.01)
+
+
 class _Close(Exception):
     """Raised inside request handling to drop the connection without a reply."""
 
@@ -116,10 +141,12 @@ class Deployment:
         port: int = 0,
         parameters: Optional[Mapping[str, Any]] = None,
         max_wire_version: int = 25,
-        server_version: str = "8.2.0",
+        server_version: str = DEFAULT_SERVER_VERSION,
+        limit_hello: bool = False,
         engine_factory: Callable[[], Engine] = _default_engine,
     ) -> None:
         """Describe the deployment; :meth:`start` binds the ports."""
+        self.limit_hello = limit_hello
         count = DEFAULT_MEMBERS.get(topology, 1) if members is None else members
         self.roles = Topology.roles(topology, count)
         self.kind = topology
@@ -234,13 +261,18 @@ class Deployment:
         peer = writer.get_extra_info("peername")
         remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         try:
-            if not await state.connection_limiter.admit():
+            admitted = await self._admit_connection(state, peer, reader)
+            if admitted is None:
+                return  # the client left while queued
+            if not admitted:
                 state.stats.connections_rejected += 1
                 log.debug(
                     "%s: connection from %s rejected by the limiter", state.member.address, remote
                 )
                 return
             conn = ConnectionState(ConnectionRecord(self._next_connection_id, remote))
+            if isinstance(peer, tuple):
+                conn.peer_host = str(peer[0])
             self._next_connection_id += 1
             state.total_connections += 1
             state.stats.connections[conn.connection_id] = conn.record
@@ -253,6 +285,35 @@ class Deployment:
         finally:
             writer.close()
 
+    async def _admit_connection(
+        self, state: MemberState, peer: Any, reader: asyncio.StreamReader
+    ) -> Optional[bool]:
+        """The connection-establishment limiter: True (admitted, bypassed or disabled), False
+        (the queue is full: close before any message), None (the client disconnected while
+        queued: its place and token go back, counted in ``interruptedDueToClientDisconnect``)."""
+        limiter = state.connection_limiter
+        if not limiter.settings.enabled:
+            return True
+        host = str(peer[0]) if isinstance(peer, tuple) else None
+        if host is not None and _in_networks(host, state.parameters.bypass_networks):
+            limiter.record_exempt()
+            return True
+        decision = limiter.try_admit()
+        if decision is not None:
+            return decision
+        started = time.monotonic()
+        watcher = asyncio.ensure_future(_client_gone(reader))
+        try:
+            admitted = await limiter.wait(interrupt=watcher)
+        finally:
+            watcher.cancel()
+            state.establishment_queued += 1
+            state.establishment_queued_micros += int((time.monotonic() - started) * 1e6)
+        if admitted:
+            return True
+        state.establishment_interrupted += 1
+        return None
+
     async def _read_loop(
         self,
         state: MemberState,
@@ -262,10 +323,30 @@ class Deployment:
     ) -> None:
         while True:
             header_bytes = await reader.readexactly(HEADER_SIZE)
+            admission = _PENDING
             try:
                 header = parse_header(header_bytes)
                 payload = await _read_payload(reader, header.length - HEADER_SIZE)
                 started = time.thread_time()
+                # mongod's ingress limiter decides right after reading, before parsing: so
+                # does this one, once the handshake has told control connections apart.
+                peek = None
+                if conn.record.handshake is not None and not conn.control:
+                    peek = peek_request(header, payload)
+                if peek is not None:
+                    state.cpu_seconds += time.thread_time() - started
+                    early = self._decide_early(state, conn, peek)
+                    started = time.thread_time()
+                    if isinstance(early, dict):
+                        state.cpu_seconds += time.thread_time() - started
+                        if peek.more_to_come:
+                            continue  # a rejected fire-and-forget request gets no reply
+                        writer.write(
+                            pack_reply(peek.as_request(header.request_id), early, self._next_id())
+                        )
+                        await writer.drain()
+                        continue
+                    admission = early
                 if compressed_size(header, payload) > _PARSE_IN_WORKER_BYTES or (
                     header.length > _PARSE_IN_WORKER_BYTES
                 ):  # inflating and decoding megabytes would stall every other connection
@@ -284,7 +365,7 @@ class Deployment:
                 return
             state.cpu_seconds += time.thread_time() - started
             try:
-                reply = await self._handle(state, conn, request)
+                reply = await self._handle(state, conn, request, admission, reader)
             except _Close:
                 return
             except Exception as exc:
@@ -293,12 +374,12 @@ class Deployment:
             if request.more_to_come:
                 continue
             started = time.thread_time()
+            request_id = self._next_id()
             try:
-                data = pack_reply(request, reply, self._next_request_id)
+                data = pack_reply(request, reply, request_id)
             except Exception as exc:  # e.g. a reply that is not BSON-encodable
                 log.exception("%s: packing the reply failed", state.member.address)
-                data = pack_reply(request, _internal_error(exc), self._next_request_id)
-            self._next_request_id += 1
+                data = pack_reply(request, _internal_error(exc), request_id)
             state.cpu_seconds += time.thread_time() - started
             writer.write(data)
             await writer.drain()
@@ -312,8 +393,89 @@ class Deployment:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._parser, parse_request, header, payload)
 
+    def _next_id(self) -> int:
+        request_id = self._next_request_id
+        self._next_request_id += 1
+        return request_id
+
+    def _decide_early(
+        self, state: MemberState, conn: ConnectionState, peek: Peek
+    ) -> Union[dict[str, Any], str]:
+        """The request limiter's decision on a message not yet decoded: the 462 reply, or
+        ``_ADMITTED`` (admitted or exempt), or ``_QUEUED`` (wait in the 9.0 queue once the
+        body, with its maxTimeMS, is decoded)."""
+        name = canonical_command_name(peek.command_name)
+        counters = state.stats.command(name)
+        counters.received += 1  # counted before the decision, as on the late path
+        conn.record.commands += 1
+        decision = self._first_decision(state, conn, name)
+        if decision is None:
+            return _QUEUED
+        if decision:
+            return _ADMITTED
+        state.requests += 1
+        counters.rejected += 1
+        reply = rate_limited_reply(
+            state.parameters.allow_retries, state.profile.no_writes_performed
+        )
+        self._decorate(state, reply, counters)
+        return reply
+
+    def _first_decision(
+        self, state: MemberState, conn: ConnectionState, name: str
+    ) -> Optional[bool]:
+        """The request limiter's verdict: admitted or exempt (True), rejected (False), or None:
+        the request must wait in the queue."""
+        limiter = state.request_limiter
+        if not limiter.settings.enabled:
+            return True
+        if self._exempt_from_limiter(state, conn, name):
+            limiter.record_exempt()
+            return True
+        return limiter.try_admit()
+
+    async def _wait_in_queue(
+        self,
+        state: MemberState,
+        request: Request,
+        reader: Optional[asyncio.StreamReader],
+    ) -> Optional[dict[str, Any]]:
+        """Wait for a token (9.0 queue); interrupted by the request's maxTimeMS (the reply is
+        MaxTimeMSExpired) or by the client closing the connection (``_Close``)."""
+        max_time = request.body.get("maxTimeMS")
+        timeout = (
+            max_time / 1000.0
+            if isinstance(max_time, (int, float))
+            and not isinstance(max_time, bool)
+            and max_time > 0
+            else None
+        )
+        watcher = None if reader is None else asyncio.ensure_future(_client_gone(reader))
+        try:
+            admitted = await state.request_limiter.wait(timeout, watcher)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        if admitted:
+            return None
+        if watcher is not None and watcher.done() and not watcher.cancelled():
+            state.queue_interrupted_by_disconnect += 1
+            raise _Close
+        state.queue_interrupted_by_max_time += 1
+        return {
+            "ok": 0.0,
+            "errmsg": "operation exceeded time limit",
+            "code": 50,
+            "codeName": "MaxTimeMSExpired",
+        }
+
     async def _handle(
-        self, state: MemberState, conn: ConnectionState, request: Request
+        self,
+        state: MemberState,
+        conn: ConnectionState,
+        request: Request,
+        admission: str = _PENDING,
+        reader: Optional[asyncio.StreamReader] = None,
     ) -> dict[str, Any]:
         started = time.thread_time()
         state.requests += 1
@@ -321,26 +483,36 @@ class Deployment:
         if name in HELLO_COMMANDS and conn.record.handshake is None:
             self._record_handshake(state, conn, request.body)
         counters = None if conn.control else state.stats.command(name)
-        if counters is not None:
+        if counters is not None and admission == _PENDING:  # else counted by _decide_early
             counters.received += 1
             conn.record.commands += 1
         reply: Optional[dict[str, Any]] = None
         action: Optional[FailAction] = None
         if not conn.control:
-            limiter = state.request_limiter
-            if name in RATE_LIMIT_EXEMPT:
-                if limiter.settings.enabled:
-                    limiter.record_exempt()
-            else:
-                decision = limiter.try_admit()
+            if admission == _PENDING:
+                decision = self._first_decision(state, conn, name)
                 if decision is None:
-                    state.cpu_seconds += time.thread_time() - started
-                    await limiter.wait()
-                    started = time.thread_time()
+                    admission = _QUEUED
                 elif not decision:
-                    reply = rate_limited_reply(state.parameters.allow_retries)
+                    reply = rate_limited_reply(
+                        state.parameters.allow_retries, state.profile.no_writes_performed
+                    )
                     assert counters is not None
                     counters.rejected += 1
+            if admission == _QUEUED:
+                state.cpu_seconds += time.thread_time() - started
+                reply = await self._wait_in_queue(state, request, reader)
+                started = time.thread_time()
+            operations = state.operation_limiter
+            if (
+                reply is None
+                and operations.settings.enabled
+                and name not in RATE_LIMIT_EXEMPT
+                and not operations.try_admit()
+            ):
+                reply = operation_limited_reply()
+                assert counters is not None
+                counters.rejected += 1
             if reply is None and name != "configureFailPoint":
                 action = state.fail_command.evaluate(
                     name,
@@ -399,6 +571,20 @@ class Deployment:
         self._decorate(state, reply, counters)
         state.cpu_seconds += time.thread_time() - started
         return reply
+
+    def _exempt_from_limiter(self, state: MemberState, conn: ConnectionState, name: str) -> bool:
+        """Whether the ingress request limiter lets this request through uncounted."""
+        if name in RATE_LIMIT_EXEMPT and (not self.limit_hello or name not in HELLO_COMMANDS):
+            return True
+        params = state.parameters
+        if conn.peer_host is not None and _in_networks(conn.peer_host, params.exempt_networks):
+            return True
+        prefixes = params.exempt_app_prefixes
+        if prefixes:
+            names = [n for n in (conn.app_name, _driver_name(conn)) if n]
+            if any(n.startswith(p) for n in names for p in prefixes):
+                return True
+        return False
 
     def _check_write_concern(self, reply: dict[str, Any], name: str, body: dict[str, Any]) -> None:
         """Report a ``w`` the replica set cannot satisfy, after the write, as mongod does."""
@@ -534,6 +720,11 @@ class Deployment:
             backoff = state.parameters.base_backoff_ms
             if backoff > 0 and "SystemOverloadedError" in reply.get("errorLabels", ()):
                 reply["baseBackoffMS"] = backoff
+        elif isinstance(reply.get("writeConcernError"), dict):
+            # 9.0 puts the hint of an overloaded write concern inside writeConcernError.
+            backoff = state.parameters.base_backoff_ms
+            if backoff > 0 and "SystemOverloadedError" in reply.get("errorLabels", ()):
+                reply["writeConcernError"]["baseBackoffMS"] = backoff
         topology = state.topology
         if topology.gossips_cluster_time:
             now = topology.clock.tick()
@@ -550,6 +741,29 @@ async def _read_payload(reader: asyncio.StreamReader, size: int) -> bytearray:
             raise asyncio.IncompleteReadError(b"", size)
         buffer += chunk
     return buffer
+
+
+def _in_networks(host: str, networks: list[Any]) -> bool:
+    """Whether the IP address ``host`` lies in one of ``networks``."""
+    if not networks:
+        return False
+    try:
+        address = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return False
+    candidates: list[Any] = [address]
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        candidates.append(address.ipv4_mapped)  # a dual-stack socket's IPv4 client
+    return any(a.version == net.version and a in net for a in candidates for net in networks)
+
+
+def _driver_name(conn: ConnectionState) -> Optional[str]:
+    """``client.driver.name`` of the connection's handshake."""
+    handshake = conn.record.handshake
+    client = handshake.get("client") if isinstance(handshake, Mapping) else None
+    driver = client.get("driver") if isinstance(client, Mapping) else None
+    name = driver.get("name") if isinstance(driver, Mapping) else None
+    return name if isinstance(name, str) else None
 
 
 def _namespace(request: Request) -> str:

@@ -42,6 +42,7 @@ __all__ = [
     "OP_REPLY",
     "ZLIB_COMPRESSOR_ID",
     "Header",
+    "Peek",
     "Request",
     "WireError",
     "compressed_size",
@@ -50,6 +51,7 @@ __all__ = [
     "parse_header",
     "parse_reply",
     "parse_request",
+    "peek_request",
 ]
 
 OP_REPLY = 1
@@ -159,6 +161,67 @@ def parse_request(header: Header, payload: Payload) -> Request:
     if op_code == OP_QUERY:
         return _parse_query(header.request_id, payload, compressor_id)
     raise WireError(f"unsupported opcode {op_code}")
+
+
+@dataclass(frozen=True)
+class Peek:
+    """What the ingress limiter reads of a message without decoding its body."""
+
+    command_name: str
+    """The first key of the command document."""
+    op_code: int
+    """OP_MSG or OP_QUERY."""
+    more_to_come: bool
+    """An OP_MSG the client expects no reply to."""
+
+    def as_request(self, request_id: int) -> Request:
+        """A body-less :class:`Request` for :func:`pack_reply` (reply form and id only)."""
+        return Request(
+            request_id=request_id,
+            op_code=self.op_code,
+            db="",
+            body={},
+            more_to_come=self.more_to_come,
+        )
+
+
+def peek_request(header: Header, payload: Payload) -> Optional[Peek]:
+    """The command name and reply form of an uncompressed OP_MSG or OP_QUERY, read from fixed
+    offsets without decoding any BSON; ``None`` when the message is compressed or does not
+    have the usual layout (the caller then decodes it in full)."""
+    try:
+        if header.op_code == OP_MSG:
+            flags: int = _UINT32.unpack_from(payload)[0]
+            if len(payload) < 5 or payload[4] != 0:
+                return None
+            name = _first_key(payload, 5)
+            if name is None:
+                return None
+            return Peek(name, OP_MSG, bool(flags & MORE_TO_COME))
+        if header.op_code == OP_QUERY:
+            name_end = payload.find(b"\x00", 4)
+            if name_end < 0:
+                return None
+            offset = name_end + 1 + _QUERY_TAIL.size
+            name = _first_key(payload, offset)
+            if name == "$query" and payload[offset + 4] == 0x03:
+                name = _first_key(payload, offset + 4 + 1 + len(b"$query") + 1)
+            return None if name is None else Peek(name, OP_QUERY, False)
+    except (IndexError, struct.error, UnicodeDecodeError):
+        return None
+    return None
+
+
+def _first_key(payload: Payload, offset: int) -> Optional[str]:
+    """The first element name of the BSON document at ``offset`` (None if it has none)."""
+    size: int = _INT32.unpack_from(payload, offset)[0]
+    if size < 5 or offset + size > len(payload) or payload[offset + 4] == 0:
+        return None
+    start = offset + 5
+    end = payload.find(b"\x00", start, offset + size)
+    if end < 0:
+        return None
+    return bytes(payload[start:end]).decode("utf-8")
 
 
 def pack_msg(doc: Mapping[str, Any], request_id: int, response_to: int, *, flags: int = 0) -> bytes:
