@@ -214,7 +214,7 @@ def _connection_storm() -> Scenario:
 class BenchShape:
     """The embedded server and the client process of the benchmark, as the simulator models them.
 
-    The defaults mirror ``backpressure.bench.overload.OverloadPlan``; the client and server costs
+    The defaults mirror ``backpressure.workload.plan.OverloadPlan``; the client and server costs
     are those measured on the embedded server (``python -m backpressure.sim.agreement`` measures
     the client's again before it compares).
     """
