@@ -136,26 +136,41 @@ def write_json(result: Result, path: Path) -> None:
     path.write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
 
 
-def write_chart(result: Result, path: Path, title: Optional[str] = None) -> None:
-    """Draw goodput, app errors and server load against capacity over time, per policy."""
+def write_chart(
+    result: Result,
+    path: Path,
+    title: Optional[str] = None,
+    *,
+    show_offered: bool = True,
+    log_scale: bool = False,
+) -> None:
+    """Draw goodput, app errors and server load against capacity over time, per policy.
+
+    ``show_offered``: draw the offered load (the first policy's; leave it out for closed loops,
+    whose arrivals each policy makes itself).  ``log_scale``: errors and server load on a
+    symmetric log scale, so a policy that spins does not flatten the others.
+    """
     matplotlib = require("matplotlib", "sim", "The simulator's chart")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
     colours = plt.get_cmap("tab10")
-    first = next(iter(result.policies.values()))
+    policies = ordered(result)
+    first = policies[0]
     t = list(first.timeline["t"])
     width = t[1] - t[0] if len(t) > 1 else 1.0
     centres = [x + width / 2 for x in t]
     goodput_ax, errors_ax, load_ax = axes
-    goodput_ax.plot(
-        centres, first.timeline["offered"], color="0.6", linestyle="--", label="offered"
-    )
+    if show_offered:
+        goodput_ax.plot(
+            centres, first.timeline["offered"], color="0.6", linestyle="--", label="offered"
+        )
     capacity = [c if c != float("inf") else float("nan") for c in first.timeline["capacity"]]
     load_ax.step(t, capacity, where="post", color="black", linestyle="--", label="capacity")
-    for index, (name, policy) in enumerate(result.policies.items()):
+    for index, policy in enumerate(policies):
         colour = colours(index % 10)
+        name = display_name(policy.name)
         timeline: Any = policy.timeline
         goodput_ax.plot(centres, timeline["goodput"], color=colour, label=name)
         errors_ax.plot(centres, timeline["errors"], color=colour, label=name)
@@ -164,6 +179,10 @@ def write_chart(result: Result, path: Path, title: Optional[str] = None) -> None
     errors_ax.set_ylabel("app errors (ops/s)")
     load_ax.set_ylabel("server load (requests/s)")
     load_ax.set_xlabel("simulated time (s)")
+    if log_scale:
+        for ax in (errors_ax, load_ax):
+            ax.set_yscale("symlog", linthresh=10.0)
+            ax.set_ylabel(ax.get_ylabel() + ", log")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from backpressure.sim.model import ClosedLoop
 from backpressure.sim.policies import available_policies, default_first, default_name, display_name
 from backpressure.sim.report import format_fleet_markdown, ordered, write_chart
 from backpressure.sim.runner import PolicyResult, Result, run
@@ -203,7 +204,14 @@ def run_yardsticks(
         out += ["", f"CPU for all policies: {cpu:.0f} s."]
         if chart_dir is not None:
             path = chart_dir / f"sim-{yardstick.name}.png"
-            write_chart(result, path, title=f"{built.name}: {built.description}")
+            closed = all(isinstance(group.workload, ClosedLoop) for group in built.clients)
+            write_chart(
+                result,
+                path,
+                title=f"{built.name}: {built.description}",
+                show_offered=not closed,
+                log_scale=True,
+            )
             out += ["", f"![{yardstick.name}]({path.name})"]
     return "\n".join(out) + "\n"
 
