@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import random
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -40,6 +41,7 @@ from backpressure.bench.overload import (
     evaluate_goals,
     oracle_min_errors,
 )
+from backpressure.bench.transient import QUICK_TRANSIENT, TransientRun
 from backpressure.core.backoff import backoff_ceiling
 from backpressure.core.policy import DRAFT
 from backpressure.testing import EmbeddedServer
@@ -285,6 +287,7 @@ def test_bench_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> 
             "--policies", "no-retries,current",
             "--skip-roundtrips",
             "--skip-fleet",
+            "--skip-transient",
             "--no-progress",
         ]
     )  # fmt: skip
@@ -366,8 +369,17 @@ def test_fleet_quick_mode_runs_real_processes(
     assert no_retries.attempts_per_op == pytest.approx(1.0, abs=0.01)
     header = "| policy | ops | app errors | attempts/op | Jain |"
     assert header in markdown
+    [transient] = data["transient"]
+    assert transient["plan"] == asdict(QUICK_TRANSIENT)
+    transient_runs = [TransientRun.from_dict(run) for run in transient["runs"]]
+    assert [run.policy for run in transient_runs] == fleet_policies(["no-retries", "current"])
+    for transient_run in transient_runs:
+        assert transient_run.operations == len(QUICK_TRANSIENT.arrivals())
+        assert transient_run.server_rejected >= QUICK_TRANSIENT.rejections  # the fail point
+        assert 0 < transient_run.after_successes <= transient_run.operations
+    assert "## Transient" in markdown
     assert "## Fleet" in markdown
-    assert markdown.count("- **") == len(runs)
+    assert markdown.count("- **") == len(runs) + len(transient_runs)
 
 
 def test_fleet_summary_arithmetic() -> None:

@@ -37,6 +37,13 @@ from backpressure.bench.overload import (
     evaluate_goals,
     run_overload,
 )
+from backpressure.bench.transient import (
+    QUICK_TRANSIENT,
+    TransientPlan,
+    TransientRun,
+    render_transient_markdown,
+    run_transient,
+)
 from backpressure.workload import POLICIES
 from backpressure.workload.report import (
     fmt,
@@ -123,15 +130,31 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a few seconds: 2 processes x 2 threads, 2 short steps (for tests)",
     )
+    group.add_argument(
+        "--transient-rejections",
+        default="1,3",
+        help="the transient scenario's rejection counts, comma-separated (with the fleet)",
+    )
     group = parser.add_argument_group("sections")
-    for name in ("overhead", "core", "overload", "roundtrips", "fleet"):
+    for name in ("overhead", "core", "overload", "roundtrips", "fleet", "transient"):
         group.add_argument(f"--skip-{name}", action="store_true", help=f"skip the {name} section")
     group.add_argument(
         "--only",
         choices=("fleet",),
-        help="run only this section; writes fleet.json and fleet.md instead of latest.*",
+        help=(
+            "run only this section (with the transient scenario); writes fleet.json and "
+            "fleet.md instead of latest.*"
+        ),
     )
     return parser
+
+
+def transient_plans(args: argparse.Namespace) -> list[TransientPlan]:
+    """The transient runs from the command line (``--fleet-quick``: the quick one only)."""
+    if args.fleet_quick:
+        return [QUICK_TRANSIENT]
+    counts = _parse_list(args.transient_rejections, "transient-rejections")
+    return [TransientPlan(rejections=int(count)) for count in counts]
 
 
 def fleet_plans(args: argparse.Namespace) -> list[FleetPlan]:
@@ -215,6 +238,7 @@ def run_bench(
             setattr(args, f"skip_{name}", True)
         args.skip_fleet = False
     plans = [] if args.skip_fleet else fleet_plans(args)
+    transients = [] if args.skip_transient else transient_plans(args)
     factory = server_factory or (lambda: embedded_server(members=args.members))
     started = time.perf_counter()
     report: dict[str, Any] = {
@@ -249,7 +273,7 @@ def run_bench(
                 bar.set_postfix_str("decision core")
                 core = measure_core_cost(args.core_iterations, (1, args.core_threads))
                 report["core"] = [asdict(c) for c in core]
-            if not (args.skip_overhead and args.skip_overload and not plans):
+            if not (args.skip_overhead and args.skip_overload and not plans and not transients):
                 with factory() as server:
                     if not args.skip_overhead:
                         bar.set_postfix_str("overhead")
@@ -284,6 +308,22 @@ def run_bench(
                                 ],
                             }
                             for fleet_plan in plans
+                        ]
+                    if transients:
+                        report["transient"] = [
+                            {
+                                "plan": asdict(transient_plan),
+                                "runs": [
+                                    r.to_dict()
+                                    for r in run_transient(
+                                        server,
+                                        runnable,
+                                        transient_plan,
+                                        progress=bar.set_postfix_str,
+                                    )
+                                ],
+                            }
+                            for transient_plan in transients
                         ]
         if not args.skip_roundtrips:
             bar.set_postfix_str("server round trips")
@@ -329,6 +369,12 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += ["## Server round trips", "", *_generic_md(report["server_roundtrips"]), ""]
     if "fleet" in report:
         lines += _fleet_md(report["fleet"])
+    if "transient" in report:
+        lines += ["## Transient: a few rejections at low load, then a demand rise", ""]
+        for shape in report["transient"]:
+            transient_plan = TransientPlan(**shape["plan"])
+            runs = [TransientRun.from_dict(run) for run in shape["runs"]]
+            lines += [render_transient_markdown(runs, transient_plan), ""]
     lines.append(f"Total wall time {report.get('wall_seconds', 0.0):.0f} s.")
     return "\n".join(lines) + "\n"
 
