@@ -236,7 +236,6 @@ def run_bench(
     if args.only == "fleet":
         for name in ("overhead", "core", "overload", "roundtrips"):
             setattr(args, f"skip_{name}", True)
-        args.skip_fleet = False
     plans = [] if args.skip_fleet else fleet_plans(args)
     transients = [] if args.skip_transient else transient_plans(args)
     factory = server_factory or (lambda: embedded_server(members=args.members))
