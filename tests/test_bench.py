@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import random
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -24,6 +25,15 @@ from backpressure.bench import (
     run_bench,
 )
 from backpressure.bench.core_cost import measure_core_cost
+from backpressure.bench.fleet import (
+    FLEET_GOALS,
+    QUICK,
+    FleetPlan,
+    FleetRun,
+    fleet_policies,
+    plan_from_dict,
+    summarize,
+)
 from backpressure.bench.overhead import _settrace_counter, _Tally, bootstrap_ratio_ci, verdict
 from backpressure.bench.overload import (
     BASELINE,
@@ -33,6 +43,7 @@ from backpressure.bench.overload import (
     evaluate_goals,
     oracle_min_errors,
 )
+from backpressure.bench.transient import QUICK_TRANSIENT, TransientRun
 from backpressure.core.backoff import backoff_ceiling
 from backpressure.core.policy import DRAFT
 from backpressure.testing import EmbeddedServer
@@ -277,6 +288,8 @@ def test_bench_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> 
             "--allowed-wait", "0.2",
             "--policies", "no-retries,current",
             "--skip-roundtrips",
+            "--skip-fleet",
+            "--skip-transient",
             "--no-progress",
         ]
     )  # fmt: skip
@@ -334,3 +347,91 @@ def test_overhead_names_the_wrappers_it_measures(replicaset_server: EmbeddedServ
     refused = "wrappers must be one of auto, forwarding; got 'lean'"
     with pytest.raises(ValueError, match=refused), open_targets(replicaset_server.uri, "lean"):
         pass
+
+
+def test_fleet_quick_mode_runs_real_processes(
+    replicaset_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """``--only fleet --fleet-quick``: 2 client processes x 2 threads against the embedded
+    replica set; the report holds every policy asked for, the default's first, and figures
+    that come from the run (server counters, per-process successes), not from constants."""
+    args = build_parser().parse_args(
+        [
+            "--output", str(tmp_path),
+            "--only", "fleet",
+            "--fleet-quick",
+            "--policies", "no-retries,current",
+            "--no-progress",
+        ]
+    )  # fmt: skip
+    out = io.StringIO()
+    report = run_bench(
+        args, server_factory=lambda: contextlib.nullcontext(replicaset_server), out=out
+    )
+    assert not (tmp_path / "latest.json").exists()
+    data: dict[str, Any] = json.loads((tmp_path / "fleet.json").read_text())
+    markdown = (tmp_path / "fleet.md").read_text()
+    assert markdown == render_markdown(report)
+    assert "overload" not in data
+    assert "overhead" not in data
+    [shape] = data["fleet"]
+    plan = plan_from_dict(shape["plan"])
+    assert plan == QUICK
+    runs = [FleetRun.from_dict(run) for run in shape["runs"]]
+    assert [run.policy for run in runs] == fleet_policies(["no-retries", "current"])
+    for run in runs:
+        assert len(run.per_process_successes) == QUICK.processes
+        assert sum(run.per_process_successes) == run.operations - run.app_errors
+        assert run.operations > 0
+        assert run.server_received >= run.operations - run.app_errors  # counted by the server
+        assert len(run.phases) == len(QUICK.rates)
+        assert 0 < run.jain <= 1.0
+        assert run.p99_ms is not None
+        assert set(run.judge()) == set(FLEET_GOALS)
+    no_retries = next(run for run in runs if run.policy == "no-retries")
+    assert no_retries.attempts_per_op == pytest.approx(1.0, abs=0.01)
+    header = "| policy | ops | app errors | attempts/op | Jain |"
+    assert header in markdown
+    [transient] = data["transient"]
+    assert transient["plan"] == asdict(QUICK_TRANSIENT)
+    transient_runs = [TransientRun.from_dict(run) for run in transient["runs"]]
+    assert [run.policy for run in transient_runs] == fleet_policies(["no-retries", "current"])
+    for transient_run in transient_runs:
+        assert transient_run.operations == len(QUICK_TRANSIENT.arrivals())
+        assert transient_run.server_rejected >= QUICK_TRANSIENT.rejections  # the fail point
+        assert 0 < transient_run.after_successes <= transient_run.operations
+    assert "## Transient" in markdown
+    assert "## Fleet" in markdown
+    assert markdown.count("- **") == len(runs) + len(transient_runs)
+
+
+def test_fleet_summary_arithmetic() -> None:
+    """Goodput per phase, Jain and attempts/op from hand-made process reports."""
+    plan = FleetPlan(processes=2, threads=1, rates=(10.0, 20.0), step_s=1.0, settle_s=0.5)
+    bins = [0] * 22
+    for slot in range(5, 10):
+        bins[slot] = 2  # 10 successes in 0.5-1.0 s: 20/s over a 10/s capacity
+    for slot in range(15, 20):
+        bins[slot] = 1  # 5 in 1.5-2.0 s: 10/s over 20/s
+    reports = [
+        {
+            "index": i,
+            "ops": 10,
+            "errors": 0 if i == 0 else 5,
+            "successes": 10 if i == 0 else 5,
+            "success_bins": bins if i == 0 else [0] * 22,
+            "latencies_ms": [1.0] * 10,
+            "error_kinds": {} if i == 0 else {"OperationFailure": 5},
+            "local_waits": None,
+            "local_refusals": None,
+            "cpu_s": 0.5,
+        }
+        for i in range(2)
+    ]
+    run = summarize("current", plan, reports, received=30)
+    assert [phase.share for phase in run.phases] == [pytest.approx(2.0), pytest.approx(0.5)]
+    assert run.attempts_per_op == 1.5
+    assert run.jain == pytest.approx(15**2 / (2 * (100 + 25)))
+    assert run.error_fraction == 0.25
+    assert run.judge()[FLEET_GOALS[3]] is False
+    assert run.floor_fraction == 0.0

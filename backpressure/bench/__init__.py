@@ -19,6 +19,16 @@ from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from backpressure.bench.core_cost import CoreCost, measure_core_cost
+from backpressure.bench.fleet import (
+    QUICK,
+    FleetPlan,
+    FleetRun,
+    fleet_policies,
+    parse_shape,
+    plan_from_dict,
+    render_fleet_markdown,
+    run_fleet,
+)
 from backpressure.bench.overhead import OPERATIONS, WRAPPERS, measure_overhead, verdict
 from backpressure.bench.overload import (
     BASELINE,
@@ -26,6 +36,13 @@ from backpressure.bench.overload import (
     OverloadPlan,
     evaluate_goals,
     run_overload,
+)
+from backpressure.bench.transient import (
+    QUICK_TRANSIENT,
+    TransientPlan,
+    TransientRun,
+    render_transient_markdown,
+    run_transient,
 )
 from backpressure.workload import POLICIES
 from backpressure.workload.report import (
@@ -107,10 +124,54 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument(
         "--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policies"
     )
+    group = parser.add_argument_group("fleet (K client processes x T threads)")
+    group.add_argument(
+        "--fleet-shapes", default="8x8,4x16", help="comma-separated PROCESSESxTHREADS"
+    )
+    group.add_argument(
+        "--fleet-step", type=float, default=FleetPlan().step_s, help="seconds per capacity step"
+    )
+    group.add_argument(
+        "--fleet-quick",
+        action="store_true",
+        help="a few seconds: 2 processes x 2 threads, 2 short steps (for tests)",
+    )
+    group.add_argument(
+        "--transient-rejections",
+        default="1,3",
+        help="the transient scenario's rejection counts, comma-separated (with the fleet)",
+    )
     group = parser.add_argument_group("sections")
-    for name in ("overhead", "core", "overload", "roundtrips"):
+    for name in ("overhead", "core", "overload", "roundtrips", "fleet", "transient"):
         group.add_argument(f"--skip-{name}", action="store_true", help=f"skip the {name} section")
+    group.add_argument(
+        "--only",
+        choices=("fleet",),
+        help=(
+            "run only this section (with the transient scenario); writes fleet.json and "
+            "fleet.md instead of latest.*"
+        ),
+    )
     return parser
+
+
+def transient_plans(args: argparse.Namespace) -> list[TransientPlan]:
+    """The transient runs from the command line (``--fleet-quick``: the quick one only)."""
+    if args.fleet_quick:
+        return [QUICK_TRANSIENT]
+    counts = _parse_list(args.transient_rejections, "transient-rejections")
+    return [TransientPlan(rejections=int(count)) for count in counts]
+
+
+def fleet_plans(args: argparse.Namespace) -> list[FleetPlan]:
+    """The fleet shapes from the command line (``--fleet-quick``: the quick plan only)."""
+    if args.fleet_quick:
+        return [QUICK]
+    plans = []
+    for text in _parse_list(args.fleet_shapes, "fleet-shapes"):
+        processes, threads = parse_shape(text)
+        plans.append(FleetPlan(processes=processes, threads=threads, step_s=args.fleet_step))
+    return plans
 
 
 def _parse_list(value: str, what: str) -> list[str]:
@@ -178,6 +239,11 @@ def run_bench(
     unavailable = {n: r for n in names if (r := POLICIES[n].unavailable()) is not None}
     runnable = [name for name in names if name not in unavailable]
     plan = _plan(args)
+    if args.only == "fleet":
+        for name in ("overhead", "core", "overload", "roundtrips"):
+            setattr(args, f"skip_{name}", True)
+    plans = [] if args.skip_fleet else fleet_plans(args)
+    transients = [] if args.skip_transient else transient_plans(args)
     factory = server_factory or (lambda: embedded_server(members=args.members))
     started = time.perf_counter()
     report: dict[str, Any] = {
@@ -205,6 +271,11 @@ def run_bench(
         total += args.pairs * len(OPERATIONS)
     if not args.skip_overload:
         total += plan.seconds_per_policy() * len(runnable)
+    if plans:
+        report["config"]["fleet"] = {
+            "plans": [asdict(p) for p in plans],
+            "policies": fleet_policies(runnable),
+        }
     bar = progress_bar(total, desc="bench", disabled=args.no_progress or not sys.stderr.isatty())
     try:
         with quiet_backpressure_logs():
@@ -212,7 +283,7 @@ def run_bench(
                 bar.set_postfix_str("decision core")
                 core = measure_core_cost(args.core_iterations, (1, args.core_threads))
                 report["core"] = [asdict(c) for c in core]
-            if not (args.skip_overhead and args.skip_overload):
+            if not (args.skip_overhead and args.skip_overload and not plans and not transients):
                 with factory() as server:
                     if not args.skip_overhead:
                         bar.set_postfix_str("overhead")
@@ -233,6 +304,38 @@ def run_bench(
                             "runs": [r.to_dict() for r in runs],
                             "goals": [g.to_dict() for g in goals],
                         }
+                    if plans:
+                        report["fleet"] = [
+                            {
+                                "plan": asdict(fleet_plan),
+                                "runs": [
+                                    r.to_dict()
+                                    for r in run_fleet(
+                                        server,
+                                        runnable,
+                                        fleet_plan,
+                                        progress=bar.set_postfix_str,
+                                    )
+                                ],
+                            }
+                            for fleet_plan in plans
+                        ]
+                    if transients:
+                        report["transient"] = [
+                            {
+                                "plan": asdict(transient_plan),
+                                "runs": [
+                                    r.to_dict()
+                                    for r in run_transient(
+                                        server,
+                                        runnable,
+                                        transient_plan,
+                                        progress=bar.set_postfix_str,
+                                    )
+                                ],
+                            }
+                            for transient_plan in transients
+                        ]
         if not args.skip_roundtrips:
             bar.set_postfix_str("server round trips")
             report["server_roundtrips"] = _roundtrips()
@@ -243,11 +346,12 @@ def run_bench(
 
     markdown = render_markdown(report)
     out_dir: Path = args.output
-    write_json(out_dir / "latest.json", report)
-    (out_dir / "latest.md").write_text(markdown)
+    stem = "fleet" if args.only == "fleet" else "latest"
+    write_json(out_dir / f"{stem}.json", report)
+    (out_dir / f"{stem}.md").write_text(markdown)
     print(markdown, file=out)
-    print(f"JSON:     {out_dir / 'latest.json'}", file=out)
-    print(f"Markdown: {out_dir / 'latest.md'}", file=out)
+    print(f"JSON:     {out_dir / f'{stem}.json'}", file=out)
+    print(f"Markdown: {out_dir / f'{stem}.md'}", file=out)
     return report
 
 
@@ -274,8 +378,39 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += _overload_md(report["overload"], report["config"]["overload"])
     if "server_roundtrips" in report:
         lines += ["## Server round trips", "", *_generic_md(report["server_roundtrips"]), ""]
+    if "fleet" in report:
+        lines += _fleet_md(report["fleet"])
+    if "transient" in report:
+        lines += ["## Transient: a few rejections at low load, then a demand rise", ""]
+        for shape in report["transient"]:
+            transient_plan = TransientPlan(**shape["plan"])
+            runs = [TransientRun.from_dict(run) for run in shape["runs"]]
+            lines += [render_transient_markdown(runs, transient_plan), ""]
     lines.append(f"Total wall time {report.get('wall_seconds', 0.0):.0f} s.")
     return "\n".join(lines) + "\n"
+
+
+def _fleet_md(section: list[dict[str, Any]]) -> list[str]:
+    """The fleet section: one table per shape, every policy, the default's first."""
+    lines = [
+        "## Fleet: K client processes x T threads, capacity steps",
+        "",
+        "Real processes (spawn), each its own pymongo client and T threads in a closed loop "
+        "(50% find_one by _id, 50% insert_one, each under `pymongo.timeout`), against the "
+        "embedded replica set in its own process over TCP; the primary's rate limit steps "
+        "during the run. App errors: operations that raised. Attempts/op: find and insert "
+        "commands the servers received per operation. Jain: fairness over the processes' "
+        "successes. Goodput: successes per second as a share of the capacity, from the settle "
+        "time after each step to the next step. Refusals/s: local refusals the package's "
+        "listeners reported (- : the policy reports none). Every policy ran on the same "
+        "server one after another; the machine is shared, so client CPU contention varies.",
+        "",
+    ]
+    for shape in section:
+        plan = plan_from_dict(shape["plan"])
+        runs = [FleetRun.from_dict(run) for run in shape["runs"]]
+        lines += [render_fleet_markdown(runs, plan), ""]
+    return lines
 
 
 def overhead_goals(section: dict[str, Any]) -> list[tuple[str, bool, str]]:

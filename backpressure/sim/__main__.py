@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from backpressure.core.extras import require
-from backpressure.sim.policies import available_policies
+from backpressure.sim.policies import available_policies, default_first
 from backpressure.sim.report import format_table, write_chart, write_json
 from backpressure.sim.runner import run
 from backpressure.sim.scenarios import SCENARIOS, scenario
@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--list", action="store_true", help="list scenarios and policies")
     parser.add_argument(
         "--policies",
-        default=",".join(available_policies()),
+        default=",".join(default_first(list(available_policies()))),
         help="comma-separated policy names (default: all: %(default)s)",
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")

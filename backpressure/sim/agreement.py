@@ -1,7 +1,7 @@
 """Check the simulator against real runs on the embedded server, side by side.
 
-``python -m backpressure.sim.agreement`` runs the benchmark's overload scenarios
-(:mod:`backpressure.bench.overload`: closed loop with 32, 128 and 512 workers, open loop at 1.5x,
+``python -m backpressure.sim.agreement`` runs the benchmark's overload scenarios (its plan,
+:mod:`backpressure.workload.plan`: closed loop with 32, 128 and 512 workers, open loop at 1.5x,
 3x and 10x C, a burst, one hot member) with real pymongo clients against the embedded replica
 set (in a subprocess), then the same scenarios in the simulator, and prints app errors and
 server attempts per operation of both.
@@ -30,12 +30,12 @@ from typing import Any, Optional
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
-from backpressure.bench.overload import HOT_MEMBER, OverloadPlan
 from backpressure.sim.model import Scenario
 from backpressure.sim.runner import run
 from backpressure.sim.scenarios import BenchShape, bench_closed, bench_hot_member, bench_open
 from backpressure.workload import POLICIES, RunResult, WorkloadConfig, run_policy
 from backpressure.workload.driver import LoadTarget, run_closed_loop
+from backpressure.workload.plan import HOT_MEMBER, OverloadPlan
 from backpressure.workload.policies import has_native_backpressure
 
 __all__ = ["Agreement", "compare", "format_agreement", "main", "measure_client_cpu"]

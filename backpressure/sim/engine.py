@@ -107,6 +107,13 @@ class RunData:
     eligible_sets: list[tuple[int, ...]] = field(default_factory=list)
     physical_min_errors: int = 0
     physical_exact: bool = True
+    floor_fraction: Optional[float] = None
+    """Closed loops only: the error fraction no policy can beat, ``max(0, 1 - C * D / N)`` per
+    bucket (C the capacity then, D the deadline, N the workers), over the arrival window
+    (``physical_min_errors`` is then the matching count: see ``_closed_loop_floor``).  It
+    depends on the scenario alone, never on the arrivals a policy generated."""
+    client_successes: list[int] = field(default_factory=list)
+    """Successful operations per client (every group's clients, in order)."""
     end_s: float = 0.0
 
 
@@ -144,6 +151,7 @@ class _Client:
         "cpu_free",
         "free_threads",
         "group",
+        "index",
         "inflight",
         "pending",
         "pools",
@@ -156,8 +164,10 @@ class _Client:
         servers: int,
         state: Optional[ClientState],
         admission: Optional[Admission],
+        index: int = 0,
     ) -> None:
-        """A client with empty pools."""
+        """A client with empty pools (``index``: its place among every client of the run)."""
+        self.index = index
         self.group = group
         self.state = state
         self.admission = admission
@@ -218,7 +228,9 @@ class _Run:
                 self._record_answer = record_takes_admission(admission)
                 self._admit_retry = admit_takes_retry(admission)
                 self._recheck = callable(getattr(admission, "recheck", None))
-        return _Client(group, len(self.servers), state, admission)
+        self.data.client_successes.append(0)
+        index = len(self.data.client_successes) - 1
+        return _Client(group, len(self.servers), state, admission, index)
 
     # -- topology ------------------------------------------------------------------------------
 
@@ -282,12 +294,14 @@ class _Run:
         index = int(t / self.width)
         return index if index < self.buckets else self.buckets - 1
 
-    def _finish(self, start: float, ok: bool, reason: str = "") -> None:
-        """Record the end of an operation issued at ``start``."""
+    def _finish(self, start: float, ok: bool, reason: str = "", client: int = -1) -> None:
+        """Record the end of an operation issued at ``start`` by the client of index ``client``."""
         data = self.data
         now = self.env.now
         if ok:
             data.successes += 1
+            if client >= 0:
+                data.client_successes[client] += 1
             data.latencies_ms.append((now - start) * 1000.0)
             data.timeline_ok[self._bucket(now)] += 1
         else:
@@ -471,7 +485,7 @@ class _Run:
             if decision.delay > 0:
                 yield env.timeout(decision.delay)
         self.running -= 1
-        self._finish(start, ok, "" if ok else reason)
+        self._finish(start, ok, "" if ok else reason, client.index)
 
     def _checkout(
         self, client: _Client, server: SimServer, pool: _Pool, deadline: float
@@ -665,8 +679,51 @@ class _Run:
             for i in range(self.buckets)
         ]
         data.end_s = self.end
-        data.physical_min_errors, data.physical_exact = _oracle(data, self.scenario)
+        floor = _closed_loop_floor(data, self.scenario, self.width)
+        if floor is None:
+            data.physical_min_errors, data.physical_exact = _oracle(data, self.scenario)
+        else:
+            data.physical_min_errors, data.floor_fraction = floor
+            data.physical_exact = False
         return data
+
+
+def _closed_loop_floor(
+    data: RunData, scenario: Scenario, width: float
+) -> Optional[tuple[int, float]]:
+    """The policy-independent error floor of a scenario whose groups are all closed loops.
+
+    With N workers, a capacity C and a deadline D, every operation ends within D, so at least
+    N / D operations start per second, and at most C of them succeed: per second at least
+    ``max(0, N / D - C)`` fail, an error fraction of ``max(0, 1 - C * D / N)``.  Summed over the
+    timeline buckets of the arrival window, that is the floor (a count), whatever the policy.
+    The fraction returned weighs each bucket by the operations the best client would run in it
+    (``max(N / D, C)``).  Returns None for an open loop or a closed loop without a deadline.
+
+    The oracle run on the arrival log would not do for a closed loop: its arrivals are made by
+    the policy itself (a local refusal starts the next operation at once).
+    """
+    groups = scenario.clients
+    if not all(isinstance(group.workload, ClosedLoop) for group in groups):
+        return None
+    deadlines = [group.timeout_ms for group in groups]
+    if any(deadline is None for deadline in deadlines):
+        return None
+    deadline = min(d for d in deadlines if d is not None) / 1000.0
+    workers = sum(
+        group.count * group.workload.workers
+        for group in groups
+        if isinstance(group.workload, ClosedLoop)
+    )
+    demand = workers / deadline
+    buckets = min(len(data.capacity), max(1, math.ceil(scenario.duration_s / width - 1e-9)))
+    floor = 0.0
+    ideal_ops = 0.0
+    for index in range(buckets):
+        capacity = data.capacity[index]
+        floor += max(0.0, demand - capacity) * width
+        ideal_ops += max(demand, capacity if capacity < math.inf else demand) * width
+    return round(floor), (floor / ideal_ops if ideal_ops else 0.0)
 
 
 def _capacity(spec_limiter: Any) -> Capacity:

@@ -131,6 +131,12 @@ class ServerSpec:
     """Network round trip between a client and this server."""
     handshake_ms: float = 1.0
     """Time to establish one connection (TCP + hello), on top of the round trip."""
+    reject_windows: tuple[tuple[float, float], ...] = ()
+    """``(start_s, end_s)`` windows in which the server rejects every request with an overload
+    error (a ``failCommand`` fail point in ``alwaysOn`` mode); no limiter token is taken."""
+    reject_bursts: tuple[tuple[float, int], ...] = ()
+    """``(time_s, count)``: from ``time_s`` on, the next ``count`` requests are rejected with an
+    overload error (a fail point in ``{times: count}`` mode)."""
 
     def __post_init__(self) -> None:
         """Validate every field."""
@@ -145,6 +151,27 @@ class ServerSpec:
         _check("ServerSpec.rejection_cost", self.rejection_cost)
         _check("ServerSpec.rtt_ms", self.rtt_ms)
         _check("ServerSpec.handshake_ms", self.handshake_ms)
+        previous = -math.inf
+        for start, end in self.reject_windows:
+            _check("ServerSpec.reject_windows start_s", start)
+            _check("ServerSpec.reject_windows end_s", end)
+            if end <= start or start < previous:
+                raise ValueError(
+                    "ServerSpec.reject_windows must be non-overlapping (start, end) pairs in "
+                    f"increasing time, got {self.reject_windows!r}"
+                )
+            previous = end
+        previous = -math.inf
+        for at, count in self.reject_bursts:
+            _check("ServerSpec.reject_bursts time_s", at)
+            _check_int("ServerSpec.reject_bursts count", count, 1)
+            if at < previous:
+                raise ValueError("ServerSpec.reject_bursts must be in increasing time")
+            previous = at
+
+    def rejecting_at(self, time_s: float) -> bool:
+        """Whether a reject window is open at ``time_s``."""
+        return any(start <= time_s < end for start, end in self.reject_windows)
 
     def work_capacity(self) -> float:
         """Admitted-operation equivalents per second (inf: never saturated)."""
@@ -280,6 +307,8 @@ class Scenario:
     """``(start_s, label)`` marks drawn on the chart."""
     overload_end_s: Optional[float] = None
     """When the overload ends (recovery time is measured from there; None: not measured)."""
+    settle_s: float = 2.0
+    """Seconds after each phase mark left out of that phase's goodput (the clients adapt)."""
 
     def __post_init__(self) -> None:
         """Validate the topology."""
@@ -299,6 +328,7 @@ class Scenario:
             raise ValueError("Scenario.servers: a replica set needs exactly one primary")
         _check("Scenario.drain_s", self.drain_s)
         _check("Scenario.bucket_s", self.bucket_s, positive=True)
+        _check("Scenario.settle_s", self.settle_s)
 
     @property
     def duration_s(self) -> float:

@@ -33,6 +33,9 @@ __all__ = [
     "Admission",
     "SimPolicy",
     "available_policies",
+    "default_first",
+    "default_name",
+    "display_name",
     "make_admission",
     "resolve",
 ]
@@ -85,6 +88,24 @@ def available_policies() -> dict[str, SimPolicy]:
 
 POLICY_NAMES: tuple[str, ...] = tuple(available_policies())
 """Names of the policies available with the installed package, in report order."""
+
+
+def default_name() -> str:
+    """The name of the package's default policy, read now (it may change between releases)."""
+    from backpressure.core import policy as policies
+
+    return str(policies.DEFAULT_POLICY.name)
+
+
+def default_first(names: Sequence[str]) -> list[str]:
+    """``names`` with the default policy's moved to the front (order otherwise kept)."""
+    default = default_name()
+    return sorted(names, key=lambda name: name != default)
+
+
+def display_name(name: str) -> str:
+    """A policy's label in tables: ``default (<name>)`` for the default."""
+    return f"default ({name})" if name == default_name() else name
 
 
 def resolve(value: Union[str, Policy, SimPolicy]) -> SimPolicy:

@@ -7,9 +7,15 @@ from pathlib import Path
 from typing import Any, Optional
 
 from backpressure.core.extras import require
+from backpressure.sim.policies import default_first, display_name
 from backpressure.sim.runner import PolicyResult, Result
 
-__all__ = ["format_table", "write_chart", "write_json"]
+__all__ = ["format_fleet_markdown", "format_table", "ordered", "write_chart", "write_json"]
+
+
+def ordered(result: Result) -> list[PolicyResult]:
+    """The result's policies, the default's first."""
+    return [result.policies[name] for name in default_first(list(result.policies))]
 
 
 def _ms(value: Optional[float]) -> str:
@@ -32,31 +38,95 @@ def _versus_floor(policy: PolicyResult) -> str:
 def format_table(result: Result) -> str:
     """One row per policy: errors next to the physical floor, load, goodput, latency."""
     header = (
-        f"{'policy':<12} {'ops':>9} {'app errors':>10} {'floor':>9} {'vs floor':>8} "
+        f"{'policy':<18} {'ops':>9} {'app errors':>10} {'floor':>9} {'vs floor':>8} "
         f"{'att/op':>6} {'goodput/s':>9} {'p99 ms':>7} {'recov s':>7} {'wall s':>6}"
     )
     lines = [header, "-" * len(header)]
     inexact = False
-    for policy in result.policies.values():
+    for policy in ordered(result):
         floor = f"{policy.physical_min_errors:,}"
         if not policy.physical_exact:
             floor = ">=" + floor
             inexact = True
         lines.append(
-            f"{policy.name:<12} {policy.ops:>9,} {policy.app_errors:>10,} {floor:>9} "
+            f"{display_name(policy.name):<18} {policy.ops:>9,} {policy.app_errors:>10,} {floor:>9} "
             f"{_versus_floor(policy):>8} {policy.attempts_per_op:>6.2f} "
             f"{policy.goodput_per_s:>9,.1f} {_ms(policy.p99_ms):>7} "
             f"{_seconds(policy.recovery_s):>7} {policy.wall_s:>6.1f}"
         )
     lines.append("")
-    lines.append(
-        "floor: the fewest app errors any client policy could have had on these arrivals "
-        "(offline optimum)"
-    )
+    if any(policy.floor_fraction is not None for policy in result.policies.values()):
+        lines.append(
+            "floor (closed loop): max(0, N/D - C) errors per second with N workers, deadline D, "
+            "capacity C, whatever the policy"
+        )
+    else:
+        lines.append(
+            "floor: the fewest app errors any client policy could have had on these arrivals "
+            "(offline optimum)"
+        )
     if inexact:
         lines.append(">=: a lower bound (operations with different eligible servers overlap)")
     if any(policy.recovery_s is not None for policy in result.policies.values()):
         lines.append("recov s: from the end of the overload until app errors stop")
+    return "\n".join(lines)
+
+
+def _percent(value: Optional[float], digits: int = 1) -> str:
+    """A fraction as a percentage cell."""
+    return "-" if value is None else f"{100.0 * value:.{digits}f}%"
+
+
+def _phase_cell(policy: PolicyResult, index: int) -> str:
+    """Goodput of one phase: % of capacity when the capacity is finite, else ops/s."""
+    if index >= len(policy.phase_goodput):
+        return "-"
+    phase = policy.phase_goodput[index]
+    share = phase.of_capacity
+    if share is None:
+        return f"{phase.goodput_per_s:,.0f}/s"
+    return f"{100.0 * share:.1f}%"
+
+
+def format_fleet_markdown(result: Result, *, goodput_as: str = "capacity") -> str:
+    """A Markdown table of the lab's yardsticks, one row per policy, the default's first.
+
+    Columns: app errors (and the floor), attempts per operation, Jain's index over the clients'
+    successes, goodput per phase mark (from ``settle_s`` after it: % of capacity, or ops/s when
+    ``goodput_as`` is ``"rate"``), p99 of successes, local refusals per second.
+    """
+    policies = ordered(result)
+    first = policies[0]
+    phases = [
+        f"{phase.label} ({phase.start_s:g}-{phase.end_s:g} s)" for phase in first.phase_goodput
+    ]
+    unit = "ops/s" if goodput_as == "rate" else "% of C"
+    header = ["policy", "ops", "app errors", "floor", "attempts/op", "Jain"]
+    header += [f"goodput {label}, {unit}" for label in phases]
+    header += ["p99 ms", "refusals/s"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for policy in policies:
+        floor = policy.floor_fraction
+        if floor is None:
+            floor = policy.physical_min_errors / policy.ops if policy.ops else 0.0
+        cells = [
+            display_name(policy.name),
+            f"{policy.ops:,}",
+            f"{_percent(policy.error_fraction)} ({policy.app_errors:,})",
+            f"{_percent(floor)} ({policy.physical_min_errors:,})",
+            f"{policy.attempts_per_op:.2f}",
+            "-" if policy.jain is None else f"{policy.jain:.3f}",
+        ]
+        for index in range(len(phases)):
+            if goodput_as == "rate":
+                if index < len(policy.phase_goodput):
+                    cells.append(f"{policy.phase_goodput[index].goodput_per_s:,.0f}")
+                else:
+                    cells.append("-")
+            else:
+                cells.append(_phase_cell(policy, index))
+        cells += [_ms(policy.p99_ms), f"{policy.refusals_per_s:,.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -66,26 +136,41 @@ def write_json(result: Result, path: Path) -> None:
     path.write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
 
 
-def write_chart(result: Result, path: Path, title: Optional[str] = None) -> None:
-    """Draw goodput, app errors and server load against capacity over time, per policy."""
+def write_chart(
+    result: Result,
+    path: Path,
+    title: Optional[str] = None,
+    *,
+    show_offered: bool = True,
+    log_scale: bool = False,
+) -> None:
+    """Draw goodput, app errors and server load against capacity over time, per policy.
+
+    ``show_offered``: draw the offered load (the first policy's; leave it out for closed loops,
+    whose arrivals each policy makes itself).  ``log_scale``: errors and server load on a
+    symmetric log scale, so a policy that spins does not flatten the others.
+    """
     matplotlib = require("matplotlib", "sim", "The simulator's chart")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
     colours = plt.get_cmap("tab10")
-    first = next(iter(result.policies.values()))
+    policies = ordered(result)
+    first = policies[0]
     t = list(first.timeline["t"])
     width = t[1] - t[0] if len(t) > 1 else 1.0
     centres = [x + width / 2 for x in t]
     goodput_ax, errors_ax, load_ax = axes
-    goodput_ax.plot(
-        centres, first.timeline["offered"], color="0.6", linestyle="--", label="offered"
-    )
+    if show_offered:
+        goodput_ax.plot(
+            centres, first.timeline["offered"], color="0.6", linestyle="--", label="offered"
+        )
     capacity = [c if c != float("inf") else float("nan") for c in first.timeline["capacity"]]
     load_ax.step(t, capacity, where="post", color="black", linestyle="--", label="capacity")
-    for index, (name, policy) in enumerate(result.policies.items()):
+    for index, policy in enumerate(policies):
         colour = colours(index % 10)
+        name = display_name(policy.name)
         timeline: Any = policy.timeline
         goodput_ax.plot(centres, timeline["goodput"], color=colour, label=name)
         errors_ax.plot(centres, timeline["errors"], color=colour, label=name)
@@ -94,6 +179,10 @@ def write_chart(result: Result, path: Path, title: Optional[str] = None) -> None
     errors_ax.set_ylabel("app errors (ops/s)")
     load_ax.set_ylabel("server load (requests/s)")
     load_ax.set_xlabel("simulated time (s)")
+    if log_scale:
+        for ax in (errors_ax, load_ax):
+            ax.set_yscale("symlog", linthresh=10.0)
+            ax.set_ylabel(ax.get_ylabel() + ", log")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)

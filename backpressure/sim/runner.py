@@ -11,20 +11,54 @@ Example::
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 from backpressure.core.policy import Policy
-from backpressure.sim.engine import percentile, simulate
+from backpressure.sim.engine import REFUSED, percentile, simulate
 from backpressure.sim.model import Scenario
 from backpressure.sim.policies import SimPolicy, resolve_all
 
-__all__ = ["PolicyResult", "Result", "run"]
+__all__ = ["PhaseGoodput", "PolicyResult", "Result", "jain_index", "run"]
 
 PolicyLike = Union[str, Policy, SimPolicy]
 """A policy name, a package Policy, or a SimPolicy."""
+
+
+def jain_index(values: Sequence[float]) -> Optional[float]:
+    """Jain's fairness index ``(sum x)^2 / (n * sum x^2)``: 1.0 when all are equal, 1/n when
+    one takes everything (None for fewer than two values; 1.0 when all are 0)."""
+    if len(values) < 2:
+        return None
+    squares = sum(x * x for x in values)
+    if squares == 0:
+        return 1.0
+    total = sum(values)
+    return total * total / (len(values) * squares)
+
+
+@dataclass(frozen=True)
+class PhaseGoodput:
+    """Goodput over one phase of a scenario, from ``settle_s`` after the phase mark to its end."""
+
+    label: str
+    start_s: float
+    end_s: float
+    goodput_per_s: float
+    capacity_per_s: float
+    """The servers' mean capacity over the same buckets (inf: unlimited)."""
+    offered_per_s: float
+    """Arrivals per second over the same buckets."""
+
+    @property
+    def of_capacity(self) -> Optional[float]:
+        """Goodput as a fraction of capacity (None when the capacity is unlimited or 0)."""
+        if not 0 < self.capacity_per_s < math.inf:
+            return None
+        return self.goodput_per_s / self.capacity_per_s
 
 
 @dataclass(frozen=True)
@@ -71,6 +105,32 @@ class PolicyResult:
     (0: no errors after it; None: the scenario marks no overload end)."""
     wall_s: float
     """Real seconds the simulation took."""
+    floor_fraction: Optional[float] = None
+    """Closed loops: the policy-independent error floor ``max(0, 1 - C * D / N)`` over the
+    arrival window; ``physical_min_errors`` is then ``max(0, N / D - C)`` summed over it."""
+    client_successes: tuple[int, ...] = ()
+    """Successful operations per client process."""
+    phase_goodput: tuple[PhaseGoodput, ...] = ()
+    """Goodput per phase mark of the scenario."""
+    local_refusals: int = 0
+    """Operations the policy refused locally (never sent)."""
+    duration_s: float = 0.0
+    """The scenario's arrival window, seconds."""
+
+    @property
+    def error_fraction(self) -> float:
+        """App errors per operation."""
+        return self.app_errors / self.ops if self.ops else 0.0
+
+    @property
+    def jain(self) -> Optional[float]:
+        """Jain's fairness index over the clients' successes (None with one client)."""
+        return jain_index(self.client_successes)
+
+    @property
+    def refusals_per_s(self) -> float:
+        """Local refusals per second of the arrival window."""
+        return self.local_refusals / self.duration_s if self.duration_s else 0.0
 
     def summary(self) -> dict[str, Any]:
         """The JSON entry other tools read (exactly the issue's keys)."""
@@ -98,6 +158,20 @@ class PolicyResult:
             "error_reasons": dict(self.error_reasons),
             "recovery_s": self.recovery_s,
             "wall_s": round(self.wall_s, 3),
+            "floor_fraction": self.floor_fraction,
+            "jain": None if self.jain is None else round(self.jain, 4),
+            "local_refusals": self.local_refusals,
+            "phase_goodput": [
+                {
+                    "label": phase.label,
+                    "start_s": phase.start_s,
+                    "end_s": phase.end_s,
+                    "goodput_per_s": round(phase.goodput_per_s, 3),
+                    "capacity_per_s": phase.capacity_per_s,
+                    "offered_per_s": round(phase.offered_per_s, 3),
+                }
+                for phase in self.phase_goodput
+            ],
             "timeline": {k: list(v) for k, v in self.timeline.items()},
         }
 
@@ -120,6 +194,36 @@ class Result:
             "policies": {name: policy.summary() for name, policy in self.policies.items()},
             "details": {name: policy.details() for name, policy in self.policies.items()},
         }
+
+
+def phase_goodput(
+    scenario: Scenario, timeline: Mapping[str, Sequence[float]]
+) -> tuple[PhaseGoodput, ...]:
+    """Goodput per phase mark, from ``scenario.settle_s`` after the mark to the next one."""
+    width = scenario.bucket_s
+    marks = list(scenario.phases)
+    phases = []
+    goodput, capacity, offered = timeline["goodput"], timeline["capacity"], timeline["offered"]
+    for number, (start, label) in enumerate(marks):
+        end = marks[number + 1][0] if number + 1 < len(marks) else scenario.duration_s
+        begin = start + scenario.settle_s if start + scenario.settle_s < end else start
+        first = math.ceil(begin / width - 1e-9)
+        last = math.floor(end / width + 1e-9)  # exclusive
+        chosen = range(first, min(last, len(goodput)))
+        if not chosen:
+            continue
+        count = len(chosen)
+        phases.append(
+            PhaseGoodput(
+                label=label,
+                start_s=round(first * width, 6),
+                end_s=round(chosen[-1] * width + width, 6),
+                goodput_per_s=sum(goodput[i] for i in chosen) / count,
+                capacity_per_s=sum(capacity[i] for i in chosen) / count,
+                offered_per_s=sum(offered[i] for i in chosen) / count,
+            )
+        )
+    return tuple(phases)
 
 
 def run_one(
@@ -172,6 +276,11 @@ def run_one(
         timeline=timeline,
         recovery_s=recovery,
         wall_s=wall,
+        floor_fraction=data.floor_fraction,
+        client_successes=tuple(data.client_successes),
+        phase_goodput=phase_goodput(scenario, timeline),
+        local_refusals=data.error_reasons.get(REFUSED, 0),
+        duration_s=scenario.duration_s,
     )
 
 

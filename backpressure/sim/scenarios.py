@@ -14,6 +14,7 @@ workers, C = 200/s) and one hot member; they are the ones the simulator is check
 from __future__ import annotations
 
 import functools
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -31,12 +32,17 @@ from backpressure.sim.model import (
 __all__ = [
     "SCENARIOS",
     "BenchShape",
+    "FaultSchedule",
     "bench_closed",
     "bench_hot_member",
     "bench_open",
     "bench_scenarios",
+    "closed_fleet",
+    "fault_schedule",
+    "faults",
     "scenario",
     "scenario_names",
+    "transient",
 ]
 
 C = 1000.0
@@ -214,7 +220,7 @@ def _connection_storm() -> Scenario:
 class BenchShape:
     """The embedded server and the client process of the benchmark, as the simulator models them.
 
-    The defaults mirror ``backpressure.bench.overload.OverloadPlan``; the client and server costs
+    The defaults mirror ``backpressure.workload.plan.OverloadPlan``; the client and server costs
     are those measured on the embedded server (``python -m backpressure.sim.agreement`` measures
     the client's again before it compares).
     """
@@ -366,6 +372,219 @@ def bench_scenarios(shape: BenchShape = BenchShape()) -> dict[str, Scenario]:
     return {scenario.name: scenario for scenario in built}
 
 
+def _embedded_primary(
+    shape: BenchShape,
+    rate: float,
+    changes: tuple[tuple[float, float], ...] = (),
+    **faults: object,
+) -> tuple[ServerSpec, ...]:
+    """The embedded replica set with only its primary used, limited to ``rate`` (changing)."""
+    limiter = LimiterSpec(rate, burst_seconds=shape.burst_seconds, changes=changes)
+    primary = ServerSpec(
+        "rs0",
+        "primary",
+        limiter,
+        service_ms=shape.service_ms,
+        rtt_ms=shape.rtt_ms,
+        work_capacity_per_s=shape.work_capacity_per_s,
+        **faults,  # type: ignore[arg-type]
+    )
+    secondaries = tuple(
+        ServerSpec(
+            f"rs{index}",
+            "secondary",
+            limiter,
+            service_ms=shape.service_ms,
+            rtt_ms=shape.rtt_ms,
+            work_capacity_per_s=shape.work_capacity_per_s,
+        )
+        for index in (1, 2)
+    )
+    return (primary, *secondaries)
+
+
+def closed_fleet(
+    clients: int = 8,
+    workers: int = 8,
+    *,
+    step_s: float = 10.0,
+    rates: tuple[float, ...] = (200.0, 100.0, 300.0),
+    shape: BenchShape = BenchShape(),
+) -> Scenario:
+    """``clients`` processes x ``workers`` closed-loop threads, 1 s deadline, capacity steps.
+
+    Mirrors the real fleet benchmark (:mod:`backpressure.bench.fleet`): each client process is
+    one pymongo client with its own GIL, half find_one and half insert_one on the primary, every
+    operation under a 1 s CSOT deadline; the primary's rate limit steps through ``rates`` every
+    ``step_s`` seconds.
+    """
+    changes = tuple((step_s * (i + 1), rate) for i, rate in enumerate(rates[1:]))
+    marks = tuple((step_s * i, f"{rate:g}/s") for i, rate in enumerate(rates))
+    suffix = "" if (clients, workers) == (8, 8) else f"-{clients}x{workers}"
+    return Scenario(
+        name=f"closed-fleet{suffix}",
+        description=(
+            f"{clients} x {workers} closed-loop workers, 1 s deadline, "
+            f"C {' -> '.join(f'{r:g}' for r in rates)}/s, {step_s:g} s steps"
+        ),
+        servers=_embedded_primary(shape, rates[0], changes),
+        clients=(
+            ClientGroup(
+                count=clients,
+                workload=ClosedLoop(workers, step_s * len(rates)),
+                read_fraction=0.5,
+                timeout_ms=shape.allowed_wait * 1000.0,
+                max_pool_size=workers + 10,
+                cpu_ms_per_attempt=shape.cpu_ms_per_attempt,
+                name="fleet",
+            ),
+        ),
+        drain_s=shape.allowed_wait + 1.0,
+        phases=marks,
+        bucket_s=0.5,
+    )
+
+
+def transient(
+    rejections: int = 3,
+    *,
+    base_rate: float = 100.0,
+    rise: float = 4.0,
+    capacity: float = 2000.0,
+    shape: BenchShape = BenchShape(),
+) -> Scenario:
+    """A blip at low load, then demand rises ``rise`` x, still far below capacity.
+
+    One client, 16 threads serving evenly spaced arrivals at ``base_rate``/s; at 3 s the server
+    rejects the next ``rejections`` commands (a ``{times: n}`` fail point); at 4 s demand rises
+    to ``rise * base_rate``/s for 6 s.  A policy that keeps no state from one pushback serves
+    everything but the rejected commands' retries.
+    """
+    phases = (
+        Phase(3.0, base_rate, "steady"),
+        Phase(1.0, base_rate, f"{rejections} rejected"),
+        Phase(6.0, rise * base_rate, f"x{rise:g} demand"),
+    )
+    suffix = "" if rejections == 3 else f"-{rejections}"
+    return Scenario(
+        name=f"transient{suffix}",
+        description=(
+            f"16 threads at {base_rate:g}/s, C {capacity:g}/s; {rejections} rejected at 3 s; "
+            f"from 4 s {rise * base_rate:g}/s"
+        ),
+        servers=_embedded_primary(shape, capacity, reject_bursts=((3.0, rejections),)),
+        clients=(
+            ClientGroup(
+                count=1,
+                workload=OpenLoop(
+                    phases,
+                    arrivals="scheduled",
+                    threads=16,
+                    max_lag_s=shape.allowed_wait,
+                    start_jitter_ms=shape.start_jitter_ms,
+                ),
+                read_fraction=0.5,
+                timeout_ms=shape.allowed_wait * 1000.0,
+                max_pool_size=26,
+                cpu_ms_per_attempt=shape.cpu_ms_per_attempt,
+                name="workload",
+            ),
+        ),
+        drain_s=shape.allowed_wait + 1.0,
+        phases=_marks(phases),
+        bucket_s=0.5,
+        settle_s=0.0,
+    )
+
+
+@dataclass(frozen=True)
+class FaultSchedule:
+    """A seeded fault schedule: rejection bursts, reject windows and rate drops."""
+
+    bursts: tuple[tuple[float, int], ...]
+    windows: tuple[tuple[float, float], ...]
+    rate_changes: tuple[tuple[float, float], ...]
+    marks: tuple[tuple[float, str], ...]
+
+
+def fault_schedule(
+    seed: int = 1, duration_s: float = 20.0, capacity: float = 2000.0
+) -> FaultSchedule:
+    """Every 1-3 s one random fault, drawn from ``random.Random(seed)``.
+
+    The four kinds, equally likely: a burst of 1-40 rejected commands; every command rejected
+    for 0.3-1.5 s, or for 3-8 s; the rate limit dropping to 20-200/s for 0.5-2 s.
+    """
+    rng = random.Random(f"faults:{seed}")
+    bursts: list[tuple[float, int]] = []
+    windows: list[tuple[float, float]] = []
+    changes: list[tuple[float, float]] = []
+    marks: list[tuple[float, str]] = [(0.0, "no fault")]
+    t = 1.0 + rng.uniform(0.0, 2.0)
+    while t < duration_s - 1.0:
+        kind = rng.randrange(4)
+        at = round(t, 3)
+        if kind == 0:
+            count = rng.randint(1, 40)
+            bursts.append((at, count))
+            marks.append((at, f"{count} rejected"))
+            end = at
+        elif kind in (1, 2):
+            length = rng.uniform(0.3, 1.5) if kind == 1 else rng.uniform(3.0, 8.0)
+            end = round(min(at + length, duration_s), 3)
+            windows.append((at, end))
+            marks.append((at, f"all rejected {end - at:.1f} s"))
+        else:
+            rate = float(rng.randint(20, 200))
+            end = round(min(at + rng.uniform(0.5, 2.0), duration_s), 3)
+            changes.extend(((at, rate), (end, capacity)))
+            marks.append((at, f"{rate:g}/s for {end - at:.1f} s"))
+        if end > at:
+            marks.append((end, "no fault"))
+        t = end + rng.uniform(1.0, 3.0)
+    return FaultSchedule(tuple(bursts), tuple(windows), tuple(changes), tuple(marks))
+
+
+def faults(
+    seed: int = 1,
+    *,
+    workers: int = 32,
+    duration_s: float = 20.0,
+    capacity: float = 2000.0,
+    shape: BenchShape = BenchShape(),
+) -> Scenario:
+    """The fault soak: 32 closed-loop writers, 1 s deadline, one seeded fault schedule."""
+    schedule = fault_schedule(seed, duration_s, capacity)
+    return Scenario(
+        name="faults" if seed == 1 else f"faults-{seed}",
+        description=(
+            f"{workers} closed-loop writers, 1 s deadline, C {capacity:g}/s, fault schedule {seed}"
+        ),
+        servers=_embedded_primary(
+            shape,
+            capacity,
+            schedule.rate_changes,
+            reject_windows=schedule.windows,
+            reject_bursts=schedule.bursts,
+        ),
+        clients=(
+            ClientGroup(
+                count=1,
+                workload=ClosedLoop(workers, duration_s),
+                read_fraction=0.0,
+                timeout_ms=shape.allowed_wait * 1000.0,
+                max_pool_size=workers + 10,
+                cpu_ms_per_attempt=shape.cpu_ms_per_attempt,
+                name="writers",
+            ),
+        ),
+        drain_s=shape.allowed_wait + 1.0,
+        phases=schedule.marks,
+        bucket_s=0.25,
+        settle_s=0.0,
+    )
+
+
 def _bench_named(name: str) -> Scenario:
     """One benchmark scenario with the default shape."""
     return bench_scenarios()[name]
@@ -381,6 +600,11 @@ SCENARIOS: Mapping[str, Callable[[], Scenario]] = {
     "retry-storm": _retry_storm,
     "recovery": _recovery,
     "connection-storm": _connection_storm,
+    "closed-fleet": closed_fleet,
+    "closed-fleet-4x16": lambda: closed_fleet(4, 16),
+    "transient": transient,
+    "transient-1": lambda: transient(1),
+    "faults": faults,
     **{name: functools.partial(_bench_named, name) for name in bench_scenarios()},
 }
 """Every named scenario, built on demand."""

@@ -164,6 +164,10 @@ class SimServer:
         self._rejection_unit = self._unit * spec.rejection_cost
         self.handshake = spec.handshake_ms / 1000.0 + spec.rtt_ms / 1000.0
         self._busy_until = 0.0
+        self._windows = list(spec.reject_windows)
+        self._bursts = list(spec.reject_bursts)
+        self._burst_index = 0
+        self._burst_left = 0
         self.received = 0
         self.admitted = 0
         self.rejected = 0
@@ -175,7 +179,9 @@ class SimServer:
         """Handle a request arriving at ``arrive``: ``(admitted, when its reply is back)``."""
         self.received += 1
         limiter = self.limiter
-        if limiter is None:
+        if (self._windows or self._bursts) and self._faulted(arrive):
+            outcome, start = REJECTED, arrive
+        elif limiter is None:
             outcome, start = ADMITTED, arrive
         else:
             outcome, start = limiter.arrive(arrive)
@@ -193,6 +199,22 @@ class SimServer:
         self._busy_until = begin + self._unit
         return True, begin + self.service + self.half_rtt
 
+    def _faulted(self, arrive: float) -> bool:
+        """Whether a fault (a reject window or a burst of rejections) rejects this request."""
+        windows = self._windows
+        while windows and windows[0][1] <= arrive:
+            windows.pop(0)
+        if windows and windows[0][0] <= arrive:
+            return True
+        bursts = self._bursts
+        while self._burst_index < len(bursts) and bursts[self._burst_index][0] <= arrive:
+            self._burst_left += bursts[self._burst_index][1]
+            self._burst_index += 1
+        if self._burst_left > 0:
+            self._burst_left -= 1
+            return True
+        return False
+
     def connect(self, arrive: float) -> tuple[bool, float]:
         """Establish a connection arriving at ``arrive``: ``(accepted, time it is usable)``."""
         limiter = self.connection_limiter
@@ -205,6 +227,8 @@ class SimServer:
         return True, start + self.handshake
 
     def capacity_at(self, now: float) -> float:
-        """The request limiter's rate at ``now`` (inf without a limiter)."""
+        """The request limiter's rate at ``now`` (inf without a limiter; 0 in a reject window)."""
+        if self.spec.rejecting_at(now):
+            return 0.0
         limiter = self.spec.limiter
         return math.inf if limiter is None else limiter.rate_at(now)

@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("simpy")
 pytest.importorskip("mongomock")
 
-from backpressure.bench.overload import OverloadPlan
 from backpressure.sim.agreement import compare
+from backpressure.workload.plan import OverloadPlan
 from backpressure.workload.server import embedded_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

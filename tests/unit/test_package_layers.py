@@ -22,9 +22,9 @@ LAYERS: dict[str, int] = {
     "backpressure.metrics": 3,
     "backpressure.testing": 4,
     "backpressure.workload": 5,
-    "backpressure.sim": 5,
-    "backpressure.bench": 5,
-    "backpressure.demo": 5,
+    "backpressure.sim": 6,  # the simulator may use the workload, never the benchmark
+    "backpressure.bench": 7,
+    "backpressure.demo": 7,
 }
 """Layer of each top-level part; a module may import only from its own layer or lower ones."""
 

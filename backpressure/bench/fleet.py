@@ -1,0 +1,569 @@
+"""The fleet benchmark: K client processes x T threads share one embedded replica set.
+
+Real processes (``multiprocessing``, spawn), each with its own pymongo client (so its own
+retry state, pacing and GIL) and T threads running a closed loop: 50% ``find_one`` by ``_id``
+and 50% ``insert_one``, every operation under ``pymongo.timeout(deadline)``.  The embedded
+replica set runs in its own process and is reached over real TCP; nothing is mocked.  The
+primary's ingress rate limit steps through ``rates`` (200 -> 100 -> 300 ops/s by default) every
+``step_s`` seconds, set from this process over the server's control connection.
+
+Per policy (every policy runs on the same server, one after another, the default's first):
+app errors, attempts per operation (workload commands the servers received, from their own
+counters, per operation), Jain's fairness index over the processes' successes, goodput per
+phase as a share of the capacity from ``settle_s`` after each step, p50/p99 of successful
+operations, local waits and refusals per second (the package's listeners), and the client
+processes' CPU.  Each goal (errors <= 1%, <= 1.1 attempts/op, Jain >= 0.95, goodput >= 95% of
+capacity in every phase) is marked met or not met.
+
+Example::
+
+    python -m backpressure.bench --only fleet --fleet-shapes 8x8,4x16 --output bench/results
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import multiprocessing
+import queue
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional
+
+import pymongo
+from pymongo import MongoClient
+from pymongo.errors import PyMongoError
+
+from backpressure.workload import POLICIES
+from backpressure.workload.driver import LoadTarget, LocalEventCounter, received_commands
+
+__all__ = [
+    "FLEET_GOALS",
+    "QUICK",
+    "FleetPlan",
+    "FleetRun",
+    "default_policy_name",
+    "fleet_policies",
+    "plan_from_dict",
+    "render_fleet_markdown",
+    "run_fleet",
+]
+
+DATABASE = "fleet"
+COLLECTION = "ops"
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    """The shape of one fleet run."""
+
+    processes: int = 8
+    threads: int = 8
+    rates: tuple[float, ...] = (200.0, 100.0, 300.0)
+    """The primary's rate limit in each phase, ops/s."""
+    step_s: float = 10.0
+    """Length of each phase."""
+    deadline_s: float = 1.0
+    """``pymongo.timeout`` of every operation."""
+    settle_s: float = 2.0
+    """Seconds after each step left out of that phase's goodput."""
+    burst_seconds: float = 1.0
+    """The limiter's burst allowance, seconds of its rate."""
+    keys: int = 500
+    """Documents preloaded for ``find_one``."""
+    bin_s: float = 0.1
+    """Width of the success-time histogram each process returns."""
+    start_timeout_s: float = 120.0
+    """How long the client processes may take to start and connect."""
+
+    def __post_init__(self) -> None:
+        """Validate the numbers."""
+        if self.processes < 1 or self.threads < 1:
+            raise ValueError(
+                f"FleetPlan needs processes >= 1 and threads >= 1, got "
+                f"{self.processes} and {self.threads}"
+            )
+        if not self.rates or any(not (rate > 0) for rate in self.rates):
+            raise ValueError(f"FleetPlan.rates must be positive, got {self.rates!r}")
+        for name in ("step_s", "deadline_s", "burst_seconds", "bin_s"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"FleetPlan.{name} must be a finite number > 0, got {value!r}")
+        if not 0 <= self.settle_s < self.step_s:
+            raise ValueError(f"FleetPlan.settle_s must be in [0, step_s), got {self.settle_s!r}")
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds of load."""
+        return self.step_s * len(self.rates)
+
+    @property
+    def shape(self) -> str:
+        """``KxT``."""
+        return f"{self.processes}x{self.threads}"
+
+
+QUICK = FleetPlan(processes=2, threads=2, rates=(60.0, 30.0), step_s=1.5, settle_s=0.5, keys=50)
+"""A run of a few seconds for the tests."""
+
+FLEET_GOALS: tuple[str, ...] = (
+    "app errors <= 1%",
+    "<= 1.1 attempts/op",
+    "Jain >= 0.95",
+    "goodput >= 95% of capacity",
+)
+
+
+def default_policy_name() -> str:
+    """The package's default policy, read now (it may change)."""
+    from backpressure.core import policy as policies
+
+    return str(policies.DEFAULT_POLICY.name)
+
+
+def fleet_policies(names: Optional[Sequence[str]] = None) -> list[str]:
+    """``names`` (default: no-retries, stock pymongo, current, draft, adaptive, those that run
+    here) with the default policy's moved first; unknown names raise ValueError."""
+    if names is None:
+        names = [
+            name
+            for name in ("no-retries", "pymongo-native", "current", "draft", "adaptive")
+            if name in POLICIES and POLICIES[name].unavailable() is None
+        ]
+    unknown = [name for name in names if name not in POLICIES]
+    if unknown:
+        raise ValueError(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
+    default = default_policy_name()
+    return sorted(names, key=lambda name: name != default)
+
+
+def label(name: str) -> str:
+    """A policy's row label: ``default (<name>)`` for the default, stock pymongo named."""
+    text = "stock pymongo" if name == "pymongo-native" else name
+    return f"default ({text})" if name == default_policy_name() else text
+
+
+# -- the client processes ---------------------------------------------------------------------
+
+
+def _client_process(
+    index: int,
+    uri: str,
+    policy_name: str,
+    plan: FleetPlan,
+    ready: Any,
+    go: Any,
+    start_at: Any,
+    results: Any,
+) -> None:
+    """One client process: open the policy's client, wait for ``go``, run T closed loops."""
+    cpu_start = time.process_time()
+    events = LocalEventCounter()
+    client = POLICIES[policy_name].open(
+        uri,
+        local_listener=events,
+        maxPoolSize=plan.threads + 10,
+        appname=f"fleet-{index}",
+    )
+    try:
+        collection = client.client[DATABASE][COLLECTION]
+        collection.find_one({"_id": -1})  # connect and discover before the clock starts
+        ready.put(index)
+        if not go.wait(plan.start_timeout_s * 2):
+            return
+        t0 = float(start_at.value)
+        end = t0 + plan.duration_s
+        bins = [0] * (int(plan.duration_s / plan.bin_s) + 2)
+        latencies: list[float] = []
+        counts = {"ops": 0, "errors": 0}
+        kinds: dict[str, int] = {}
+        lock = threading.Lock()
+
+        def worker(number: int) -> None:
+            rng = random.Random(f"{index}:{number}")
+            own: list[float] = []
+            ops = errors = 0
+            own_kinds: dict[str, int] = {}
+            own_bins: dict[int, int] = {}
+            _wait_until(t0)  # the same start instant in every process
+            while True:
+                started = time.time()
+                if started >= end:
+                    break
+                ops += 1
+                try:
+                    with pymongo.timeout(plan.deadline_s):
+                        if rng.random() < 0.5:
+                            key = rng.randrange(plan.keys)
+                            client.call(functools.partial(collection.find_one, {"_id": key}))
+                        else:
+                            client.call(functools.partial(collection.insert_one, {"w": number}))
+                except PyMongoError as exc:
+                    errors += 1
+                    name = type(exc).__name__
+                    own_kinds[name] = own_kinds.get(name, 0) + 1
+                    continue
+                done = time.time()
+                own.append((done - started) * 1000.0)
+                slot = int((done - t0) / plan.bin_s)
+                own_bins[slot] = own_bins.get(slot, 0) + 1
+            with lock:
+                latencies.extend(own)
+                counts["ops"] += ops
+                counts["errors"] += errors
+                for name, n in own_kinds.items():
+                    kinds[name] = kinds.get(name, 0) + n
+                for slot, n in own_bins.items():
+                    if 0 <= slot < len(bins):
+                        bins[slot] += n
+
+        threads = [
+            threading.Thread(target=worker, args=(n,), daemon=True) for n in range(plan.threads)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        results.put(
+            {
+                "index": index,
+                "ops": counts["ops"],
+                "errors": counts["errors"],
+                "successes": counts["ops"] - counts["errors"],
+                "success_bins": bins,
+                "latencies_ms": latencies,
+                "error_kinds": kinds,
+                "local_waits": events.waits if events.reported else None,
+                "local_refusals": events.refusals if events.reported else None,
+                "cpu_s": time.process_time() - cpu_start,
+            }
+        )
+    finally:
+        client.close()
+
+
+# -- one policy's run -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PhaseShare:
+    """Goodput of one phase, from ``settle_s`` after its step to its end."""
+
+    rate: float
+    goodput_per_s: float
+
+    @property
+    def share(self) -> float:
+        """Goodput over capacity."""
+        return self.goodput_per_s / self.rate
+
+
+@dataclass(frozen=True)
+class FleetRun:
+    """One policy's fleet run, summarised."""
+
+    policy: str
+    shape: str
+    operations: int
+    app_errors: int
+    server_received: int
+    """Workload commands (find, insert) the servers received."""
+    per_process_successes: tuple[int, ...]
+    phases: tuple[PhaseShare, ...]
+    p50_ms: Optional[float]
+    p99_ms: Optional[float]
+    local_waits: Optional[int]
+    local_refusals: Optional[int]
+    error_kinds: dict[str, int]
+    client_cpu_s: float
+    duration_s: float
+    floor_fraction: float
+    """max(0, 1 - C * deadline / N) of the worst phase: no policy can do better there."""
+    goals: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def error_fraction(self) -> float:
+        """App errors per operation."""
+        return self.app_errors / self.operations if self.operations else 0.0
+
+    @property
+    def attempts_per_op(self) -> float:
+        """Server-received workload commands per operation."""
+        return self.server_received / self.operations if self.operations else 0.0
+
+    @property
+    def jain(self) -> float:
+        """Jain's fairness index over the processes' successes (1.0: equal shares)."""
+        values = self.per_process_successes
+        squares = sum(x * x for x in values)
+        if not values or squares == 0:
+            return 1.0
+        return sum(values) ** 2 / (len(values) * squares)
+
+    @property
+    def worst_phase(self) -> float:
+        """The lowest goodput share of capacity over the phases."""
+        return min((phase.share for phase in self.phases), default=0.0)
+
+    @property
+    def refusals_per_s(self) -> Optional[float]:
+        """Local refusals per second of load."""
+        if self.local_refusals is None:
+            return None
+        return self.local_refusals / self.duration_s
+
+    def judge(self) -> dict[str, bool]:
+        """Each of :data:`FLEET_GOALS`: met or not."""
+        return {
+            FLEET_GOALS[0]: self.error_fraction <= 0.01,
+            FLEET_GOALS[1]: self.attempts_per_op <= 1.1,
+            FLEET_GOALS[2]: self.jain >= 0.95,
+            FLEET_GOALS[3]: self.worst_phase >= 0.95,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FleetRun:
+        """The run :meth:`to_dict` described."""
+        names = {f for f in cls.__dataclass_fields__ if f != "goals"}
+        values = {k: v for k, v in data.items() if k in names}
+        values["per_process_successes"] = tuple(values["per_process_successes"])
+        values["phases"] = tuple(
+            PhaseShare(p["rate"], p["goodput_per_s"]) for p in values["phases"]
+        )
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary."""
+        data = asdict(self)
+        data.update(
+            error_fraction=self.error_fraction,
+            attempts_per_op=self.attempts_per_op,
+            jain=self.jain,
+            worst_phase=self.worst_phase,
+            refusals_per_s=self.refusals_per_s,
+            goals=self.judge(),
+        )
+        return data
+
+
+def _percentile(values: Sequence[float], q: float) -> Optional[float]:
+    """Nearest-rank percentile (None when empty)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def _preload(uri: str, plan: FleetPlan) -> None:
+    """Drop the collection and insert the documents ``find_one`` reads (limiter off)."""
+    client: MongoClient[dict[str, Any]] = MongoClient(uri)
+    try:
+        collection = client[DATABASE][COLLECTION]
+        collection.drop()
+        collection.insert_many([{"_id": key} for key in range(plan.keys)])
+    finally:
+        client.close()
+
+
+def _wait_until(instant: float) -> None:
+    """Block until ``time.time()`` reaches ``instant``."""
+    remaining = instant - time.time()
+    if remaining > 0:
+        threading.Event().wait(remaining)
+
+
+def _await_ready(ready: Any, processes: Sequence[Any], timeout: float) -> None:
+    """Wait until every client process has connected (raise if one died or it takes too long)."""
+    deadline = time.monotonic() + timeout
+    waiting = len(processes)
+    while waiting:
+        try:
+            ready.get(timeout=0.5)
+            waiting -= 1
+            continue
+        except queue.Empty:
+            pass
+        dead = [p.name for p in processes if p.exitcode is not None]
+        if dead:
+            raise RuntimeError(f"fleet client process(es) exited before starting: {dead}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{waiting} fleet client process(es) not ready after {timeout} s")
+
+
+def run_policy_fleet(target: LoadTarget, policy: str, plan: FleetPlan) -> FleetRun:
+    """Run ``plan`` once with every process under ``policy`` and summarise it."""
+    context = multiprocessing.get_context("spawn")
+    ready: Any = context.Queue()
+    results: Any = context.Queue()
+    go = context.Event()
+    start_at = context.Value("d", 0.0)
+    target.reset()
+    target.disable_rate_limit()
+    _preload(target.uri, plan)
+    processes = [
+        context.Process(
+            target=_client_process,
+            args=(index, target.uri, policy, plan, ready, go, start_at, results),
+            name=f"fleet-{policy}-{index}",
+            daemon=True,
+        )
+        for index in range(plan.processes)
+    ]
+    for process in processes:
+        process.start()
+    collected: list[dict[str, Any]] = []
+    try:
+        _await_ready(ready, processes, plan.start_timeout_s)
+        target.set_rate_limit(plan.rates[0], burst_seconds=plan.burst_seconds)
+        target.stats(reset=True)
+        t0 = time.time() + 0.2
+        start_at.value = t0
+        go.set()
+        for number, rate in enumerate(plan.rates[1:], start=1):
+            _wait_until(t0 + number * plan.step_s)
+            target.set_rate_limit(rate, burst_seconds=plan.burst_seconds)
+        _wait_until(t0 + plan.duration_s)
+        for _ in processes:
+            collected.append(results.get(timeout=plan.deadline_s + 60.0))
+        stats = target.stats()
+    finally:
+        go.set()
+        for process in processes:
+            process.join(timeout=30.0)
+            if process.is_alive():
+                process.terminate()
+                process.join(timeout=5.0)
+        target.disable_rate_limit()
+    collected.sort(key=lambda r: int(r["index"]))
+    return summarize(policy, plan, collected, received_commands(stats, ("find", "insert")))
+
+
+def summarize(
+    policy: str, plan: FleetPlan, processes: Sequence[dict[str, Any]], received: int
+) -> FleetRun:
+    """Turn the processes' reports and the server's count into a :class:`FleetRun`."""
+    bins = [0] * max(len(p["success_bins"]) for p in processes)
+    for report in processes:
+        for slot, n in enumerate(report["success_bins"]):
+            bins[slot] += n
+    phases = []
+    for number, rate in enumerate(plan.rates):
+        begin = number * plan.step_s + plan.settle_s
+        end = (number + 1) * plan.step_s
+        first, last = round(begin / plan.bin_s), round(end / plan.bin_s)
+        successes = sum(bins[first:last])
+        phases.append(PhaseShare(rate, successes / ((last - first) * plan.bin_s)))
+    latencies = [x for report in processes for x in report["latencies_ms"]]
+    kinds: dict[str, int] = {}
+    for report in processes:
+        for name, n in report["error_kinds"].items():
+            kinds[name] = kinds.get(name, 0) + n
+    waits = [r["local_waits"] for r in processes if r["local_waits"] is not None]
+    refusals = [r["local_refusals"] for r in processes if r["local_refusals"] is not None]
+    workers = plan.processes * plan.threads
+    floor = max(max(0.0, 1.0 - rate * plan.deadline_s / workers) for rate in plan.rates)
+    return FleetRun(
+        policy=policy,
+        shape=plan.shape,
+        operations=sum(int(r["ops"]) for r in processes),
+        app_errors=sum(int(r["errors"]) for r in processes),
+        server_received=received,
+        per_process_successes=tuple(int(r["successes"]) for r in processes),
+        phases=tuple(phases),
+        p50_ms=_percentile(latencies, 50),
+        p99_ms=_percentile(latencies, 99),
+        local_waits=sum(waits) if waits else None,
+        local_refusals=sum(refusals) if refusals else None,
+        error_kinds=dict(sorted(kinds.items())),
+        client_cpu_s=sum(float(r["cpu_s"]) for r in processes),
+        duration_s=plan.duration_s,
+        floor_fraction=floor,
+    )
+
+
+def run_fleet(
+    target: LoadTarget,
+    policies: Optional[Sequence[str]] = None,
+    plan: FleetPlan = FleetPlan(),
+    *,
+    progress: Optional[Callable[[str], None]] = None,
+) -> list[FleetRun]:
+    """Run every policy (the default's first) through ``plan`` on ``target``."""
+    runs = []
+    for policy in fleet_policies(policies):
+        if progress is not None:
+            progress(f"fleet {plan.shape}: {policy}")
+        runs.append(run_policy_fleet(target, policy, plan))
+    return runs
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+def _ms(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def render_fleet_markdown(runs: Sequence[FleetRun], plan: FleetPlan) -> str:
+    """One shape's table (every policy, the default's first) and its goals."""
+    runs = sorted(runs, key=lambda run: run.policy != default_policy_name())
+    steps = " -> ".join(f"{rate:g}" for rate in plan.rates)
+    header = ["policy", "ops", "app errors", "attempts/op", "Jain"]
+    header += [f"goodput @{rate:g}/s" for rate in plan.rates]
+    header += ["p50 ms", "p99 ms", "refusals/s", "client CPU s", "errors by kind"]
+    lines = [
+        f"### {plan.processes} processes x {plan.threads} threads",
+        "",
+        f"Capacity {steps} ops/s, {plan.step_s:g} s each; deadline {plan.deadline_s:g} s; "
+        f"goodput from {plan.settle_s:g} s after each step. Floor (no policy can do better): "
+        f"{100 * runs[0].floor_fraction:.1f}% app errors (N/C = "
+        f"{plan.processes * plan.threads / min(plan.rates):.2f} s at the lowest capacity).",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for run in runs:
+        refusals = run.refusals_per_s
+        kinds = ", ".join(f"{name} {n:,}" for name, n in run.error_kinds.items()) or "-"
+        cells = [
+            label(run.policy),
+            f"{run.operations:,}",
+            f"{100 * run.error_fraction:.1f}% ({run.app_errors:,})",
+            f"{run.attempts_per_op:.2f}",
+            f"{run.jain:.3f}",
+            *(f"{100 * phase.share:.1f}%" for phase in run.phases),
+            _ms(run.p50_ms),
+            _ms(run.p99_ms),
+            "-" if refusals is None else f"{refusals:,.1f}",
+            f"{run.client_cpu_s:.1f}",
+            kinds,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Goals:", ""]
+    for run in runs:
+        verdicts = ", ".join(
+            f"{goal}: {'met' if met else 'NOT met'}" for goal, met in run.judge().items()
+        )
+        lines.append(f"- **{label(run.policy)}**: {verdicts}")
+    successes = "; ".join(
+        f"{label(run.policy)}: {', '.join(f'{n:,}' for n in run.per_process_successes)}"
+        for run in runs
+    )
+    lines += ["", f"Successes per process: {successes}.", ""]
+    return "\n".join(lines)
+
+
+def plan_from_dict(data: dict[str, Any]) -> FleetPlan:
+    """The plan ``asdict`` described."""
+    return FleetPlan(**{**data, "rates": tuple(data["rates"])})
+
+
+def parse_shape(text: str) -> tuple[int, int]:
+    """``"8x8"`` -> (8, 8)."""
+    processes, sep, threads = text.lower().partition("x")
+    if not sep:
+        raise ValueError(f"a fleet shape is PROCESSESxTHREADS, got {text!r}")
+    return int(processes), int(threads)

@@ -1,0 +1,253 @@
+"""``python -m backpressure.sim.yardsticks``: the lab's fleet, transient and fault scenarios.
+
+Runs every policy (the default's first) through the simulator's yardstick scenarios with one
+seed, and writes one Markdown file with a table per scenario and each goal marked met or not:
+
+* ``closed-fleet`` (8 x 8) and ``closed-fleet-4x16``: capacity 200 -> 100 -> 300/s every 10 s,
+  1 s deadline; goals: app errors <= 1%, <= 1.1 attempts/op, Jain >= 0.95, goodput >= 95% of
+  capacity in every phase (from 2 s after each step);
+* ``transient`` (3 rejections) and ``transient-1``: goodput after the x4 rise >= 98% of stock's
+  (``current``), p99 <= stock's + 20 ms, no local refusal;
+* ``faults``: app errors <= ``current``'s on the same seeded fault schedule;
+* ``fleet`` (10,000 sparse clients): <= 1.1 attempts/op, app errors <= 1.1 x the floor;
+* ``retry-storm`` (800 closed-loop workers): errors against the closed-loop floor, refusals/s.
+
+Example::
+
+    python -m backpressure.sim.yardsticks --seed 1 --md bench/results/sim-fleet.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from backpressure.sim.model import ClosedLoop
+from backpressure.sim.policies import available_policies, default_first, default_name, display_name
+from backpressure.sim.report import format_fleet_markdown, ordered, write_chart
+from backpressure.sim.runner import PolicyResult, Result, run
+from backpressure.sim.scenarios import scenario
+
+__all__ = ["YARDSTICKS", "Goal", "goals_for", "main", "run_yardsticks"]
+
+STOCK = "current"
+"""The policy that behaves as stock pymongo (>= 4.17) in the simulator."""
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One goal of one policy in one scenario."""
+
+    name: str
+    met: bool
+    figure: str
+
+
+GoalCheck = Callable[[PolicyResult, Result], list[Goal]]
+
+
+def _fleet_goals(policy: PolicyResult, _result: Result) -> list[Goal]:
+    """The closed-loop fleet's four goals."""
+    goals = [
+        Goal("errors <= 1%", policy.error_fraction <= 0.01, f"{100 * policy.error_fraction:.1f}%"),
+        Goal("<= 1.1 attempts/op", policy.attempts_per_op <= 1.1, f"{policy.attempts_per_op:.2f}"),
+    ]
+    jain = policy.jain
+    goals.append(Goal("Jain >= 0.95", jain is not None and jain >= 0.95, f"{jain or 0:.3f}"))
+    shares = [phase.of_capacity or 0.0 for phase in policy.phase_goodput]
+    worst = min(shares) if shares else 0.0
+    goals.append(Goal("goodput >= 95% of C", worst >= 0.95, f"worst phase {100 * worst:.1f}%"))
+    return goals
+
+
+def _transient_goals(policy: PolicyResult, result: Result) -> list[Goal]:
+    """Against stock: goodput after the rise, p99, no refusal."""
+    stock = result.policies.get(STOCK)
+    if stock is None or not policy.phase_goodput or not stock.phase_goodput:
+        return []
+    mine, theirs = policy.phase_goodput[-1].goodput_per_s, stock.phase_goodput[-1].goodput_per_s
+    share = mine / theirs if theirs else 0.0
+    p99, stock_p99 = policy.p99_ms or 0.0, stock.p99_ms or 0.0
+    return [
+        Goal(">= 98% of stock's goodput after the rise", share >= 0.98, f"{100 * share:.1f}%"),
+        Goal("p99 <= stock's + 20 ms", p99 <= stock_p99 + 20.0, f"{p99:.0f} vs {stock_p99:.0f}"),
+        Goal("0 local refusals", policy.local_refusals == 0, f"{policy.local_refusals:,}"),
+    ]
+
+
+def _fault_goals(policy: PolicyResult, result: Result) -> list[Goal]:
+    """App errors no worse than ``current``'s."""
+    stock = result.policies.get(STOCK)
+    if stock is None:
+        return []
+    return [
+        Goal(
+            "errors <= current's",
+            policy.error_fraction <= stock.error_fraction,
+            f"{100 * policy.error_fraction:.1f}% vs {100 * stock.error_fraction:.1f}%",
+        )
+    ]
+
+
+def _sparse_goals(policy: PolicyResult, _result: Result) -> list[Goal]:
+    """The sparse fleet: attempts/op and errors against the oracle's floor."""
+    floor = policy.physical_min_errors
+    ratio = policy.app_errors / floor if floor else (0.0 if policy.app_errors == 0 else 99.0)
+    return [
+        Goal("<= 1.1 attempts/op", policy.attempts_per_op <= 1.1, f"{policy.attempts_per_op:.2f}"),
+        Goal("errors <= 1.1 x floor", ratio <= 1.1, f"{ratio:.2f}x"),
+    ]
+
+
+@dataclass(frozen=True)
+class Yardstick:
+    """A scenario of the lab, how its goodput is shown, and its goals."""
+
+    name: str
+    goodput_as: str
+    goals: Optional[GoalCheck]
+    note: str = ""
+
+
+YARDSTICKS: tuple[Yardstick, ...] = (
+    Yardstick("closed-fleet", "capacity", _fleet_goals),
+    Yardstick("closed-fleet-4x16", "capacity", _fleet_goals),
+    Yardstick(
+        "transient",
+        "rate",
+        _transient_goals,
+        "Goodput in ops/s; the last column is the 6 s after the x4 rise (offered 400/s).",
+    ),
+    Yardstick("transient-1", "rate", _transient_goals),
+    Yardstick(
+        "faults",
+        "rate",
+        _fault_goals,
+        "Goodput in ops/s per fault stretch (the limiter's 1 s burst lets more than C through "
+        "after a quiet stretch).",
+    ),
+    Yardstick(
+        "fleet",
+        "capacity",
+        _sparse_goals,
+        "Open loop: the floor is the oracle's on the arrivals (the same for every policy).",
+    ),
+    Yardstick("retry-storm", "capacity", None),
+)
+"""The scenarios, in report order."""
+
+
+def goals_for(yardstick: Yardstick, result: Result) -> dict[str, list[Goal]]:
+    """Each policy's goals in ``result`` (empty when the scenario has none)."""
+    if yardstick.goals is None:
+        return {}
+    return {name: yardstick.goals(policy, result) for name, policy in result.policies.items()}
+
+
+def _goal_lines(yardstick: Yardstick, result: Result) -> list[str]:
+    """One line per policy: every goal met or not."""
+    goals = goals_for(yardstick, result)
+    if not goals:
+        return []
+    lines = ["", "Goals:", ""]
+    for policy in ordered(result):
+        marks = ", ".join(
+            f"{goal.name}: {'met' if goal.met else 'NOT met'} ({goal.figure})"
+            for goal in goals[policy.name]
+        )
+        lines.append(f"- **{display_name(policy.name)}**: {marks}")
+    return lines
+
+
+def run_yardsticks(
+    names: Sequence[str],
+    policies: Sequence[str],
+    seed: int,
+    *,
+    chart_dir: Optional[Path] = None,
+    echo: Callable[[str], None] = print,
+) -> str:
+    """Run the yardsticks ``names`` under ``policies`` and return the Markdown report."""
+    chosen = [y for y in YARDSTICKS if y.name in names]
+    ordered_policies = default_first(list(policies))
+    out = [
+        "# Simulator yardsticks: fleets, transients, faults",
+        "",
+        f"`python -m backpressure.sim.yardsticks --seed {seed}`; every policy's row, the "
+        f"default's (`{default_name()}`) first. `current` is what stock pymongo >= 4.17 does. "
+        "SimPy model with the package's real decision core; virtual time, so the figures do "
+        "not depend on the machine's load.",
+        "",
+        "Columns: app errors (count) and the floor no policy can beat (closed loops: "
+        "max(0, 1 - C*D/N) per bucket, with N workers, deadline D, capacity C, so the same for "
+        "every policy; open loops: the oracle on the arrivals); attempts the server received "
+        "per operation; Jain's index over the client processes' successes; goodput per phase "
+        "from 2 s after each step (closed-fleet) or over the whole phase; p99 of successful "
+        "operations; operations refused locally per second.",
+    ]
+    for yardstick in chosen:
+        built = scenario(yardstick.name)
+        started = time.process_time()
+        result = run(built, ordered_policies, seed)
+        cpu = time.process_time() - started
+        echo(f"{yardstick.name}: {cpu:.1f} s CPU")
+        out += ["", f"## `{yardstick.name}`", "", f"{built.description} (seed {seed}).", ""]
+        out.append(format_fleet_markdown(result, goodput_as=yardstick.goodput_as))
+        if yardstick.note:
+            out += ["", yardstick.note]
+        out += _goal_lines(yardstick, result)
+        out += ["", f"CPU for all policies: {cpu:.0f} s."]
+        if chart_dir is not None:
+            path = chart_dir / f"sim-{yardstick.name}.png"
+            closed = all(isinstance(group.workload, ClosedLoop) for group in built.clients)
+            write_chart(
+                result,
+                path,
+                title=f"{built.name}: {built.description}",
+                show_offered=not closed,
+                log_scale=True,
+            )
+            out += ["", f"![{yardstick.name}]({path.name})"]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m backpressure.sim.yardsticks")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(y.name for y in YARDSTICKS),
+        help="comma-separated (default: all: %(default)s)",
+    )
+    parser.add_argument(
+        "--policies",
+        default=",".join(default_first(list(available_policies()))),
+        help="comma-separated policy names (default: all, the default's first)",
+    )
+    parser.add_argument("--md", type=Path, help="write the Markdown report here")
+    parser.add_argument("--charts", type=Path, help="draw one PNG per scenario in this folder")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
+    known = {y.name for y in YARDSTICKS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"--scenarios: unknown {', '.join(unknown)}; known: {', '.join(known)}")
+    policies = [n.strip() for n in args.policies.split(",") if n.strip()]
+    report = run_yardsticks(names, policies, args.seed, chart_dir=args.charts)
+    if args.md is not None:
+        args.md.parent.mkdir(parents=True, exist_ok=True)
+        args.md.write_text(report, encoding="utf-8")
+        print(f"written to {args.md}")
+    else:
+        print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The lab's yardsticks: closed-loop fleets, transients, fault schedules and their figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("simpy")
+
+from backpressure.sim import LimiterSpec, ServerSpec, run
+from backpressure.sim.policies import default_first, default_name, display_name
+from backpressure.sim.report import format_fleet_markdown
+from backpressure.sim.runner import jain_index
+from backpressure.sim.scenarios import closed_fleet, fault_schedule, faults, transient
+from backpressure.sim.server import SimServer
+from backpressure.sim.yardsticks import main
+
+
+def test_jain_index() -> None:
+    """1.0 for equal shares, 1/n when one client takes everything, None for one client."""
+    assert jain_index([5, 5, 5, 5]) == pytest.approx(1.0)
+    assert jain_index([8, 0, 0, 0]) == pytest.approx(0.25)
+    assert jain_index([3]) is None
+    assert jain_index([0, 0]) == 1.0
+
+
+def test_closed_loop_floor_is_the_same_for_every_policy() -> None:
+    """N = 16 workers, C = 5/s, D = 1 s: the floor is 1 - C*D/N whatever the policy does."""
+    shape = closed_fleet(2, 8, step_s=1.0, rates=(5.0, 5.0))
+    result = run(shape, ["no-retries", "current", "retry-storm"], seed=1)
+    floors = {policy.physical_min_errors for policy in result.policies.values()}
+    fractions = {policy.floor_fraction for policy in result.policies.values()}
+    assert floors == {round((16 - 5) * 2.0)}
+    assert len(fractions) == 1
+    assert fractions.pop() == pytest.approx(1 - 5 / 16)
+    for policy in result.policies.values():
+        assert policy.app_errors >= policy.physical_min_errors * 0.9
+        assert len(policy.client_successes) == 2
+        assert sum(policy.client_successes) == policy.ops - policy.app_errors
+
+
+def test_capacity_steps_show_in_the_goodput_per_phase() -> None:
+    """Stock retries keep the server busy: goodput near capacity in each step's settled part."""
+    shape = closed_fleet(2, 4, step_s=4.0, rates=(100.0, 50.0))
+    policy = run(shape, ["current"], seed=1).policies["current"]
+    assert [phase.label for phase in policy.phase_goodput] == ["100/s", "50/s"]
+    assert [phase.start_s for phase in policy.phase_goodput] == [2.0, 6.0]
+    for phase, capacity in zip(policy.phase_goodput, (100.0, 50.0)):
+        assert phase.capacity_per_s == capacity
+        assert phase.of_capacity is not None
+        assert 0.8 < phase.of_capacity < 1.1
+
+
+def test_a_rejection_burst_rejects_exactly_that_many_commands() -> None:
+    """``transient(3)`` without retries: exactly the 3 rejected operations fail."""
+    result = run(transient(3), ["no-retries", "current"], seed=1)
+    assert result.policies["no-retries"].app_errors == 3
+    assert result.policies["no-retries"].server_rejected == 3
+    current = result.policies["current"]
+    assert current.app_errors == 0
+    assert current.server_rejected == 3
+    assert current.phase_goodput[-1].offered_per_s == pytest.approx(400.0)
+
+
+def test_reject_windows_reject_everything_and_take_no_token() -> None:
+    """Inside a window every request is rejected; the capacity reads 0 there."""
+    spec = ServerSpec("rs0", limiter=LimiterSpec(10.0), reject_windows=((1.0, 2.0),))
+    server = SimServer(spec, 0)
+    assert server.request(0.5)[0]
+    assert not server.request(1.5)[0]
+    assert server.capacity_at(1.5) == 0.0
+    assert server.capacity_at(2.5) == 10.0
+    assert server.request(2.5)[0]
+    with pytest.raises(ValueError, match="reject_windows"):
+        ServerSpec("rs0", reject_windows=((2.0, 1.0),))
+    with pytest.raises(ValueError, match="reject_bursts count"):
+        ServerSpec("rs0", reject_bursts=((1.0, 0),))
+
+
+def test_the_fault_schedule_is_seeded_and_within_its_ranges() -> None:
+    """The same seed gives the same schedule; every fault is within the brief's ranges."""
+    assert fault_schedule(3) == fault_schedule(3)
+    assert fault_schedule(1) != fault_schedule(2)
+    for seed in range(1, 8):
+        schedule = fault_schedule(seed)
+        for _at, count in schedule.bursts:
+            assert 1 <= count <= 40
+        for start, end in schedule.windows:
+            length = end - start
+            assert 0.3 <= length <= 1.5 or 3.0 <= length <= 8.0 or end == 20.0
+        for _at, rate in schedule.rate_changes[::2]:
+            assert 20 <= rate <= 200
+    assert faults(1).servers[0].reject_windows == fault_schedule(1).windows
+
+
+def test_tables_put_the_default_first_and_show_every_policy() -> None:
+    """The Markdown table lists every policy run, the default's row first and labelled."""
+    names = ["no-retries", "current", "draft", "adaptive"]
+    result = run(transient(1), names, seed=1)
+    table = format_fleet_markdown(result, goodput_as="rate")
+    rows = table.splitlines()[2:]
+    assert len(rows) == len(names)
+    assert rows[0].startswith(f"| default ({default_name()}) |")
+    assert default_first(names)[0] == default_name()
+    assert display_name("no-retries") == "no-retries"
+
+
+def test_the_yardsticks_command_writes_markdown(tmp_path: Path) -> None:
+    """The command runs the named scenarios and writes their tables and goals."""
+    path = tmp_path / "out.md"
+    assert (
+        main(["--scenarios", "transient-1", "--policies", "current,no-retries", "--md", str(path)])
+        == 0
+    )
+    text = path.read_text(encoding="utf-8")
+    assert "## `transient-1`" in text
+    assert "Goals:" in text
+    assert "| current |" in text or "| default (current) |" in text
