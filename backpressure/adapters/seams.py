@@ -40,6 +40,7 @@ PRIVATE_NAMES: Mapping[str, str] = {
     "_Transaction.has_completed_command": "pymongo >= 4.17: first command completed",
     "_csot.get_timeout/get_deadline/remaining": "the CSOT deadline",
     "ClientOptions._ClientOptions__max_adaptive_retries": "native: maxAdaptiveRetries value",
+    "ClientOptions._options": "native: the options the application gave (URI and keywords)",
     "ClientOptions._ClientOptions__enable_overload_retargeting": "native: retargeting value",
     "helpers._RetryPolicy (4.17) / helpers_shared._RetryPolicy (4.18+)": "native: detection "
     "of the native loop and its conventions",
@@ -99,6 +100,7 @@ __all__ = [
     "client_has_native_backpressure",
     "csot_deadline",
     "csot_expired",
+    "explicit_overload_options",
     "is_async_client",
     "keep_candidate_servers",
     "selection_has_choice",
@@ -344,6 +346,30 @@ def client_has_native_backpressure(client: object) -> bool:
         and hasattr(options, "max_adaptive_retries")
         and all(hasattr(options, attr) for attr in OPTION_ATTRIBUTES)
     )
+
+
+_EXPLICIT_OPTION_KEYS: Mapping[str, tuple[str, str]] = {
+    "maxAdaptiveRetries": ("maxadaptiveretries", "max_adaptive_retries"),
+    "enableOverloadRetargeting": ("enableoverloadretargeting", "enable_overload_retargeting"),
+}
+
+
+def explicit_overload_options(client: object) -> dict[str, Any]:
+    """Return the overload-retry options the application gave ``client`` (URI or keyword).
+
+    Keys ``maxAdaptiveRetries`` / ``enableOverloadRetargeting``, only for those it gave: a value
+    pymongo chose by default is left out.  Empty before pymongo 4.17 (no such options).
+    """
+    given = getattr(getattr(client, "options", None), "_options", None)
+    if not isinstance(given, Mapping):
+        return {}
+    found: dict[str, Any] = {}
+    for name, keys in _EXPLICIT_OPTION_KEYS.items():
+        for key in keys:
+            if key in given:
+                found[name] = given[key]
+                break
+    return found
 
 
 def should_retry_is_awaited(native_policy: object) -> bool:

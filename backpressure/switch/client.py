@@ -171,6 +171,9 @@ def enable(
         return disable(client)
     checked = validate_listeners(listeners)
     target = _pymongo_client(client)
+    # The application's own maxAdaptiveRetries / enableOverloadRetargeting beat the preset, as
+    # they do for the client classes.
+    resolved = apply_overrides(resolved, seams.explicit_overload_options(target))
     controller = RetryController(
         resolved,
         random=_random.random if random is None else random,

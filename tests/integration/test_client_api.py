@@ -386,3 +386,54 @@ def test_topology_opens_only_once_the_client_is_enabled(
         assert pymongo_client.options.connect is connect
     finally:
         client.close()
+
+
+@pytest.mark.skipif(not seams.HAS_NATIVE_BACKPRESSURE, reason="pymongo < 4.17 has no such options")
+@pytest.mark.parametrize("given", ["keyword", "uri"])
+async def test_enable_keeps_the_clients_own_overload_options(
+    clients: ClientFactory, standalone_server: EmbeddedServer, commands: CommandRecorder, given: str
+) -> None:
+    """A stock client's explicit maxAdaptiveRetries / enableOverloadRetargeting beat the preset
+    on ``enable`` (any preset, enabled again too), as they do for the client classes."""
+    if given == "keyword":
+        client = clients.plain(
+            standalone_server.uri,
+            event_listeners=[commands],
+            maxAdaptiveRetries=1,
+            enableOverloadRetargeting=False,
+        )
+    else:
+        client = clients.plain(
+            standalone_server.uri + "?maxAdaptiveRetries=1&enableOverloadRetargeting=false",
+            event_listeners=[commands],
+        )
+    for preset in (True, "draft", "adaptive"):
+        backpressure.enable(client, preset, random=lambda: 0.0)
+        state = backpressure.state(client)
+        assert state is not None
+        assert (state.policy.max_retries, state.policy.retarget) == (1, False)
+        assert (
+            client.options.max_adaptive_retries,
+            client.options.enable_overload_retargeting,
+        ) == (
+            1,
+            False,
+        )
+    backpressure.enable(client, FAST_BACKOFF, random=lambda: 0.0)
+    assert await _inserts_until_failure(client, standalone_server, commands) == 2
+    backpressure.disable(client)
+    assert (client.options.max_adaptive_retries, client.options.enable_overload_retargeting) == (
+        1,
+        False,
+    )
+
+
+async def test_enable_without_explicit_options_takes_the_presets(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """pymongo's own defaults are not explicit: the preset's attempts and retargeting apply."""
+    client = clients.plain(standalone_server.uri)
+    backpressure.enable(client, "draft")
+    state = backpressure.state(client)
+    assert state is not None
+    assert (state.policy.max_retries, state.policy.retarget) == (5, True)
