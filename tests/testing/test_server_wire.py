@@ -232,3 +232,37 @@ def test_corrupted_valid_messages_only_raise_wire_error(position: int, noise: by
     header = Header(len(message), 1, 0, OP_MSG)
     with contextlib.suppress(WireError):
         parse_request(header, bytes(message[16:]))
+
+
+_PURE_BSON_SCRIPT = """
+import sys
+sys.modules["bson._cbson"] = None  # bson's pure-Python decoder, as on PyPy
+import bson
+from bson.objectid import ObjectId
+from backpressure.testing.server.wire import framing
+
+assert not bson.has_c()
+oid = ObjectId()
+doc = bson.encode({"_id": oid})
+body = bson.encode({"insert": "c", "$db": "db"})
+payload = bytearray(b"\\x00\\x00\\x00\\x00\\x00" + body)
+payload += b"\\x01" + (4 + 10 + len(doc)).to_bytes(4, "little") + b"documents\\x00" + doc
+header = framing.Header(framing.HEADER_SIZE + len(payload), 7, 0, framing.OP_MSG)
+request = framing.parse_request(header, payload)
+assert request.body["documents"] == [{"_id": oid}], request.body
+print("decoded")
+"""
+
+
+def test_pure_python_bson_decodes_a_request_held_in_a_bytearray() -> None:
+    """Without bson's C extension (PyPy), a document sequence holding an ObjectId decodes: the
+    server reads messages into a ``bytearray``, which the pure-Python decoder cannot slice into
+    an ObjectId (it closed the connection: "id must be an instance of (bytes, str, ObjectId)")."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _PURE_BSON_SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "decoded"

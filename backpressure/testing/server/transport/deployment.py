@@ -373,16 +373,34 @@ class Deployment:
                 reply = _internal_error(exc)
             if request.more_to_come:
                 continue
-            started = time.thread_time()
-            request_id = self._next_id()
-            try:
-                data = pack_reply(request, reply, request_id)
-            except Exception as exc:  # e.g. a reply that is not BSON-encodable
-                log.exception("%s: packing the reply failed", state.member.address)
-                data = pack_reply(request, _internal_error(exc), request_id)
-            state.cpu_seconds += time.thread_time() - started
-            writer.write(data)
-            await writer.drain()
+            response_to = None
+            while True:
+                streams = _streams_on(request, reply)
+                started = time.thread_time()
+                request_id = self._next_id()
+                try:
+                    data = pack_reply(
+                        request, reply, request_id, more_to_come=streams, response_to=response_to
+                    )
+                except Exception as exc:  # e.g. a reply that is not BSON-encodable
+                    log.exception("%s: packing the reply failed", state.member.address)
+                    streams = False
+                    data = pack_reply(request, _internal_error(exc), request_id)
+                state.cpu_seconds += time.thread_time() - started
+                writer.write(data)
+                await writer.drain()
+                if not streams:
+                    break
+                # An exhaust getMore: the next batch goes out unasked, answering this reply,
+                # until the cursor is exhausted or a batch fails (as mongod streams them).
+                response_to = request_id
+                try:
+                    reply = await self._handle(state, conn, request, _ADMITTED, reader)
+                except _Close:
+                    return
+                except Exception as exc:
+                    log.exception("%s: streaming getMore failed", state.member.address)
+                    reply = _internal_error(exc)
 
     async def _parse_in_worker(self, header: Header, payload: bytearray) -> Request:
         """Parse a large message on the single parser thread (one at a time, bounding memory)."""
@@ -801,3 +819,15 @@ def _attach_write_concern_error(
     if labels:
         existing = list(reply.get("errorLabels", []))
         reply["errorLabels"] = existing + [x for x in labels if x not in existing]
+
+
+def _streams_on(request: Request, reply: Mapping[str, Any]) -> bool:
+    """Whether ``reply`` to ``request`` continues an exhaust stream (more replies follow).
+
+    An OP_MSG getMore sent with ``exhaustAllowed`` whose batch succeeded and left the cursor
+    open: mongod then sends the following batches with ``moreToCome`` set, unasked.
+    """
+    if not request.exhaust_allowed or request.legacy or request.command_name != "getMore":
+        return False
+    cursor = reply.get("cursor")
+    return reply.get("ok") == 1 and isinstance(cursor, Mapping) and cursor.get("id", 0) != 0

@@ -230,24 +230,33 @@ def pack_msg(doc: Mapping[str, Any], request_id: int, response_to: int, *, flags
     return _HEADER.pack(HEADER_SIZE + len(payload), request_id, response_to, OP_MSG) + payload
 
 
-def pack_reply(request: Request, doc: Mapping[str, Any], request_id: int) -> bytes:
-    """Pack ``doc`` as the reply ``request`` expects (OP_REPLY or OP_MSG, compressed alike)."""
+def pack_reply(
+    request: Request,
+    doc: Mapping[str, Any],
+    request_id: int,
+    *,
+    more_to_come: bool = False,
+    response_to: Optional[int] = None,
+) -> bytes:
+    """Pack ``doc`` as the reply ``request`` expects (OP_REPLY or OP_MSG, compressed alike).
+
+    ``more_to_come``: an OP_MSG reply of an exhaust stream, more replies follow unasked;
+    ``response_to``: the id it answers (default the request's; in an exhaust stream, the
+    previous reply's).
+    """
+    answered = request.request_id if response_to is None else response_to
     if request.legacy:
         payload = _REPLY_PREFIX.pack(0, 0, 0, 1) + bson.encode(doc)
         op_code = OP_REPLY
     else:
-        payload = _UINT32.pack(0) + b"\x00" + bson.encode(doc)
+        flags = MORE_TO_COME if more_to_come else 0
+        payload = _UINT32.pack(flags) + b"\x00" + bson.encode(doc)
         op_code = OP_MSG
     if request.compressor_id is None:
-        return _HEADER.pack(HEADER_SIZE + len(payload), request_id, request.request_id, op_code) + (
-            payload
-        )
+        return _HEADER.pack(HEADER_SIZE + len(payload), request_id, answered, op_code) + payload
     body = compress(request.compressor_id, payload)
     wrapped = _COMPRESSED.pack(op_code, len(payload), request.compressor_id) + body
-    return (
-        _HEADER.pack(HEADER_SIZE + len(wrapped), request_id, request.request_id, OP_COMPRESSED)
-        + wrapped
-    )
+    return _HEADER.pack(HEADER_SIZE + len(wrapped), request_id, answered, OP_COMPRESSED) + wrapped
 
 
 def parse_reply(header: Header, payload: Payload) -> dict[str, Any]:
@@ -286,9 +295,14 @@ def _decompress(payload: Payload) -> tuple[int, Payload, int]:
         raise WireError(str(exc)) from None
 
 
+_DECODES_BUFFERS = bson.has_c()
+"""bson's C extension decodes from a ``bytearray``; its pure-Python decoder (PyPy, or no
+compiled extension) builds ObjectIds from slices, which must be ``bytes``."""
+
+
 def _decode_one(data: Payload, what: str) -> dict[str, Any]:
     try:
-        return bson.decode(data, _CODEC)
+        return bson.decode(data if _DECODES_BUFFERS else bytes(data), _CODEC)
     except (BSONError, ValueError, IndexError, struct.error) as exc:
         raise WireError(f"bad BSON in {what}: {exc}") from None
 
