@@ -157,7 +157,8 @@ def enable(
         listeners: receive a RetryEvent per retry and a GiveUpEvent per give-up (and an
             OperationFinishedEvent per operation if they implement ``operation_finished``),
             after the listeners registered with ``backpressure.register``.
-        random: jitter source in [0, 1) (tests pin it); defaults to ``random.random``.
+        random: jitter source in [0, 1) (tests pin it); defaults to ``random.random``, looked up
+            at each draw as pymongo does, so ``unittest.mock.patch("random.random")`` reaches it.
 
     Raises:
         InvalidPolicyError: ``policy`` is not a valid setting, or ``listeners`` is not a list
@@ -176,7 +177,7 @@ def enable(
     resolved = apply_overrides(resolved, seams.explicit_overload_options(target))
     controller = RetryController(
         resolved,
-        random=_random.random if random is None else random,
+        random=_module_random if random is None else random,
         admission=admission_for(resolved),
     )
     new_state = ClientState(
@@ -194,6 +195,11 @@ def enable(
     setattr(target, STATE_ATTRIBUTE, new_state)
     registry.track(target, new_state)
     return client
+
+
+def _module_random() -> float:
+    """Draw from ``random.random`` as found at this call (pymongo's jitter draws the same way)."""
+    return _random.random()
 
 
 def _client_label(target: Any) -> str:

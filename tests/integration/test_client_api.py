@@ -7,6 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pymongo
 import pytest
@@ -15,6 +16,7 @@ from pymongo.errors import PyMongoError
 import backpressure
 from backpressure import CURRENT_SPEC, DRAFT, InvalidPolicyError, Policy
 from backpressure.adapters import seams
+from backpressure.core.backoff import backoff_ceiling
 from backpressure.core.policy import DEFAULT_POLICY
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
@@ -437,3 +439,24 @@ async def test_enable_without_explicit_options_takes_the_presets(
     state = backpressure.state(client)
     assert state is not None
     assert (state.policy.max_retries, state.policy.retarget) == (5, True)
+
+
+async def test_default_jitter_follows_a_patched_random_random(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    retries: RetryRecorder,
+) -> None:
+    """Without ``random=``, the jitter is drawn from ``random.random`` at each retry, as
+    pymongo's own loop draws it: a test that patches it (pymongo's prose test 1 does) pins both."""
+    client = clients.plain(standalone_server.uri, event_listeners=[commands])
+    backpressure.enable(client, FAST_BACKOFF, listeners=[retries])
+    standalone_server.configure_fail_point(overload_fail_point(["insert"], times=2))
+    with patch("random.random", return_value=0.0):
+        await resolve(client.db.coll.insert_one({"x": 1}))
+    standalone_server.configure_fail_point(overload_fail_point(["insert"], times=2))
+    with patch("random.random", return_value=1.0):
+        await resolve(client.db.coll.insert_one({"x": 2}))
+    first, second = retries.delays[:2], retries.delays[2:]
+    assert first == [0.0, 0.0]
+    assert second == [backoff_ceiling(FAST_BACKOFF, 1), backoff_ceiling(FAST_BACKOFF, 2)]
