@@ -56,20 +56,21 @@ async def test_policy_object_replaces_pymongo_policy_in_the_right_flavour(
 async def test_options_follow_the_policy_and_disable_restores_everything(
     clients: ClientFactory, standalone_server: EmbeddedServer
 ) -> None:
-    """maxAdaptiveRetries/enableOverloadRetargeting follow the policy; disable puts all back."""
-    client = clients.plain(
-        standalone_server.uri, maxAdaptiveRetries=4, enableOverloadRetargeting=False
-    )
+    """maxAdaptiveRetries/enableOverloadRetargeting follow the policy; disable puts all back.
+
+    (A client given either option explicitly keeps it: see test_client_api.)
+    """
+    client = clients.plain(standalone_server.uri)
     original_policy = client._retry_policy
     before = dict(vars(client))
     backpressure.enable(client, DRAFT.replace(max_retries=7, retarget=True))
     assert _options(client) == (7, True)
     assert "_retry_internal" in vars(client)
-    backpressure.enable(client, "current")  # replaces: still restorable to the originals
-    assert _options(client) == (2, False)
+    backpressure.enable(client, "draft")  # replaces: still restorable to the originals
+    assert _options(client) == (5, True)
     backpressure.disable(client)
     assert client._retry_policy is original_policy
-    assert _options(client) == (4, False)
+    assert _options(client) == (2, False)
     assert dict(vars(client)) == before
     assert backpressure.state(client) is None
 
