@@ -17,6 +17,7 @@ import pytest
 from pymongo import monitoring
 from pymongo.errors import OperationFailure
 
+from backpressure.adapters.backport.shared import NATIVE_BACKPRESSURE
 from backpressure.testing import EmbeddedServer
 from backpressure.testing.server.cluster.shard import mongos_backoff_seconds
 from tests.testing.conftest import wait_until
@@ -88,11 +89,15 @@ def test_mongos_retries_hide_a_recovering_shard(
     )
     listener = _Commands()
     client = make_client(server.uri, event_listeners=[listener])
-    for i in range(4):
-        client.test.c.insert_one({"_id": i})
-    assert listener.names.count("insert") == 4
+    # Back-to-back inserts find the bucket empty (unless the machine stalls for 0.1 s between
+    # two of them): insert until the mongos has retried once, within a bound.
+    inserted = 0
+    while inserted < 20 and (inserted < 2 or _hop(server)["mongos"]["retries"] == 0):
+        client.test.c.insert_one({"_id": inserted})
+        inserted += 1
+    assert listener.names.count("insert") == inserted
     assert listener.failures == []
-    assert client.test.c.count_documents({}) == 4
+    assert client.test.c.count_documents({}) == inserted
     hop = _hop(server)
     assert hop["mongos"]["retries"] >= 1
     assert hop["mongos"]["retriesExhausted"] == 0
@@ -128,9 +133,10 @@ def test_a_shard_that_keeps_rejecting_reaches_the_client(
         "RetryableError",
         "NoWritesPerformed",
     }
-    # pymongo (>= 4.18) retries an overload error twice: three attempts reach the mongos.
+    # pymongo >= 4.17 retries an overload error twice (three attempts reach the mongos); older
+    # pymongo does not retry it.
     attempts = listener.names.count("insert")
-    assert attempts == 3
+    assert attempts == (3 if NATIVE_BACKPRESSURE else 1)
     assert listener.failures.count("insert") == attempts
     hop = _hop(server)
     assert hop["mongos"]["forwarded"] == attempts
