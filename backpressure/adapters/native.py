@@ -30,6 +30,8 @@ client:
   bounds classic retries that follow an overload, the second drives deprioritization).
 
 :func:`uninstall` puts back the original policy object, option values and instance attributes.
+On pymongo 4.17 the handshake flag of an enabled client's connections is sent as ``"2"``
+(``native_handshake``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,12 @@ import types
 import weakref
 from typing import Any, Callable, Optional
 
-from backpressure.adapters import native_async_wrappers, native_sync_wrappers, seams
+from backpressure.adapters import (
+    native_async_wrappers,
+    native_handshake,
+    native_sync_wrappers,
+    seams,
+)
 from backpressure.adapters.native_operation import LeanCell, TrackedOperation
 from backpressure.core.client_state import ClientState
 from backpressure.core.decision import Decision, GiveUp, Retry, StopReason
@@ -265,6 +272,7 @@ def install(client: Any, state: ClientState) -> None:
         setattr(client, _INSTALLATION_ATTR, installation)
     installation.state = state
     installation.apply(client)
+    native_handshake.enable(client)  # pymongo 4.17: "2" in the handshake, as 4.18+
 
 
 def uninstall(client: Any) -> None:
@@ -272,6 +280,7 @@ def uninstall(client: Any) -> None:
     installation = vars(client).pop(_INSTALLATION_ATTR, None)
     if isinstance(installation, _Installation):
         installation.restore(client)
+        native_handshake.disable(client)
 
 
 def installed_state(client: Any) -> Optional[ClientState]:

@@ -66,6 +66,8 @@ PRIVATE_NAMES: Mapping[str, str] = {
     "Pool.connect / Pool._client_id / Pool.is_sdam (4.13+) / Pool.handshake (<4.13)": "label "
     "connection-establishment errors of application pools",
     "Connection.hello_cmd / .pool_ref / .performed_handshake": "the handshake flag",
+    "Connection._hello (4.17)": "native: its source shows whether it sets the flag to True "
+    "after hello_cmd (then hello_cmd returns a dict that stores '2' instead)",
     "Connection.write_command": "a bulk batch of a transaction's first statement completed",
     "_Bulk.retrying / .started_retryable_write": "batch-level retries",
     "retryable_bulk closure: full_result": "client bulk write: forget a retried error",

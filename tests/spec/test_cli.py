@@ -96,3 +96,29 @@ def test_cli_rejects_missing_paths(tmp_path: Path) -> None:
     """A path that does not exist is an error, not an empty run."""
     with pytest.raises(FileNotFoundError):
         main([os.fspath(tmp_path / "missing.json")])
+
+
+def test_cli_server_version_runs_the_base_backoff_scenario(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--server-version 9.0``: the embedded server has ``externalClientBaseBackoffMS``, so the
+    base-backoff scenario runs (on the default 8.2.6 profile it is skipped)."""
+    monkeypatch.delenv("MONGODB_URI", raising=False)
+    path = os.fspath(
+        Path(__file__).resolve().parents[2] / "spec-tests" / "backpressure-base-backoff.yml"
+    )
+    assert main(["--preset", "draft", "--fast-backoff", path]) == 0
+    skipped = capsys.readouterr().out.splitlines()
+    assert skipped[-1].startswith("0 passed, 0 failed,")
+    assert main(["--preset", "draft", "--fast-backoff", "--server-version", "9.0", path]) == 0
+    ran = capsys.readouterr().out.splitlines()
+    assert ran[-1].startswith(f"{len(ran) - 1} passed, 0 failed, 0 skipped")
+
+
+def test_cli_server_version_needs_an_embedded_server(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``--server-version`` with ``--uri`` is a usage error."""
+    monkeypatch.delenv("MONGODB_URI", raising=False)
+    with pytest.raises(SystemExit):
+        main(["--uri", "mongodb://127.0.0.1:1", "--server-version", "9.0", os.fspath(tmp_path)])

@@ -195,6 +195,11 @@ def test_help_describes_every_option_with_its_default() -> None:
         "--connection-queue-depth",
         "--max-wire-version",
         "--server-version",
+        "--shard-rate-limit",
+        "--shard-burst-seconds",
+        "--shard-base-backoff-ms",
+        "--shard-max-retries",
+        "--shard-retry-jitter",
         "--log-level",
     ]
     text = " ".join(out.split())

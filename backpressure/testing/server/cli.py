@@ -15,7 +15,10 @@ from collections.abc import Sequence
 from typing import Optional
 
 from backpressure.testing.server.cluster.topology import DEFAULT_MEMBERS, TOPOLOGIES
-from backpressure.testing.server.control.parameters import start_parameters
+from backpressure.testing.server.control.parameters import (
+    shard_start_parameters,
+    start_parameters,
+)
 from backpressure.testing.server.control.profiles import DEFAULT_SERVER_VERSION, PROFILE_NAMES
 from backpressure.testing.server.transport.deployment import Deployment
 
@@ -155,6 +158,40 @@ def _parser() -> argparse.ArgumentParser:
         "they are exempt (mongod with auth on: unauthenticated sessions)",
     )
     add(
+        "--shard-rate-limit",
+        type=int,
+        default=None,
+        metavar="OPS_PER_SEC",
+        help="sharded topology: enable the ingress limiter of the shard behind the mongos "
+        "routers (shared by all of them); each mongos retries the shard's overload errors "
+        "itself with backoff before answering the client (default: off)",
+    )
+    add(
+        "--shard-burst-seconds",
+        type=float,
+        default=1.0,
+        help="shard limiter burst, in seconds (default: %(default)s)",
+    )
+    add(
+        "--shard-base-backoff-ms",
+        type=int,
+        default=None,
+        help="9.0 profile: the shard attaches this baseBackoffMS to its overload errors; the "
+        "mongos uses it as its backoff base (default: off)",
+    )
+    add(
+        "--shard-max-retries",
+        type=int,
+        default=None,
+        help="times a mongos retries a shard's overload error (default: 2)",
+    )
+    add(
+        "--shard-retry-jitter",
+        type=float,
+        default=None,
+        help="fix the jitter of the mongos backoff in [0, 1] (default: random)",
+    )
+    add(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -211,6 +248,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             connection_burst_seconds=args.connection_burst_seconds,
             connection_queue_depth=args.connection_queue_depth,
         )
+        shard_params = shard_start_parameters(
+            server_version=args.server_version,
+            rate_limit=args.shard_rate_limit,
+            burst_seconds=args.shard_burst_seconds,
+            base_backoff_ms=args.shard_base_backoff_ms,
+            max_retries=args.shard_max_retries,
+            retry_jitter=args.shard_retry_jitter,
+        )
         deployment = Deployment(
             args.topology,
             args.members,
@@ -220,6 +265,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             max_wire_version=args.max_wire_version,
             server_version=args.server_version,
             limit_hello=args.limit_hello,
+            shard_parameters=shard_params,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

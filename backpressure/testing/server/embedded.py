@@ -23,7 +23,10 @@ from typing import Any, Optional, Union
 from backpressure.testing.server.cluster.member import CONTROL_APP_NAME
 from backpressure.testing.server.cluster.topology import DEFAULT_MEMBERS, TOPOLOGIES
 from backpressure.testing.server.control.failpoints import FAIL_POINTS
-from backpressure.testing.server.control.parameters import start_parameters
+from backpressure.testing.server.control.parameters import (
+    shard_start_parameters,
+    start_parameters,
+)
 from backpressure.testing.server.control.profiles import DEFAULT_SERVER_VERSION
 from backpressure.testing.server.control.stats import merge_stats
 from backpressure.testing.server.transport.deployment import Deployment
@@ -102,6 +105,11 @@ class EmbeddedServer:
         max_wire_version: int = 25,
         server_version: str = DEFAULT_SERVER_VERSION,
         limit_hello: bool = False,
+        shard_rate_limit: Optional[int] = None,
+        shard_burst_seconds: float = 1.0,
+        shard_base_backoff_ms: Optional[int] = None,
+        shard_max_retries: Optional[int] = None,
+        shard_retry_jitter: Optional[float] = None,
         subprocess: bool = False,
     ) -> None:
         """Configure the server; nothing runs until :meth:`start` (or ``with``).
@@ -110,6 +118,14 @@ class EmbeddedServer:
         (``8.2.0``, ``8.2.6`` (default) or ``9.0``; see ``control/profiles.py``).
         ``limit_hello=True`` limits hellos and handshakes like any request (mongod with auth
         off); the default exempts them (mongod with auth on: unauthenticated sessions).
+
+        The ``shard_*`` options need the sharded topology: ``shard_rate_limit`` enables the
+        ingress limiter of the shard behind the routers (requests/s, burst
+        ``shard_burst_seconds``), whose overload errors every mongos retries itself
+        ``shard_max_retries`` times (default 2) with the specification's backoff, jittered
+        randomly unless ``shard_retry_jitter`` fixes the jitter in [0, 1];
+        ``shard_base_backoff_ms`` (9.0 profile) makes the shard attach ``baseBackoffMS``, which
+        the mongos uses as its backoff base. See ``cluster/shard.py``.
         """
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}; expected one of {TOPOLOGIES}")
@@ -126,6 +142,11 @@ class EmbeddedServer:
         self.max_wire_version = max_wire_version
         self.server_version = server_version
         self.limit_hello = limit_hello
+        self.shard_rate_limit = shard_rate_limit
+        self.shard_burst_seconds = shard_burst_seconds
+        self.shard_base_backoff_ms = shard_base_backoff_ms
+        self.shard_max_retries = shard_max_retries
+        self.shard_retry_jitter = shard_retry_jitter
         self.subprocess = subprocess
         self._parameters = start_parameters(
             server_version=server_version,
@@ -136,6 +157,16 @@ class EmbeddedServer:
             connection_rate_limit=connection_rate_limit,
             connection_burst_seconds=connection_burst_seconds,
         )
+        self._shard_parameters = shard_start_parameters(
+            server_version=server_version,
+            rate_limit=shard_rate_limit,
+            burst_seconds=shard_burst_seconds,
+            base_backoff_ms=shard_base_backoff_ms,
+            max_retries=shard_max_retries,
+            retry_jitter=shard_retry_jitter,
+        )
+        if self._shard_parameters and topology != "sharded":
+            raise ValueError("the shard_* options need the sharded topology")
         self._uri: Optional[str] = None
         self._addresses: list[tuple[str, int]] = []
         self._controls: list[_ControlConnection] = []
@@ -278,6 +309,20 @@ class EmbeddedServer:
             backpressureOperationRateLimiterEnabled=True,
         )
 
+    def set_shard_rate_limit(self, rate: int, burst_seconds: float = 1.0) -> None:
+        """Enable the ingress limiter of the shard behind a sharded topology's routers (shared
+        by every mongos, so set once) at ``rate`` requests/s."""
+        self.set_parameter(
+            0,
+            backpressureShardAdmissionRatePerSec=rate,
+            backpressureShardAdmissionBurstCapacitySecs=burst_seconds,
+            backpressureShardRateLimiterEnabled=True,
+        )
+
+    def disable_shard_rate_limit(self) -> None:
+        """Disable the shard's ingress limiter."""
+        self.set_parameter(0, backpressureShardRateLimiterEnabled=False)
+
     def disable_rate_limit(self, member: Optional[MemberRef] = None) -> None:
         """Disable the ingress request limiter."""
         self.set_parameter(member, ingressRequestRateLimiterEnabled=False)
@@ -338,6 +383,15 @@ class EmbeddedServer:
             args += ["--base-backoff-ms", str(self.base_backoff_ms)]
         if self.connection_rate_limit is not None:
             args += ["--connection-rate-limit", str(self.connection_rate_limit)]
+        if self.shard_rate_limit is not None:
+            args += ["--shard-rate-limit", str(self.shard_rate_limit)]
+            args += ["--shard-burst-seconds", str(self.shard_burst_seconds)]
+        if self.shard_base_backoff_ms is not None:
+            args += ["--shard-base-backoff-ms", str(self.shard_base_backoff_ms)]
+        if self.shard_max_retries is not None:
+            args += ["--shard-max-retries", str(self.shard_max_retries)]
+        if self.shard_retry_jitter is not None:
+            args += ["--shard-retry-jitter", str(self.shard_retry_jitter)]
         return args
 
     def _start_process(self) -> None:
@@ -375,6 +429,7 @@ class EmbeddedServer:
             max_wire_version=self.max_wire_version,
             server_version=self.server_version,
             limit_hello=self.limit_hello,
+            shard_parameters=self._shard_parameters,
         )
 
         async def serve() -> None:

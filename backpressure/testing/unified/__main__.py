@@ -1,12 +1,13 @@
 """Command line: run unified-format test files and print one line per test.
 
 ``python -m backpressure.testing.unified [--uri URI] [--preset {none,draft,current}]
-[--async | --motor] [--fast-backoff] [--topology T] [-k TEXT] [-v] PATH...``
+[--async | --motor] [--fast-backoff] [--topology T] [--server-version V] [-k TEXT] [-v] PATH...``
 
 Without ``--uri`` (or ``MONGODB_URI``) each file runs on an embedded server of the topology its
 ``runOnRequirements`` need (a 3-member replica set when allowed, else sharded, else standalone),
 one server per topology shared by all files and reset between tests (``--topology`` forces
-one). Exit code 1 on any failure.
+one). ``--server-version`` gives the embedded servers a version profile (``9.0`` for the
+files that need ``externalClientBaseBackoffMS``). Exit code 1 on any failure.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Optional
+from typing import Any, Optional
 
 from backpressure.testing.unified.loader import SpecFile, iter_spec_paths, load_spec_file
 from backpressure.testing.unified.runner import (
@@ -77,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=("replicaset", "sharded", "standalone"),
         help="embedded server topology for every file (default: chosen per file)",
     )
+    parser.add_argument(
+        "--server-version",
+        help="embedded server version, which picks its limiter profile: 8.2.0, 8.2.6 or 9.0 "
+        "(9.0 has externalClientBaseBackoffMS; default: the server's, 8.2.6)",
+    )
     parser.add_argument("-k", dest="keyword", help="only tests whose id contains this text")
     parser.add_argument("-v", "--verbose", action="store_true", help="print full failure reasons")
     return parser
@@ -91,7 +97,10 @@ def _print_result(result: TestResult, verbose: bool) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the files; return 0 when nothing failed, else 1."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.uri and args.server_version:
+        parser.error("--server-version sets up the embedded servers; it has no effect with --uri")
     config = RunnerConfig(preset=args.preset, flavour=args.flavour, fast_backoff=args.fast_backoff)
     specs: list[SpecFile] = [load_spec_file(path) for path in iter_spec_paths(args.paths)]
     results: list[TestResult] = []
@@ -110,7 +119,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 else:
                     from backpressure.testing import EmbeddedServer
 
-                    server = stack.enter_context(EmbeddedServer(key))
+                    options: dict[str, Any] = {}
+                    if args.server_version:
+                        options["server_version"] = args.server_version
+                    server = stack.enter_context(EmbeddedServer(key, **options))
                     deployment = Deployment(server.uri, server=server)
                 stack.callback(deployment.close)
                 deployments[key] = deployment

@@ -28,6 +28,7 @@ from backpressure.testing.server.control.failpoints import (
     ON_PRIMARY_TRANSACTIONAL_WRITE,
     FailCommandConfig,
 )
+from backpressure.testing.server.control.parameters import SHARD_PREFIX
 from backpressure.testing.server.errors import CommandError
 
 __all__ = [
@@ -171,6 +172,8 @@ def _server_status(
         }
     if member.profile.operation_rate_limiter:
         reply["backpressure"]["operationRateLimiter"] = member.operation_limiter.status()
+    if member.shard is not None:
+        reply["backpressure"]["shard"] = member.shard.status()
     if member.topology.kind == "replicaset":
         hello = member.topology.hello(member.member, connection_id=0, legacy=False)
         reply["repl"] = {
@@ -184,8 +187,11 @@ def _get_parameter(
     member: MemberState, conn: ConnectionState, db: str, body: dict[str, Any]
 ) -> dict[str, Any]:
     params = member.parameters
+    shard = member.shard
     if body.get("getParameter") == "*":
         reply = params.all()
+        if shard is not None:
+            reply.update(shard.parameters.values)
         reply["featureCompatibilityVersion"] = _fcv(member)
         reply["ok"] = 1.0
         return reply
@@ -197,7 +203,10 @@ def _get_parameter(
             reply[name] = _fcv(member)
             continue
         try:
-            reply[name] = params.get(name)
+            if shard is not None and name.startswith(SHARD_PREFIX):
+                reply[name] = shard.parameters.values[name]
+            else:
+                reply[name] = params.get(name)
         except KeyError:
             raise CommandError(72, f"no option found to get: {name}") from None
     if not reply:
@@ -217,7 +226,17 @@ def _set_parameter(
     changes = {k: v for k, v in body.items() if k != "setParameter" and k not in _BODY_META}
     if not changes:
         raise CommandError(2, "no option found to set, use help:true to see options")
-    previous = member.parameters.update(changes)
+    shard = member.shard
+    shard_changes = {}
+    if shard is not None:  # the shard's parameters, set through any mongos
+        shard_changes = {k: v for k, v in changes.items() if k.startswith(SHARD_PREFIX)}
+        changes = {k: v for k, v in changes.items() if k not in shard_changes}
+        for name, value in shard_changes.items():  # validate all before applying any
+            shard.parameters.validate(name, value)
+    previous = member.parameters.update(changes) if changes else {}
+    if shard is not None and shard_changes:
+        previous.update(shard.parameters.update(shard_changes))
+        shard.apply_parameters()
     member.apply_parameters()
     reply: dict[str, Any] = {}
     if len(previous) == 1:
@@ -288,9 +307,13 @@ def _backpressure_stats(
     reply = member.stats.to_document(member.engine.txn_stats())
     reply["member"] = member.member.address
     reply["role"] = member.member.role
+    if member.shard is not None:
+        reply["shardHop"]["shard"] = member.shard.status()
     reply["ok"] = 1.0
     if body.get("reset"):
         member.stats.reset()
+        if member.shard is not None:
+            member.shard.reset_counters()
     return reply
 
 

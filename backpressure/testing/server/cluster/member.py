@@ -15,6 +15,7 @@ from backpressure.testing.server.control.ratelimit import AdmissionLimiter
 from backpressure.testing.server.control.stats import ConnectionRecord, MemberStats
 
 if TYPE_CHECKING:
+    from backpressure.testing.server.cluster.shard import ShardHop
     from backpressure.testing.server.engine.dispatch import Engine
 
 __all__ = ["CONTROL_APP_NAME", "ConnectionState", "MemberState"]
@@ -57,8 +58,10 @@ class MemberState:
         topology: Topology,
         engine: Engine,
         start_parameters: Mapping[str, Any],
+        shard: Optional[ShardHop] = None,
     ) -> None:
-        """Build the member's state from its start-up parameters."""
+        """Build the member's state from its start-up parameters (``shard``: the shard behind
+        a sharded topology's routers, shared by all of them)."""
         self.member = member
         self.topology = topology
         self.engine = engine
@@ -73,7 +76,9 @@ class MemberState:
         self.connection_limiter = AdmissionLimiter(self.parameters.connection_limiter())
         self.operation_limiter = AdmissionLimiter(self.parameters.operation_limiter())
         """The operation rate limiter (code 463; 8.3+ profiles only)."""
-        self.stats = MemberStats()
+        self.shard = shard
+        """The shard hop (sharded topology only), shared by every mongos."""
+        self.stats = MemberStats(shard_hop=shard is not None)
         self.queue_interrupted_by_max_time = 0
         """Queued requests (9.0) whose maxTimeMS ran out before they got a token."""
         self.queue_interrupted_by_disconnect = 0
@@ -110,6 +115,8 @@ class MemberState:
             limiter.bucket.refill_to_capacity()
             limiter.reset_counters()
         self.stats.reset()
+        if self.shard is not None:
+            self.shard.reset()
         self.queue_interrupted_by_max_time = self.queue_interrupted_by_disconnect = 0
         self.establishment_interrupted = 0
         self.establishment_queued_micros = self.establishment_queued = 0

@@ -16,7 +16,15 @@ from backpressure.testing.server.control.profiles import (
 from backpressure.testing.server.control.ratelimit import UNLIMITED_RATE, LimiterSettings
 from backpressure.testing.server.errors import CommandError
 
-__all__ = ["DEFAULTS", "ServerParameters", "start_parameters"]
+__all__ = [
+    "DEFAULTS",
+    "SHARD_DEFAULTS",
+    "SHARD_PREFIX",
+    "ServerParameters",
+    "ShardParameters",
+    "shard_start_parameters",
+    "start_parameters",
+]
 
 DBL_MAX = sys.float_info.max
 """mongod's default burst capacity (unlimited)."""
@@ -306,6 +314,146 @@ class ServerParameters:
             burst_seconds=float(values[f"{prefix}{middle}BurstCapacitySecs"]),
             max_queue_depth=int(values[f"{prefix}{middle}MaxQueueDepth"]),
         )
+
+
+SHARD_PREFIX = "backpressureShard"
+"""Parameters of the shard behind a sharded topology's routers carry this prefix (this
+server's own names: the shard has no port of its own, so any mongos sets them)."""
+
+SHARD_DEFAULTS: Mapping[str, Any] = {
+    "backpressureShardRateLimiterEnabled": False,
+    "backpressureShardAdmissionRatePerSec": UNLIMITED_RATE,
+    "backpressureShardAdmissionBurstCapacitySecs": DBL_MAX,
+    "backpressureShardBaseBackoffMS": 0,
+    "backpressureShardMaxRetries": 2,
+    "backpressureShardRetryJitter": "random",
+}
+"""The shard hop's parameters and defaults: its ingress request limiter (off), the
+``externalClientBaseBackoffMS`` the shard attaches to its overload errors (9.0 profile), and
+the mongos side: how many times a mongos retries a shard's overload error, and the jitter of
+its backoff (``"random"``, or a fixed number in [0, 1] for reproducible timings)."""
+
+_SHARD_PROFILE_ONLY: Mapping[str, Callable[[ServerProfile], bool]] = {
+    "backpressureShardBaseBackoffMS": lambda p: p.base_backoff,
+}
+
+
+def _jitter(name: str, value: Any) -> Any:
+    """``"random"`` or a number in [0, 1]."""
+    if value == "random":
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise CommandError(
+            2, f"Invalid value for parameter {name}: {value!r} is not 'random' or in [0, 1]"
+        )
+    return float(value)
+
+
+_SHARD_VALIDATORS: Mapping[str, Callable[[str, Any], Any]] = {
+    "backpressureShardRateLimiterEnabled": _bool,
+    "backpressureShardAdmissionRatePerSec": _rate,
+    "backpressureShardAdmissionBurstCapacitySecs": _positive,
+    "backpressureShardBaseBackoffMS": _non_negative_int,
+    "backpressureShardMaxRetries": _non_negative_int,
+    "backpressureShardRetryJitter": _jitter,
+}
+
+
+class ShardParameters:
+    """The parameter values of the shard hop of a sharded topology (shared by its routers)."""
+
+    def __init__(
+        self,
+        initial: Mapping[str, Any] | None = None,
+        profile: ServerProfile | None = None,
+    ) -> None:
+        """Start from the defaults overridden by ``initial`` (validated)."""
+        self.profile = profile or profile_for(DEFAULT_SERVER_VERSION)
+        self.values: dict[str, Any] = {
+            k: v
+            for k, v in SHARD_DEFAULTS.items()
+            if k not in _SHARD_PROFILE_ONLY or _SHARD_PROFILE_ONLY[k](self.profile)
+        }
+        if initial:
+            self.update(initial)
+
+    def validate(self, name: str, value: Any) -> tuple[str, Any]:
+        """Return the name and the checked value, or raise InvalidOptions/BadValue."""
+        if name not in self.values:
+            raise CommandError(
+                72,
+                f"attempted to set unrecognized parameter [{name}], use help:true to see options",
+            )
+        return name, _SHARD_VALIDATORS[name](name, value)
+
+    def update(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate every change, then apply them all; return the previous values."""
+        checked = [self.validate(name, value) for name, value in changes.items()]
+        previous = {key: self.values[key] for key, _ in checked}
+        self.values.update(checked)
+        return previous
+
+    def limiter(self) -> LimiterSettings:
+        """The shard's ingress request limiter (never a queue)."""
+        values = self.values
+        return LimiterSettings(
+            enabled=bool(values["backpressureShardRateLimiterEnabled"]),
+            rate=float(values["backpressureShardAdmissionRatePerSec"]),
+            burst_seconds=float(values["backpressureShardAdmissionBurstCapacitySecs"]),
+        )
+
+    @property
+    def base_backoff_ms(self) -> int:
+        """The ``baseBackoffMS`` the shard attaches to its overload errors (0: none)."""
+        return int(self.values.get("backpressureShardBaseBackoffMS", 0))
+
+    @property
+    def max_retries(self) -> int:
+        """How many times a mongos retries a shard's overload error."""
+        return int(self.values["backpressureShardMaxRetries"])
+
+    @property
+    def jitter(self) -> float | None:
+        """The fixed backoff jitter, or None for a random one per retry."""
+        value = self.values["backpressureShardRetryJitter"]
+        return None if value == "random" else float(value)
+
+
+def shard_start_parameters(
+    *,
+    server_version: str = DEFAULT_SERVER_VERSION,
+    rate_limit: float | None = None,
+    burst_seconds: float = 1.0,
+    base_backoff_ms: int | None = None,
+    max_retries: int | None = None,
+    retry_jitter: float | None = None,
+) -> dict[str, Any]:
+    """Translate the shard-hop start-up options into :class:`ShardParameters` values."""
+    params: dict[str, Any] = {}
+    if rate_limit is not None:
+        params.update(
+            backpressureShardRateLimiterEnabled=True,
+            backpressureShardAdmissionRatePerSec=rate_limit,
+            backpressureShardAdmissionBurstCapacitySecs=burst_seconds,
+        )
+    if base_backoff_ms is not None:
+        params["backpressureShardBaseBackoffMS"] = base_backoff_ms
+    if max_retries is not None:
+        params["backpressureShardMaxRetries"] = max_retries
+    if retry_jitter is not None:
+        params["backpressureShardRetryJitter"] = retry_jitter
+    profile = profile_for(server_version)
+    try:
+        if base_backoff_ms is not None and not profile.base_backoff:
+            raise CommandError(
+                2,
+                f"the shard's baseBackoffMS needs server version 9.0 or later "
+                f"(not {server_version})",
+            )
+        ShardParameters(params, profile)
+    except CommandError as exc:
+        raise ValueError(exc.errmsg) from None
+    return params
 
 
 def start_parameters(

@@ -20,11 +20,15 @@ other connections. A request goes through these steps:
 4. the ``failCommand`` fail point: block, then close, then error (``control/failpoints.py``); a
    close or an error is reported to ``Engine.note_injected_error`` (mongod has already checked
    the session out and begun a ``startTransaction`` transaction when the fail point fires);
-5. server-level commands (``cluster/commands.py``), else role checks and ``Engine.execute``,
+5. on a sharded topology, the shard hop (``cluster/shard.py``): a command the mongos would send
+   to a shard must pass the shard's limiter, shared by every mongos; the mongos retries the
+   shard's overload errors with backoff (an ``asyncio.sleep``) before answering the client
+   with the shard's error;
+6. server-level commands (``cluster/commands.py``), else role checks and ``Engine.execute``,
    preceded by the time the command would take in mongod (``$where`` ``sleep()`` calls, the
    await of a change-stream getMore), slept without blocking other connections; the
    ``onPrimaryTransactionalWrite`` fail point wraps first-time retryable writes on a primary;
-6. reply decoration: ``writeConcernError`` from the fail point, ``baseBackoffMS`` on overload
+7. reply decoration: ``writeConcernError`` from the fail point, ``baseBackoffMS`` on overload
    errors, ``$clusterTime``/``operationTime`` for replica sets and sharded clusters.
 
 Any exception while handling a command becomes an ``InternalError`` reply, never a crash.
@@ -60,6 +64,7 @@ from backpressure.testing.server.cluster.replies import (
     rate_limited_reply,
     unsatisfiable_write_concern,
 )
+from backpressure.testing.server.cluster.shard import SHARD_LOCAL_COMMANDS, ShardHop
 from backpressure.testing.server.cluster.topology import (
     DEFAULT_MEMBERS,
     Member,
@@ -72,7 +77,7 @@ from backpressure.testing.server.control.failpoints import (
     TransactionalWriteAction,
     canonical_command_name,
 )
-from backpressure.testing.server.control.profiles import DEFAULT_SERVER_VERSION
+from backpressure.testing.server.control.profiles import DEFAULT_SERVER_VERSION, profile_for
 from backpressure.testing.server.control.stats import CommandCounters, ConnectionRecord
 from backpressure.testing.server.engine.request import CommandContext
 from backpressure.testing.server.errors import CommandError
@@ -143,10 +148,16 @@ class Deployment:
         max_wire_version: int = 25,
         server_version: str = DEFAULT_SERVER_VERSION,
         limit_hello: bool = False,
+        shard_parameters: Optional[Mapping[str, Any]] = None,
         engine_factory: Callable[[], Engine] = _default_engine,
     ) -> None:
-        """Describe the deployment; :meth:`start` binds the ports."""
+        """Describe the deployment; :meth:`start` binds the ports. ``shard_parameters``
+        configure the shard behind a sharded topology's routers (``ShardParameters``)."""
+        if shard_parameters and topology != "sharded":
+            raise ValueError("shard options need the sharded topology")
         self.limit_hello = limit_hello
+        self.shard_parameters = dict(shard_parameters or {})
+        self.shard: Optional[ShardHop] = None
         count = DEFAULT_MEMBERS.get(topology, 1) if members is None else members
         self.roles = Topology.roles(topology, count)
         self.kind = topology
@@ -194,7 +205,11 @@ class Deployment:
             max_wire_version=self.max_wire_version,
             server_version=self.server_version,
         )
-        self.states = [MemberState(m, self.topology, self.engine, self.parameters) for m in members]
+        if self.kind == "sharded":
+            self.shard = ShardHop(self.shard_parameters, profile_for(self.server_version))
+        self.states = [
+            MemberState(m, self.topology, self.engine, self.parameters, self.shard) for m in members
+        ]
         log.info("serving %s topology at %s", self.kind, self.topology.uri())
         for address in self.exposed_addresses():
             log.warning(
@@ -230,6 +245,8 @@ class Deployment:
         self._servers.clear()
         for state in self.states:
             state.close()
+        if self.shard is not None:
+            self.shard.close()
         if self._parser is not None:
             self._parser.shutdown(wait=True)
             self._parser = None
@@ -557,6 +574,18 @@ class Deployment:
                     body=request.body,
                     labels=action.error_labels,
                 )
+        if (
+            reply is None
+            and state.shard is not None
+            and not conn.control
+            and name not in ADMIN_COMMANDS
+            and name not in SHARD_LOCAL_COMMANDS
+        ):
+            hop = state.stats.shard_hop
+            assert hop is not None
+            state.cpu_seconds += time.thread_time() - started
+            reply = await state.shard.forward(hop)
+            started = time.thread_time()
         if reply is None:
             wait = 0.0 if name in ADMIN_COMMANDS else self._wait_seconds(request)
             if wait > 0:
