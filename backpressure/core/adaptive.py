@@ -112,18 +112,18 @@ _LOGGER = logging.getLogger("backpressure")
 Address = tuple[str, int]
 
 REOPEN_FACTOR = 4.0
-"""The probe reopens a pacer once its rate reaches this multiple of the last peak."""
+"""A pacer reopens once its rate reaches this multiple of the rate it closed at (and the server
+has not pushed back for a window)."""
 
 _BUCKETS = 10  # time buckets per measurement window
 _LATENCY_RISE = 0.5  # weight of a slot-to-reply time above the estimate (follows rises fast)
 _LATENCY_FALL = 0.05  # weight of one below it (forgets slowly)
 _LATENCY_MARGIN = 2.0  # the deadline bound keeps this multiple of the estimate for the reply
-_ESTIMATE_SAMPLES = 16  # admitted attempts between two pushbacks needed for a capacity estimate
-_ESTIMATE_SPAN = 3  # time buckets between two pushbacks needed to trust the estimate
-_PROVISIONAL = 1.2  # pace at this multiple of an estimate not yet trusted (keeps it measured)
-_DAMPING = 0.9  # one estimate lowers the capacity to no less than this share of it
-_MARKS = 256  # pushbacks remembered for the estimate (within one window)
-_MAX_CONFIRMED = 2  # the probe waits up to (2**2 - 1) windows once the capacity is confirmed
+_CLOSE_PUSHBACKS = 2  # an open pacer closes on at least this many pushbacks within a window
+_CLOSE_FRACTION = 0.1  # ... that are also at least this share of the window's replies
+_CLIMB_DOUBLING = 0.25  # the fast climb doubles the rate every this many windows
+_MAX_DOUBLINGS = 30.0  # the fast climb's exponent stops here (no float overflow)
+_MAX_RATE = 1e6  # attempts per second: far above any server's
 _EARLY = 1e-3  # a recheck this close to the slot sends (timers may fire a little early)
 
 
@@ -211,28 +211,28 @@ class ServerPacer:
         """Create an open pacer configured by ``policy``'s adaptive fields."""
         self._decrease = float(policy.adaptive_decrease)
         self._window = float(policy.adaptive_window)
-        self._growth = float(policy.adaptive_growth)
+        self._increase = float(policy.adaptive_increase)
+        self._quiet = float(policy.adaptive_quiet)
+        self._doubling = self._window * _CLIMB_DOUBLING
         self._min_rate = float(policy.adaptive_min_rate)
-        self._plateau = math.pow((1.0 - self._decrease) / self._growth, 1.0 / 3.0)
         self._width = self._window / _BUCKETS
         self._lock = threading.Lock()
         self.paced = False
         """Read without the lock on the hot path: a bool attribute read is atomic."""
-        self._peak = 0.0
-        self._epoch = 0.0
+        self._rate = 0.0  # the paced rate at the anchor
+        self._anchor = 0.0  # when ``_rate`` was set (the last decrease, or hold)
+        self._closed_at = 0.0  # the rate the pacer closed at (for REOPEN_FACTOR)
         self._next_slot = 0.0
         self._waiting: deque[SlotTicket] = deque()  # reserved slots not yet due, in order
         self._last_pushback = -math.inf
         self._round = 0
+        self._admitted_in_round = 0
         self._last_wait = -math.inf
         self._pushbacks = 0
         self._first_sample: Optional[float] = None
-        self._admitted_total = 0
-        self._marks: deque[tuple[float, int]] = deque(maxlen=_MARKS)
-        self._capacity: Optional[float] = None
-        self._confirmed = 0
         self._bucket_ids = [-1] * _BUCKETS
-        self._counts = [0] * _BUCKETS
+        self._replies = [0] * _BUCKETS  # replies (admitted or pushed back) per time bucket
+        self._pushed = [0] * _BUCKETS  # pushbacks per time bucket
         self._latency = 0.0
 
     # -- measurement ---------------------------------------------------------------------------
@@ -242,12 +242,12 @@ class ServerPacer:
 
         ``slot`` is the attempt's reserved send time (None: sent unpaced); ``now - slot`` updates
         the slot-to-reply time estimate.  While the pacer is open this runs without the lock (a
-        lost increment under a race only makes the measured rate a little low, which errs on the
-        safe side).
+        lost increment under a race only makes the measured rate a little low).
         """
         if self.paced or slot is not None:
             with self._lock:
                 self._count(now)
+                self._admitted_in_round += 1
                 if slot is not None:
                     self._learn_latency(max(0.0, now - slot))
         else:
@@ -258,6 +258,7 @@ class ServerPacer:
         if self.paced:
             with self._lock:
                 self._count(now, count)
+                self._admitted_in_round += count
         else:
             self._count(now, count)
 
@@ -266,120 +267,91 @@ class ServerPacer:
         weight = _LATENCY_RISE if sample > self._latency else _LATENCY_FALL
         self._latency += weight * (sample - self._latency)
 
-    def _count(self, now: float, count: int = 1) -> None:
-        """Add ``count`` to the time bucket of ``now``."""
+    def _count(self, now: float, count: int = 1, pushed: int = 0) -> None:
+        """Add ``count`` replies (``pushed`` of them pushbacks) to the time bucket of ``now``."""
         bucket = int(now / self._width)
-        slot = bucket % _BUCKETS
-        if self._bucket_ids[slot] != bucket:
-            self._bucket_ids[slot] = bucket
-            self._counts[slot] = 0
-        self._counts[slot] += count
-        self._admitted_total += count
+        index = bucket % _BUCKETS
+        if self._bucket_ids[index] != bucket:
+            self._bucket_ids[index] = bucket
+            self._replies[index] = 0
+            self._pushed[index] = 0
+        self._replies[index] += count
+        self._pushed[index] += pushed
         if self._first_sample is None:
             self._first_sample = now
 
-    def _measured_rate(self, now: float) -> float:
-        """Admitted attempts per second over the last window (0 without samples)."""
-        if self._first_sample is None:
-            return 0.0
+    def _window_counts(self, now: float) -> tuple[int, int, float]:
+        """Replies, pushbacks and the span (s) they cover over the last window (lock held)."""
         current = int(now / self._width)
-        total = 0
-        for bucket, count in zip(self._bucket_ids, self._counts):
+        replies = pushed = 0
+        for bucket, count, push in zip(self._bucket_ids, self._replies, self._pushed):
             if current - _BUCKETS < bucket <= current:
-                total += count
+                replies += count
+                pushed += push
         # The window: the complete buckets plus the elapsed part of the current one, never
         # longer than the time since the first sample (at least one bucket width).
         span = (_BUCKETS - 1) * self._width + (now - current * self._width)
-        span = min(span, max(now - self._first_sample, self._width))
-        return total / span
+        first = now if self._first_sample is None else self._first_sample
+        span = min(span, max(now - first, self._width))
+        return replies, pushed, span
+
+    def _send_rate(self, now: float) -> float:
+        """Replies (admitted or pushed back) per second over the last window: the send rate."""
+        replies, _, span = self._window_counts(now)
+        return replies / span
 
     # -- the rate --------------------------------------------------------------------------------
 
     def _rate_at(self, now: float) -> float:
-        """The paced rate at ``now`` (the cubic probe anchored at the last pushback)."""
-        hold = self._window * ((1 << self._confirmed) - 1)
-        t = max(0.0, now - self._epoch - hold) - self._plateau
-        return max(self._min_rate, self._peak * (1.0 + self._growth * t * t * t))
+        """The paced rate at ``now``: additive increase from the anchor, then the fast climb.
+
+        ``rate + increase * t`` (the same absolute increase for every client), and once the
+        server has not pushed back for ``adaptive_quiet`` seconds, doubling every
+        ``_CLIMB_DOUBLING`` windows from there.
+        """
+        start = self._anchor
+        climb = self._last_pushback + self._quiet
+        if now <= climb:
+            rate = self._rate + self._increase * (now - start)
+        else:
+            climb = max(climb, start)
+            base = self._rate + self._increase * (climb - start)
+            rate = base * math.pow(2.0, min(_MAX_DOUBLINGS, (now - climb) / self._doubling))
+        return min(max(self._min_rate, rate), _MAX_RATE)
 
     def record_pushback(self, now: float, round_: Optional[int] = None) -> None:
         """Account for an overload error from the server: close the pacer or lower its rate."""
         with self._lock:
             self._pushbacks += 1
             self._last_pushback = now
+            self._count(now, 1, 1)
             if not self.paced:
-                # First contact: what the server admitted over the window includes its burst
-                # allowance, so this first rate is only an upper bound; the next pushback
-                # measures the rate itself.
-                measured = max(self._measured_rate(now), self._min_rate)
+                replies, pushed, span = self._window_counts(now)
+                if pushed < _CLOSE_PUSHBACKS or pushed < _CLOSE_FRACTION * replies:
+                    return  # a blip, not an overload: nothing changes
                 self.paced = True
                 self._next_slot = now
                 self._waiting.clear()
                 self._last_wait = -math.inf
-                self._marks.clear()
-                self._marks.append((now, self._admitted_total))
-                self._capacity = None
-                self._confirmed = 0
-                self._decrease_to(now, measured)
-                return
-            estimate = self._capacity_since_marks(now)
-            if estimate is not None and not estimate[1]:
-                # Too short an interval to trust: pace a little above it, so the server keeps
-                # pushing back (the measurement goes on) while few attempts are wasted.
-                rate = min(_PROVISIONAL * estimate[0], self._rate_at(now))
-                self._decrease_to(now, rate / self._decrease)
-                return
-            if estimate is not None:
-                capacity = estimate[0]
-                if now - self._epoch >= self._window:
-                    # A new probing cycle ended: did it find the capacity where it was?
-                    previous = self._capacity
-                    if previous is not None and abs(capacity - previous) <= 0.1 * previous:
-                        self._confirmed = min(self._confirmed + 1, _MAX_CONFIRMED)
-                    else:
-                        self._confirmed = 0
-                # Pushback also says the server admits no more than this client sends now.
-                ceiling = max(self._rate_at(now), self._peak)
-                capacity = min(capacity, ceiling)
-                if self._capacity is not None:
-                    # One interval lowers the capacity by at most _DAMPING: a client stalled
-                    # by its own load records replies late, which reads as a lower rate, and
-                    # a pace too low for the queue refuses callers who start over at once,
-                    # which stalls the client more.  A real drop is followed over a few
-                    # pushbacks (they keep coming while the pace is above the capacity).
-                    capacity = max(capacity, _DAMPING * self._capacity)
-                self._capacity = capacity
-                self._decrease_to(now, capacity)
+                self._set_rate(now, self._decrease * replies / span)
+                self._closed_at = self._rate
                 return
             if round_ != self._round:
-                return  # an attempt reserved before the last decrease: already reacted to
-            measured = max(self._measured_rate(now), self._min_rate)
-            self._decrease_to(now, min(self._rate_at(now), measured))
+                return  # reserved before the last decrease (or sent unpaced): reacted to already
+            if self._admitted_in_round == 0:
+                # Nothing admitted for a whole round: the server rejects everything.  Hold the
+                # rate (a collapse would take seconds to climb back once the server admits).
+                self._set_rate(now, self._rate)
+                return
+            rate = min(self._rate_at(now), self._send_rate(now))
+            self._set_rate(now, self._decrease * rate)
 
-    def _capacity_since_marks(self, now: float) -> Optional[tuple[float, bool]]:
-        """The server's admitted rate between an earlier pushback and this one (lock held).
-
-        Both pushbacks found the server's bucket empty, so what it admitted in between is its
-        rate for this client, its burst allowance excluded.  The earliest pushback within the
-        last window is the start (the longest interval: the least noise); None until that
-        interval holds enough admitted attempts.
-        """
-        marks = self._marks
-        marks.append((now, self._admitted_total))
-        while len(marks) > 2 and marks[1][0] <= now - self._window:
-            marks.popleft()
-        start, admitted_then = marks[0]
-        admitted = self._admitted_total - admitted_then
-        elapsed = now - start
-        if admitted < _ESTIMATE_SAMPLES or elapsed <= 0.0:
-            return None
-        return admitted / elapsed, elapsed >= _ESTIMATE_SPAN * self._width
-
-    def _decrease_to(self, now: float, admitted: float) -> None:
-        """Pace at ``adaptive_decrease`` times ``admitted`` and restart the probe (lock held)."""
-        rate = max(self._decrease * admitted, self._min_rate)
-        self._peak = rate / self._decrease
-        self._epoch = now
+    def _set_rate(self, now: float, rate: float) -> None:
+        """Pace at ``rate`` from ``now`` and start a new round (lock held)."""
+        self._rate = min(max(rate, self._min_rate), _MAX_RATE)
+        self._anchor = now
         self._round += 1
+        self._admitted_in_round = 0
 
     # -- admission -------------------------------------------------------------------------------
 
@@ -401,6 +373,7 @@ class ServerPacer:
             if self._reopens(now):
                 self.paced = False
                 return _SEND_NOW
+            hold = limit  # a caller that cannot be served is held this long, then refused
             if deadline_bound:
                 # The reply must arrive before the deadline too, not only the send.  The margin
                 # is at most half the time left: an estimate inflated by a stall must not refuse
@@ -425,8 +398,15 @@ class ServerPacer:
             slot = max(now, self._next_slot)
             wait = slot - now
             if wait > limit:
-                self._last_wait = now  # the pacing limits callers: it must not reopen
-                return Refusal(reason, wait)
+                # The pacing limits callers: it must not reopen.  The caller is held until its
+                # bound, then refused (on recheck): refused at once, a closed loop would start
+                # its next operation at once and spin.  Nothing is reserved.
+                self._last_wait = now
+                if hold <= _EARLY:
+                    return Refusal(reason, wait)
+                ticket = SlotTicket(slot, now + limit, reason, retry)
+                ticket.refused = True
+                return Admission(hold, self._round, None, ticket)
             self._next_slot = slot + interval
             if wait <= 0.0:
                 return Admission(0.0, self._round, slot)
@@ -471,7 +451,7 @@ class ServerPacer:
             return False
         if now - self._last_wait >= self._window:
             return True  # nobody had to wait for a whole window: the pacing limits nothing
-        return self._rate_at(now) >= REOPEN_FACTOR * self._peak
+        return self._rate_at(now) >= REOPEN_FACTOR * self._closed_at
 
     def still_paced(self, now: float) -> bool:
         """Whether attempts are paced at ``now``; a pacer due to open again opens here.
@@ -494,7 +474,7 @@ class ServerPacer:
             return ServerPacerSnapshot(
                 True,
                 self._rate_at(now),
-                self._peak,
+                self._closed_at,
                 max(0.0, self._next_slot - now),
                 self._pushbacks,
             )
