@@ -121,6 +121,7 @@ _LATENCY_FALL = 0.05  # weight of one below it (forgets slowly)
 _LATENCY_MARGIN = 2.0  # the deadline bound keeps this multiple of the estimate for the reply
 _CLOSE_PUSHBACKS = 2  # an open pacer closes on at least this many pushbacks within a window
 _CLOSE_FRACTION = 0.1  # ... that are also at least this share of the window's replies
+_CLOSE_SEND_SHARE = 0.5  # an open pacer closes at no less than this share of the send rate
 _CLIMB_DOUBLING = 0.25  # the fast climb doubles the rate every this many windows
 _MAX_DOUBLINGS = 30.0  # the fast climb's exponent stops here (no float overflow)
 _MAX_RATE = 1e6  # attempts per second: far above any server's
@@ -319,8 +320,13 @@ class ServerPacer:
             rate = base * math.pow(2.0, min(_MAX_DOUBLINGS, (now - climb) / self._doubling))
         return min(max(self._min_rate, rate), _MAX_RATE)
 
-    def record_pushback(self, now: float, round_: Optional[int] = None) -> None:
-        """Account for an overload error from the server: close the pacer or lower its rate."""
+    def record_pushback(self, now: float, slot: Optional[float] = None) -> None:
+        """Account for an overload error from the server: close the pacer or lower its rate.
+
+        ``slot`` is the pushed-back attempt's send slot (None: sent unpaced).  Only an attempt
+        sent at or after the last change of the rate says the rate is still too high: one
+        sent before it was already reacted to (the decrease is once per round).
+        """
         with self._lock:
             self._pushbacks += 1
             self._last_pushback = now
@@ -333,11 +339,15 @@ class ServerPacer:
                 self._next_slot = now
                 self._waiting.clear()
                 self._last_wait = -math.inf
-                self._set_rate(now, self._decrease * replies / span)
+                # What the server admitted is the better start (the sends include the
+                # rejections), but when it admits nothing the rate must not collapse:
+                # at least half the send rate.
+                admitted = (replies - pushed) / span
+                self._set_rate(now, self._decrease * max(admitted, _CLOSE_SEND_SHARE * replies / span))
                 self._closed_at = self._rate
                 return
-            if round_ != self._round:
-                return  # reserved before the last decrease (or sent unpaced): reacted to already
+            if slot is None or slot < self._anchor:
+                return  # sent before the last decrease (or unpaced): reacted to already
             if self._admitted_in_round == 0:
                 # Nothing admitted for a whole round: the server rejects everything.  Hold the
                 # rate (a collapse would take seconds to climb back once the server admits).
@@ -345,6 +355,7 @@ class ServerPacer:
                 return
             rate = min(self._rate_at(now), self._send_rate(now))
             self._set_rate(now, self._decrease * rate)
+            self._respace(now)
 
     def _set_rate(self, now: float, rate: float) -> None:
         """Pace at ``rate`` from ``now`` and start a new round (lock held)."""
@@ -352,6 +363,32 @@ class ServerPacer:
         self._anchor = now
         self._round += 1
         self._admitted_in_round = 0
+
+    def _respace(self, now: float) -> None:
+        """Move the waiting slots to the new rate's spacing, so a decrease acts at once.
+
+        Without this, slots reserved at the old rate would go on being sent for as long as
+        the queue is (in a closed loop, most of a deadline): the late feedback makes every
+        client overshoot.  A slot moved past its bound is refused on its recheck.
+        """
+        waiting = self._waiting
+        while waiting and waiting[0].slot <= now:
+            waiting.popleft()
+        if not waiting:
+            return
+        interval = 1.0 / self._rate
+        slot = max(now, waiting[0].slot)
+        kept: deque[SlotTicket] = deque()
+        for ticket in waiting:
+            slot = max(slot, ticket.slot)
+            if slot > ticket.latest:
+                ticket.refused = True  # its caller learns it on recheck
+                continue
+            ticket.slot = slot
+            kept.append(ticket)
+            slot += interval
+        self._waiting = kept
+        self._next_slot = max(self._next_slot, slot)
 
     # -- admission -------------------------------------------------------------------------------
 
@@ -564,8 +601,8 @@ class AdmissionControl:
         if server is None:
             return
         if overloaded:
-            round_ = None if admission is None else admission.round
-            self.pacer(server).record_pushback(self._clock(), round_)
+            slot = None if admission is None else admission.send_slot
+            self.pacer(server).record_pushback(self._clock(), slot)
             self.engaged = True
         else:
             slot = None if admission is None else admission.send_slot
