@@ -123,6 +123,7 @@ _CLOSE_PUSHBACKS = 2  # an open pacer closes on at least this many pushbacks wit
 _CLOSE_FRACTION = 0.1  # ... that are also at least this share of the window's replies
 _CLOSE_SEND_SHARE = 0.5  # an open pacer closes at no less than this share of the send rate
 _CLIMB_DOUBLING = 0.25  # the fast climb doubles the rate every this many windows
+_HELD_QUIET = 0.25  # after a held round, the climb starts after this share of adaptive_quiet
 _MAX_DOUBLINGS = 30.0  # the fast climb's exponent stops here (no float overflow)
 _MAX_RATE = 1e6  # attempts per second: far above any server's
 _EARLY = 1e-3  # a recheck this close to the slot sends (timers may fire a little early)
@@ -228,6 +229,7 @@ class ServerPacer:
         self._last_pushback = -math.inf
         self._round = 0
         self._admitted_in_round = 0
+        self._held = False  # the last round admitted nothing: the rate is held, not learned
         self._last_wait = -math.inf
         self._pushbacks = 0
         self._first_sample: Optional[float] = None
@@ -311,7 +313,10 @@ class ServerPacer:
         ``_CLIMB_DOUBLING`` windows from there.
         """
         start = self._anchor
-        climb = self._last_pushback + self._quiet
+        # After a round the server admitted nothing in (a fault rejecting everything), the
+        # first quiet stretch is enough: the rate was held, not learned.
+        quiet = self._quiet * _HELD_QUIET if self._held else self._quiet
+        climb = self._last_pushback + quiet
         if now <= climb:
             rate = self._rate + self._increase * (now - start)
         else:
@@ -352,6 +357,7 @@ class ServerPacer:
                 # Nothing admitted for a whole round: the server rejects everything.  Hold the
                 # rate (a collapse would take seconds to climb back once the server admits).
                 self._set_rate(now, self._rate)
+                self._held = True
                 return
             rate = min(self._rate_at(now), self._send_rate(now))
             self._set_rate(now, self._decrease * rate)
@@ -363,6 +369,7 @@ class ServerPacer:
         self._anchor = now
         self._round += 1
         self._admitted_in_round = 0
+        self._held = False
 
     def _respace(self, now: float) -> None:
         """Move the waiting slots to the new rate's spacing, so a decrease acts at once.

@@ -158,11 +158,11 @@ class Policy:
     """Pace attempts per server once it pushes back (see :mod:`backpressure.core.adaptive`)."""
     max_local_wait: float = 5.0
     """Longest local wait, in seconds, for a paced attempt (> 0); past it the attempt is refused."""
-    adaptive_decrease: float = 0.75
+    adaptive_decrease: float = 0.8
     """Multiplicative decrease of the send rate on an overload signal, once per round (0 < f < 1)."""
     adaptive_window: float = 1.0
     """Window, in seconds, for the overload signal, the send rate and reopening (0.05..60)."""
-    adaptive_increase: float = 20.0
+    adaptive_increase: float = 10.0
     """Additive increase of the paced rate, attempts/s per second, the same for every client
     (so a fleet's shares converge); 0 < increase <= 1e6."""
     adaptive_quiet: float = 0.5
@@ -299,8 +299,8 @@ CURRENT_SPEC = Policy(
 ADAPTIVE = Policy(
     name="adaptive",
     adaptive=True,
-    adaptive_decrease=0.75,
-    adaptive_increase=20.0,
+    adaptive_decrease=0.8,
+    adaptive_increase=10.0,
     adaptive_quiet=0.5,
     budget_scope="server",
     budget_mode="ratio",
