@@ -123,6 +123,10 @@ _CLOSE_PUSHBACKS = 2  # an open pacer closes on at least this many pushbacks wit
 _CLOSE_FRACTION = 0.1  # ... that are also at least this share of the window's replies
 _CLOSE_SEND_SHARE = 0.5  # an open pacer closes at no less than this share of the send rate
 _CLIMB_DOUBLING = 0.25  # the fast climb doubles the rate every this many windows
+_MIN_ROUND = 0.1  # a round lasts at least this share of the window ...
+_ROUND_LATENCIES = 2.0  # ... and at least this many slot-to-reply times
+_RESPACE_RISE = 1.1  # the waiting slots move earlier once the rate grew by this factor
+_NAP = 0.1  # a waiting caller rechecks at least every this many windows (its slot may move)
 _HELD_QUIET = 0.25  # after a held round, the climb starts after this share of adaptive_quiet
 _MAX_DOUBLINGS = 30.0  # the fast climb's exponent stops here (no float overflow)
 _MAX_RATE = 1e6  # attempts per second: far above any server's
@@ -216,12 +220,14 @@ class ServerPacer:
         self._increase = float(policy.adaptive_increase)
         self._quiet = float(policy.adaptive_quiet)
         self._doubling = self._window * _CLIMB_DOUBLING
+        self._nap = self._window * _NAP
         self._min_rate = float(policy.adaptive_min_rate)
         self._width = self._window / _BUCKETS
         self._lock = threading.Lock()
         self.paced = False
         """Read without the lock on the hot path: a bool attribute read is atomic."""
         self._rate = 0.0  # the paced rate at the anchor
+        self._spaced_rate = 0.0  # the rate the waiting slots are spaced at
         self._anchor = 0.0  # when ``_rate`` was set (the last decrease, or hold)
         self._closed_at = 0.0  # the rate the pacer closed at (for REOPEN_FACTOR)
         self._next_slot = 0.0
@@ -353,6 +359,10 @@ class ServerPacer:
                 return
             if slot is None or slot < self._anchor:
                 return  # sent before the last decrease (or unpaced): reacted to already
+            if now - self._anchor < max(_ROUND_LATENCIES * self._latency, _MIN_ROUND * self._window):
+                # A round is at least this long: a decrease reaches the server's queue only
+                # after the replies queued there before it (the slot-to-reply time).
+                return
             if self._admitted_in_round == 0:
                 # Nothing admitted for a whole round: the server rejects everything.  Hold the
                 # rate (a collapse would take seconds to climb back once the server admits).
@@ -361,41 +371,45 @@ class ServerPacer:
                 return
             rate = min(self._rate_at(now), self._send_rate(now))
             self._set_rate(now, self._decrease * rate)
-            self._respace(now)
+            self._respace(now, self._rate)
 
     def _set_rate(self, now: float, rate: float) -> None:
         """Pace at ``rate`` from ``now`` and start a new round (lock held)."""
         self._rate = min(max(rate, self._min_rate), _MAX_RATE)
+        self._spaced_rate = self._rate
         self._anchor = now
         self._round += 1
         self._admitted_in_round = 0
         self._held = False
 
-    def _respace(self, now: float) -> None:
-        """Move the waiting slots to the new rate's spacing, so a decrease acts at once.
+    def _respace(self, now: float, rate: float) -> None:
+        """Space the waiting slots at ``rate`` from the first one, so a rate change acts at once.
 
         Without this, slots reserved at the old rate would go on being sent for as long as
-        the queue is (in a closed loop, most of a deadline): the late feedback makes every
-        client overshoot.  A slot moved past its bound is refused on its recheck.
+        the queue is (in a closed loop, most of a deadline): after a decrease the late feedback
+        makes every client overshoot, and after an overload ends the queue would drain at the
+        overload's pace (a slot moves earlier too: waiting callers recheck every
+        ``_NAP`` windows at most).  A slot moved past its bound is refused on its recheck.
         """
+        self._spaced_rate = rate
         waiting = self._waiting
         while waiting and waiting[0].slot <= now:
             waiting.popleft()
         if not waiting:
             return
-        interval = 1.0 / self._rate
+        interval = 1.0 / rate
         slot = max(now, waiting[0].slot)
         kept: deque[SlotTicket] = deque()
         for ticket in waiting:
-            slot = max(slot, ticket.slot)
             if slot > ticket.latest:
+                ticket.slot = slot
                 ticket.refused = True  # its caller learns it on recheck
                 continue
             ticket.slot = slot
             kept.append(ticket)
             slot += interval
         self._waiting = kept
-        self._next_slot = max(self._next_slot, slot)
+        self._next_slot = slot
 
     # -- admission -------------------------------------------------------------------------------
 
@@ -429,7 +443,10 @@ class ServerPacer:
             waiting = self._waiting
             while waiting and waiting[0].slot <= now:
                 waiting.popleft()  # due: those callers are sending
-            interval = 1.0 / self._rate_at(now)
+            rate = self._rate_at(now)
+            if rate > _RESPACE_RISE * self._spaced_rate:
+                self._respace(now, rate)  # the queue drains at the new pace
+            interval = 1.0 / rate
             if retry:
                 index = next((i for i, t in enumerate(waiting) if not t.retry), None)
                 if index is not None and waiting[index].slot - now <= limit:
@@ -438,7 +455,7 @@ class ServerPacer:
                     ticket = SlotTicket(slot, now + limit, reason, True)
                     waiting.insert(index, ticket)
                     self._last_wait = now
-                    return Admission(slot - now, self._round, slot, ticket)
+                    return Admission(min(slot - now, self._nap), self._round, slot, ticket)
             slot = max(now, self._next_slot)
             wait = slot - now
             if wait > limit:
@@ -457,7 +474,7 @@ class ServerPacer:
             ticket = SlotTicket(slot, now + limit, reason, retry)
             waiting.append(ticket)
             self._last_wait = now
-            return Admission(wait, self._round, slot, ticket)
+            return Admission(min(wait, self._nap), self._round, slot, ticket)
 
     def _move_back(self, index: int, interval: float) -> None:
         """Give every waiting attempt from ``index`` on the slot of the one behind it (lock held).
@@ -486,8 +503,13 @@ class ServerPacer:
             if ticket.refused:
                 self._last_wait = now
                 return Refusal(ticket.reason, max(0.0, ticket.slot - now))
+            if self._waiting and self._rate_at(now) > _RESPACE_RISE * self._spaced_rate:
+                self._respace(now, self._rate_at(now))
+                if ticket.refused:
+                    self._last_wait = now
+                    return Refusal(ticket.reason, max(0.0, ticket.slot - now))
             wait = ticket.slot - now
-        return wait if wait > _EARLY else 0.0
+        return min(wait, self._nap) if wait > _EARLY else 0.0
 
     def _reopens(self, now: float) -> bool:
         """Whether the pacer should open again at ``now`` (lock held)."""
