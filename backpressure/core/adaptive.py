@@ -127,6 +127,7 @@ _MIN_ROUND = 0.1  # a round lasts at least this share of the window ...
 _ROUND_LATENCIES = 2.0  # ... and at least this many slot-to-reply times
 _RESPACE_RISE = 1.1  # the waiting slots move earlier once the rate grew by this factor
 _NAP = 0.1  # a waiting caller rechecks at least every this many windows (its slot may move)
+_FREE_CLIMB = 2.0  # windows without pushback after which the fast climb has no ceiling
 _HELD_QUIET = 0.25  # after a held round, the climb starts after this share of adaptive_quiet
 _MAX_DOUBLINGS = 30.0  # the fast climb's exponent stops here (no float overflow)
 _MAX_RATE = 1e6  # attempts per second: far above any server's
@@ -227,6 +228,7 @@ class ServerPacer:
         self.paced = False
         """Read without the lock on the hot path: a bool attribute read is atomic."""
         self._rate = 0.0  # the paced rate at the anchor
+        self._peak = 0.0  # the rate a decrease started from (the fast climb's ceiling)
         self._spaced_rate = 0.0  # the rate the waiting slots are spaced at
         self._anchor = 0.0  # when ``_rate`` was set (the last decrease, or hold)
         self._closed_at = 0.0  # the rate the pacer closed at (for REOPEN_FACTOR)
@@ -316,7 +318,10 @@ class ServerPacer:
 
         ``rate + increase * t`` (the same absolute increase for every client), and once the
         server has not pushed back for ``adaptive_quiet`` seconds, doubling every
-        ``_CLIMB_DOUBLING`` windows from there.
+        ``_CLIMB_DOUBLING`` windows from there, back up to the rate of the last decrease (where
+        the server pushed back; from there the additive increase goes on), and without that
+        ceiling once the server has been quiet for ``_FREE_CLIMB`` windows (its capacity rose)
+        or after a held round (a fault ended).
         """
         start = self._anchor
         # After a round the server admitted nothing in (a fault rejecting everything), the
@@ -329,6 +334,9 @@ class ServerPacer:
             climb = max(climb, start)
             base = self._rate + self._increase * (climb - start)
             rate = base * math.pow(2.0, min(_MAX_DOUBLINGS, (now - climb) / self._doubling))
+            if not self._held and now - self._last_pushback < _FREE_CLIMB * self._window:
+                linear = self._rate + self._increase * (now - start)
+                rate = min(rate, max(self._peak, linear))
         return min(max(self._min_rate, rate), _MAX_RATE)
 
     def record_pushback(self, now: float, slot: Optional[float] = None) -> None:
@@ -354,7 +362,9 @@ class ServerPacer:
                 # rejections), but when it admits nothing the rate must not collapse:
                 # at least half the send rate.
                 admitted = (replies - pushed) / span
-                self._set_rate(now, self._decrease * max(admitted, _CLOSE_SEND_SHARE * replies / span))
+                start = max(admitted, _CLOSE_SEND_SHARE * replies / span)
+                self._set_rate(now, self._decrease * start)
+                self._peak = start
                 self._closed_at = self._rate
                 return
             if slot is None or slot < self._anchor:
@@ -371,6 +381,7 @@ class ServerPacer:
                 return
             rate = min(self._rate_at(now), self._send_rate(now))
             self._set_rate(now, self._decrease * rate)
+            self._peak = rate
             self._respace(now, self._rate)
 
     def _set_rate(self, now: float, rate: float) -> None:

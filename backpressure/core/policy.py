@@ -165,7 +165,7 @@ class Policy:
     adaptive_increase: float = 10.0
     """Additive increase of the paced rate, attempts/s per second, the same for every client
     (so a fleet's shares converge); 0 < increase <= 1e6."""
-    adaptive_quiet: float = 0.5
+    adaptive_quiet: float = 1.0
     """Seconds without pushback after which the paced rate doubles every quarter window
     (the fast climb after an overload ends); 0.05..60."""
     adaptive_min_rate: float = 1.0
@@ -301,7 +301,7 @@ ADAPTIVE = Policy(
     adaptive=True,
     adaptive_decrease=0.8,
     adaptive_increase=10.0,
-    adaptive_quiet=0.5,
+    adaptive_quiet=1.0,
     budget_scope="server",
     budget_mode="ratio",
     budget_capacity=10.0,
@@ -317,7 +317,8 @@ rate; each later pushback lowers the rate to 0.75 times itself at most once per 
 reserved after the last decrease), and holds it instead when nothing was admitted in the round
 (the server rejects everything: the rate must not collapse).  Between decreases the rate grows
 by a fixed 20 attempts/s every second (the same for every client, so a fleet's shares converge),
-and doubles every quarter window once the server has been quiet for 0.5 s.  The pacer reopens
+and doubles every quarter window once the server has been quiet for 1 s (back up to the rate
+of the last decrease, without ceiling after 2 s).  The pacer reopens
 when it has limited no caller for a window.  A caller that cannot be served within its bound is
 held until its bound, then refused: a closed loop never spins on refusals.
 Retries draw on per-server "ratio" budgets that start with 1 token (at most 10, +0.1 per
