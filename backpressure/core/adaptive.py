@@ -91,7 +91,6 @@ from backpressure.core.log_limit import LogRateLimit
 from backpressure.core.policy import Policy
 
 __all__ = [
-    "REOPEN_FACTOR",
     "Admission",
     "AdmissionControl",
     "AdmissionGate",
@@ -111,11 +110,9 @@ _LOGGER = logging.getLogger("backpressure")
 
 Address = tuple[str, int]
 
-REOPEN_FACTOR = 4.0
-"""A pacer reopens once its rate reaches this multiple of the rate it closed at (and the server
-has not pushed back for a window)."""
 
 _BUCKETS = 10  # time buckets per measurement window
+_SEND_BUCKETS = 3  # the send rate a decrease starts from is measured over this many buckets
 _LATENCY_RISE = 0.5  # weight of a slot-to-reply time above the estimate (follows rises fast)
 _LATENCY_FALL = 0.05  # weight of one below it (forgets slowly)
 _LATENCY_MARGIN = 2.0  # the deadline bound keeps this multiple of the estimate for the reply
@@ -204,7 +201,7 @@ class ServerPacerSnapshot:
     rate: Optional[float]
     """The paced rate in attempts per second (None while open)."""
     peak: Optional[float]
-    """The rate the probe is anchored at (None while open)."""
+    """The rate the last decrease started from: the fast climb's ceiling (None while open)."""
     backlog: float
     """Seconds of reserved slots ahead of a new caller (0 while open)."""
     pushbacks: int
@@ -231,7 +228,6 @@ class ServerPacer:
         self._peak = 0.0  # the rate a decrease started from (the fast climb's ceiling)
         self._spaced_rate = 0.0  # the rate the waiting slots are spaced at
         self._anchor = 0.0  # when ``_rate`` was set (the last decrease, or hold)
-        self._closed_at = 0.0  # the rate the pacer closed at (for REOPEN_FACTOR)
         self._next_slot = 0.0
         self._waiting: deque[SlotTicket] = deque()  # reserved slots not yet due, in order
         self._last_pushback = -math.inf
@@ -307,9 +303,18 @@ class ServerPacer:
         return replies, pushed, span
 
     def _send_rate(self, now: float) -> float:
-        """Replies (admitted or pushed back) per second over the last window: the send rate."""
-        replies, _, span = self._window_counts(now)
-        return replies / span
+        """Replies (admitted or pushed back) per second over the last ``_SEND_BUCKETS`` buckets.
+
+        A short stretch: after a fast climb the rate the pushback answers is the recent one.
+        """
+        current = int(now / self._width)
+        replies = 0
+        for bucket, count in zip(self._bucket_ids, self._replies):
+            if current - _SEND_BUCKETS < bucket <= current:
+                replies += count
+        span = (_SEND_BUCKETS - 1) * self._width + (now - current * self._width)
+        first = now if self._first_sample is None else self._first_sample
+        return replies / min(span, max(now - first, self._width))
 
     # -- the rate --------------------------------------------------------------------------------
 
@@ -347,6 +352,7 @@ class ServerPacer:
         sent before it was already reacted to (the decrease is once per round).
         """
         with self._lock:
+            current = self._rate_at(now) if self.paced else 0.0  # before this pushback
             self._pushbacks += 1
             self._last_pushback = now
             self._count(now, 1, 1)
@@ -365,7 +371,6 @@ class ServerPacer:
                 start = max(admitted, _CLOSE_SEND_SHARE * replies / span)
                 self._set_rate(now, self._decrease * start)
                 self._peak = start
-                self._closed_at = self._rate
                 return
             if slot is None or slot < self._anchor:
                 return  # sent before the last decrease (or unpaced): reacted to already
@@ -379,7 +384,7 @@ class ServerPacer:
                 self._set_rate(now, self._rate)
                 self._held = True
                 return
-            rate = min(self._rate_at(now), self._send_rate(now))
+            rate = min(current, self._send_rate(now))
             self._set_rate(now, self._decrease * rate)
             self._peak = rate
             self._respace(now, self._rate)
@@ -526,9 +531,10 @@ class ServerPacer:
         """Whether the pacer should open again at ``now`` (lock held)."""
         if now - self._last_pushback < self._window:
             return False
-        if now - self._last_wait >= self._window:
-            return True  # nobody had to wait for a whole window: the pacing limits nothing
-        return self._rate_at(now) >= REOPEN_FACTOR * self._closed_at
+        # Nobody had to wait for a whole window: the pacing limits nothing.  (A pacer that
+        # still limits callers keeps climbing instead: reopened, it would close again at a
+        # rate measured while it was paced.)
+        return now - self._last_wait >= self._window
 
     def still_paced(self, now: float) -> bool:
         """Whether attempts are paced at ``now``; a pacer due to open again opens here.
@@ -551,7 +557,7 @@ class ServerPacer:
             return ServerPacerSnapshot(
                 True,
                 self._rate_at(now),
-                self._closed_at,
+                self._peak,
                 max(0.0, self._next_slot - now),
                 self._pushbacks,
             )
