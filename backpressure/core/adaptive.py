@@ -374,7 +374,8 @@ class ServerPacer:
                 return
             if slot is None or slot < self._anchor:
                 return  # sent before the last decrease (or unpaced): reacted to already
-            if now - self._anchor < max(_ROUND_LATENCIES * self._latency, _MIN_ROUND * self._window):
+            least = max(_ROUND_LATENCIES * self._latency, _MIN_ROUND * self._window)
+            if now - self._anchor < least:
                 # A round is at least this long: a decrease reaches the server's queue only
                 # after the replies queued there before it (the slot-to-reply time).
                 return

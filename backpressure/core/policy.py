@@ -159,7 +159,7 @@ class Policy:
     max_local_wait: float = 5.0
     """Longest local wait, in seconds, for a paced attempt (> 0); past it the attempt is refused."""
     adaptive_decrease: float = 0.8
-    """Multiplicative decrease of the send rate on an overload signal, once per round (0 < f < 1)."""
+    """Multiplicative decrease of the send rate on overload, once per round (0 < f < 1)."""
     adaptive_window: float = 1.0
     """Window, in seconds, for the overload signal, the send rate and reopening (0.05..60)."""
     adaptive_increase: float = 10.0

@@ -543,5 +543,3 @@ def test_adaptive_fields_are_validated(field: str, value: object, allowed: str) 
     with pytest.raises(Exception, match=f"Policy.{field} must be") as info:
         Policy(**{field: value})
     assert allowed in str(info.value)
-
-
