@@ -796,7 +796,9 @@ class AdmissionGate:
             return _SEND_NOW
         decision = self.control.admit(server, deadline, retry=retry)
         if isinstance(decision, Admission):
-            if decision.wait > 0.0 and server is not None:
+            ticket = decision.ticket
+            held = ticket is not None and ticket.refused  # held, then refused: announced then
+            if decision.wait > 0.0 and server is not None and not held:
                 self._waited(operation, server, decision.wait)
             return decision
         raise self._refusal_error(operation, server, decision)
