@@ -1,70 +1,58 @@
-"""Adaptive admission: per-server pacing learned from overload pushback ("hold the caller").
+"""Adaptive admission: a per-server AIMD send-rate pacer that composes across a fleet.
 
 Theory of operation.  One :class:`ServerPacer` per server address, all kept by one
 :class:`AdmissionControl` per client.  A pacer starts *open*: :meth:`AdmissionControl.admit`
 answers 0 without taking a lock and nothing waits (the inert state; its only cost is counting
-admitted attempts in coarse time buckets so the rate is known when it is needed).
+replies in coarse time buckets so the send rate is known when it is needed).  The rules are
+additive increase, multiplicative decrease (Chiu and Jain, 1989; TCP): every client of a server
+decreases by the same factor and increases by the same absolute amount, so their shares
+converge to fair ones whatever they started at (a rate copied from a measurement keeps
+whatever share it saw).
 
-1. **Pushback closes it; pushback to pushback measures the server.**  On the first overload
-   error the pacer closes at ``adaptive_decrease`` times the rate the server admitted from this
-   client over the last ``adaptive_window`` (an upper bound: it includes the server's burst
-   allowance).  Every later pushback also finds the server's bucket empty, so what the server
-   admitted between an earlier pushback (the earliest within the window) and this one is its
-   rate for this client, burst excluded: the *capacity*.  The pacer paces at
-   ``rate = adaptive_decrease * capacity``, a little below it, so a closed loop's queue is served
-   without rejections.  An interval shorter than three time buckets (or with fewer than 16
-   admitted replies) is too noisy to trust: the pacer then paces at 1.2 times that estimate, so
-   the server keeps pushing back and the measurement goes on.  One estimate lowers the capacity
-   by at most 10 %: a client stalled by its own load records replies late, which reads as a
-   lower rate, and too low a pace refuses callers who start over at once and stall the client
-   more (a real drop is followed over a few pushbacks).  Without an estimate, pushback
-   to an attempt reserved at the current rate lowers the rate once per round: the round ends
-   when a slot reserved after the last decrease is pushed back (the admission carries its
-   round), so the pushback of an attempt reserved earlier, or sent unpaced, is not reacted to
-   twice.
-2. **Pacing.**  Every attempt to a paced server, the first attempt of an operation included,
-   reserves the next free send slot: ``slot = max(now, next_slot)``, ``next_slot = slot + 1/rate``.
-   The adapter waits ``slot - now`` locally (``time.sleep`` or ``asyncio.sleep``) and then sends.
-   Reservations are taken in arrival order, so the callers are served first come, first served,
-   with one exception: the retry of an attempt the server pushed back goes ahead of the queue.
-   Its caller has already waited its turn once (in a closed loop, about as long as the queue is);
-   at the back of the queue its wait would end past its deadline and the operation would be lost
-   for one rejection.  The retry takes the slot of the first waiting first attempt (waiting
-   retries keep their order), and every first attempt from there on moves to the slot of the one
-   behind it, the last to ``next_slot``, which moves one interval later: the queue is served at
-   the pace, in a new order, and no slot is sent twice.  A waiting caller therefore holds a
-   :class:`SlotTicket`, not a fixed time: after its wait the adapter asks again
-   (:meth:`AdmissionControl.recheck`) and waits on if its slot moved.  A first attempt whose
-   moved slot would pass its own bound is refused (on its next recheck) instead, and the shift
-   stops there: the slot it leaves absorbs the move.
-   A wait that would end past the operation's deadline, or exceed ``max_local_wait``, is refused
-   without reserving anything: the attempt is not sent and the operation fails fast.  A slot is
-   usable only if the reply can still arrive in time, so the deadline bound is shortened by the
-   time an attempt takes from its slot to its reply (twice a smoothed estimate that follows rises
-   at once, learned from the paced attempts the server admitted).  Without that margin, a closed
-   loop with more callers than the deadline's worth of slots hands every freed slot to a caller
-   whose deadline ends right at the slot: the attempt is sent, the server admits it, the client
-   times out before the reply, the server's capacity is spent on replies nobody reads, and the
-   admitted rate (which counts replies only) sinks, so the next pushback lowers the pace too.
-   The margin never takes more than half the time left: an estimate inflated by a stall must
-   not refuse every caller (nothing would be sent, and no reply would correct it).
-3. **Probing.**  While the server stops pushing back, the rate climbs along a cubic curve
-   anchored at the last pushback (the CUBIC shape of TCP and of the AWS SDK's adaptive mode,
-   normalised by the rate so it is scale free)::
+1. **Close on overload, not on a blip.**  An open pacer closes when the server pushed back at
+   least ``_CLOSE_PUSHBACKS`` (2) times within ``adaptive_window`` and those pushbacks are at
+   least ``_CLOSE_FRACTION`` (a tenth) of the window's replies: one to three rejections among
+   many admitted replies change nothing, so a transient costs only the attempts it rejected.
+   It closes at ``adaptive_decrease`` times what the server admitted over the window, and at
+   no less than ``adaptive_decrease`` times half the send rate (when the server admits
+   nothing, the rate must not collapse).
+2. **Multiplicative decrease, once per round.**  A pushback of an attempt sent at or after the
+   last rate change lowers the rate to ``adaptive_decrease`` times the lower of the current
+   rate and the send rate of the last 0.3 window, at most once per round: a round lasts at
+   least twice the learned slot-to-reply time (a decrease reaches the server's queue only
+   after what was queued there before it) and a tenth of the window.  A round in which the
+   server admitted nothing holds the rate instead (a fault rejecting everything): the pacer
+   goes on probing at a steady pace, so it finds the server admitting again at once.
+3. **Additive increase, then a fast climb.**  Between decreases the rate grows by
+   ``adaptive_increase`` attempts/s every second, the same for every client.  Once the server
+   has not pushed back for ``adaptive_quiet`` seconds (a quarter of it after a held round),
+   the rate doubles every ``_CLIMB_DOUBLING`` windows: back up to the rate the last decrease
+   started from, then additively again; without that ceiling after ``_FREE_CLIMB`` windows
+   without pushback (the capacity rose) or after a held round (a fault ended).
+4. **Pacing.**  Every attempt to a paced server, the first attempt of an operation included,
+   reserves the next free send slot: ``slot = max(now, next_slot)``, ``next_slot = slot +
+   1/rate``, first come, first served; the retry of an attempt the server pushed back goes
+   ahead of the waiting first attempts (it takes the slot of the first one, which moves to the
+   slot behind it, and so on: no slot is sent twice).  A waiting caller holds a
+   :class:`SlotTicket` and asks again (:meth:`AdmissionControl.recheck`) when its wait is over,
+   at most every ``_NAP`` windows: a decrease, or a rise of a tenth, re-spaces the waiting
+   slots at the new rate at once (without that, slots reserved at the old rate would be sent
+   for as long as the queue is, and the late feedback makes every client overshoot; after an
+   overload the queue would drain at the overload's pace).  A slot is usable only if the reply
+   can still arrive in time: the deadline bound is shortened by twice a smoothed slot-to-reply
+   time, at most half the time left.
+5. **Hold, never spin.**  A caller whose wait would pass its deadline (or ``max_local_wait``)
+   reserves nothing and is held until that bound, then refused on its recheck (the adapters'
+   wait-and-recheck loop): refused at once, a closed loop would start its next operation at
+   once and spin on refusals.  A caller whose deadline has already passed is refused at once.
+6. **Reopening.**  The pacer opens again (the inert state) when the server has not pushed back
+   for a window and no caller had to wait, nor was held, during that window: the pacing limits
+   nothing.  A pacer that still limits callers keeps climbing instead (reopened, it would
+   close again at a rate measured while it was paced).
 
-       rate(t) = capacity * (1 + adaptive_growth * (t - hold - K) ** 3),
-       K = cbrt((1 - decrease) / growth)
-
-   flat near the capacity, then faster and faster, so a server that recovered is found again.
-   A probe above the capacity costs rejections for as long as the slots reserved at the probe's
-   rate last (the feedback is as late as the queue is long, and in a closed loop a rejected
-   caller's retry waits its turn again), so each probing cycle that finds the capacity where it
-   was (within 10 %) doubles ``hold``: 0, 1, then at most 3 windows; a cycle that finds
-   another capacity resets it.
-4. **Reopening.**  The pacer opens again (back to the inert state) when the server has not pushed
-   back for ``adaptive_window`` seconds and either no caller had to wait, nor was refused, during
-   that time (the pacing limits nothing) or the probe has reached ``REOPEN_FACTOR`` times the
-   capacity.
+Retries to a server whose pacing holds callers spend no budget (a retry takes the slot of
+another attempt); retries to a paced server that holds nobody (a sparse client) spend tokens
+like any other (see :meth:`AdmissionControl.limits`).
 
 All state changes happen under one ``threading.Lock`` per pacer held only around arithmetic
 (never across a sleep, an await or I/O), so one :class:`AdmissionControl` serves threads, Motor's
