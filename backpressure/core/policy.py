@@ -312,17 +312,19 @@ ADAPTIVE = Policy(
 A server is paced once it signals overload (at least 2 pushbacks within ``adaptive_window``,
 1 s, that are also at least a tenth of its replies there: a blip changes nothing).  Every
 attempt to it (first attempts included) then waits locally for a send slot, within the
-operation's deadline and ``max_local_wait``.  The pacer closes at 0.75 times the recent send
-rate; each later pushback lowers the rate to 0.75 times itself at most once per round (a slot
-reserved after the last decrease), and holds it instead when nothing was admitted in the round
-(the server rejects everything: the rate must not collapse).  Between decreases the rate grows
-by a fixed 20 attempts/s every second (the same for every client, so a fleet's shares converge),
-and doubles every quarter window once the server has been quiet for 1 s (back up to the rate
-of the last decrease, without ceiling after 2 s).  The pacer reopens
-when it has limited no caller for a window.  A caller that cannot be served within its bound is
-held until its bound, then refused: a closed loop never spins on refusals.
-Retries draw on per-server "ratio" budgets that start with 1 token (at most 10, +0.1 per
-success): a fleet's retries stay a tenth of its successes, however many clients it has.
+operation's deadline and ``max_local_wait``.  The pacer closes at 0.8 times the rate the server
+admitted (at least 0.8 times half the send rate); each later pushback lowers the rate to 0.8
+times itself (or the recent send rate, if lower) at most once per round, and holds it instead
+when the round admitted nothing (the server rejects everything: the rate must not collapse).
+Between decreases the rate grows by a fixed 10 attempts/s every second (the same for every
+client, so a fleet's shares converge) and, once the server has been quiet for 1 s (0.25 s after
+a held round), doubles every quarter window: back up to the rate of the last decrease, without
+that ceiling after 2 s without pushback or after a held round.  The pacer reopens when it has
+limited no caller for a window.  A caller that cannot be served within its bound is held until
+its bound, then refused: a closed loop never spins on refusals.
+Retries draw on per-server "ratio" budgets that start empty (at most 10 tokens, +0.1 per
+success): a fleet's retries stay a tenth of its successes, however many clients it has.  A
+retry to a server whose pacing holds callers spends no token (it takes another attempt's slot).
 """
 
 PRESETS: Mapping[str, Policy] = MappingProxyType(
