@@ -538,10 +538,6 @@ class ServerPacer:
                 self.paced = False
             return self.paced
 
-    def limiting(self, now: float) -> bool:
-        """Whether a caller waited, or was held, within the last window (paced or not)."""
-        return self.paced and now - self._last_wait < self._window
-
     def snapshot(self, now: float) -> ServerPacerSnapshot:
         """Return the pacer's state at ``now``."""
         with self._lock:
@@ -677,14 +673,6 @@ class AdmissionControl:
             return True
         self._refresh_engaged()
         return False
-
-    def limits(self, server: Address) -> bool:
-        """Whether the pacing of ``server`` holds callers now: a caller waited, or was held,
-        within the last window (its retries then take the place of other attempts)."""
-        pacer = self._pacers.get(server)
-        if pacer is None or not pacer.paced:
-            return False
-        return pacer.limiting(self._clock())
 
     def _refresh_engaged(self) -> None:
         """Recompute ``engaged`` after a pacer opened again."""

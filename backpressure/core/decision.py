@@ -39,10 +39,6 @@ class Pacing(Protocol):
         """Whether attempts to ``server`` are paced now."""
         ...
 
-    def limits(self, server: tuple[str, int]) -> bool:
-        """Whether the pacing of ``server`` holds callers now (its pace is what is sent)."""
-        ...
-
 
 __all__ = ["Decision", "GiveUp", "Retry", "RetryController", "StopReason"]
 
@@ -187,15 +183,13 @@ class RetryController:
         )
 
     def _held(self, server: Optional[tuple[str, int]]) -> bool:
-        """Whether retries to ``server`` are held by its pacing (then they spend no budget).
+        """Whether retries to ``server`` are paced locally (then they spend no budget).
 
-        A retry to a server whose pace holds callers waits for a send slot: it takes the place
-        of another attempt instead of adding load, so it needs no token.  A paced server whose
-        pace holds nobody (a sparse client: a few operations a minute) is not: there a retry is
-        extra load, and it spends a token like any other.
+        A paced retry waits for a send slot of the rate the server admits: it takes the place
+        of another attempt instead of adding load, so it needs no token.
         """
         admission = self.admission
-        return admission is not None and server is not None and admission.limits(server)
+        return admission is not None and server is not None and admission.is_paced(server)
 
     def record_success(self, *, retried: bool, server: Optional[tuple[str, int]] = None) -> None:
         """Account for a successful operation (``retried``: it succeeded on a retry)."""

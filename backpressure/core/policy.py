@@ -305,7 +305,7 @@ ADAPTIVE = Policy(
     budget_scope="server",
     budget_mode="ratio",
     budget_capacity=10.0,
-    budget_initial=0.0,
+    budget_initial=1.0,
 )
 """Hold the caller, not the server: a per-server AIMD send-rate pacer, per-server budgets.
 

@@ -185,18 +185,18 @@ def test_follows_a_capacity_drop_and_rise() -> None:
     assert count(alone.admitted, 15.0, 20.0) >= 0.9 * 300.0 * 5.0
 
 
-def test_a_sparse_client_starts_with_no_retry_token() -> None:
-    """A client of a fleet gets no free budget: no token to start with, then a tenth of a
+def test_a_sparse_client_starts_with_one_retry_token() -> None:
+    """A client of a fleet gets no free budget: one token to start with, then a tenth of a
     token per success, so the server sees at most 1.1 attempts per operation from it."""
     budget = budget_for(ADAPTIVE).for_server(SERVER)
-    assert budget.tokens == pytest.approx(0.0)
+    assert budget.tokens == pytest.approx(1.0)
+    assert budget.try_acquire()
     assert not budget.try_acquire()
     for _ in range(9):
         budget.record_success(retried=False)
     assert not budget.try_acquire()
     budget.record_success(retried=False)
     assert budget.try_acquire()
-    assert not budget.try_acquire()
 
 
 def test_a_sparse_client_learns_no_pace_from_one_rejected_operation() -> None:
