@@ -50,9 +50,8 @@ whatever share it saw).
    nothing.  A pacer that still limits callers keeps climbing instead (reopened, it would
    close again at a rate measured while it was paced).
 
-Retries to a server whose pacing holds callers spend no budget (a retry takes the slot of
-another attempt); retries to a paced server that holds nobody (a sparse client) spend tokens
-like any other (see :meth:`AdmissionControl.limits`).
+Retries to a paced server spend no budget (a paced retry takes the slot of another attempt);
+before the pacer closes, they draw on the per-server budget (see :mod:`backpressure.core.budget`).
 
 All state changes happen under one ``threading.Lock`` per pacer held only around arithmetic
 (never across a sleep, an await or I/O), so one :class:`AdmissionControl` serves threads, Motor's

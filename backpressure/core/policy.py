@@ -322,9 +322,9 @@ a held round), doubles every quarter window: back up to the rate of the last dec
 that ceiling after 2 s without pushback or after a held round.  The pacer reopens when it has
 limited no caller for a window.  A caller that cannot be served within its bound is held until
 its bound, then refused: a closed loop never spins on refusals.
-Retries draw on per-server "ratio" budgets that start empty (at most 10 tokens, +0.1 per
-success): a fleet's retries stay a tenth of its successes, however many clients it has.  A
-retry to a server whose pacing holds callers spends no token (it takes another attempt's slot).
+Retries draw on per-server "ratio" budgets that start with 1 token (at most 10, +0.1 per
+success): tokens are earned by the client's own successes, not handed out free to every client
+of a fleet.  A retry to a paced server spends no token (it takes another attempt's slot).
 """
 
 PRESETS: Mapping[str, Policy] = MappingProxyType(
