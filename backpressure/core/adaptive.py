@@ -1,70 +1,57 @@
-"""Adaptive admission: per-server pacing learned from overload pushback ("hold the caller").
+"""Adaptive admission: a per-server AIMD send-rate pacer that composes across a fleet.
 
 Theory of operation.  One :class:`ServerPacer` per server address, all kept by one
 :class:`AdmissionControl` per client.  A pacer starts *open*: :meth:`AdmissionControl.admit`
 answers 0 without taking a lock and nothing waits (the inert state; its only cost is counting
-admitted attempts in coarse time buckets so the rate is known when it is needed).
+replies in coarse time buckets so the send rate is known when it is needed).  The rules are
+additive increase, multiplicative decrease (Chiu and Jain, 1989; TCP): every client of a server
+decreases by the same factor and increases by the same absolute amount, so their shares
+converge to fair ones whatever they started at (a rate copied from a measurement keeps
+whatever share it saw).
 
-1. **Pushback closes it; pushback to pushback measures the server.**  On the first overload
-   error the pacer closes at ``adaptive_decrease`` times the rate the server admitted from this
-   client over the last ``adaptive_window`` (an upper bound: it includes the server's burst
-   allowance).  Every later pushback also finds the server's bucket empty, so what the server
-   admitted between an earlier pushback (the earliest within the window) and this one is its
-   rate for this client, burst excluded: the *capacity*.  The pacer paces at
-   ``rate = adaptive_decrease * capacity``, a little below it, so a closed loop's queue is served
-   without rejections.  An interval shorter than three time buckets (or with fewer than 16
-   admitted replies) is too noisy to trust: the pacer then paces at 1.2 times that estimate, so
-   the server keeps pushing back and the measurement goes on.  One estimate lowers the capacity
-   by at most 10 %: a client stalled by its own load records replies late, which reads as a
-   lower rate, and too low a pace refuses callers who start over at once and stall the client
-   more (a real drop is followed over a few pushbacks).  Without an estimate, pushback
-   to an attempt reserved at the current rate lowers the rate once per round: the round ends
-   when a slot reserved after the last decrease is pushed back (the admission carries its
-   round), so the pushback of an attempt reserved earlier, or sent unpaced, is not reacted to
-   twice.
-2. **Pacing.**  Every attempt to a paced server, the first attempt of an operation included,
-   reserves the next free send slot: ``slot = max(now, next_slot)``, ``next_slot = slot + 1/rate``.
-   The adapter waits ``slot - now`` locally (``time.sleep`` or ``asyncio.sleep``) and then sends.
-   Reservations are taken in arrival order, so the callers are served first come, first served,
-   with one exception: the retry of an attempt the server pushed back goes ahead of the queue.
-   Its caller has already waited its turn once (in a closed loop, about as long as the queue is);
-   at the back of the queue its wait would end past its deadline and the operation would be lost
-   for one rejection.  The retry takes the slot of the first waiting first attempt (waiting
-   retries keep their order), and every first attempt from there on moves to the slot of the one
-   behind it, the last to ``next_slot``, which moves one interval later: the queue is served at
-   the pace, in a new order, and no slot is sent twice.  A waiting caller therefore holds a
-   :class:`SlotTicket`, not a fixed time: after its wait the adapter asks again
-   (:meth:`AdmissionControl.recheck`) and waits on if its slot moved.  A first attempt whose
-   moved slot would pass its own bound is refused (on its next recheck) instead, and the shift
-   stops there: the slot it leaves absorbs the move.
-   A wait that would end past the operation's deadline, or exceed ``max_local_wait``, is refused
-   without reserving anything: the attempt is not sent and the operation fails fast.  A slot is
-   usable only if the reply can still arrive in time, so the deadline bound is shortened by the
-   time an attempt takes from its slot to its reply (twice a smoothed estimate that follows rises
-   at once, learned from the paced attempts the server admitted).  Without that margin, a closed
-   loop with more callers than the deadline's worth of slots hands every freed slot to a caller
-   whose deadline ends right at the slot: the attempt is sent, the server admits it, the client
-   times out before the reply, the server's capacity is spent on replies nobody reads, and the
-   admitted rate (which counts replies only) sinks, so the next pushback lowers the pace too.
-   The margin never takes more than half the time left: an estimate inflated by a stall must
-   not refuse every caller (nothing would be sent, and no reply would correct it).
-3. **Probing.**  While the server stops pushing back, the rate climbs along a cubic curve
-   anchored at the last pushback (the CUBIC shape of TCP and of the AWS SDK's adaptive mode,
-   normalised by the rate so it is scale free)::
+1. **Close on overload, not on a blip.**  An open pacer closes when the server pushed back at
+   least ``_CLOSE_PUSHBACKS`` (2) times within ``adaptive_window`` and those pushbacks are at
+   least ``_CLOSE_FRACTION`` (a tenth) of the window's replies: one to three rejections among
+   many admitted replies change nothing, so a transient costs only the attempts it rejected.
+   It closes at ``adaptive_decrease`` times what the server admitted over the window, and at
+   no less than ``adaptive_decrease`` times half the send rate (when the server admits
+   nothing, the rate must not collapse).
+2. **Multiplicative decrease, once per round.**  A pushback of an attempt sent at or after the
+   last rate change lowers the rate to ``adaptive_decrease`` times the lower of the current
+   rate and the send rate of the last 0.3 window, at most once per round: a round lasts at
+   least twice the learned slot-to-reply time (a decrease reaches the server's queue only
+   after what was queued there before it) and a tenth of the window.  A round in which the
+   server admitted nothing holds the rate instead (a fault rejecting everything): the pacer
+   goes on probing at a steady pace, so it finds the server admitting again at once.
+3. **Additive increase, then a fast climb.**  Between decreases the rate grows by
+   ``adaptive_increase`` attempts/s every second, the same for every client.  Once the server
+   has not pushed back for ``adaptive_quiet`` seconds (a quarter of it after a held round),
+   the rate doubles every ``_CLIMB_DOUBLING`` windows: back up to the rate the last decrease
+   started from, then additively again; without that ceiling after ``_FREE_CLIMB`` windows
+   without pushback (the capacity rose) or after a held round (a fault ended).
+4. **Pacing.**  Every attempt to a paced server, the first attempt of an operation included,
+   reserves the next free send slot: ``slot = max(now, next_slot)``, ``next_slot = slot +
+   1/rate``, first come, first served; the retry of an attempt the server pushed back goes
+   ahead of the waiting first attempts (it takes the slot of the first one, which moves to the
+   slot behind it, and so on: no slot is sent twice).  A waiting caller holds a
+   :class:`SlotTicket` and asks again (:meth:`AdmissionControl.recheck`) when its wait is over,
+   at most every ``_NAP`` windows: a decrease, or a rise of a tenth, re-spaces the waiting
+   slots at the new rate at once (without that, slots reserved at the old rate would be sent
+   for as long as the queue is, and the late feedback makes every client overshoot; after an
+   overload the queue would drain at the overload's pace).  A slot is usable only if the reply
+   can still arrive in time: the deadline bound is shortened by twice a smoothed slot-to-reply
+   time, at most half the time left.
+5. **Hold, never spin.**  A caller whose wait would pass its deadline (or ``max_local_wait``)
+   reserves nothing and is held until that bound, then refused on its recheck (the adapters'
+   wait-and-recheck loop): refused at once, a closed loop would start its next operation at
+   once and spin on refusals.  A caller whose deadline has already passed is refused at once.
+6. **Reopening.**  The pacer opens again (the inert state) when the server has not pushed back
+   for a window and no caller had to wait, nor was held, during that window: the pacing limits
+   nothing.  A pacer that still limits callers keeps climbing instead (reopened, it would
+   close again at a rate measured while it was paced).
 
-       rate(t) = capacity * (1 + adaptive_growth * (t - hold - K) ** 3),
-       K = cbrt((1 - decrease) / growth)
-
-   flat near the capacity, then faster and faster, so a server that recovered is found again.
-   A probe above the capacity costs rejections for as long as the slots reserved at the probe's
-   rate last (the feedback is as late as the queue is long, and in a closed loop a rejected
-   caller's retry waits its turn again), so each probing cycle that finds the capacity where it
-   was (within 10 %) doubles ``hold``: 0, 1, then at most 3 windows; a cycle that finds
-   another capacity resets it.
-4. **Reopening.**  The pacer opens again (back to the inert state) when the server has not pushed
-   back for ``adaptive_window`` seconds and either no caller had to wait, nor was refused, during
-   that time (the pacing limits nothing) or the probe has reached ``REOPEN_FACTOR`` times the
-   capacity.
+Retries to a paced server spend no budget (a paced retry takes the slot of another attempt);
+before the pacer closes, they draw on the per-server budget (see :mod:`backpressure.core.budget`).
 
 All state changes happen under one ``threading.Lock`` per pacer held only around arithmetic
 (never across a sleep, an await or I/O), so one :class:`AdmissionControl` serves threads, Motor's
@@ -91,7 +78,6 @@ from backpressure.core.log_limit import LogRateLimit
 from backpressure.core.policy import Policy
 
 __all__ = [
-    "REOPEN_FACTOR",
     "Admission",
     "AdmissionControl",
     "AdmissionGate",
@@ -111,19 +97,24 @@ _LOGGER = logging.getLogger("backpressure")
 
 Address = tuple[str, int]
 
-REOPEN_FACTOR = 4.0
-"""The probe reopens a pacer once its rate reaches this multiple of the last peak."""
 
 _BUCKETS = 10  # time buckets per measurement window
+_SEND_BUCKETS = 3  # the send rate a decrease starts from is measured over this many buckets
 _LATENCY_RISE = 0.5  # weight of a slot-to-reply time above the estimate (follows rises fast)
 _LATENCY_FALL = 0.05  # weight of one below it (forgets slowly)
 _LATENCY_MARGIN = 2.0  # the deadline bound keeps this multiple of the estimate for the reply
-_ESTIMATE_SAMPLES = 16  # admitted attempts between two pushbacks needed for a capacity estimate
-_ESTIMATE_SPAN = 3  # time buckets between two pushbacks needed to trust the estimate
-_PROVISIONAL = 1.2  # pace at this multiple of an estimate not yet trusted (keeps it measured)
-_DAMPING = 0.9  # one estimate lowers the capacity to no less than this share of it
-_MARKS = 256  # pushbacks remembered for the estimate (within one window)
-_MAX_CONFIRMED = 2  # the probe waits up to (2**2 - 1) windows once the capacity is confirmed
+_CLOSE_PUSHBACKS = 2  # an open pacer closes on at least this many pushbacks within a window
+_CLOSE_FRACTION = 0.1  # ... that are also at least this share of the window's replies
+_CLOSE_SEND_SHARE = 0.5  # an open pacer closes at no less than this share of the send rate
+_CLIMB_DOUBLING = 0.25  # the fast climb doubles the rate every this many windows
+_MIN_ROUND = 0.1  # a round lasts at least this share of the window ...
+_ROUND_LATENCIES = 2.0  # ... and at least this many slot-to-reply times
+_RESPACE_RISE = 1.1  # the waiting slots move earlier once the rate grew by this factor
+_NAP = 0.1  # a waiting caller rechecks at least every this many windows (its slot may move)
+_FREE_CLIMB = 2.0  # windows without pushback after which the fast climb has no ceiling
+_HELD_QUIET = 0.25  # after a held round, the climb starts after this share of adaptive_quiet
+_MAX_DOUBLINGS = 30.0  # the fast climb's exponent stops here (no float overflow)
+_MAX_RATE = 1e6  # attempts per second: far above any server's
 _EARLY = 1e-3  # a recheck this close to the slot sends (timers may fire a little early)
 
 
@@ -197,7 +188,7 @@ class ServerPacerSnapshot:
     rate: Optional[float]
     """The paced rate in attempts per second (None while open)."""
     peak: Optional[float]
-    """The rate the probe is anchored at (None while open)."""
+    """The rate the last decrease started from: the fast climb's ceiling (None while open)."""
     backlog: float
     """Seconds of reserved slots ahead of a new caller (0 while open)."""
     pushbacks: int
@@ -211,28 +202,31 @@ class ServerPacer:
         """Create an open pacer configured by ``policy``'s adaptive fields."""
         self._decrease = float(policy.adaptive_decrease)
         self._window = float(policy.adaptive_window)
-        self._growth = float(policy.adaptive_growth)
+        self._increase = float(policy.adaptive_increase)
+        self._quiet = float(policy.adaptive_quiet)
+        self._doubling = self._window * _CLIMB_DOUBLING
+        self._nap = self._window * _NAP
         self._min_rate = float(policy.adaptive_min_rate)
-        self._plateau = math.pow((1.0 - self._decrease) / self._growth, 1.0 / 3.0)
         self._width = self._window / _BUCKETS
         self._lock = threading.Lock()
         self.paced = False
         """Read without the lock on the hot path: a bool attribute read is atomic."""
-        self._peak = 0.0
-        self._epoch = 0.0
+        self._rate = 0.0  # the paced rate at the anchor
+        self._peak = 0.0  # the rate a decrease started from (the fast climb's ceiling)
+        self._spaced_rate = 0.0  # the rate the waiting slots are spaced at
+        self._anchor = 0.0  # when ``_rate`` was set (the last decrease, or hold)
         self._next_slot = 0.0
         self._waiting: deque[SlotTicket] = deque()  # reserved slots not yet due, in order
         self._last_pushback = -math.inf
         self._round = 0
+        self._admitted_in_round = 0
+        self._held = False  # the last round admitted nothing: the rate is held, not learned
         self._last_wait = -math.inf
         self._pushbacks = 0
         self._first_sample: Optional[float] = None
-        self._admitted_total = 0
-        self._marks: deque[tuple[float, int]] = deque(maxlen=_MARKS)
-        self._capacity: Optional[float] = None
-        self._confirmed = 0
         self._bucket_ids = [-1] * _BUCKETS
-        self._counts = [0] * _BUCKETS
+        self._replies = [0] * _BUCKETS  # replies (admitted or pushed back) per time bucket
+        self._pushed = [0] * _BUCKETS  # pushbacks per time bucket
         self._latency = 0.0
 
     # -- measurement ---------------------------------------------------------------------------
@@ -242,12 +236,12 @@ class ServerPacer:
 
         ``slot`` is the attempt's reserved send time (None: sent unpaced); ``now - slot`` updates
         the slot-to-reply time estimate.  While the pacer is open this runs without the lock (a
-        lost increment under a race only makes the measured rate a little low, which errs on the
-        safe side).
+        lost increment under a race only makes the measured rate a little low).
         """
         if self.paced or slot is not None:
             with self._lock:
                 self._count(now)
+                self._admitted_in_round += 1
                 if slot is not None:
                     self._learn_latency(max(0.0, now - slot))
         else:
@@ -258,6 +252,7 @@ class ServerPacer:
         if self.paced:
             with self._lock:
                 self._count(now, count)
+                self._admitted_in_round += count
         else:
             self._count(now, count)
 
@@ -266,120 +261,159 @@ class ServerPacer:
         weight = _LATENCY_RISE if sample > self._latency else _LATENCY_FALL
         self._latency += weight * (sample - self._latency)
 
-    def _count(self, now: float, count: int = 1) -> None:
-        """Add ``count`` to the time bucket of ``now``."""
+    def _count(self, now: float, count: int = 1, pushed: int = 0) -> None:
+        """Add ``count`` replies (``pushed`` of them pushbacks) to the time bucket of ``now``."""
         bucket = int(now / self._width)
-        slot = bucket % _BUCKETS
-        if self._bucket_ids[slot] != bucket:
-            self._bucket_ids[slot] = bucket
-            self._counts[slot] = 0
-        self._counts[slot] += count
-        self._admitted_total += count
+        index = bucket % _BUCKETS
+        if self._bucket_ids[index] != bucket:
+            self._bucket_ids[index] = bucket
+            self._replies[index] = 0
+            self._pushed[index] = 0
+        self._replies[index] += count
+        self._pushed[index] += pushed
         if self._first_sample is None:
             self._first_sample = now
 
-    def _measured_rate(self, now: float) -> float:
-        """Admitted attempts per second over the last window (0 without samples)."""
-        if self._first_sample is None:
-            return 0.0
+    def _window_counts(self, now: float) -> tuple[int, int, float]:
+        """Replies, pushbacks and the span (s) they cover over the last window (lock held)."""
         current = int(now / self._width)
-        total = 0
-        for bucket, count in zip(self._bucket_ids, self._counts):
+        replies = pushed = 0
+        for bucket, count, push in zip(self._bucket_ids, self._replies, self._pushed):
             if current - _BUCKETS < bucket <= current:
-                total += count
+                replies += count
+                pushed += push
         # The window: the complete buckets plus the elapsed part of the current one, never
         # longer than the time since the first sample (at least one bucket width).
         span = (_BUCKETS - 1) * self._width + (now - current * self._width)
-        span = min(span, max(now - self._first_sample, self._width))
-        return total / span
+        first = now if self._first_sample is None else self._first_sample
+        span = min(span, max(now - first, self._width))
+        return replies, pushed, span
+
+    def _send_rate(self, now: float) -> float:
+        """Replies (admitted or pushed back) per second over the last ``_SEND_BUCKETS`` buckets.
+
+        A short stretch: after a fast climb the rate the pushback answers is the recent one.
+        """
+        current = int(now / self._width)
+        replies = 0
+        for bucket, count in zip(self._bucket_ids, self._replies):
+            if current - _SEND_BUCKETS < bucket <= current:
+                replies += count
+        span = (_SEND_BUCKETS - 1) * self._width + (now - current * self._width)
+        first = now if self._first_sample is None else self._first_sample
+        return replies / min(span, max(now - first, self._width))
 
     # -- the rate --------------------------------------------------------------------------------
 
     def _rate_at(self, now: float) -> float:
-        """The paced rate at ``now`` (the cubic probe anchored at the last pushback)."""
-        hold = self._window * ((1 << self._confirmed) - 1)
-        t = max(0.0, now - self._epoch - hold) - self._plateau
-        return max(self._min_rate, self._peak * (1.0 + self._growth * t * t * t))
+        """The paced rate at ``now``: additive increase from the anchor, then the fast climb.
 
-    def record_pushback(self, now: float, round_: Optional[int] = None) -> None:
-        """Account for an overload error from the server: close the pacer or lower its rate."""
+        ``rate + increase * t`` (the same absolute increase for every client), and once the
+        server has not pushed back for ``adaptive_quiet`` seconds, doubling every
+        ``_CLIMB_DOUBLING`` windows from there, back up to the rate of the last decrease (where
+        the server pushed back; from there the additive increase goes on), and without that
+        ceiling once the server has been quiet for ``_FREE_CLIMB`` windows (its capacity rose)
+        or after a held round (a fault ended).
+        """
+        start = self._anchor
+        # After a round the server admitted nothing in (a fault rejecting everything), the
+        # first quiet stretch is enough: the rate was held, not learned.
+        quiet = self._quiet * _HELD_QUIET if self._held else self._quiet
+        climb = self._last_pushback + quiet
+        if now <= climb:
+            rate = self._rate + self._increase * (now - start)
+        else:
+            climb = max(climb, start)
+            base = self._rate + self._increase * (climb - start)
+            rate = base * math.pow(2.0, min(_MAX_DOUBLINGS, (now - climb) / self._doubling))
+            if not self._held and now - self._last_pushback < _FREE_CLIMB * self._window:
+                linear = self._rate + self._increase * (now - start)
+                rate = min(rate, max(self._peak, linear))
+        return min(max(self._min_rate, rate), _MAX_RATE)
+
+    def record_pushback(self, now: float, slot: Optional[float] = None) -> None:
+        """Account for an overload error from the server: close the pacer or lower its rate.
+
+        ``slot`` is the pushed-back attempt's send slot (None: sent unpaced).  Only an attempt
+        sent at or after the last change of the rate says the rate is still too high: one
+        sent before it was already reacted to (the decrease is once per round).
+        """
         with self._lock:
+            current = self._rate_at(now) if self.paced else 0.0  # before this pushback
             self._pushbacks += 1
             self._last_pushback = now
+            self._count(now, 1, 1)
             if not self.paced:
-                # First contact: what the server admitted over the window includes its burst
-                # allowance, so this first rate is only an upper bound; the next pushback
-                # measures the rate itself.
-                measured = max(self._measured_rate(now), self._min_rate)
+                replies, pushed, span = self._window_counts(now)
+                if pushed < _CLOSE_PUSHBACKS or pushed < _CLOSE_FRACTION * replies:
+                    return  # a blip, not an overload: nothing changes
                 self.paced = True
                 self._next_slot = now
                 self._waiting.clear()
                 self._last_wait = -math.inf
-                self._marks.clear()
-                self._marks.append((now, self._admitted_total))
-                self._capacity = None
-                self._confirmed = 0
-                self._decrease_to(now, measured)
+                # What the server admitted is the better start (the sends include the
+                # rejections), but when it admits nothing the rate must not collapse:
+                # at least half the send rate.
+                admitted = (replies - pushed) / span
+                start = max(admitted, _CLOSE_SEND_SHARE * replies / span)
+                self._set_rate(now, self._decrease * start)
+                self._peak = start
                 return
-            estimate = self._capacity_since_marks(now)
-            if estimate is not None and not estimate[1]:
-                # Too short an interval to trust: pace a little above it, so the server keeps
-                # pushing back (the measurement goes on) while few attempts are wasted.
-                rate = min(_PROVISIONAL * estimate[0], self._rate_at(now))
-                self._decrease_to(now, rate / self._decrease)
+            if slot is None or slot < self._anchor:
+                return  # sent before the last decrease (or unpaced): reacted to already
+            least = max(_ROUND_LATENCIES * self._latency, _MIN_ROUND * self._window)
+            if now - self._anchor < least:
+                # A round is at least this long: a decrease reaches the server's queue only
+                # after the replies queued there before it (the slot-to-reply time).
                 return
-            if estimate is not None:
-                capacity = estimate[0]
-                if now - self._epoch >= self._window:
-                    # A new probing cycle ended: did it find the capacity where it was?
-                    previous = self._capacity
-                    if previous is not None and abs(capacity - previous) <= 0.1 * previous:
-                        self._confirmed = min(self._confirmed + 1, _MAX_CONFIRMED)
-                    else:
-                        self._confirmed = 0
-                # Pushback also says the server admits no more than this client sends now.
-                ceiling = max(self._rate_at(now), self._peak)
-                capacity = min(capacity, ceiling)
-                if self._capacity is not None:
-                    # One interval lowers the capacity by at most _DAMPING: a client stalled
-                    # by its own load records replies late, which reads as a lower rate, and
-                    # a pace too low for the queue refuses callers who start over at once,
-                    # which stalls the client more.  A real drop is followed over a few
-                    # pushbacks (they keep coming while the pace is above the capacity).
-                    capacity = max(capacity, _DAMPING * self._capacity)
-                self._capacity = capacity
-                self._decrease_to(now, capacity)
+            if self._admitted_in_round == 0:
+                # Nothing admitted for a whole round: the server rejects everything.  Hold the
+                # rate (a collapse would take seconds to climb back once the server admits).
+                self._set_rate(now, self._rate)
+                self._held = True
                 return
-            if round_ != self._round:
-                return  # an attempt reserved before the last decrease: already reacted to
-            measured = max(self._measured_rate(now), self._min_rate)
-            self._decrease_to(now, min(self._rate_at(now), measured))
+            rate = min(current, self._send_rate(now))
+            self._set_rate(now, self._decrease * rate)
+            self._peak = rate
+            self._respace(now, self._rate)
 
-    def _capacity_since_marks(self, now: float) -> Optional[tuple[float, bool]]:
-        """The server's admitted rate between an earlier pushback and this one (lock held).
-
-        Both pushbacks found the server's bucket empty, so what it admitted in between is its
-        rate for this client, its burst allowance excluded.  The earliest pushback within the
-        last window is the start (the longest interval: the least noise); None until that
-        interval holds enough admitted attempts.
-        """
-        marks = self._marks
-        marks.append((now, self._admitted_total))
-        while len(marks) > 2 and marks[1][0] <= now - self._window:
-            marks.popleft()
-        start, admitted_then = marks[0]
-        admitted = self._admitted_total - admitted_then
-        elapsed = now - start
-        if admitted < _ESTIMATE_SAMPLES or elapsed <= 0.0:
-            return None
-        return admitted / elapsed, elapsed >= _ESTIMATE_SPAN * self._width
-
-    def _decrease_to(self, now: float, admitted: float) -> None:
-        """Pace at ``adaptive_decrease`` times ``admitted`` and restart the probe (lock held)."""
-        rate = max(self._decrease * admitted, self._min_rate)
-        self._peak = rate / self._decrease
-        self._epoch = now
+    def _set_rate(self, now: float, rate: float) -> None:
+        """Pace at ``rate`` from ``now`` and start a new round (lock held)."""
+        self._rate = min(max(rate, self._min_rate), _MAX_RATE)
+        self._spaced_rate = self._rate
+        self._anchor = now
         self._round += 1
+        self._admitted_in_round = 0
+        self._held = False
+
+    def _respace(self, now: float, rate: float) -> None:
+        """Space the waiting slots at ``rate`` from the first one, so a rate change acts at once.
+
+        Without this, slots reserved at the old rate would go on being sent for as long as
+        the queue is (in a closed loop, most of a deadline): after a decrease the late feedback
+        makes every client overshoot, and after an overload ends the queue would drain at the
+        overload's pace (a slot moves earlier too: waiting callers recheck every
+        ``_NAP`` windows at most).  A slot moved past its bound is refused on its recheck.
+        """
+        self._spaced_rate = rate
+        waiting = self._waiting
+        while waiting and waiting[0].slot <= now:
+            waiting.popleft()
+        if not waiting:
+            return
+        interval = 1.0 / rate
+        slot = max(now, waiting[0].slot)
+        kept: deque[SlotTicket] = deque()
+        for ticket in waiting:
+            if slot > ticket.latest:
+                ticket.slot = slot
+                ticket.refused = True  # its caller learns it on recheck
+                continue
+            ticket.slot = slot
+            kept.append(ticket)
+            slot += interval
+        self._waiting = kept
+        self._next_slot = slot
 
     # -- admission -------------------------------------------------------------------------------
 
@@ -401,6 +435,7 @@ class ServerPacer:
             if self._reopens(now):
                 self.paced = False
                 return _SEND_NOW
+            hold = limit  # a caller that cannot be served is held this long, then refused
             if deadline_bound:
                 # The reply must arrive before the deadline too, not only the send.  The margin
                 # is at most half the time left: an estimate inflated by a stall must not refuse
@@ -412,7 +447,10 @@ class ServerPacer:
             waiting = self._waiting
             while waiting and waiting[0].slot <= now:
                 waiting.popleft()  # due: those callers are sending
-            interval = 1.0 / self._rate_at(now)
+            rate = self._rate_at(now)
+            if rate > _RESPACE_RISE * self._spaced_rate:
+                self._respace(now, rate)  # the queue drains at the new pace
+            interval = 1.0 / rate
             if retry:
                 index = next((i for i, t in enumerate(waiting) if not t.retry), None)
                 if index is not None and waiting[index].slot - now <= limit:
@@ -421,19 +459,26 @@ class ServerPacer:
                     ticket = SlotTicket(slot, now + limit, reason, True)
                     waiting.insert(index, ticket)
                     self._last_wait = now
-                    return Admission(slot - now, self._round, slot, ticket)
+                    return Admission(min(slot - now, self._nap), self._round, slot, ticket)
             slot = max(now, self._next_slot)
             wait = slot - now
             if wait > limit:
-                self._last_wait = now  # the pacing limits callers: it must not reopen
-                return Refusal(reason, wait)
+                # The pacing limits callers: it must not reopen.  The caller is held until its
+                # bound, then refused (on recheck): refused at once, a closed loop would start
+                # its next operation at once and spin.  Nothing is reserved.
+                self._last_wait = now
+                if hold <= _EARLY:
+                    return Refusal(reason, wait)
+                ticket = SlotTicket(slot, now + limit, reason, retry)
+                ticket.refused = True
+                return Admission(hold, self._round, None, ticket)
             self._next_slot = slot + interval
             if wait <= 0.0:
                 return Admission(0.0, self._round, slot)
             ticket = SlotTicket(slot, now + limit, reason, retry)
             waiting.append(ticket)
             self._last_wait = now
-            return Admission(wait, self._round, slot, ticket)
+            return Admission(min(wait, self._nap), self._round, slot, ticket)
 
     def _move_back(self, index: int, interval: float) -> None:
         """Give every waiting attempt from ``index`` on the slot of the one behind it (lock held).
@@ -462,16 +507,22 @@ class ServerPacer:
             if ticket.refused:
                 self._last_wait = now
                 return Refusal(ticket.reason, max(0.0, ticket.slot - now))
+            if self._waiting and self._rate_at(now) > _RESPACE_RISE * self._spaced_rate:
+                self._respace(now, self._rate_at(now))
+                if ticket.refused:
+                    self._last_wait = now
+                    return Refusal(ticket.reason, max(0.0, ticket.slot - now))
             wait = ticket.slot - now
-        return wait if wait > _EARLY else 0.0
+        return min(wait, self._nap) if wait > _EARLY else 0.0
 
     def _reopens(self, now: float) -> bool:
         """Whether the pacer should open again at ``now`` (lock held)."""
         if now - self._last_pushback < self._window:
             return False
-        if now - self._last_wait >= self._window:
-            return True  # nobody had to wait for a whole window: the pacing limits nothing
-        return self._rate_at(now) >= REOPEN_FACTOR * self._peak
+        # Nobody had to wait for a whole window: the pacing limits nothing.  (A pacer that
+        # still limits callers keeps climbing instead: reopened, it would close again at a
+        # rate measured while it was paced.)
+        return now - self._last_wait >= self._window
 
     def still_paced(self, now: float) -> bool:
         """Whether attempts are paced at ``now``; a pacer due to open again opens here.
@@ -584,8 +635,8 @@ class AdmissionControl:
         if server is None:
             return
         if overloaded:
-            round_ = None if admission is None else admission.round
-            self.pacer(server).record_pushback(self._clock(), round_)
+            slot = None if admission is None else admission.send_slot
+            self.pacer(server).record_pushback(self._clock(), slot)
             self.engaged = True
         else:
             slot = None if admission is None else admission.send_slot
@@ -732,7 +783,9 @@ class AdmissionGate:
             return _SEND_NOW
         decision = self.control.admit(server, deadline, retry=retry)
         if isinstance(decision, Admission):
-            if decision.wait > 0.0 and server is not None:
+            ticket = decision.ticket
+            held = ticket is not None and ticket.refused  # held, then refused: announced then
+            if decision.wait > 0.0 and server is not None and not held:
                 self._waited(operation, server, decision.wait)
             return decision
         raise self._refusal_error(operation, server, decision)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import TYPE_CHECKING, Callable, Union
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
 from backpressure.core.policy import InvalidPolicyError, short_repr
 
@@ -93,13 +93,17 @@ class _Counted:
 class _Bucket(_Counted):
     """Integer token arithmetic both token buckets share: capacity, tokens, take and add."""
 
-    def __init__(self, capacity_field: str, capacity: float) -> None:
-        """Start full at ``capacity`` (finite, > 0; errors name ``capacity_field``)."""
+    def __init__(
+        self, capacity_field: str, capacity: float, initial: Optional[float] = None
+    ) -> None:
+        """Start at ``initial`` tokens (None: full at ``capacity``; finite, > 0; errors name
+        ``capacity_field``); ``initial`` is clamped to ``capacity``."""
         super().__init__()
         self._capacity = _amount(capacity_field, capacity, positive=True)
         self._cap_units = max(1, _units(self._capacity))
-        self._units = self._cap_units
-        self.full = True
+        start = self._cap_units if initial is None else _units(_amount("initial", initial))
+        self._units = min(self._cap_units, start)
+        self.full = self._units >= self._cap_units
         """True while the bucket holds its capacity (a success then deposits nothing).
 
         Written under the lock with every change of the tokens; read without it by the success
@@ -152,13 +156,15 @@ class RetryBudget(_Bucket):
         retry_cost: float = 1.0,
         failure_deposit: float = 1.0,
         refund_retries: bool = True,
+        initial: Optional[float] = None,
     ) -> None:
-        """Create a full bucket; every amount must be finite and >= 0 (capacity > 0).
+        """Create a bucket; every amount must be finite and >= 0 (capacity > 0).
 
         ``refund_retries=False`` (the "ratio" mode) gives a successful retry only
-        ``success_deposit``, not its ``retry_cost`` back.
+        ``success_deposit``, not its ``retry_cost`` back.  ``initial``: the tokens it starts
+        with (None: full).
         """
-        super().__init__("RetryBudget.capacity", capacity)
+        super().__init__("RetryBudget.capacity", capacity, initial)
         self._refund_retries = bool(refund_retries)
         self._success_deposit = _amount("RetryBudget.success_deposit", success_deposit)
         self._retry_cost = _amount("RetryBudget.retry_cost", retry_cost)
@@ -273,9 +279,12 @@ class A6Budget(_Bucket):
     nothing itself (the failure that caused it already did).
     """
 
-    def __init__(self, max_tokens: float = 10.0, *, token_ratio: float = 0.1) -> None:
-        """Create a full throttle; ``max_tokens`` > 0, ``token_ratio`` >= 0, both finite."""
-        super().__init__("A6Budget.max_tokens", max_tokens)
+    def __init__(
+        self, max_tokens: float = 10.0, *, token_ratio: float = 0.1, initial: Optional[float] = None
+    ) -> None:
+        """Create a throttle, full unless ``initial`` says otherwise; ``max_tokens`` > 0,
+        ``token_ratio`` >= 0, both finite."""
+        super().__init__("A6Budget.max_tokens", max_tokens, initial)
         self._ratio_units = _units(_amount("A6Budget.token_ratio", token_ratio))
         self._one = _units(1.0)
 
@@ -423,7 +432,9 @@ def _scope_budget(policy: Policy) -> ServerBudget:
     if not policy.budget_enabled:
         return NullBudget()
     if policy.budget_mode == "a6":
-        return A6Budget(policy.budget_capacity, token_ratio=policy.budget_ratio)
+        return A6Budget(
+            policy.budget_capacity, token_ratio=policy.budget_ratio, initial=policy.budget_initial
+        )
     ratio = policy.budget_mode == "ratio"
     return RetryBudget(
         policy.budget_capacity,
@@ -431,6 +442,7 @@ def _scope_budget(policy: Policy) -> ServerBudget:
         retry_cost=policy.budget_retry_cost,
         failure_deposit=policy.budget_failure_deposit,
         refund_retries=not ratio,
+        initial=policy.budget_initial,
     )
 
 

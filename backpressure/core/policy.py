@@ -62,7 +62,8 @@ _FLOAT_FIELDS = (
     "max_local_wait",
     "adaptive_decrease",
     "adaptive_window",
-    "adaptive_growth",
+    "adaptive_increase",
+    "adaptive_quiet",
     "adaptive_min_rate",
     "hedge_pushback_hold",
 )
@@ -148,16 +149,25 @@ class Policy:
     """
     budget_ratio: float = 0.1
     """Tokens per successful operation in "ratio" and "a6" mode (0 < ratio <= 1)."""
+    budget_initial: Optional[float] = None
+    """Tokens a budget starts with (None: ``budget_capacity``, full; else 0..budget_capacity).
+
+    A fleet's clients each start with this many: a low start keeps a fleet of sparse clients
+    from retrying on free tokens (10,000 clients x 10 tokens is a retry storm)."""
     adaptive: bool = False
     """Pace attempts per server once it pushes back (see :mod:`backpressure.core.adaptive`)."""
     max_local_wait: float = 5.0
     """Longest local wait, in seconds, for a paced attempt (> 0); past it the attempt is refused."""
-    adaptive_decrease: float = 0.9
-    """Factor applied to the measured admitted rate when a server pushes back (0 < f < 1)."""
+    adaptive_decrease: float = 0.8
+    """Multiplicative decrease of the send rate on overload, once per round (0 < f < 1)."""
     adaptive_window: float = 1.0
-    """Window, in seconds, over which the admitted rate is measured (0.05..60)."""
-    adaptive_growth: float = 0.1
-    """Cubic growth constant of the paced rate while a server stops pushing back (> 0)."""
+    """Window, in seconds, for the overload signal, the send rate and reopening (0.05..60)."""
+    adaptive_increase: float = 10.0
+    """Additive increase of the paced rate, attempts/s per second, the same for every client
+    (so a fleet's shares converge); 0 < increase <= 1e6."""
+    adaptive_quiet: float = 1.0
+    """Seconds without pushback after which the paced rate doubles every quarter window
+    (the fast climb after an overload ends); 0.05..60."""
     adaptive_min_rate: float = 1.0
     """Lowest paced rate, in attempts per second (> 0)."""
     hedge_delay: Optional[float] = None
@@ -230,11 +240,25 @@ class Policy:
             raise _bad("adaptive_decrease", self.adaptive_decrease, "a number > 0 and < 1")
         if not 0.05 <= self.adaptive_window <= 60:
             raise _bad("adaptive_window", self.adaptive_window, "a number in 0.05..60")
-        if self.adaptive_growth <= 0:
-            raise _bad("adaptive_growth", self.adaptive_growth, "a number > 0")
+        if not 0 < self.adaptive_increase <= 1e6:
+            raise _bad("adaptive_increase", self.adaptive_increase, "a number > 0 and <= 1e6")
+        if not 0.05 <= self.adaptive_quiet <= 60:
+            raise _bad("adaptive_quiet", self.adaptive_quiet, "a number in 0.05..60")
+        self._validate_budget_initial()
         if self.adaptive_min_rate <= 0:
             raise _bad("adaptive_min_rate", self.adaptive_min_rate, "a number > 0")
         self._validate_hedging()
+
+    def _validate_budget_initial(self) -> None:
+        """Validate ``budget_initial`` (None, or a number in 0..budget_capacity)."""
+        initial = self.budget_initial
+        if initial is None:
+            return
+        allowed = f"None or a number in 0..budget_capacity ({self.budget_capacity!r})"
+        if isinstance(initial, bool) or not isinstance(initial, (int, float)):
+            raise _bad("budget_initial", initial, allowed)
+        if not 0 <= initial <= self.budget_capacity:  # NaN fails too
+            raise _bad("budget_initial", initial, allowed)
 
     def _validate_hedging(self) -> None:
         """Validate the hedging fields (``hedge_delay`` may be None)."""
@@ -275,21 +299,32 @@ CURRENT_SPEC = Policy(
 ADAPTIVE = Policy(
     name="adaptive",
     adaptive=True,
-    adaptive_decrease=0.97,
-    adaptive_growth=0.03,
+    adaptive_decrease=0.8,
+    adaptive_increase=10.0,
+    adaptive_quiet=1.0,
     budget_scope="server",
     budget_mode="ratio",
     budget_capacity=10.0,
+    budget_initial=1.0,
 )
-"""Hold the caller, not the server: per-server pacing learned from pushback, per-server budgets.
+"""Hold the caller, not the server: a per-server AIMD send-rate pacer, per-server budgets.
 
-Once a server answers with an overload error, every attempt to it (first attempts included)
-waits locally for a slot at 0.97 times the rate that server was measured to admit (between two
-pushbacks, so its burst allowance is left out), within the operation's deadline and
-``max_local_wait``; the rate follows a gentle cubic probe (growth 0.03) back up while the server
-stops pushing back, and the server returns to unthrottled once the pacing no longer limits
-anything.
-Retries draw on per-server "ratio" budgets (10 tokens, +0.1 per success).
+A server is paced once it signals overload (at least 2 pushbacks within ``adaptive_window``,
+1 s, that are also at least a tenth of its replies there: a blip changes nothing).  Every
+attempt to it (first attempts included) then waits locally for a send slot, within the
+operation's deadline and ``max_local_wait``.  The pacer closes at 0.8 times the rate the server
+admitted (at least 0.8 times half the send rate); each later pushback lowers the rate to 0.8
+times itself (or the recent send rate, if lower) at most once per round, and holds it instead
+when the round admitted nothing (the server rejects everything: the rate must not collapse).
+Between decreases the rate grows by a fixed 10 attempts/s every second (the same for every
+client, so a fleet's shares converge) and, once the server has been quiet for 1 s (0.25 s after
+a held round), doubles every quarter window: back up to the rate of the last decrease, without
+that ceiling after 2 s without pushback or after a held round.  The pacer reopens when it has
+limited no caller for a window.  A caller that cannot be served within its bound is held until
+its bound, then refused: a closed loop never spins on refusals.
+Retries draw on per-server "ratio" budgets that start with 1 token (at most 10, +0.1 per
+success): tokens are earned by the client's own successes, not handed out free to every client
+of a fleet.  A retry to a paced server spends no token (it takes another attempt's slot).
 """
 
 PRESETS: Mapping[str, Policy] = MappingProxyType(

@@ -167,7 +167,8 @@ async def test_a_paced_primary_leaves_the_topology_as_stock(
     await resolve(client.db.coll.insert_one({"_id": 0}))  # starts an async client's monitors
     await wait_for_members(client, 3)
     primary, *secondaries = replicaset_server.addresses
-    replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=1), member=0)
+    # Two pushbacks close the pacing (one is a blip).
+    replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=2), member=0)
     await resolve(client.db.coll.insert_one({"_id": 1}))
     for _ in range(3):
         assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}
@@ -232,12 +233,16 @@ async def test_outside_test_mode_the_pacing_refuses_what_test_mode_let_through(
     refused (slots 100 s apart, past the longest local wait), so the test above is not
     vacuous."""
     recorder = PacingRecorder()
-    policy = TEST_MODE_POLICY.replace(adaptive_min_rate=0.01)
+    # Closing at a near-zero rate (through adaptive_decrease: an all-reject window no longer
+    # collapses the rate), held at most 0.5 s before the refusal.
+    policy = TEST_MODE_POLICY.replace(
+        adaptive_min_rate=0.01, adaptive_decrease=0.0001, max_local_wait=0.5
+    )
     client = clients.make(standalone_server.uri, policy)
     state = backpressure.state(client)
     assert state is not None
     state.add_listener(recorder)
-    standalone_server.configure_fail_point(overload_fail_point(["insert"], times=1))
+    standalone_server.configure_fail_point(overload_fail_point(["insert"], times=2))
     with set_testing(True):
         await resolve(client.db.coll.insert_one({"_id": 1}))
     assert recorder.refusals == []

@@ -45,7 +45,7 @@ LOCAL = {
 }
 WAITING = ADAPTIVE.replace(adaptive_min_rate=2.0, adaptive_window=60.0, max_local_wait=30.0)
 """Paced at 2/s once closed (slots 0.5 s apart); the pacing stays closed for the whole test."""
-REFUSING = ADAPTIVE.replace(adaptive_min_rate=0.001, max_local_wait=0.5)
+REFUSING = ADAPTIVE.replace(adaptive_min_rate=0.001, adaptive_decrease=0.0001, max_local_wait=0.5)
 """Once closed, slots are 1000 s apart: the next attempt needs more than max_local_wait."""
 
 
@@ -91,7 +91,7 @@ async def _retry_twice_then_give_up(client: Any, server: EmbeddedServer) -> None
 
 async def _close_pacing(client: Any, server: EmbeddedServer) -> None:
     """Make the server push back once on an insert (the retry succeeds): the client paces it."""
-    server.configure_fail_point(overload_fail_point(["insert"], times=1))
+    server.configure_fail_point(overload_fail_point(["insert"], times=2))  # 2 close the pacing
     await resolve(client.db.coll.insert_one({"closing": True}))
     state = backpressure.state(client)
     assert state is not None

@@ -3,6 +3,7 @@
 The server is a token bucket (``CAPACITY`` per second, one second of burst) that answers after
 ``REPLY_TIME``; every operation may take ``ALLOWED_WAIT`` seconds; a caller whose attempt is
 refused locally starts its next operation after ``REFUSAL_COST`` (its own work between calls).
+A waiting caller rechecks when its wait is over, as the adapters do (its slot may have moved).
 """
 
 from __future__ import annotations
@@ -79,6 +80,15 @@ def run_closed_loop(workers: int, seconds: float) -> LoopResult:
             else:
                 schedule(now + decision.wait, "send", deadline, decision)
         elif kind == "send":
+            assert admission is not None
+            again = control.recheck(SERVER, admission)
+            if isinstance(again, Refusal):  # held until its bound, then refused
+                result.refused += 1
+                schedule(now + REFUSAL_COST, "start", 0.0, None)
+                continue
+            if again > 0.0:
+                schedule(now + again, "send", deadline, admission)
+                continue
             result.sent += 1
             tokens = min(CAPACITY, tokens + (now - refilled) * CAPACITY)
             refilled = now
@@ -117,24 +127,33 @@ def test_closed_loop_keeps_the_server_busy_with_replies_that_arrive_in_time(work
     assert result.final_rate >= 0.8 * CAPACITY
 
 
-def test_a_slot_whose_reply_would_miss_the_deadline_is_refused() -> None:
-    """Once replies take ``REPLY_TIME``, a wait that leaves no time for the reply is refused."""
+def test_a_slot_whose_reply_would_miss_the_deadline_is_held_then_refused() -> None:
+    """Once replies take ``REPLY_TIME``, a wait that leaves no time for the reply is refused.
+
+    The caller is not refused at once (a closed loop would spin): it is held until its
+    deadline, and refused when it asks again; nothing is reserved for it.
+    """
     clock = FakeClock(START)
     control = AdmissionControl(ADAPTIVE, clock=clock)
     control.record(SERVER, overloaded=False)
     clock.now += 0.01
-    control.record(SERVER, overloaded=True)  # closes the pacer
+    control.record(SERVER, overloaded=True)
+    control.record(SERVER, overloaded=True)  # the second pushback in the window closes it
     first = control.admit(SERVER, clock.now + 1.0)
     assert isinstance(first, Admission)
     assert first.slot is not None
     clock.now = first.slot + REPLY_TIME
     control.record(SERVER, overloaded=False, admission=first)
+    # Fill the queue so that a new caller has to wait.
+    for _ in range(5):
+        assert isinstance(control.admit(SERVER, clock.now + 1.0), Admission)
     backlog = control.snapshot()[SERVER].backlog
     assert backlog > 0.0
-    # The deadline leaves room for the send but not for the reply: refused, nothing reserved.
-    late = control.admit(SERVER, clock.now + backlog + REPLY_TIME / 2)
-    assert isinstance(late, Refusal)
-    assert control.snapshot()[SERVER].backlog == pytest.approx(backlog)
-    # Room for the reply too (twice the learned reply time): admitted.
-    timely = control.admit(SERVER, clock.now + backlog + 2.5 * REPLY_TIME)
-    assert isinstance(timely, Admission)
+    # The deadline leaves room for the send but not for the reply: held until the deadline.
+    deadline = clock.now + backlog + REPLY_TIME / 2
+    late = control.admit(SERVER, deadline)
+    assert isinstance(late, Admission)
+    assert late.wait == pytest.approx(deadline - clock.now)
+    assert control.snapshot()[SERVER].backlog == pytest.approx(backlog)  # nothing reserved
+    clock.now = deadline
+    assert isinstance(control.recheck(SERVER, late), Refusal)

@@ -1,0 +1,212 @@
+"""Timelines of the AIMD pacer on a fake clock (no sleeping): fleets, transients, faults.
+
+A small event loop drives greedy clients (each always has an attempt ready, like a closed loop
+with many callers) through the real :class:`AdmissionControl` against one server: a token
+bucket of ``capacity`` per second (``BURST`` seconds of burst) that answers after ``RTT``, and
+that can be told to reject everything for a while.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import pytest
+
+from backpressure.core.adaptive import Admission, AdmissionControl, Refusal
+from backpressure.core.budget import budget_for
+from backpressure.core.policy import ADAPTIVE, Policy
+
+SERVER = ("primary", 27017)
+RTT = 0.005
+BURST = 0.05
+START = 1000.0
+
+
+class FakeClock:
+    """A clock the event loop sets."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Server:
+    """A token bucket whose rate may change, and windows in which it rejects everything."""
+
+    capacity: Callable[[float], float]
+    rejects: Callable[[float], bool] = lambda t: False
+    tokens: float = 0.0
+    stamp: float = START
+
+    def admit(self, now: float) -> bool:
+        rate = self.capacity(now)
+        self.tokens = min(rate * BURST, self.tokens + (now - self.stamp) * rate)
+        self.stamp = now
+        if self.rejects(now) or self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+
+@dataclass
+class Client:
+    """One greedy client: its admission control and what it saw."""
+
+    control: AdmissionControl
+    joins: float = START
+    admitted: list[float] = field(default_factory=list)
+    rejected: list[float] = field(default_factory=list)
+
+
+def run(
+    clients: list[Client], server: Server, clock: FakeClock, until: float, callers: int = 8
+) -> None:
+    """Run ``callers`` greedy callers per client until ``until`` (seconds after START)."""
+    events: list[tuple[float, int, int, str, Optional[Admission]]] = []
+    order = 0
+
+    def push(at: float, index: int, kind: str, admission: Optional[Admission] = None) -> None:
+        nonlocal order
+        heapq.heappush(events, (at, order, index, kind, admission))
+        order += 1
+
+    for index, client in enumerate(clients):
+        for _ in range(callers):
+            push(client.joins, index, "admit")
+    end = START + until
+    while events:
+        now, _, index, kind, admission = heapq.heappop(events)
+        if now >= end:
+            break
+        clock.now = now
+        client = clients[index]
+        control = client.control
+        if kind == "admit":
+            decision = control.admit(SERVER, now + 1.0)
+            assert isinstance(decision, Admission)  # greedy callers never wait a second
+            push(now + decision.wait, index, "send", decision)
+        elif kind == "send":
+            assert admission is not None
+            again = control.recheck(SERVER, admission)
+            assert not isinstance(again, Refusal)
+            if again > 0.0:
+                push(now + again, index, "send", admission)
+            else:
+                push(now + RTT, index, "ok" if server.admit(now) else "pushback", admission)
+        else:
+            overloaded = kind == "pushback"
+            control.record(SERVER, overloaded=overloaded, admission=admission)
+            (client.rejected if overloaded else client.admitted).append(now - START)
+            push(now + 0.001, index, "admit")  # the caller's own work between attempts
+
+
+def count(times: list[float], start: float, end: float) -> int:
+    """How many of ``times`` fall in [start, end)."""
+    return sum(1 for t in times if start <= t < end)
+
+
+def jain(shares: list[float]) -> float:
+    """Jain's fairness index."""
+    return sum(shares) ** 2 / (len(shares) * sum(s * s for s in shares))
+
+
+def client(clock: FakeClock, joins: float = 0.0, policy: Policy = ADAPTIVE) -> Client:
+    """A client with its own admission control, joining ``joins`` seconds after START."""
+    return Client(AdmissionControl(policy, clock=clock), joins=START + joins)
+
+
+def test_two_clients_converge_to_fair_shares() -> None:
+    """A client joining late, while the first one holds the whole server, gets half of it
+    within seconds (additive increase, multiplicative decrease), and the server stays busy."""
+    clock = FakeClock(START)
+    server = Server(capacity=lambda t: 200.0)
+    first, late = client(clock), client(clock, joins=5.0)
+    run([first, late], server, clock, until=20.0)
+    shares = [count(c.admitted, 10.0, 20.0) / 10.0 for c in (first, late)]
+    assert jain(shares) >= 0.95
+    assert sum(shares) >= 0.9 * 200.0
+    attempts = sum(count(c.admitted + c.rejected, 10.0, 20.0) for c in (first, late))
+    assert attempts <= 1.1 * sum(count(c.admitted, 10.0, 20.0) for c in (first, late))
+
+
+def test_a_blip_changes_nothing() -> None:
+    """A few rejections among many admitted replies (a transient) do not close the pacer:
+    the transient costs the rejected attempts and nothing else."""
+    clock = FakeClock(START)
+    control = AdmissionControl(ADAPTIVE, clock=clock)
+    for _ in range(100):  # 100/s admitted
+        clock.now += 0.01
+        control.record(SERVER, overloaded=False)
+    for _ in range(3):
+        control.record(SERVER, overloaded=True)
+    assert not control.is_paced(SERVER)
+    for _ in range(400):  # demand x4 right after: nothing waits
+        clock.now += 0.0025
+        assert control.admit(SERVER, clock.now + 1.0) == Admission(0.0)
+        control.record(SERVER, overloaded=False)
+
+
+def test_total_rejection_holds_the_rate_and_recovers_within_a_second() -> None:
+    """A fault rejecting everything for 3 s does not collapse the rate (it is held once a round
+    admits nothing: the client goes on probing at a steady pace), and the client is back at
+    full rate within a second of the end."""
+    clock = FakeClock(START)
+    server = Server(capacity=lambda t: 200.0, rejects=lambda t: 5.0 <= t - START < 8.0)
+    alone = client(clock)
+    run([alone], server, clock, until=10.0)
+    assert count(alone.admitted, 5.0, 8.0) == 0
+    probes = [count(alone.rejected, t, t + 1.0) for t in (5.0, 6.0, 7.0)]
+    assert min(probes) >= 0.3 * 200.0  # the pace is held, not collapsed
+    assert probes[2] >= 0.8 * probes[1]
+    assert count(alone.admitted, 8.0, 8.2) > 0
+    assert count(alone.admitted, 8.5, 10.0) >= 0.9 * 200.0 * 1.5
+
+
+def test_follows_a_capacity_drop_and_rise() -> None:
+    """Capacity 200 -> 50 -> 300: the client follows the drop within two seconds, and the
+    rise within five (a single client's additive increase is slow; the fast climb starts
+    after a second without pushback and has no ceiling after two)."""
+    clock = FakeClock(START)
+
+    def capacity(t: float) -> float:
+        elapsed = t - START
+        return 200.0 if elapsed < 5.0 else 50.0 if elapsed < 10.0 else 300.0
+
+    alone = client(clock)
+    run([alone], Server(capacity=capacity), clock, until=20.0)
+    assert count(alone.admitted, 7.0, 10.0) >= 0.9 * 50.0 * 3.0
+    attempts = count(alone.admitted + alone.rejected, 7.0, 10.0)
+    assert attempts <= 1.2 * count(alone.admitted, 7.0, 10.0)
+    assert count(alone.admitted, 15.0, 20.0) >= 0.9 * 300.0 * 5.0
+
+
+def test_a_sparse_client_starts_with_one_retry_token() -> None:
+    """A client of a fleet gets no free budget: one token to start with, then a tenth of a
+    token per success, so the server sees at most 1.1 attempts per operation from it."""
+    budget = budget_for(ADAPTIVE).for_server(SERVER)
+    assert budget.tokens == pytest.approx(1.0)
+    assert budget.try_acquire()
+    assert not budget.try_acquire()
+    for _ in range(9):
+        budget.record_success(retried=False)
+    assert not budget.try_acquire()
+    budget.record_success(retried=False)
+    assert budget.try_acquire()
+
+
+def test_a_sparse_client_learns_no_pace_from_one_rejected_operation() -> None:
+    """At a few operations per minute, an operation rejected once and then admitted on its
+    retry is a blip: nothing is paced, so the next operation is not held."""
+    clock = FakeClock(START)
+    control = AdmissionControl(ADAPTIVE, clock=clock)
+    for _ in range(5):
+        clock.now += 20.0
+        assert control.admit(SERVER, clock.now + 1.0) == Admission(0.0)
+        control.record(SERVER, overloaded=True)
+        control.record(SERVER, overloaded=False)
+        assert not control.is_paced(SERVER)
