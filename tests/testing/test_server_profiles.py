@@ -27,22 +27,13 @@ from backpressure.testing.server.wire.framing import (
     parse_header,
     peek_request,
 )
+from tests.fakes import FakeClock
 from tests.testing.conftest import wait_until
 from tests.testing.test_server_protocol import op_query
 
 Factory = Callable[..., EmbeddedServer]
 
 OVERLOAD = ["SystemOverloadedError", "RetryableError"]
-
-
-class FakeClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _limited_ping(server: EmbeddedServer, raw_connect: Any) -> dict[str, Any]:

@@ -16,16 +16,7 @@ from backpressure.testing.server.control.ratelimit import (
     LimiterSettings,
     TokenBucket,
 )
-
-
-class FakeClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes import FakeClock
 
 
 def test_bucket_starts_full_and_refills_at_rate() -> None:

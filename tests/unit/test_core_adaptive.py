@@ -21,22 +21,10 @@ from backpressure.core.adaptive import (
 from backpressure.core.decision import StopReason
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
 from backpressure.core.policy import ADAPTIVE, Policy
+from tests.fakes import FakeClock
 
 A = ("a", 27017)
 B = ("b", 27017)
-
-
-class FakeClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, now: float = 100.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def overload_error() -> PyMongoError:

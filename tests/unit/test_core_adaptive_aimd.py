@@ -17,21 +17,12 @@ import pytest
 from backpressure.core.adaptive import Admission, AdmissionControl, Refusal
 from backpressure.core.budget import budget_for
 from backpressure.core.policy import ADAPTIVE, Policy
+from tests.fakes import FakeClock
 
 SERVER = ("primary", 27017)
 RTT = 0.005
 BURST = 0.05
 START = 1000.0
-
-
-class FakeClock:
-    """A clock the event loop sets."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass

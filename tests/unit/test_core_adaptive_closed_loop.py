@@ -16,6 +16,7 @@ import pytest
 
 from backpressure.core.adaptive import Admission, AdmissionControl, Refusal
 from backpressure.core.policy import ADAPTIVE
+from tests.fakes import FakeClock
 
 SERVER = ("primary", 27017)
 CAPACITY = 200.0
@@ -23,16 +24,6 @@ ALLOWED_WAIT = 1.0
 REPLY_TIME = 0.02
 REFUSAL_COST = 0.05
 START = 100.0
-
-
-class FakeClock:
-    """A clock the event loop sets."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass

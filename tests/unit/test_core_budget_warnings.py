@@ -14,20 +14,9 @@ from backpressure.core.events import GiveUpEvent, RetryEvent
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
 from backpressure.core.operation import BudgetWarnings
 from backpressure.core.policy import DRAFT
+from tests.fakes import FakeClock
 
 A = ("a.example", 27017)
-
-
-class FakeClock:
-    """A clock that moves only when told."""
-
-    def __init__(self) -> None:
-        """Start at 100 s."""
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        """Return the current fake time."""
-        return self.now
 
 
 class Recorder:

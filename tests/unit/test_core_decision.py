@@ -12,27 +12,12 @@ from backpressure.core.budget import NullBudget, RetryBudget
 from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
 from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
+from tests.fakes import FakeClock
 
 
 def near(value: float) -> float:
     """Return a float stand-in that compares approximately equal (for frozen dataclasses)."""
     return cast(float, pytest.approx(value))
-
-
-class FakeClock:
-    """A monotonic clock that only moves when told to."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        """Start at ``start`` seconds."""
-        self.now = start
-
-    def __call__(self) -> float:
-        """Return the current fake time."""
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        """Move time forward."""
-        self.now += seconds
 
 
 class ScriptedRandom:
@@ -62,7 +47,7 @@ def controller(
     policy: Policy = DRAFT, jitter: Iterable[float] = (1.0,), **kwargs: Any
 ) -> tuple[RetryController, FakeClock, ScriptedRandom]:
     """Build a controller with a fake clock and scripted jitter."""
-    clock, rand = FakeClock(), ScriptedRandom(jitter)
+    clock, rand = FakeClock(1000.0), ScriptedRandom(jitter)
     return RetryController(policy, random=rand, clock=clock, **kwargs), clock, rand
 
 

@@ -20,23 +20,12 @@ from backpressure.core.hedging import (
     is_non_fatal,
 )
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
+from tests.fakes import FakeClock
 
 A = ("a", 1)
 B = ("b", 2)
 C = ("c", 3)
 HEDGED = DRAFT.replace(hedge_delay=0.1, max_hedges=2, hedge_pushback_hold=1.0)
-
-
-class FakeClock:
-    """A monotonic clock the test moves by hand."""
-
-    def __init__(self, now: float = 100.0) -> None:
-        """Start at ``now``."""
-        self.now = now
-
-    def __call__(self) -> float:
-        """Return the current fake time."""
-        return self.now
 
 
 class Paced:
