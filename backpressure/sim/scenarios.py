@@ -17,7 +17,7 @@ import functools
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from backpressure.sim.model import (
     ClientGroup,
@@ -269,6 +269,17 @@ def _bench_servers(
     )
 
 
+def _shape_group(shape: BenchShape, **fields: Any) -> ClientGroup:
+    """One client group of ``shape``: its deadline per operation and its client CPU per attempt
+    (and one client, unless ``fields`` say otherwise)."""
+    fields.setdefault("count", 1)
+    return ClientGroup(
+        timeout_ms=shape.allowed_wait * 1000.0,
+        cpu_ms_per_attempt=shape.cpu_ms_per_attempt,
+        **fields,
+    )
+
+
 def bench_open(load: float, shape: BenchShape = BenchShape(), *, burst: bool = False) -> Scenario:
     """The benchmark's open loop at ``load`` x C (``burst``: its burst shape at that load)."""
     c = shape.open_capacity
@@ -291,8 +302,8 @@ def bench_open(load: float, shape: BenchShape = BenchShape(), *, burst: bool = F
         description=f"the benchmark's open loop: {what}, C = {c:g}/s, {shape.open_threads} threads",
         servers=_bench_servers(shape, (c, c, c)),
         clients=(
-            ClientGroup(
-                count=1,
+            _shape_group(
+                shape,
                 workload=OpenLoop(
                     phases,
                     arrivals="scheduled",
@@ -301,8 +312,6 @@ def bench_open(load: float, shape: BenchShape = BenchShape(), *, burst: bool = F
                     start_jitter_ms=shape.start_jitter_ms,
                 ),
                 read_fraction=0.5,
-                timeout_ms=shape.allowed_wait * 1000.0,
-                cpu_ms_per_attempt=shape.cpu_ms_per_attempt,
                 name="workload",
             ),
         ),
@@ -320,13 +329,11 @@ def bench_closed(workers: int, shape: BenchShape = BenchShape()) -> Scenario:
         description=f"the benchmark's closed loop: {workers} workers, C = {c:g}/s",
         servers=_bench_servers(shape, (c, c, c)),
         clients=(
-            ClientGroup(
-                count=1,
+            _shape_group(
+                shape,
                 workload=ClosedLoop(workers, shape.closed_seconds),
                 read_fraction=0.5,
-                timeout_ms=shape.allowed_wait * 1000.0,
                 max_pool_size=workers + 10,
-                cpu_ms_per_attempt=shape.cpu_ms_per_attempt,
                 name="workload",
             ),
         ),
@@ -346,14 +353,12 @@ def bench_hot_member(shape: BenchShape = BenchShape()) -> Scenario:
         ),
         servers=_bench_servers(shape, (None, shape.hot_capacity, None)),
         clients=(
-            ClientGroup(
-                count=1,
+            _shape_group(
+                shape,
                 workload=ClosedLoop(shape.hot_workers, shape.hot_seconds),
                 read_fraction=1.0,
                 read_preference="secondary",
-                timeout_ms=shape.allowed_wait * 1000.0,
                 max_pool_size=shape.hot_workers + 10,
-                cpu_ms_per_attempt=shape.cpu_ms_per_attempt,
                 name="workload",
             ),
         ),
@@ -429,13 +434,12 @@ def closed_fleet(
         ),
         servers=_embedded_primary(shape, rates[0], changes),
         clients=(
-            ClientGroup(
+            _shape_group(
+                shape,
                 count=clients,
                 workload=ClosedLoop(workers, step_s * len(rates)),
                 read_fraction=0.5,
-                timeout_ms=shape.allowed_wait * 1000.0,
                 max_pool_size=workers + 10,
-                cpu_ms_per_attempt=shape.cpu_ms_per_attempt,
                 name="fleet",
             ),
         ),
@@ -474,8 +478,8 @@ def transient(
         ),
         servers=_embedded_primary(shape, capacity, reject_bursts=((3.0, rejections),)),
         clients=(
-            ClientGroup(
-                count=1,
+            _shape_group(
+                shape,
                 workload=OpenLoop(
                     phases,
                     arrivals="scheduled",
@@ -484,9 +488,7 @@ def transient(
                     start_jitter_ms=shape.start_jitter_ms,
                 ),
                 read_fraction=0.5,
-                timeout_ms=shape.allowed_wait * 1000.0,
                 max_pool_size=26,
-                cpu_ms_per_attempt=shape.cpu_ms_per_attempt,
                 name="workload",
             ),
         ),
@@ -568,13 +570,11 @@ def faults(
             reject_bursts=schedule.bursts,
         ),
         clients=(
-            ClientGroup(
-                count=1,
+            _shape_group(
+                shape,
                 workload=ClosedLoop(workers, duration_s),
                 read_fraction=0.0,
-                timeout_ms=shape.allowed_wait * 1000.0,
                 max_pool_size=workers + 10,
-                cpu_ms_per_attempt=shape.cpu_ms_per_attempt,
                 name="writers",
             ),
         ),
