@@ -182,6 +182,22 @@ _VALIDATORS: Mapping[str, Callable[[str, Any], Any]] = {
 }
 
 
+def _profile_values(
+    defaults: Mapping[str, Any],
+    profile_only: Mapping[str, Callable[[ServerProfile], bool]],
+    profile: ServerProfile,
+) -> dict[str, Any]:
+    """The defaults of the parameters ``profile`` knows (``profile_only`` says which it lacks)."""
+    return {k: v for k, v in defaults.items() if k not in profile_only or profile_only[k](profile)}
+
+
+def _unrecognized(name: str) -> CommandError:
+    """mongod's error for setting a parameter it does not know."""
+    return CommandError(
+        72, f"attempted to set unrecognized parameter [{name}], use help:true to see options"
+    )
+
+
 class ServerParameters:
     """The parameter values of one member, as its server version's profile defines them."""
 
@@ -192,11 +208,7 @@ class ServerParameters:
     ) -> None:
         """Start from mongod's defaults overridden by ``initial`` (validated)."""
         self.profile = profile or profile_for(DEFAULT_SERVER_VERSION)
-        self.values: dict[str, Any] = {
-            k: v
-            for k, v in DEFAULTS.items()
-            if k not in _PROFILE_ONLY or _PROFILE_ONLY[k](self.profile)
-        }
+        self.values = _profile_values(DEFAULTS, _PROFILE_ONLY, self.profile)
         self.burst_tokens: float | None = None
         """The capacity in tokens when it was last set with ``ingressRequestAdmissionBurstSize``."""
         if initial:
@@ -207,10 +219,7 @@ class ServerParameters:
         if name not in self.values and name != _BURST_SIZE:
             if name in _READ_ONLY:
                 raise CommandError(72, f"parameter {name} cannot be set at runtime")
-            raise CommandError(
-                72,
-                f"attempted to set unrecognized parameter [{name}], use help:true to see options",
-            )
+            raise _unrecognized(name)
         return name, _VALIDATORS.get(name, _any)(name, value)
 
     def update(self, changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -369,21 +378,14 @@ class ShardParameters:
     ) -> None:
         """Start from the defaults overridden by ``initial`` (validated)."""
         self.profile = profile or profile_for(DEFAULT_SERVER_VERSION)
-        self.values: dict[str, Any] = {
-            k: v
-            for k, v in SHARD_DEFAULTS.items()
-            if k not in _SHARD_PROFILE_ONLY or _SHARD_PROFILE_ONLY[k](self.profile)
-        }
+        self.values = _profile_values(SHARD_DEFAULTS, _SHARD_PROFILE_ONLY, self.profile)
         if initial:
             self.update(initial)
 
     def validate(self, name: str, value: Any) -> tuple[str, Any]:
         """Return the name and the checked value, or raise InvalidOptions/BadValue."""
         if name not in self.values:
-            raise CommandError(
-                72,
-                f"attempted to set unrecognized parameter [{name}], use help:true to see options",
-            )
+            raise _unrecognized(name)
         return name, _SHARD_VALIDATORS[name](name, value)
 
     def update(self, changes: Mapping[str, Any]) -> dict[str, Any]:
