@@ -211,6 +211,8 @@ class TrackedOperation:
             )
             if self.first is not _NOT_SELECTED:
                 retries.attempt_started(seams.server_address(self.first))
+                if self.sent_to is None:  # the lean path's first attempt: its server, for settle
+                    self.sent_to = self.first
                 self.first = _NOT_SELECTED
                 if self.processed:
                     retries.command_processed()  # during that first attempt
