@@ -13,19 +13,29 @@ from typing import Any, Optional
 import pytest
 
 from backpressure.bench import DEFAULT_POLICIES
+from backpressure.bench.fleet import FleetPlan, FleetRun, PhaseShare, default_policy_name
 from backpressure.demo import (
     ARRIVALS,
     DEMO_POLICIES,
     FEWEST,
+    SCENARIOS,
     TABLE_HEADERS,
     TABLE_WIDTH,
     build_parser,
     fewest_errors,
+    main,
     result_rows,
     run_demo,
     show_progress,
 )
-from backpressure.demo.chart import PhaseSpan, phase_load, phase_spans
+from backpressure.demo.chart import PhaseSpan, fleet_series, phase_load, phase_spans
+from backpressure.demo.fleet import (
+    FLEET_HEADERS,
+    PHYSICAL_LIMIT,
+    fleet_plan,
+    fleet_rows,
+    physical_limit,
+)
 from backpressure.testing import EmbeddedServer
 from backpressure.workload import Phase, PhaseResult, RunResult, WorkloadConfig
 from backpressure.workload.driver import _operations, _schedule, received_commands
@@ -269,6 +279,7 @@ def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> N
     """A tiny demo run prints the table and writes a JSON report and a non-empty PNG."""
     args = build_parser().parse_args(
         [
+            "--scenario", "single",
             "--capacity", "40",
             "--burst-seconds", "0.1",
             "--threads", "8",
@@ -333,6 +344,7 @@ def test_demo_draws_no_progress_bar_when_stdout_is_not_a_terminal(
     """Without --no-progress, a run whose stdout is not a terminal writes no progress bar."""
     args = build_parser().parse_args(
         [
+            "--scenario", "single",
             "--capacity", "40",
             "--threads", "4",
             "--steady", "0.1",
@@ -371,3 +383,142 @@ def test_make_demo_requirements_are_the_package_and_demo_extra_dependencies() ->
     assert any(item.startswith("matplotlib") for item in listed)
     with pytest.raises(ValueError, match="unknown extras"):
         module.requirements(["no-such-extra"])
+
+
+# -- the fleet scenario (the default) ---------------------------------------------------------
+
+
+def _fleet_run(policy: str, scale: int) -> FleetRun:
+    """A fleet run with made-up figures, ``scale`` times larger."""
+    return FleetRun(
+        policy=policy,
+        shape="4x8",
+        operations=123_456 * scale,
+        app_errors=65_432 * scale,
+        server_received=234_567 * scale,
+        per_process_successes=(100 * scale, 90 * scale, 80 * scale, 70 * scale),
+        phases=(PhaseShare(100.0, 99.0), PhaseShare(50.0, 50.5), PhaseShare(150.0, 172.0)),
+        p50_ms=1234.0,
+        p99_ms=99_999.0,
+        local_waits=5,
+        local_refusals=123_456 * scale,
+        error_kinds={},
+        client_cpu_s=1.0,
+        duration_s=3.0,
+        floor_fraction=0.0,
+        success_bins=(1, 2, 3, 4, 5, 6, 7),
+        error_bins=(6, 0, 0, 0, 0, 3, 9),
+        bin_s=0.5,
+    )
+
+
+def test_fleet_is_the_default_scenario_and_single_is_kept() -> None:
+    """No option runs the fleet scenario; ``--scenario single`` the single-client one."""
+    assert SCENARIOS == ("fleet", "single")
+    assert build_parser().parse_args([]).scenario == "fleet"
+    assert build_parser().parse_args(["--scenario", "single"]).scenario == "single"
+    plan = fleet_plan(build_parser().parse_args([]))
+    assert (plan.processes, plan.threads, plan.rates, plan.step_s, plan.deadline_s) == (
+        4,
+        8,
+        (100.0, 50.0, 150.0),
+        4.0,
+        1.0,
+    )
+    quick = fleet_plan(build_parser().parse_args(["--quick"]))
+    assert quick.duration_s < plan.duration_s
+
+
+@pytest.mark.parametrize(
+    "argv", [["--rates", "100,x"], ["--rates", "0"], ["--processes", "0"], ["--step", "-1"]]
+)
+def test_fleet_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """An invalid fleet plan exits with status 2 and says why, before any server starts."""
+    with pytest.raises(SystemExit) as raised:
+        main([*argv, "--no-progress"])
+    assert raised.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_physical_limit_of_a_closed_loop() -> None:
+    """N workers with deadline D against C ops/s lose nothing while N / C <= D, else 1 - C D / N."""
+    assert (
+        physical_limit(FleetPlan(processes=4, threads=8, rates=(100.0, 50.0)))["error_fraction"]
+        == 0.0
+    )
+    limit = physical_limit(FleetPlan(processes=4, threads=25, rates=(200.0, 50.0)))
+    assert limit["error_fraction_by_step"] == [0.0, 0.5]
+    assert limit["error_fraction"] == 0.5
+    assert limit["workers_over_capacity_s"] == [0.5, 2.0]
+
+
+@pytest.mark.parametrize("scale", [1, 100])
+def test_fleet_table_fits_the_width(scale: int) -> None:
+    """The fleet table fits in TABLE_WIDTH columns with large figures; the limit comes last."""
+    plan = FleetPlan(processes=4, threads=8, rates=(100.0, 50.0, 150.0), step_s=4.0)
+    names = ["current", "no-retries", "pymongo-native", "draft", "adaptive", "hand-written"]
+    rows = fleet_rows([_fleet_run(name, scale) for name in names], plan)
+    table = format_table(FLEET_HEADERS, rows)
+    assert max(len(line) for line in table.splitlines()) <= TABLE_WIDTH
+    assert [row[0] for row in rows][-1] == PHYSICAL_LIMIT
+    assert "stock pymongo" in [row[0] for row in rows]
+    assert rows[0][FLEET_HEADERS.index("app errors")] == f"53.0% ({65_432 * scale:,})"
+    assert rows[0][FLEET_HEADERS.index("goodput/C")] == "99/101/115%"
+    assert rows[-1][FLEET_HEADERS.index("app errors")] == "0.0%"
+
+
+def test_fleet_series_regroups_the_bins() -> None:
+    """0.5 s bins regrouped 1 s wide: per-second rates; bins past the run's end are left out."""
+    run = _fleet_run("x", 1)
+    times, successes, errors = fleet_series(run, 1.0)
+    assert times == [0.0, 1.0, 2.0]
+    assert successes == [3.0, 7.0, 11.0]
+    assert errors == [6.0, 0.0, 3.0]
+
+
+def test_fleet_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> None:
+    """A quick fleet run with real client processes: the table, JSON and PNG hold what the
+    processes and the servers counted, the default policy's row first."""
+    policies = ["no-retries", "adaptive", "current"]
+    args = build_parser().parse_args(
+        ["--quick", "--policies", ",".join(policies), "--output", str(tmp_path), "--no-progress"]
+    )
+    out = io.StringIO()
+    report = run_demo(
+        args, server_factory=lambda: contextlib.nullcontext(replicaset_server), out=out
+    )
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= TABLE_WIDTH
+    assert all(header in text for header in FLEET_HEADERS)
+    assert PHYSICAL_LIMIT in text
+    data: dict[str, Any] = json.loads((tmp_path / "demo.json").read_text())
+    assert data == json.loads(json.dumps(report, default=str))
+    assert (tmp_path / "demo.png").stat().st_size > 0
+    assert data["scenario"] == "fleet"
+    default = default_policy_name()
+    assert data["default_policy"] == default
+    assert sorted(data["policies"]) == sorted(policies)
+    if default in policies:
+        assert data["policies"][0] == default
+        assert text.index(f"default ({default})") < text.index("no-retries ")
+    assert data["physical_limit"]["error_fraction"] == 0.0  # 4 workers, 30/s: 0.13 s < 1 s
+    lines = text.splitlines()
+    for name, run in data["runs"].items():
+        assert run["operations"] > 0
+        successes = sum(run["per_process_successes"])
+        assert len(run["per_process_successes"]) == 2
+        assert successes + run["app_errors"] == run["operations"]
+        assert run["error_fraction"] == pytest.approx(run["app_errors"] / run["operations"])
+        assert run["attempts_per_op"] == pytest.approx(run["server_received"] / run["operations"])
+        assert 0 < sum(run["success_bins"]) <= successes
+        assert sum(run["error_bins"]) <= run["app_errors"]
+        assert len(run["phases"]) == 2
+        row = next(line for line in lines if line.split("  ")[0].strip().endswith(
+            name if name != default else f"({default})"
+        ))  # fmt: skip
+        assert f"{run['operations']:,}" in row
+        assert f"({run['app_errors']:,})" in row
+    assert (
+        data["runs"]["no-retries"]["server_received"] <= data["runs"]["no-retries"]["operations"]
+    )  # no retries: at most one attempt each
+    assert data["runs"]["adaptive"]["local_refusals"] is not None

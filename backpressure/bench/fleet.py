@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import multiprocessing
 import queue
@@ -161,6 +162,8 @@ def _client_process(
 ) -> None:
     """One client process: open the policy's client, wait for ``go``, run T closed loops."""
     cpu_start = time.process_time()
+    # A load generator under deliberate overload: one log line per give-up is noise.
+    logging.getLogger("backpressure").setLevel(logging.ERROR)
     events = LocalEventCounter()
     client = POLICIES[policy_name].open(
         uri,
@@ -177,6 +180,7 @@ def _client_process(
         t0 = float(start_at.value)
         end = t0 + plan.duration_s
         bins = [0] * (int(plan.duration_s / plan.bin_s) + 2)
+        error_bins = [0] * len(bins)
         latencies: list[float] = []
         counts = {"ops": 0, "errors": 0}
         kinds: dict[str, int] = {}
@@ -188,6 +192,7 @@ def _client_process(
             ops = errors = 0
             own_kinds: dict[str, int] = {}
             own_bins: dict[int, int] = {}
+            own_error_bins: dict[int, int] = {}
             _wait_until(t0)  # the same start instant in every process
             while True:
                 started = time.time()
@@ -205,6 +210,8 @@ def _client_process(
                     errors += 1
                     name = type(exc).__name__
                     own_kinds[name] = own_kinds.get(name, 0) + 1
+                    slot = int((time.time() - t0) / plan.bin_s)
+                    own_error_bins[slot] = own_error_bins.get(slot, 0) + 1
                     continue
                 done = time.time()
                 own.append((done - started) * 1000.0)
@@ -219,6 +226,9 @@ def _client_process(
                 for slot, n in own_bins.items():
                     if 0 <= slot < len(bins):
                         bins[slot] += n
+                for slot, n in own_error_bins.items():
+                    if 0 <= slot < len(error_bins):
+                        error_bins[slot] += n
 
         threads = [
             threading.Thread(target=worker, args=(n,), daemon=True) for n in range(plan.threads)
@@ -234,6 +244,7 @@ def _client_process(
                 "errors": counts["errors"],
                 "successes": counts["ops"] - counts["errors"],
                 "success_bins": bins,
+                "error_bins": error_bins,
                 "latencies_ms": latencies,
                 "error_kinds": kinds,
                 "local_waits": events.waits if events.reported else None,
@@ -283,6 +294,11 @@ class FleetRun:
     floor_fraction: float
     """max(0, 1 - C * deadline / N) of the worst phase: no policy can do better there."""
     goals: dict[str, bool] = field(default_factory=dict)
+    success_bins: tuple[int, ...] = ()
+    """Successes of all processes per ``bin_s`` from the start (by completion time)."""
+    error_bins: tuple[int, ...] = ()
+    """App errors of all processes per ``bin_s`` from the start (by the time they were raised)."""
+    bin_s: float = 0.1
 
     @property
     def error_fraction(self) -> float:
@@ -330,6 +346,8 @@ class FleetRun:
         names = {f for f in cls.__dataclass_fields__ if f != "goals"}
         values = {k: v for k, v in data.items() if k in names}
         values["per_process_successes"] = tuple(values["per_process_successes"])
+        for name in ("success_bins", "error_bins"):
+            values[name] = tuple(values.get(name, ()))
         values["phases"] = tuple(
             PhaseShare(p["rate"], p["goodput_per_s"]) for p in values["phases"]
         )
@@ -446,9 +464,13 @@ def summarize(
 ) -> FleetRun:
     """Turn the processes' reports and the server's count into a :class:`FleetRun`."""
     bins = [0] * max(len(p["success_bins"]) for p in processes)
+    error_bins = [0] * len(bins)
     for report in processes:
         for slot, n in enumerate(report["success_bins"]):
             bins[slot] += n
+        for slot, n in enumerate(report.get("error_bins", ())):
+            if slot < len(error_bins):
+                error_bins[slot] += n
     phases = []
     for number, rate in enumerate(plan.rates):
         begin = number * plan.step_s + plan.settle_s
@@ -481,6 +503,9 @@ def summarize(
         client_cpu_s=sum(float(r["cpu_s"]) for r in processes),
         duration_s=plan.duration_s,
         floor_fraction=floor,
+        success_bins=tuple(bins),
+        error_bins=tuple(error_bins),
+        bin_s=plan.bin_s,
     )
 
 

@@ -1,7 +1,13 @@
 """``python -m backpressure.demo``: backpressure at work against a rate-limited replica set.
 
-The embedded replica set runs in a subprocess with its ingress request rate limiter at C ops/s.
-The same open-loop workload (find_one by _id, update_one, insert_one) runs once per client policy:
+The embedded replica set runs in a subprocess with its ingress request rate limiter on.
+
+The default scenario, ``fleet`` (:mod:`backpressure.demo.fleet`), runs several client processes
+in a closed loop while the capacity steps down and up, every policy one after another, the
+default's first, next to the physical limit.
+
+The ``single`` scenario (``--scenario single``) runs one client process at C ops/s: the same
+open-loop workload (find_one by _id, update_one, insert_one) runs once per client policy:
 a steady phase below C, a short burst well above C, a recovery phase and a sustained overload.
 Per policy the demo reports the operations the application lost in each phase next to the fewest
 any policy could lose (the physical-limit oracle on the same arrivals), the load the server
@@ -43,6 +49,7 @@ __all__ = [
     "ARRIVALS",
     "DEMO_POLICIES",
     "FEWEST",
+    "SCENARIOS",
     "TABLE_HEADERS",
     "TABLE_WIDTH",
     "build_parser",
@@ -53,6 +60,9 @@ __all__ = [
     "run_demo",
     "show_progress",
 ]
+
+SCENARIOS = ("fleet", "single")
+"""The demo's scenarios, the default first."""
 
 DEMO_POLICIES: tuple[str, ...] = tuple(
     name
@@ -100,21 +110,53 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compare client retry policies against a rate-limited embedded replica set.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--capacity", type=float, default=100.0, help="server rate limit C, ops/s")
     parser.add_argument(
+        "--scenario",
+        choices=SCENARIOS,
+        default=SCENARIOS[0],
+        help="fleet: several client processes, closed loop, capacity steps; "
+        "single: one client process, open loop, phases at multiples of C",
+    )
+    fleet = parser.add_argument_group("fleet scenario")
+    fleet.add_argument("--processes", type=int, default=4, help="client processes")
+    fleet.add_argument(
+        "--quick",
+        action="store_true",
+        help="a run of a few seconds: the fleet benchmark's quick plan (2 processes x 2 "
+        "threads, capacity 60 -> 30 ops/s, 1.5 s steps) instead of the options above",
+    )
+    fleet.add_argument(
+        "--rates", default="100,50,150", help="capacity of each step, ops/s, comma-separated"
+    )
+    fleet.add_argument("--step", type=float, default=4.0, help="seconds per capacity step")
+    fleet.add_argument(
+        "--deadline", type=float, default=1.0, help="pymongo.timeout of every operation, s"
+    )
+    fleet.add_argument(
+        "--settle", type=float, default=1.0, help="seconds after a step left out of its goodput"
+    )
+    single = parser.add_argument_group("single scenario")
+    single.add_argument("--capacity", type=float, default=100.0, help="server rate limit C, ops/s")
+    single.add_argument(
         "--burst-seconds", type=float, default=1.0, help="limiter burst capacity, s"
     )
-    parser.add_argument("--threads", type=int, default=256, help="client worker threads")
-    parser.add_argument("--steady", type=float, default=1.5, help="steady phase, s")
-    parser.add_argument("--steady-load", type=float, default=0.4, help="steady load, x C")
-    parser.add_argument("--burst", type=float, default=2.0, help="burst phase, s")
-    parser.add_argument("--burst-load", type=float, default=2.0, help="burst load, x C")
     parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="client threads: per process in the fleet scenario (default 8), in all in the "
+        "single scenario (default 256)",
+    )
+    single.add_argument("--steady", type=float, default=1.5, help="steady phase, s")
+    single.add_argument("--steady-load", type=float, default=0.4, help="steady load, x C")
+    single.add_argument("--burst", type=float, default=2.0, help="burst phase, s")
+    single.add_argument("--burst-load", type=float, default=2.0, help="burst load, x C")
+    single.add_argument(
         "--recovery", type=float, default=2.0, help="recovery phase (steady load), s"
     )
-    parser.add_argument("--overload", type=float, default=3.0, help="sustained overload phase, s")
-    parser.add_argument("--overload-load", type=float, default=5.0, help="overload load, x C")
-    parser.add_argument(
+    single.add_argument("--overload", type=float, default=3.0, help="sustained overload phase, s")
+    single.add_argument("--overload-load", type=float, default=5.0, help="overload load, x C")
+    single.add_argument(
         "--bucket", type=float, default=0.5, help="time resolution of the figure, s"
     )
     parser.add_argument(
@@ -123,8 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated subset of {','.join(POLICY_NAMES)}",
     )
     parser.add_argument("--members", type=int, default=3, help="replica set members")
-    parser.add_argument("--read-fraction", type=float, default=0.5, help="share of find_one")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the operation mix")
+    single.add_argument("--read-fraction", type=float, default=0.5, help="share of find_one")
+    single.add_argument("--seed", type=int, default=1, help="seed of the operation mix")
     parser.add_argument(
         "--output", type=Path, default=Path("demo-results"), help="output directory"
     )
@@ -259,13 +301,23 @@ def run_demo(
 ) -> dict[str, Any]:
     """Run the demo as configured by ``args``; print the table and return the JSON report."""
     names = _policies(args.policies)
+    if args.scenario == "fleet":
+        from backpressure.demo.fleet import run_fleet_demo
+
+        return run_fleet_demo(
+            args,
+            names,
+            server_factory=server_factory,
+            out=out,
+            show_bar=show_progress(args.no_progress, sys.stdout, sys.stderr),
+        )
     if not args.bucket > 0:
         raise SystemExit(f"--bucket must be a number of seconds > 0, got {args.bucket!r}")
     phases = demo_phases(args)
     config = WorkloadConfig(
         capacity=args.capacity,
         burst_seconds=args.burst_seconds,
-        threads=args.threads,
+        threads=256 if args.threads is None else args.threads,
         read_fraction=args.read_fraction,
         seed=args.seed,
         bucket_width=args.bucket,
@@ -304,7 +356,7 @@ def run_demo(
         "config": {
             "capacity": args.capacity,
             "burst_seconds": args.burst_seconds,
-            "threads": args.threads,
+            "threads": config.threads,
             "read_fraction": args.read_fraction,
             "allowed_wait": config.allowed_wait,
             "bucket_seconds": args.bucket,

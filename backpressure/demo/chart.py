@@ -9,12 +9,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backpressure.core.extras import require
 from backpressure.workload import Phase, RunResult
 
-__all__ = ["PhaseSpan", "draw_demo_chart", "phase_load", "phase_spans"]
+if TYPE_CHECKING:
+    from backpressure.bench.fleet import FleetPlan, FleetRun
+
+__all__ = [
+    "PhaseSpan",
+    "draw_demo_chart",
+    "draw_fleet_chart",
+    "fleet_series",
+    "phase_load",
+    "phase_spans",
+]
 
 
 @dataclass(frozen=True)
@@ -246,3 +256,148 @@ def _mark_phases(axis: Any, spans: Sequence[PhaseSpan], *, label: bool) -> None:
                 va="bottom",
                 fontsize=7,
             )
+
+
+def fleet_series(run: FleetRun, width: float) -> tuple[list[float], list[float], list[float]]:
+    """A fleet run's bins regrouped ``width`` seconds wide: start times, successes per second
+    and app errors per second (bins past the run's end, or short of a whole group, left out)."""
+    per = max(1, round(width / run.bin_s))
+    groups = round(run.duration_s / run.bin_s) // per
+    times, successes, errors = [], [], []
+    seconds = per * run.bin_s
+    for group in range(groups):
+        lo, hi = group * per, (group + 1) * per
+        times.append(lo * run.bin_s)
+        successes.append(sum(run.success_bins[lo:hi]) / seconds)
+        errors.append(sum(run.error_bins[lo:hi]) / seconds)
+    return times, successes, errors
+
+
+def draw_fleet_chart(
+    runs: Sequence[FleetRun], plan: FleetPlan, limit: Mapping[str, Any], path: Path
+) -> Path:
+    """Draw the fleet scenario's figure into a PNG at ``path`` and return ``path``.
+
+    Left, one row per policy (in the order given, the default's first): successes per second
+    (green) against the capacity steps (dashed) and app errors per second (red). Right: app
+    errors as a share of the operations per policy, the physical limit marked, each bar
+    labelled with the share and the attempts per operation.
+    """
+    matplotlib = require("matplotlib", "demo", "The chart")
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    from backpressure.bench.fleet import label
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = max(1, len(runs))
+    figure = pyplot.figure(figsize=(13, 1.45 * rows + 1.6))
+    grid = figure.add_gridspec(rows, 2, width_ratios=(1.7, 1.0), wspace=0.08)
+    try:
+        width = 0.5
+        series = [fleet_series(run, width) for run in runs]
+        # The scale is the capacity's: a policy that fails fast in a closed loop raises errors
+        # far faster than the server admits work; its line is clipped and its peak written.
+        top = 2.0 * max(plan.rates)
+        edges = [step * plan.step_s for step in range(len(plan.rates) + 1)]
+        capacity = [*plan.rates, plan.rates[-1]]
+        first = None
+        for row, (run, (times, successes, errors)) in enumerate(zip(runs, series)):
+            axis = figure.add_subplot(grid[row, 0], sharex=first, sharey=first)
+            first = first or axis
+            steps_x = [*times, times[-1] + width] if times else [0.0, width]
+            axis.fill_between(
+                steps_x,
+                [*successes, successes[-1]] if successes else [0, 0],
+                step="post",
+                color="tab:green",
+                alpha=0.45,
+                linewidth=0,
+                label="successes/s",
+            )
+            axis.step(
+                steps_x,
+                [*errors, errors[-1]] if errors else [0, 0],
+                where="post",
+                color="tab:red",
+                linewidth=1.6,
+                label="app errors/s",
+            )
+            axis.step(
+                edges, capacity, where="post", color="black", linestyle="--", linewidth=1.1,
+                label="capacity C",
+            )  # fmt: skip
+            axis.set_ylim(0, top)
+            worst = max(errors, default=0.0)
+            if worst > top:
+                axis.text(
+                    0.01,
+                    0.93,
+                    f"errors/s off scale, up to {worst:,.0f}/s",
+                    transform=axis.transAxes,
+                    ha="left",
+                    va="top",
+                    fontsize=8,
+                    color="tab:red",
+                    fontweight="bold",
+                )
+            axis.set_xlim(0, plan.duration_s)
+            axis.grid(alpha=0.3)
+            axis.set_ylabel(label(run.policy), fontsize=9, fontweight="bold")
+            axis.text(
+                0.99,
+                0.93,
+                f"{100 * run.error_fraction:.1f}% errors, {run.attempts_per_op:.2f} att/op",
+                transform=axis.transAxes,
+                ha="right",
+                va="top",
+                fontsize=8,
+                bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0},
+            )
+            if row == 0:
+                axis.set_title(
+                    "per second: successes (green), app errors (red), capacity (dashed)",
+                    fontsize=9,
+                )
+            if row < rows - 1:
+                axis.tick_params(labelbottom=False)
+            else:
+                axis.set_xlabel("seconds since start of load")
+        bars = figure.add_subplot(grid[:, 1])
+        names = [label(run.policy) for run in runs] + ["physical limit"]
+        shares = [100 * run.error_fraction for run in runs] + [100 * limit["error_fraction"]]
+        notes = [f"{s:.1f}%, {run.attempts_per_op:.2f} att/op" for s, run in zip(shares, runs)]
+        notes.append(f"{shares[-1]:.1f}%, 1.00 att/op")
+        colors = ["tab:red" if s > 5 else "tab:orange" if s > 1 else "tab:green" for s in shares]
+        colors[-1] = "black"
+        positions = list(range(len(names)))[::-1]
+        bars.barh(positions, shares, color=colors, alpha=0.8)
+        widest = max([*shares, 1.0])
+        for y, share, note in zip(positions, shares, notes):
+            bars.text(share + widest * 0.03, y, note, va="center", fontsize=9)
+        bars.axvline(shares[-1], color="black", linestyle=":", linewidth=1)
+        # A bar near 0 is invisible: a marker at each policy's share keeps it on the chart.
+        bars.scatter(shares, positions, color=colors, marker="D", s=18, zorder=3)
+        bars.set_yticks(positions, names, fontsize=9)
+        bars.yaxis.tick_right()
+        bars.set_xlim(0, widest * 1.6)
+        workers = plan.processes * plan.threads
+        bars.set_xlabel(
+            "app errors, % of operations\n"
+            f"physical limit: {workers} workers / {min(plan.rates):g} ops/s = "
+            f"{workers / min(plan.rates):.2f} s of queue vs a {plan.deadline_s:g} s deadline",
+            fontsize=9,
+        )
+        bars.set_title("app errors per policy (lower is better)", fontsize=9)
+        bars.grid(axis="x", alpha=0.3)
+        steps = " \u2192 ".join(f"{rate:g}" for rate in plan.rates)
+        figure.suptitle(
+            f"{plan.processes} client processes \u00d7 {plan.threads} threads, closed loop, "
+            f"deadline {plan.deadline_s:g} s; capacity {steps} ops/s every {plan.step_s:g} s",
+            fontsize=11,
+        )
+        figure.subplots_adjust(left=0.09, right=0.86, top=0.9, bottom=0.1, hspace=0.15)
+        figure.savefig(path, dpi=100)
+    finally:
+        pyplot.close(figure)
+    return path
