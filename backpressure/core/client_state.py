@@ -131,6 +131,16 @@ class ClientState:
         settings = self.settings()
         return settings is None or not settings.testing
 
+    def sheddable(self) -> bool:
+        """Whether the operation starting now is sheddable (``overrides(criticality=...)``).
+
+        The pacing serves critical attempts first and sheds sheddable ones first.
+        """
+        if self.settings is None:
+            return False
+        settings = self.settings()
+        return settings is not None and settings.criticality is Criticality.SHEDDABLE
+
     @property
     def policy(self) -> Policy:
         """The policy this client retries with."""
