@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pymongo.errors import PyMongoError
 
 from backpressure.core.adaptive import (
     Admission,
@@ -11,7 +12,8 @@ from backpressure.core.adaptive import (
     LocalOverloadError,
     Refusal,
 )
-from backpressure.core.decision import StopReason
+from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
+from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
 from backpressure.core.policy import ADAPTIVE
 from tests.fakes import FakeClock
 
@@ -191,3 +193,19 @@ def test_at_twice_the_rate_critical_callers_keep_their_deadline_and_sheddable_on
     assert sent["crit"] >= offered - 2  # all of them (the last may still be waiting)
     assert sent["shed"] <= 0.05 * offered
     assert refused["shed"] >= 0.7 * offered  # the rest are held until their deadline
+
+
+def test_a_sheddable_retry_leaves_the_last_budget_token_to_critical_ones() -> None:
+    """With one token left, a sheddable operation's retry is refused for budget and a critical
+    one takes the token; with a full budget both retry."""
+    clock = FakeClock()
+    error = PyMongoError("rate exceeded", error_labels=[SYSTEM_OVERLOADED, RETRYABLE])
+    controller = RetryController(ADAPTIVE, random=lambda: 0.0, clock=clock)
+    budget = controller.budget.for_server(A)
+    assert budget.tokens == 1.0  # the adaptive preset starts with one token per server
+    shed = controller.decide(retry_number=1, error=error, server=A, sheddable=True)
+    assert shed == GiveUp(StopReason.BUDGET_EMPTY)
+    assert isinstance(controller.decide(retry_number=1, error=error, server=A), Retry)
+    full = RetryController(ADAPTIVE.replace(budget_initial=10), random=lambda: 0.0, clock=clock)
+    decision = full.decide(retry_number=1, error=error, server=A, sheddable=True)
+    assert isinstance(decision, Retry)
