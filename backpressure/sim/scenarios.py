@@ -115,10 +115,7 @@ def _criticality() -> Scenario:
     )
     return Scenario(
         name="criticality",
-        description=(
-            "2x capacity for 20 s, half of the operations sheddable: critical and sheddable "
-            "errors apart"
-        ),
+        description="2x capacity for 20 s, half of the operations sheddable",
         servers=_replica_set(LimiterSpec(C)),
         clients=(_open(phases, sheddable_fraction=0.5),),
         phases=_marks(phases),
