@@ -39,6 +39,7 @@ from pymongo.errors import NetworkTimeout
 
 from backpressure.core.client_state import ClientState
 from backpressure.core.decision import GiveUp
+from backpressure.core.overrides import Criticality
 from backpressure.sim.model import ClientGroup, ClosedLoop, OpenLoop, Scenario
 from backpressure.sim.oracle import Capacity, physical_limit
 from backpressure.sim.policies import (
@@ -385,7 +386,10 @@ class _Run:
         kind = policy.kind
         operation = None
         if client.state is not None:
-            operation = client.state.new_operation("find" if is_read else "insert")
+            operation = client.state.new_operation(
+                "find" if is_read else "insert",
+                criticality=Criticality.SHEDDABLE if sheddable else None,
+            )
         admission = client.admission
         csot = deadline if deadline != math.inf else None
         cpu_half = group.cpu_ms_per_attempt / 2000.0
