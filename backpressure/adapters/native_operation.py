@@ -162,6 +162,7 @@ class TrackedOperation:
             seams.csot_deadline(),
             retry=self.pushed_back,
             hold=self.state.holds_locally(),
+            sheddable=self.state.sheddable(),
         )
         self.admission = admission
         return admission.wait

@@ -41,11 +41,19 @@ whatever share it saw).
    overload the queue would drain at the overload's pace).  A slot is usable only if the reply
    can still arrive in time: the deadline bound is shortened by twice a smoothed slot-to-reply
    time, at most half the time left.
-5. **Hold, never spin.**  A caller whose wait would pass its deadline (or ``max_local_wait``)
+5. **Critical first.**  Every waiting slot has a class: critical retries, critical first
+   attempts, sheddable retries, sheddable first attempts (``overrides(criticality=
+   "sheddable")``), in that order.  An attempt goes ahead of the waiting attempts of every
+   later class, as a retry does (it takes the first such slot it can wait for, and those
+   behind it move one slot back; the first one moved past its bound is refused), so critical
+   callers are served first come, first served and sheddable ones get only the slots no
+   critical caller needs.  A sheddable attempt moved past its bound is held until that bound,
+   then refused (as at admission).  When no attempt is sheddable the order is the one of 4.
+6. **Hold, never spin.**  A caller whose wait would pass its deadline (or ``max_local_wait``)
    reserves nothing and is held until that bound, then refused on its recheck (the adapters'
    wait-and-recheck loop): refused at once, a closed loop would start its next operation at
    once and spin on refusals.  A caller whose deadline has already passed is refused at once.
-6. **Reopening.**  The pacer opens again (the inert state) when the server has not pushed back
+7. **Reopening.**  The pacer opens again (the inert state) when the server has not pushed back
    for a window and no caller had to wait, nor was held, during that window: the pacing limits
    nothing.  A pacer that still limits callers keeps climbing instead (reopened, it would
    close again at a rate measured while it was paced).
@@ -121,10 +129,22 @@ _EARLY = 1e-3  # a recheck this close to the slot sends (timers may fire a littl
 class SlotTicket:
     """The send slot of one waiting attempt; the pacer may move it later, or cancel it."""
 
-    __slots__ = ("latest", "reason", "refused", "retry", "slot")
+    __slots__ = ("latest", "rank", "reason", "refused", "retry", "slot", "until")
 
-    def __init__(self, slot: float, latest: float, reason: StopReason, retry: bool) -> None:
-        """Reserve ``slot``; the attempt may be sent no later than ``latest``."""
+    def __init__(
+        self,
+        slot: float,
+        latest: float,
+        reason: StopReason,
+        retry: bool,
+        sheddable: bool = False,
+        until: Optional[float] = None,
+    ) -> None:
+        """Reserve ``slot``; the attempt may be sent no later than ``latest``.
+
+        ``sheddable``: the operation may be shed first; such an attempt refused after a move is
+        held until ``until`` (its hold bound; default ``latest``) before it learns it.
+        """
         self.slot = slot
         """The reserved send time on the pacer's clock."""
         self.latest = latest
@@ -133,7 +153,11 @@ class SlotTicket:
         self.reason = reason
         """Which bound ``latest`` is, for a refusal."""
         self.retry = retry
-        """Whether the attempt retries one the server pushed back (it is never moved)."""
+        """Whether the attempt retries one the server pushed back."""
+        self.rank = _rank(retry, sheddable)
+        """The attempt's class: it goes ahead of every waiting attempt of a higher rank."""
+        self.until = latest if until is None else until
+        """The hold bound: a sheddable attempt refused after a move is held until then."""
         self.refused = False
         """Set when a retry going ahead moved this slot past ``latest``: do not send."""
 
@@ -141,6 +165,12 @@ class SlotTicket:
         """Show the slot and the bound."""
         state = ", refused" if self.refused else ""
         return f"SlotTicket(slot={self.slot!r}, latest={self.latest!r}{state})"
+
+
+def _rank(retry: bool, sheddable: bool) -> int:
+    """The class of a waiting attempt: critical retries (0) first, sheddable first attempts (3)
+    last."""
+    return (2 if sheddable else 0) + (0 if retry else 1)
 
 
 @dataclass(frozen=True)
@@ -418,13 +448,19 @@ class ServerPacer:
     # -- admission -------------------------------------------------------------------------------
 
     def admit(
-        self, now: float, limit: float, deadline_bound: bool, retry: bool = False
+        self,
+        now: float,
+        limit: float,
+        deadline_bound: bool,
+        retry: bool = False,
+        sheddable: bool = False,
     ) -> AdmissionDecision:
         """Reserve a send slot if its wait is at most ``limit`` seconds.
 
         ``deadline_bound`` tells which bound ``limit`` is (for the refusal's reason); ``retry``
         that the attempt retries one a server pushed back (it goes ahead of the waiting first
-        attempts).  A waiting attempt's admission carries its :class:`SlotTicket`: ask
+        attempts); ``sheddable`` that the operation may be shed first (critical attempts go
+        ahead of it).  A waiting attempt's admission carries its :class:`SlotTicket`: ask
         :meth:`recheck` when the wait is over.
         """
         if not self.paced:
@@ -451,12 +487,15 @@ class ServerPacer:
             if rate > _RESPACE_RISE * self._spaced_rate:
                 self._respace(now, rate)  # the queue drains at the new pace
             interval = 1.0 / rate
-            if retry:
-                index = next((i for i, t in enumerate(waiting) if not t.retry), None)
-                if index is not None and waiting[index].slot - now <= limit:
+            rank = _rank(retry, sheddable)
+            if rank < 3 and waiting and waiting[-1].rank > rank:
+                # Go ahead of the waiting attempts of later classes (the queue is in class
+                # order): take the first such slot, and move those behind it back one slot.
+                index = next(i for i, t in enumerate(waiting) if t.rank > rank)
+                if waiting[index].slot - now <= limit:
                     slot = waiting[index].slot
                     self._move_back(index, interval)
-                    ticket = SlotTicket(slot, now + limit, reason, True)
+                    ticket = SlotTicket(slot, now + limit, reason, retry, sheddable, now + hold)
                     waiting.insert(index, ticket)
                     self._last_wait = now
                     return Admission(min(slot - now, self._nap), self._round, slot, ticket)
@@ -469,13 +508,13 @@ class ServerPacer:
                 self._last_wait = now
                 if hold <= _EARLY:
                     return Refusal(reason, wait)
-                ticket = SlotTicket(slot, now + limit, reason, retry)
+                ticket = SlotTicket(slot, now + limit, reason, retry, sheddable, now + hold)
                 ticket.refused = True
                 return Admission(hold, self._round, None, ticket)
             self._next_slot = slot + interval
             if wait <= 0.0:
                 return Admission(0.0, self._round, slot)
-            ticket = SlotTicket(slot, now + limit, reason, retry)
+            ticket = SlotTicket(slot, now + limit, reason, retry, sheddable, now + hold)
             waiting.append(ticket)
             self._last_wait = now
             return Admission(min(wait, self._nap), self._round, slot, ticket)
@@ -506,11 +545,15 @@ class ServerPacer:
         with self._lock:
             if ticket.refused:
                 self._last_wait = now
+                if ticket.rank >= 2 and ticket.until - now > _EARLY:
+                    return ticket.until - now  # sheddable: held until its bound, never spinning
                 return Refusal(ticket.reason, max(0.0, ticket.slot - now))
             if self._waiting and self._rate_at(now) > _RESPACE_RISE * self._spaced_rate:
                 self._respace(now, self._rate_at(now))
                 if ticket.refused:
                     self._last_wait = now
+                    if ticket.rank >= 2 and ticket.until - now > _EARLY:
+                        return ticket.until - now
                     return Refusal(ticket.reason, max(0.0, ticket.slot - now))
             wait = ticket.slot - now
         return min(wait, self._nap) if wait > _EARLY else 0.0
@@ -597,13 +640,19 @@ class AdmissionControl:
         return pacer
 
     def admit(
-        self, server: Optional[Address], deadline: Optional[float] = None, *, retry: bool = False
+        self,
+        server: Optional[Address],
+        deadline: Optional[float] = None,
+        *,
+        retry: bool = False,
+        sheddable: bool = False,
     ) -> AdmissionDecision:
         """Decide whether an attempt to ``server`` is sent now, after a wait, or refused.
 
         ``deadline`` is the operation's deadline on the injected clock (None: no deadline).  The
         wait allowed is ``max_local_wait``, or the time left before the deadline if shorter.
         ``retry``: the attempt retries one a server pushed back (it goes ahead of the queue).
+        ``sheddable``: the operation may be shed first (critical attempts go ahead of it).
         """
         if server is None:
             return _SEND_NOW
@@ -616,7 +665,7 @@ class AdmissionControl:
         if deadline is not None and deadline - now < limit:
             limit = max(0.0, deadline - now)
             deadline_bound = True
-        decision = pacer.admit(now, limit, deadline_bound, retry)
+        decision = pacer.admit(now, limit, deadline_bound, retry, sheddable)
         if not pacer.paced:
             self._refresh_engaged()
         return decision
@@ -771,17 +820,19 @@ class AdmissionGate:
         *,
         retry: bool = False,
         hold: bool = True,
+        sheddable: bool = False,
     ) -> Admission:
         """Return the admission of one attempt to ``server``, or raise LocalOverloadError.
 
-        ``retry``: the attempt retries one a server pushed back (see :meth:`ServerPacer.admit`).
+        ``retry``: the attempt retries one a server pushed back (see :meth:`ServerPacer.admit`);
+        ``sheddable``: the operation may be shed first (``overrides(criticality="sheddable")``).
         ``hold=False`` (test mode, where nothing waits): the attempt is sent now whatever the
         pacing says; nothing is reserved, waited for or refused, and its outcome is still
         recorded (pushback still closes the pacer).
         """
         if not hold:
             return _SEND_NOW
-        decision = self.control.admit(server, deadline, retry=retry)
+        decision = self.control.admit(server, deadline, retry=retry, sheddable=sheddable)
         if isinstance(decision, Admission):
             ticket = decision.ticket
             held = ticket is not None and ticket.refused  # held, then refused: announced then

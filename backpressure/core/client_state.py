@@ -131,6 +131,16 @@ class ClientState:
         settings = self.settings()
         return settings is None or not settings.testing
 
+    def sheddable(self) -> bool:
+        """Whether the operation starting now is sheddable (``overrides(criticality=...)``).
+
+        The pacing serves critical attempts first and sheds sheddable ones first.
+        """
+        if self.settings is None:
+            return False
+        settings = self.settings()
+        return settings is not None and settings.criticality is Criticality.SHEDDABLE
+
     @property
     def policy(self) -> Policy:
         """The policy this client retries with."""
@@ -214,18 +224,29 @@ class ClientState:
             return
         self.first_attempt_succeeded(address_of(key), paced_counted=paced_counted)
 
-    def new_operation(self, operation: str, *, opens_transaction: bool = False) -> OperationRetries:
+    def new_operation(
+        self,
+        operation: str,
+        *,
+        opens_transaction: bool = False,
+        criticality: Optional[Criticality] = None,
+    ) -> OperationRetries:
         """Start the retry bookkeeping of one operation (one call of the retry loop).
 
         ``opens_transaction``: the operation is the first statement of a transaction.
+        ``criticality``: the operation's criticality when the caller knows it (the simulator);
+        None: from ``settings`` (critical when nothing says otherwise).
         """
         controller = self.controller
+        known = criticality
         criticality = Criticality.CRITICAL
         if self.settings is not None:
             settings = self.settings()
             if settings is not None:
                 controller = settings.controller_for(controller)
                 criticality = settings.criticality
+        if known is not None:
+            criticality = known
         return OperationRetries(
             controller,
             operation,

@@ -141,8 +141,12 @@ class RetryController:
         now: Optional[float] = None,
         classic_retryable: bool = False,
         server: Optional[tuple[str, int]] = None,
+        sheddable: bool = False,
     ) -> Decision:
         """Return ``Retry`` or ``GiveUp`` for retry ``retry_number`` (1 for the first retry).
+
+        ``sheddable``: the operation may be shed first (``overrides(criticality=...)``); its
+        retry takes a token only if one retry's worth is left for critical operations after it.
 
         ``deadline`` and ``now`` are on the controller's clock; ``now`` defaults to ``clock()``.
         ``classic_retryable``: pymongo's retryable read/write rules retry this error (for an
@@ -168,12 +172,12 @@ class RetryController:
             current = self._clock() if now is None else now
             if current + delay > deadline:
                 return GiveUp(StopReason.DEADLINE)
-        if (
-            always_retryable
-            and not self._held(server)
-            and not self.budget.for_server(server).try_acquire()
-        ):
-            return GiveUp(StopReason.BUDGET_EMPTY)
+        if always_retryable and not self._held(server):
+            budget = self.budget.for_server(server)
+            if sheddable and budget.tokens < 2.0 * budget.retry_cost:
+                return GiveUp(StopReason.BUDGET_EMPTY)  # the last token is kept for critical work
+            if not budget.try_acquire():
+                return GiveUp(StopReason.BUDGET_EMPTY)
         return Retry(
             retry_number=retry_number,
             delay=delay,

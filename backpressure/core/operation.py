@@ -278,6 +278,7 @@ class OperationRetries:
             now=now,
             classic_retryable=classic_retryable,
             server=server,
+            sheddable=self._criticality is Criticality.SHEDDABLE,
         )
         if isinstance(decision, Retry):
             self._on_retry(error, decision)

@@ -39,12 +39,14 @@ from pymongo.errors import NetworkTimeout
 
 from backpressure.core.client_state import ClientState
 from backpressure.core.decision import GiveUp
+from backpressure.core.overrides import Criticality
 from backpressure.sim.model import ClientGroup, ClosedLoop, OpenLoop, Scenario
 from backpressure.sim.oracle import Capacity, physical_limit
 from backpressure.sim.policies import (
     Admission,
     SimPolicy,
     admit_takes_retry,
+    admit_takes_sheddable,
     make_controller,
     record_takes_admission,
 )
@@ -115,6 +117,15 @@ class RunData:
     client_successes: list[int] = field(default_factory=list)
     """Successful operations per client (every group's clients, in order)."""
     end_s: float = 0.0
+    sheddable_ops: int = 0
+    """Operations run as sheddable (``ClientGroup.sheddable_fraction``; skipped ones are not
+    classed)."""
+    sheddable_errors: int = 0
+    """App errors of the sheddable operations (unfinished ones included)."""
+    critical_ops: int = 0
+    """Operations run as critical (the rest of those run; 0 when no group marks any)."""
+    critical_errors: int = 0
+    """App errors of the critical operations (unfinished ones included)."""
 
 
 _TIMEOUT_ERROR = NetworkTimeout("timed out (CSOT deadline)")
@@ -211,6 +222,12 @@ class _Run:
         self._record_answer: Optional[bool] = None
         self._admit_retry = False  # whether admit is told that an attempt retries a pushback
         self._recheck = False  # whether a waiting attempt asks again when its wait is over
+        self._admit_sheddable = False  # whether admit takes ``sheddable``
+        # Which operations are sheddable: a stream of its own, drawn only for groups that mark
+        # some (the other scenarios' streams are unchanged).
+        self._criticality = random.Random(f"{seed}:criticality").random
+        self._classed = any(group.sheddable_fraction > 0 for group in scenario.clients)
+        self._running_sheddable = 0
         self.groups: list[list[_Client]] = []
         for group in scenario.clients:
             self.groups.append([self._new_client(group) for _ in range(group.count)])
@@ -228,6 +245,7 @@ class _Run:
                 self._record_answer = record_takes_admission(admission)
                 self._admit_retry = admit_takes_retry(admission)
                 self._recheck = callable(getattr(admission, "recheck", None))
+                self._admit_sheddable = admit_takes_sheddable(admission)
         self.data.client_successes.append(0)
         index = len(self.data.client_successes) - 1
         return _Client(group, len(self.servers), state, admission, index)
@@ -355,6 +373,12 @@ class _Run:
         data = self.data
         data.issued += 1
         self.running += 1
+        sheddable = group.sheddable_fraction > 0 and self._criticality() < group.sheddable_fraction
+        if sheddable:
+            data.sheddable_ops += 1
+            self._running_sheddable += 1
+        elif self._classed:
+            data.critical_ops += 1
         jitter = self._wake_jitter[group_index]
         if jitter > 0:
             yield env.timeout(self.wake.expovariate(1.0 / jitter))
@@ -362,7 +386,10 @@ class _Run:
         kind = policy.kind
         operation = None
         if client.state is not None:
-            operation = client.state.new_operation("find" if is_read else "insert")
+            operation = client.state.new_operation(
+                "find" if is_read else "insert",
+                criticality=Criticality.SHEDDABLE if sheddable else None,
+            )
         admission = client.admission
         csot = deadline if deadline != math.inf else None
         cpu_half = group.cpu_ms_per_attempt / 2000.0
@@ -376,7 +403,9 @@ class _Run:
             server = self._select(client, candidates, avoid, admission if is_read else None)
             address = server.address
             if admission is not None:
-                if pushed_back and self._admit_retry:
+                if sheddable and self._admit_sheddable:
+                    answer = admission.admit(address, csot, retry=pushed_back, sheddable=True)
+                elif pushed_back and self._admit_retry:
                     answer = admission.admit(address, csot, retry=True)
                 else:
                     answer = admission.admit(address, csot)
@@ -485,6 +514,12 @@ class _Run:
             if decision.delay > 0:
                 yield env.timeout(decision.delay)
         self.running -= 1
+        if sheddable:
+            self._running_sheddable -= 1
+            if not ok:
+                data.sheddable_errors += 1
+        elif self._classed and not ok:
+            data.critical_errors += 1
         self._finish(start, ok, "" if ok else reason, client.index)
 
     def _checkout(
@@ -663,6 +698,9 @@ class _Run:
         if unfinished > 0:
             data.errors += unfinished
             data.error_reasons[UNFINISHED] = unfinished
+            if self._classed:
+                data.sheddable_errors += self._running_sheddable
+                data.critical_errors += unfinished - self._running_sheddable
         # Arrivals still waiting for a thread at the end were never run.
         for group_index, clients in enumerate(self.groups):
             for client in clients:

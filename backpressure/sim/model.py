@@ -272,10 +272,18 @@ class ClientGroup:
     """Client CPU per attempt, serialised per client (one GIL): half before sending, half after
     the reply, with the connection still checked out; 0: free."""
     name: str = "clients"
+    sheddable_fraction: float = 0.0
+    """Share of the operations run under ``overrides(criticality="sheddable")``; the rest are
+    critical (0: none marked, the default)."""
 
     def __post_init__(self) -> None:
         """Validate the fields."""
         _check_int("ClientGroup.count", self.count, 1)
+        _check("ClientGroup.sheddable_fraction", self.sheddable_fraction)
+        if self.sheddable_fraction > 1:
+            raise ValueError(
+                f"ClientGroup.sheddable_fraction must be <= 1, got {self.sheddable_fraction!r}"
+            )
         _check("ClientGroup.read_fraction", self.read_fraction)
         if self.read_fraction > 1:
             raise ValueError(f"ClientGroup.read_fraction must be <= 1, got {self.read_fraction!r}")

@@ -223,6 +223,11 @@ def admit_takes_retry(admission: Admission) -> bool:
     return _accepts(admission.admit, "retry")
 
 
+def admit_takes_sheddable(admission: Admission) -> bool:
+    """Whether ``admission.admit`` takes ``sheddable`` (the operation may be shed first)."""
+    return _accepts(admission.admit, "sheddable")
+
+
 def describe(policies: Mapping[str, SimPolicy]) -> list[tuple[str, str]]:
     """``(name, description)`` pairs for listings."""
     return [(name, policy.description) for name, policy in policies.items()]

@@ -10,7 +10,14 @@ from backpressure.core.extras import require
 from backpressure.sim.policies import default_first, display_name
 from backpressure.sim.runner import PolicyResult, Result
 
-__all__ = ["format_fleet_markdown", "format_table", "ordered", "write_chart", "write_json"]
+__all__ = [
+    "format_criticality",
+    "format_fleet_markdown",
+    "format_table",
+    "ordered",
+    "write_chart",
+    "write_json",
+]
 
 
 def ordered(result: Result) -> list[PolicyResult]:
@@ -69,6 +76,27 @@ def format_table(result: Result) -> str:
         lines.append(">=: a lower bound (operations with different eligible servers overlap)")
     if any(policy.recovery_s is not None for policy in result.policies.values()):
         lines.append("recov s: from the end of the overload until app errors stop")
+    if any(policy.sheddable_ops for policy in result.policies.values()):
+        lines += ["", format_criticality(result)]
+    return "\n".join(lines)
+
+
+def format_criticality(result: Result) -> str:
+    """App errors of the critical and the sheddable operations apart, one row per policy."""
+    header = (
+        f"{'policy':<18} {'critical ops':>12} {'critical errors':>16} "
+        f"{'sheddable ops':>13} {'sheddable errors':>17}"
+    )
+    lines = [header, "-" * len(header)]
+    for policy in ordered(result):
+        critical = policy.critical_errors / policy.critical_ops if policy.critical_ops else 0.0
+        shed = policy.sheddable_errors / policy.sheddable_ops if policy.sheddable_ops else 0.0
+        lines.append(
+            f"{display_name(policy.name):<18} {policy.critical_ops:>12,} "
+            f"{f'{_percent(critical, 2)} ({policy.critical_errors:,})':>16} "
+            f"{policy.sheddable_ops:>13,} "
+            f"{f'{_percent(shed, 2)} ({policy.sheddable_errors:,})':>17}"
+        )
     return "\n".join(lines)
 
 

@@ -116,6 +116,14 @@ class PolicyResult:
     """Operations the policy refused locally (never sent)."""
     duration_s: float = 0.0
     """The scenario's arrival window, seconds."""
+    critical_ops: int = 0
+    """Operations run as critical, when the scenario marks some sheddable (else 0)."""
+    critical_errors: int = 0
+    """App errors of the critical operations."""
+    sheddable_ops: int = 0
+    """Operations run as sheddable (``ClientGroup.sheddable_fraction``)."""
+    sheddable_errors: int = 0
+    """App errors of the sheddable operations."""
 
     @property
     def error_fraction(self) -> float:
@@ -161,6 +169,10 @@ class PolicyResult:
             "floor_fraction": self.floor_fraction,
             "jain": None if self.jain is None else round(self.jain, 4),
             "local_refusals": self.local_refusals,
+            "critical_ops": self.critical_ops,
+            "critical_errors": self.critical_errors,
+            "sheddable_ops": self.sheddable_ops,
+            "sheddable_errors": self.sheddable_errors,
             "phase_goodput": [
                 {
                     "label": phase.label,
@@ -281,6 +293,10 @@ def run_one(
         phase_goodput=phase_goodput(scenario, timeline),
         local_refusals=data.error_reasons.get(REFUSED, 0),
         duration_s=scenario.duration_s,
+        critical_ops=data.critical_ops,
+        critical_errors=data.critical_errors,
+        sheddable_ops=data.sheddable_ops,
+        sheddable_errors=data.sheddable_errors,
     )
 
 

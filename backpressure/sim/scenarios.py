@@ -106,6 +106,23 @@ def _sustained(load: float) -> Scenario:
     )
 
 
+def _criticality() -> Scenario:
+    """2x C for 20 s, half of the operations sheddable."""
+    phases = (
+        Phase(5.0, 0.5 * C, "warm-up"),
+        Phase(20.0, 2.0 * C, "2x C, half sheddable"),
+        Phase(10.0, 0.5 * C, "after"),
+    )
+    return Scenario(
+        name="criticality",
+        description="2x capacity for 20 s, half of the operations sheddable",
+        servers=_replica_set(LimiterSpec(C)),
+        clients=(_open(phases, sheddable_fraction=0.5),),
+        phases=_marks(phases),
+        overload_end_s=25.0,
+    )
+
+
 def _burst() -> Scenario:
     """A 2 s burst at 5x C."""
     phases = (
@@ -596,6 +613,7 @@ SCENARIOS: Mapping[str, Callable[[], Scenario]] = {
     "sustained-3x": lambda: _sustained(3.0),
     "sustained-10x": lambda: _sustained(10.0),
     "hot-member": _hot_member,
+    "criticality": _criticality,
     "fleet": _fleet,
     "retry-storm": _retry_storm,
     "recovery": _recovery,

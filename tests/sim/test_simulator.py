@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -22,6 +23,7 @@ from backpressure.sim import (
     scenario_names,
 )
 from backpressure.sim.policies import SimPolicy, resolve
+from backpressure.sim.report import format_table
 from backpressure.sim.server import ADMITTED, QUEUED, REJECTED, Limiter, SimServer
 
 
@@ -229,3 +231,29 @@ def test_bad_specs_name_the_field() -> None:
     with pytest.raises(ValueError, match=r"OpenLoop\.phases"):
         OpenLoop(())
     assert math.isinf(ServerSpec("a").work_capacity())
+
+
+def test_criticality_scenario_counts_critical_and_sheddable_errors_apart() -> None:
+    """Half the operations are sheddable: both classes are counted, and under the adaptive
+    preset the sheddable half takes most of the errors (a short run of the named scenario)."""
+    base = scenario("criticality")
+    group = base.clients[0]
+    assert isinstance(group.workload, OpenLoop)
+    workload = OpenLoop(group.workload.phases[:2])  # warm-up and the 2x phase
+    short = dataclasses.replace(
+        base, clients=(dataclasses.replace(group, count=1, workload=workload),)
+    )
+    result = run(short, ["no-retries", "adaptive"], seed=1)
+    for policy in result.policies.values():
+        assert policy.critical_ops + policy.sheddable_ops == policy.issued
+        assert policy.critical_errors + policy.sheddable_errors == policy.app_errors
+        assert abs(policy.critical_ops - policy.sheddable_ops) < 0.1 * policy.issued
+    adaptive = result.policies["adaptive"]
+    assert adaptive.critical_errors < adaptive.sheddable_errors / 4
+    assert "critical errors" in format_table(result)
+
+
+def test_sheddable_fraction_is_validated() -> None:
+    """A share outside 0..1 names the field and the value."""
+    with pytest.raises(ValueError, match=r"sheddable_fraction must be <= 1, got 1\.5"):
+        ClientGroup(count=1, workload=ClosedLoop(1, 1.0), sheddable_fraction=1.5)

@@ -269,6 +269,7 @@ class _AsyncRetryLoop:
             _shared.csot_deadline(),
             retry=self._pushed_back,
             hold=self._state.holds_locally(),
+            sheddable=self._state.sheddable(),
         )
         self._admission = admission
         wait = admission.wait

@@ -1,0 +1,180 @@
+"""Criticality that acts, over real TCP: a paced server serves critical operations first.
+
+The ordering test runs the pacing on a clock the test steps, so which operation is sent when
+does not depend on the machine's speed.  The load test saturates a rate-limited embedded server
+with critical and sheddable workers back to back and checks that the critical ones keep their
+(generous) deadline while the sheddable ones absorb the loss; it stops on a count, not a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Callable
+
+import pymongo
+import pytest
+from pymongo.errors import PyMongoError
+
+import backpressure
+from backpressure import ADAPTIVE
+from backpressure.testing.server.embedded import EmbeddedServer
+from tests.integration.conftest import ClientFactory, CommandRecorder, resolve, wait_for
+from tests.integration.test_adaptive import (
+    AdmissionRecorder,
+    Background,
+    SteppedClock,
+    adaptive_client,
+    close_pacing,
+    pace_on,
+)
+
+
+@pytest.fixture
+def recorder() -> AdmissionRecorder:
+    """A fresh AdmissionRecorder."""
+    return AdmissionRecorder()
+
+
+def sheddable(clients: ClientFactory, operation: Callable[[], Any]) -> Callable[[], Any]:
+    """``operation`` run under ``overrides(criticality="sheddable")`` (in its own thread/task)."""
+    if clients.is_async:
+
+        async def run_async() -> Any:
+            with backpressure.overrides(criticality="sheddable"):
+                return await operation()
+
+        return run_async
+
+    def run() -> Any:
+        with backpressure.overrides(criticality="sheddable"):
+            return operation()
+
+    return run
+
+
+async def test_a_critical_read_is_sent_before_the_sheddable_reads_waiting_ahead_of_it(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: AdmissionRecorder,
+) -> None:
+    """Two sheddable reads wait for slots +50 and +100 ms; a critical read arriving after them
+    takes the +50 ms slot and is sent first; each sheddable read moves one slot back."""
+    policy = ADAPTIVE.replace(adaptive_min_rate=20.0, max_local_wait=30.0)
+    client = adaptive_client(clients, standalone_server, commands, recorder, policy)
+    clock = SteppedClock()
+    pace_on(client, clock)
+    await close_pacing(client, standalone_server, commands)  # paced at 20/s; next slot +50 ms
+    start = clock.now
+    coll = client.db.coll
+    shed = []
+    for index in range(2):
+        shed.append(
+            Background(clients, sheddable(clients, lambda i=index: coll.find_one({"shed": i})))
+        )
+        await wait_for(lambda n=index + 1: len(recorder.waits) == n, "a sheddable read to wait")
+    critical = Background(clients, lambda: coll.find_one({"critical": True}))
+    await wait_for(lambda: len(recorder.waits) == 3, "the critical read to wait")
+    assert commands.started_names() == []
+
+    clock.now = start + 0.05  # the first slot: the critical read's
+    await critical.join()
+    assert [c["filter"] for c in commands.started_commands("find")] == [{"critical": True}]
+    assert not shed[0].done
+    assert not shed[1].done
+
+    clock.now = start + 0.10
+    await shed[0].join()
+    clock.now = start + 0.15
+    await shed[1].join()
+    assert [c["filter"] for c in commands.started_commands("find")] == [
+        {"critical": True},
+        {"shed": 0},
+        {"shed": 1},
+    ]
+    assert recorder.refusals == []
+
+
+class Tally:
+    """Successes and errors per class of operation (thread-safe)."""
+
+    def __init__(self) -> None:
+        """Start at zero."""
+        self._lock = threading.Lock()
+        self.ok = {"critical": 0, "sheddable": 0}
+        self.errors = {"critical": 0, "sheddable": 0}
+        self.last: dict[str, str] = {}
+
+    def add(self, kind: str, ok: bool) -> None:
+        """Count one finished operation of ``kind``."""
+        with self._lock:
+            (self.ok if ok else self.errors)[kind] += 1
+
+    def done(self, kind: str) -> int:
+        """Finished operations of ``kind``."""
+        with self._lock:
+            return self.ok[kind] + self.errors[kind]
+
+
+async def test_at_saturation_critical_operations_keep_their_deadline_and_sheddable_ones_shed(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: AdmissionRecorder,
+) -> None:
+    """Four critical and four sheddable workers back to back against a server limited to 40/s
+    (each class alone would saturate it; sheddable operations under a 1 s timeout, critical ones
+    10 s): at most 1% of the critical operations fail (the overload's onset, before the pacing
+    closes, may cost one), and the sheddable ones fail at least as often and get a small share."""
+    standalone_server.set_rate_limit(40, burst_seconds=0.25)
+    client = adaptive_client(clients, standalone_server, commands, recorder, timeoutMS=10_000)
+    coll = client.db.coll
+    tally = Tally()
+    target = 200  # critical operations to finish before every worker stops
+    stop = threading.Event()
+
+    async def worker(kind: str, index: int) -> None:
+        count = 0
+        while not stop.is_set():
+            count += 1
+            document = {"kind": kind, "worker": index, "n": count}
+            try:
+                if kind == "sheddable":
+                    with backpressure.overrides(criticality="sheddable"), pymongo.timeout(1.0):
+                        await resolve(coll.insert_one(document))
+                else:
+                    await resolve(coll.insert_one(document))
+            except PyMongoError as exc:
+                tally.add(kind, False)
+                tally.last[kind] = repr(backpressure.retry_summary(exc) or exc)
+            else:
+                tally.add(kind, True)
+            if kind == "critical" and tally.done("critical") >= target:
+                stop.set()
+
+    kinds = [("critical", i) for i in range(4)] + [("sheddable", i) for i in range(4)]
+    if clients.is_async:
+        tasks = [asyncio.ensure_future(worker(kind, i)) for kind, i in kinds]
+        await wait_for(lambda: stop.is_set(), "the critical workers to finish", timeout=120.0)
+        await asyncio.gather(*tasks)
+    else:
+        threads = [
+            threading.Thread(target=asyncio.run, args=(worker(kind, i),), daemon=True)
+            for kind, i in kinds
+        ]
+        for thread in threads:
+            thread.start()
+        await wait_for(lambda: stop.is_set(), "the critical workers to finish", timeout=120.0)
+        for thread in threads:
+            thread.join(60.0)
+            assert not thread.is_alive()
+    state = backpressure.state(client)
+    assert state is not None
+    assert state.controller.admission is not None
+    assert recorder.waits  # the server was paced
+    critical = tally.done("critical")
+    outcome = (tally.ok, tally.errors, tally.last)
+    assert tally.errors["critical"] <= 0.01 * critical, outcome
+    assert tally.errors["sheddable"] >= tally.errors["critical"], outcome
+    assert tally.ok["sheddable"] < tally.ok["critical"] / 4, outcome

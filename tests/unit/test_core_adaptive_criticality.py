@@ -1,0 +1,211 @@
+"""Timelines of the pacer's two classes: critical attempts first, sheddable ones shed first."""
+
+from __future__ import annotations
+
+import pytest
+from pymongo.errors import PyMongoError
+
+from backpressure.core.adaptive import (
+    Admission,
+    AdmissionControl,
+    AdmissionGate,
+    LocalOverloadError,
+    Refusal,
+)
+from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
+from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
+from backpressure.core.policy import ADAPTIVE
+from tests.fakes import FakeClock
+
+A = ("a", 27017)
+
+
+def paced(clock: FakeClock, **changes: float) -> tuple[AdmissionControl, float]:
+    """A control whose pacer of ``A`` closed after 1 s of 100 admitted replies/s; its rate."""
+    control = AdmissionControl(ADAPTIVE.replace(**changes), clock=clock)
+    for _ in range(100):
+        clock.advance(0.01)
+        control.record(A, overloaded=False)
+    for _ in range(1000):
+        control.record(A, overloaded=True)
+        if control.is_paced(A):
+            break
+    rate = control.snapshot()[A].rate
+    assert rate is not None
+    return control, rate
+
+
+def admission(decision: object) -> Admission:
+    """The decision as an Admission (fails on a refusal)."""
+    assert isinstance(decision, Admission)
+    return decision
+
+
+def slot(decision: Admission) -> float:
+    """The slot the decision reserved (fails when nothing was reserved)."""
+    assert decision.ticket is not None
+    return decision.ticket.slot
+
+
+def test_open_pacer_sends_sheddable_attempts_now() -> None:
+    """Before a server pushes back, criticality changes nothing: every attempt is sent now."""
+    control = AdmissionControl(ADAPTIVE, clock=FakeClock())
+    assert control.admit(A, sheddable=True) == Admission(0.0)
+    assert control.admit(A, sheddable=True, retry=True) == Admission(0.0)
+
+
+def test_critical_attempts_take_the_slots_of_waiting_sheddable_ones_in_arrival_order() -> None:
+    """Critical callers arriving behind sheddable ones are served first, first come first served;
+    each sheddable caller moves back one slot per critical caller."""
+    clock = FakeClock()
+    control, rate = paced(clock)
+    start = clock()
+    shed = [admission(control.admit(A, sheddable=True)) for _ in range(4)]
+    crit = [admission(control.admit(A)) for _ in range(2)]
+    step = 1.0 / rate
+    assert shed[0].wait == 0.0  # due now: already sending, nothing takes its place
+    assert [slot(d) for d in crit] == pytest.approx([start + step, start + 2 * step])
+    assert [slot(d) for d in shed[1:]] == pytest.approx([start + i * step for i in (3, 4, 5)])
+    assert control.snapshot()[A].backlog == pytest.approx(6 * step)
+
+
+def test_classes_order_critical_retries_critical_first_attempts_then_sheddable() -> None:
+    """The queue is in class order: critical retries, critical first attempts, sheddable retries,
+    sheddable first attempts, whatever order they arrived in."""
+    clock = FakeClock()
+    control, rate = paced(clock)
+    control.admit(A)  # takes the slot due now
+    arrivals = [
+        ("shed", admission(control.admit(A, sheddable=True))),
+        ("shed-retry", admission(control.admit(A, sheddable=True, retry=True))),
+        ("crit", admission(control.admit(A))),
+        ("crit-retry", admission(control.admit(A, retry=True))),
+    ]
+    order = [name for name, d in sorted(arrivals, key=lambda item: slot(item[1]))]
+    assert order == ["crit-retry", "crit", "shed-retry", "shed"]
+    slots = sorted(slot(d) for _, d in arrivals)
+    assert [b - a for a, b in zip(slots, slots[1:])] == pytest.approx([1.0 / rate] * 3)
+
+
+def test_sheddable_attempt_moved_past_its_deadline_is_held_until_it_then_refused() -> None:
+    """A sheddable caller pushed past its deadline by critical ones is not refused early (a closed
+    loop would spin): its recheck holds it until its bound, then refuses it."""
+    clock = FakeClock()
+    control, rate = paced(clock, adaptive_min_rate=1.0)
+    control.admit(A)  # the slot due now
+    step = 1.0 / rate
+    deadline = clock() + 2.5 * step  # room for slot 1 or 2, not 3
+    shed = admission(control.admit(A, deadline, sheddable=True))
+    assert slot(shed) == pytest.approx(clock() + step)
+    for _ in range(2):
+        admission(control.admit(A, clock() + 10.0))
+    assert shed.ticket is not None
+    assert shed.ticket.refused
+    hold = control.recheck(A, shed)
+    assert hold == pytest.approx(deadline - clock())  # held, not refused yet
+    clock.advance(hold)
+    refusal = control.recheck(A, shed)
+    assert isinstance(refusal, Refusal)
+    assert refusal.reason is StopReason.LOCAL_WAIT_DEADLINE
+
+
+def test_critical_attempt_moved_past_its_bound_by_a_retry_is_refused_as_before() -> None:
+    """Unmarked operations keep today's rule: a first attempt moved past its bound by a retry
+    learns it on its next recheck."""
+    clock = FakeClock()
+    control, rate = paced(clock)
+    control.admit(A)
+    step = 1.0 / rate
+    first = admission(control.admit(A, clock() + 1.5 * step))
+    admission(control.admit(A, clock() + 10.0, retry=True))
+    assert isinstance(control.recheck(A, first), Refusal)
+
+
+def test_critical_caller_does_not_jump_a_sheddable_slot_it_cannot_wait_for() -> None:
+    """A critical caller whose bound comes before the first sheddable slot is held and refused;
+    the queue stays as it was."""
+    clock = FakeClock()
+    control, rate = paced(clock)
+    step = 1.0 / rate
+    for _ in range(3):
+        control.admit(A)
+    shed = admission(control.admit(A, sheddable=True))
+    before = slot(shed)
+    crit = admission(control.admit(A, clock() + 1.5 * step))
+    assert crit.ticket is not None
+    assert crit.ticket.refused
+    assert slot(shed) == before
+
+
+def test_gate_refuses_a_held_sheddable_attempt_with_local_overload_error() -> None:
+    """Through the gate, a sheddable attempt moved past its bound is held, then raises
+    LocalOverloadError; a critical one keeps its slot."""
+    clock = FakeClock()
+    control, rate = paced(clock)
+    gate = AdmissionGate(control)
+    step = 1.0 / rate
+    gate.admit("find", A, None)
+    shed = gate.admit("find", A, clock() + 1.5 * step, sheddable=True)
+    crit = gate.admit("find", A, clock() + 10.0)
+    assert slot(crit) == pytest.approx(clock() + step)
+    wait = gate.recheck("find", A, shed)
+    assert wait > 0.0
+    clock.advance(wait)
+    with pytest.raises(LocalOverloadError):
+        gate.recheck("find", A, shed)
+
+
+def test_at_twice_the_rate_critical_callers_keep_their_deadline_and_sheddable_ones_are_shed() -> (
+    None
+):
+    """Offered twice the paced rate, half of it sheddable: every critical caller is sent within
+    its deadline; the sheddable callers absorb the whole excess."""
+    clock = FakeClock()
+    control, rate = paced(clock, adaptive_increase=1e-6, adaptive_quiet=60.0)
+    timeout = 0.5
+    sent = {"crit": 0, "shed": 0}
+    refused = {"crit": 0, "shed": 0}
+    waiting: list[tuple[str, Admission, float]] = []
+    dt = 1.0 / (2.0 * rate)
+    for i in range(round(4.0 * rate)):  # 2 s at twice the rate, alternating classes
+        kind = "shed" if i % 2 else "crit"
+        decision = control.admit(A, clock() + timeout, sheddable=kind == "shed")
+        if isinstance(decision, Refusal):
+            refused[kind] += 1
+        elif decision.wait == 0.0:
+            sent[kind] += 1
+        else:
+            waiting.append((kind, decision, clock() + decision.wait))
+        clock.advance(dt)
+        due = [w for w in waiting if w[2] <= clock() + 1e-9]
+        waiting = [w for w in waiting if w[2] > clock() + 1e-9]
+        for kind_, decision_, _ in due:
+            again = control.recheck(A, decision_)
+            if isinstance(again, Refusal):
+                refused[kind_] += 1
+            elif again <= 0.0:
+                sent[kind_] += 1
+                control.record(A, overloaded=False, admission=decision_)
+            else:
+                waiting.append((kind_, decision_, clock() + again))
+    offered = 2.0 * rate  # per class
+    assert refused["crit"] == 0
+    assert sent["crit"] >= offered - 2  # all of them (the last may still be waiting)
+    assert sent["shed"] <= 0.05 * offered
+    assert refused["shed"] >= 0.7 * offered  # the rest are held until their deadline
+
+
+def test_a_sheddable_retry_leaves_the_last_budget_token_to_critical_ones() -> None:
+    """With one token left, a sheddable operation's retry is refused for budget and a critical
+    one takes the token; with a full budget both retry."""
+    clock = FakeClock()
+    error = PyMongoError("rate exceeded", error_labels=[SYSTEM_OVERLOADED, RETRYABLE])
+    controller = RetryController(ADAPTIVE, random=lambda: 0.0, clock=clock)
+    budget = controller.budget.for_server(A)
+    assert budget.tokens == 1.0  # the adaptive preset starts with one token per server
+    shed = controller.decide(retry_number=1, error=error, server=A, sheddable=True)
+    assert shed == GiveUp(StopReason.BUDGET_EMPTY)
+    assert isinstance(controller.decide(retry_number=1, error=error, server=A), Retry)
+    full = RetryController(ADAPTIVE.replace(budget_initial=10), random=lambda: 0.0, clock=clock)
+    decision = full.decide(retry_number=1, error=error, server=A, sheddable=True)
+    assert isinstance(decision, Retry)
