@@ -381,3 +381,73 @@ async def test_a_retry_goes_ahead_and_the_first_attempt_it_displaced_waits_on(
     assert commands.started_names()[-1] == "find"
     assert len(commands.started_commands("find")) == 2
     assert recorder.refusals == []
+
+
+_SLEEPING_ADAPTERS = (
+    "backpressure.adapters.native_sync_wrappers",
+    "backpressure.adapters.native_async_wrappers",
+    "backpressure.adapters.backport.sync_loop",
+    "backpressure.adapters.backport.async_loop",
+)
+
+
+class _SteppedSleep:
+    """Stands in for ``time`` / ``asyncio`` in the adapters: a local wait moves the stepped
+    clock on instead of sleeping (and yields, so the loop or other threads run)."""
+
+    def __init__(self, clock: SteppedClock, real: Any, waits: list[float]) -> None:
+        self._clock, self._real, self._waits = clock, real, waits
+
+    def sleep(self, seconds: float) -> Any:
+        self._waits.append(seconds)
+        self._clock.now += seconds
+        return self._real(0)
+
+
+@pytest.mark.parametrize("rejections", [1, 3])
+async def test_a_transient_costs_only_the_attempts_it_rejected(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: AdmissionRecorder,
+    rejections: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The transient yardstick on a clock the test steps: 100 finds/s, then 1 or 3 rejected
+    (each retried once), a second later four times the demand for a second.  Nothing is
+    refused, every operation succeeds, and the local waits after the rise add up to under 2 %
+    of it."""
+    import sys
+
+    client = adaptive_client(clients, replicaset_server, commands, recorder)
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    clock = SteppedClock()
+    pace_on(client, clock)
+    waits: list[float] = []
+    for name in _SLEEPING_ADAPTERS:
+        module = sys.modules.get(name)
+        for attribute in ("time", "asyncio"):
+            real = getattr(module, attribute, None) if module is not None else None
+            if real is not None:
+                monkeypatch.setattr(module, attribute, _SteppedSleep(clock, real.sleep, waits))
+    for _ in range(100):  # a second of steady demand at 100/s
+        clock.now += 0.01
+        assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}
+    commands.reset()
+    replicaset_server.configure_fail_point(overload_fail_point(["find"], times=rejections))
+    for _ in range(rejections):
+        clock.now += 0.01
+        assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}
+    assert len(commands.started_commands("find")) == 2 * rejections  # one retry each
+    for _ in range(100):  # the steady demand goes on for a second
+        clock.now += 0.01
+        assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}
+    commands.reset()
+    waits.clear()
+    start = clock.now
+    for _ in range(400):  # four times the demand for the next second
+        clock.now += 0.0025
+        assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}
+    assert len(commands.started_commands("find")) == 400  # not one attempt more
+    assert recorder.refusals == []
+    assert sum(waits) < 0.02 * (clock.now - start)
