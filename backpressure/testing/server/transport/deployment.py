@@ -381,17 +381,19 @@ class Deployment:
                 )
                 return
             state.cpu_seconds += time.thread_time() - started
-            try:
-                reply = await self._handle(state, conn, request, admission, reader)
-            except _Close:
-                return
-            except Exception as exc:
-                log.exception("%s: handling %r failed", state.member.address, request.command_name)
-                reply = _internal_error(exc)
-            if request.more_to_come:
-                continue
             response_to = None
             while True:
+                try:
+                    reply = await self._handle(state, conn, request, admission, reader)
+                except _Close:
+                    return
+                except Exception as exc:
+                    log.exception(
+                        "%s: handling %r failed", state.member.address, request.command_name
+                    )
+                    reply = _internal_error(exc)
+                if request.more_to_come:
+                    break
                 streams = _streams_on(request, reply)
                 started = time.thread_time()
                 request_id = self._next_id()
@@ -409,15 +411,10 @@ class Deployment:
                 if not streams:
                     break
                 # An exhaust getMore: the next batch goes out unasked, answering this reply,
-                # until the cursor is exhausted or a batch fails (as mongod streams them).
+                # until the cursor is exhausted or a batch fails (as mongod streams them); the
+                # continuation is no new request, so the limiter does not see it.
                 response_to = request_id
-                try:
-                    reply = await self._handle(state, conn, request, _ADMITTED, reader)
-                except _Close:
-                    return
-                except Exception as exc:
-                    log.exception("%s: streaming getMore failed", state.member.address)
-                    reply = _internal_error(exc)
+                admission = _ADMITTED
 
     async def _parse_in_worker(self, header: Header, payload: bytearray) -> Request:
         """Parse a large message on the single parser thread (one at a time, bounding memory)."""
