@@ -4,153 +4,108 @@ Quick start::
 
     import backpressure
 
-    client = backpressure.MongoClient("mongodb://localhost/")          # default preset, current
-    backpressure.enable(pymongo_client, "current")                     # or an existing client
+    client = backpressure.MongoClient("mongodb://localhost/")   # the default preset, "current"
+    backpressure.enable(pymongo_client)                          # or an existing client
+    backpressure.policy(client)                                  # the policy it retries with
 
-``backpressure.AsyncIOMotorClient`` is built on first access, so importing this package never
-imports Motor.
+The names below are the public API; everything else is importable from its own module
+(``backpressure.core.*``, ``backpressure.switch.*``) but not re-exported here.  The subpackages
+``backpressure.metrics``, ``backpressure.testing`` and ``backpressure.sim`` are imported on first
+attribute access, and ``backpressure.AsyncIOMotorClient`` is built on first access, so importing
+this package never imports Motor, SimPy, prometheus-client or OpenTelemetry.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from backpressure.adapters.seams import UnsupportedPymongoError, UntestedPymongoWarning
-from backpressure.core.adaptive import (
-    AdmissionControl,
-    AdmissionListener,
-    LocalOverloadError,
-    LocalRefusalEvent,
-    LocalWaitEvent,
-)
-from backpressure.core.backoff import backoff_ceiling, backoff_delay
-from backpressure.core.budget import A6Budget, NullBudget, RetryBudget, ServerBudgets, budget_for
-from backpressure.core.client_state import ClientState
-from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
-from backpressure.core.events import (
-    GiveUpEvent,
-    HedgeEvent,
-    HedgeListener,
-    OperationFinishedEvent,
-    OperationListener,
-    RetryEvent,
-    RetryListener,
-    RetrySummary,
-    retry_summary,
-)
+from backpressure.adapters.seams import UntestedPymongoWarning
+from backpressure.core.adaptive import LocalOverloadError
+from backpressure.core.events import GiveUpEvent, RetryEvent, RetryListener
 from backpressure.core.extras import MissingExtraError
-from backpressure.core.labels import (
-    NO_WRITES_PERFORMED,
-    RETRYABLE,
-    SYSTEM_OVERLOADED,
-    add_overload_labels,
-    has_no_writes_performed,
-    is_overload,
-    is_retryable_overload,
-    server_base_backoff,
-)
-from backpressure.core.operation import OperationRetries
-from backpressure.core.outer import handled_by_backpressure, is_transient, retry_outside
+from backpressure.core.labels import is_retryable_overload
+from backpressure.core.outer import is_transient, retry_outside
 from backpressure.core.overrides import Criticality
-from backpressure.core.policy import (
-    ADAPTIVE,
-    CURRENT_SPEC,
-    DRAFT,
-    PRESETS,
-    InvalidPolicyError,
-    Policy,
-    resolve_policy,
-)
-from backpressure.core.stats import BackpressureStats, ServerStats
+from backpressure.core.policy import ADAPTIVE, CURRENT_SPEC, DRAFT, InvalidPolicyError, Policy
+from backpressure.core.stats import BackpressureStats
 from backpressure.switch.client import (
     AsyncMongoClient,
     MongoClient,
-    budget,
     disable,
     enable,
     is_enabled,
-    state,
+    policy,
     stats,
 )
 from backpressure.switch.overrides import overrides
 from backpressure.switch.registry import register, unregister
-from backpressure.switch.uri_options import parse_backpressure_options
+
+if TYPE_CHECKING:
+    from backpressure import metrics as metrics
+    from backpressure import sim as sim
+    from backpressure import testing as testing
 
 __version__ = "0.1.0"
+"""The version of the pymongo-backpressure distribution."""
 
 __all__ = [
     "ADAPTIVE",
     "CURRENT_SPEC",
     "DRAFT",
-    "NO_WRITES_PERFORMED",
-    "PRESETS",
-    "RETRYABLE",
-    "SYSTEM_OVERLOADED",
-    "A6Budget",
-    "AdmissionControl",
-    "AdmissionListener",
     "AsyncIOMotorClient",
     "AsyncMongoClient",
     "BackpressureStats",
-    "ClientState",
     "Criticality",
-    "GiveUp",
     "GiveUpEvent",
-    "HedgeEvent",
-    "HedgeListener",
     "InvalidPolicyError",
     "LocalOverloadError",
-    "LocalRefusalEvent",
-    "LocalWaitEvent",
     "MissingExtraError",
     "MongoClient",
-    "NullBudget",
-    "OperationFinishedEvent",
-    "OperationListener",
-    "OperationRetries",
     "Policy",
-    "Retry",
-    "RetryBudget",
-    "RetryController",
     "RetryEvent",
     "RetryListener",
-    "RetrySummary",
-    "ServerBudgets",
-    "ServerStats",
-    "StopReason",
-    "UnsupportedPymongoError",
     "UntestedPymongoWarning",
     "__version__",
-    "add_overload_labels",
-    "backoff_ceiling",
-    "backoff_delay",
-    "budget",
-    "budget_for",
     "disable",
     "enable",
-    "handled_by_backpressure",
-    "has_no_writes_performed",
     "is_enabled",
-    "is_overload",
     "is_retryable_overload",
     "is_transient",
     "overrides",
-    "parse_backpressure_options",
+    "policy",
     "register",
-    "resolve_policy",
     "retry_outside",
-    "retry_summary",
-    "server_base_backoff",
-    "state",
     "stats",
     "unregister",
 ]
 
+_SUBPACKAGES = {
+    # subpackage -> (a module it cannot work without, the extra that installs it), or None
+    "metrics": None,
+    "testing": None,
+    "sim": ("simpy", "sim"),
+}
+
 
 def __getattr__(name: str) -> Any:
-    """Build ``AsyncIOMotorClient`` on first access (imports Motor)."""
+    """Build ``AsyncIOMotorClient`` or import a subpackage on first access.
+
+    Raises:
+        MissingExtraError: ``backpressure.AsyncIOMotorClient`` without Motor, or
+            ``backpressure.sim`` without SimPy.
+        AttributeError: any other unknown name.
+    """
     if name == "AsyncIOMotorClient":
         from backpressure.switch.client import motor_client_class
 
         return motor_client_class()
+    if name in _SUBPACKAGES:
+        import importlib
+
+        from backpressure.core.extras import require
+
+        needs = _SUBPACKAGES[name]
+        if needs is not None:
+            require(needs[0], needs[1], f"backpressure.{name}")
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -44,6 +44,7 @@ from pymongo import MongoClient
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 
+from backpressure.switch.client import state as state_of
 from backpressure.workload.policies import Document
 
 __all__ = [
@@ -464,7 +465,7 @@ def open_targets(
         stock_client.close()
         raise
     try:
-        state = backpressure.state(enabled_client)
+        state = state_of(enabled_client)
         preset = state.policy.name if state is not None else "disabled"
         seed = stock_client[_DATABASE]["overhead"]
         seed.drop()

@@ -10,7 +10,13 @@ from typing import Any, Callable, Optional
 from backpressure.core.adaptive import AdmissionControl, AdmissionGate
 from backpressure.core.budget import A6Budget, NullBudget, RetryBudget, ServerBudgets
 from backpressure.core.decision import RetryController
-from backpressure.core.events import Address, OperationFinishedEvent, RetryListener
+from backpressure.core.events import (
+    Address,
+    GiveUpEvent,
+    OperationFinishedEvent,
+    RetryEvent,
+    RetryListener,
+)
 from backpressure.core.operation import BudgetWarnings, OperationRetries
 from backpressure.core.overrides import Criticality, OperationSettings
 from backpressure.core.policy import Policy
@@ -38,24 +44,59 @@ def _operation_listeners(listeners: Sequence[Any]) -> tuple[Any, ...]:
     )
 
 
-def _retry_listeners(listeners: Sequence[Any]) -> tuple[Any, ...]:
-    """The listeners that implement ``retried`` and ``gave_up``."""
-    return tuple(
-        listener
-        for listener in listeners
-        if callable(getattr(listener, "retried", None))
-        and callable(getattr(listener, "gave_up", None))
-    )
+class _PartialRetryListener:
+    """A listener with only one of ``retried``/``gave_up``, seen as a full ``RetryListener``.
+
+    The method it lacks does nothing, so the retry bookkeeping can call both.
+    """
+
+    __slots__ = ("listener",)
+
+    def __init__(self, listener: Any) -> None:
+        """Wrap ``listener``."""
+        self.listener = listener
+
+    def retried(self, event: RetryEvent) -> None:
+        """Call the listener's ``retried`` if it has one."""
+        callback = getattr(self.listener, "retried", None)
+        if callable(callback):
+            callback(event)
+
+    def gave_up(self, event: GiveUpEvent) -> None:
+        """Call the listener's ``gave_up`` if it has one."""
+        callback = getattr(self.listener, "gave_up", None)
+        if callable(callback):
+            callback(event)
+
+    def __repr__(self) -> str:
+        """Show the wrapped listener (log messages name it)."""
+        return repr(self.listener)
+
+
+def _retry_listeners(listeners: Sequence[Any]) -> tuple[RetryListener, ...]:
+    """The listeners that implement ``retried`` or ``gave_up`` (or both), as RetryListeners."""
+    found: list[RetryListener] = []
+    for listener in listeners:
+        retried = callable(getattr(listener, "retried", None))
+        gave_up = callable(getattr(listener, "gave_up", None))
+        if retried and gave_up:
+            found.append(listener)
+        elif retried or gave_up:
+            found.append(_PartialRetryListener(listener))
+    return tuple(found)
 
 
 @dataclass
 class ClientState:
     """What one enabled client carries: its controller (policy + budget) and its listeners.
 
-    ``listeners`` may implement ``retried``/``gave_up`` (the ``RetryListener`` protocol),
-    ``operation_finished`` (the ``OperationListener`` protocol), or both.  ``settings`` is called
-    when an operation starts its retry bookkeeping; it returns the operation's overrides and test
-    mode (the switch layer reads them from a context variable), or None.
+    ``listeners`` implement one or more methods of the listener protocols
+    (:data:`backpressure.core.events.LISTENER_METHODS`): ``retried``/``gave_up``
+    (``RetryListener``), ``operation_finished`` (``OperationListener``), ``waited``/``refused``
+    (``AdmissionListener``), ``hedged`` (``HedgeListener``); each method is called if present.
+    ``settings`` is called when an operation starts its retry bookkeeping; it returns the
+    operation's overrides and test mode (the switch layer reads them from a context variable), or
+    None.
     """
 
     controller: RetryController
@@ -85,7 +126,7 @@ class ClientState:
 
     def _refresh_listeners(self) -> None:
         """Split ``listeners`` by the protocols they implement."""
-        self._retry_listeners: tuple[RetryListener, ...] = _retry_listeners(self.listeners)
+        self._retry_listeners = _retry_listeners(self.listeners)
         self._operation_listeners: tuple[Any, ...] = _operation_listeners(self.listeners)
         if self.gate is not None:
             self.gate.listeners = self.listeners
@@ -140,6 +181,13 @@ class ClientState:
             return False
         settings = self.settings()
         return settings is not None and settings.criticality is Criticality.SHEDDABLE
+
+    def __repr__(self) -> str:
+        """Name the client, its policy with the key fields, and how many listeners it has."""
+        return (
+            f"ClientState(client={self.label!r}, policy={self.policy.describe()}, "
+            f"listeners={len(self.listeners)})"
+        )
 
     @property
     def policy(self) -> Policy:

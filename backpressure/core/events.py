@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Optional, Protocol
 
 from backpressure.core.decision import StopReason
+from backpressure.core.policy import InvalidPolicyError, short_repr
 
 __all__ = [
+    "LISTENER_METHODS",
     "GiveUpEvent",
     "HedgeEvent",
     "HedgeListener",
+    "InvalidListenerError",
     "OperationFinishedEvent",
     "OperationListener",
     "RetryEvent",
     "RetryListener",
     "RetrySummary",
     "attach_summary",
+    "check_listener",
     "retry_summary",
 ]
 
@@ -158,3 +164,55 @@ def attach_summary(exc: BaseException, summary: RetrySummary) -> None:
     """Store ``summary`` on ``exc``; silently does nothing if the exception forbids attributes."""
     with contextlib.suppress(Exception):
         setattr(exc, _SUMMARY_ATTR, summary)
+
+
+LISTENER_METHODS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "RetryListener": ("retried", "gave_up"),
+        "OperationListener": ("operation_finished",),
+        "AdmissionListener": ("waited", "refused"),
+        "HedgeListener": ("hedged",),
+    }
+)
+"""The listener protocols, each with its methods (``AdmissionListener`` is in
+:mod:`backpressure.core.adaptive`).  A listener implements at least one of these methods; each
+method it lacks is simply not called."""
+
+
+class InvalidListenerError(InvalidPolicyError, TypeError):
+    """An object given as a listener implements no method of any listener protocol.
+
+    Raised alike by ``backpressure.register``, ``enable(listeners=...)`` and the
+    ``backpressure_listeners`` keyword of the client classes.  It is an
+    :class:`~backpressure.InvalidPolicyError` (as every invalid option is) and a ``TypeError``
+    (as pymongo's ``monitoring.register`` raises for an object that is no listener).
+    """
+
+
+def _accepted() -> str:
+    """Name the accepted methods, by protocol, for an error message."""
+    return "; ".join(
+        f"{protocol}: {', '.join(f'{method}()' for method in methods)}"
+        for protocol, methods in LISTENER_METHODS.items()
+    )
+
+
+def check_listener(listener: object, where: str) -> None:
+    """Raise unless ``listener`` implements at least one method of a listener protocol.
+
+    Args:
+        listener: the object to check.
+        where: how the caller names it in the message (``"register()"``,
+            ``"backpressure_listeners[0]"``).
+
+    Raises:
+        InvalidListenerError: ``listener`` has none of the methods in ``LISTENER_METHODS``;
+            the message names ``where``, the object's type and every accepted method.
+    """
+    for methods in LISTENER_METHODS.values():
+        if any(callable(getattr(listener, method, None)) for method in methods):
+            return
+    raise InvalidListenerError(
+        f"{where} must be a backpressure listener, an object with at least one of these methods "
+        f"({_accepted()}); got {type(listener).__name__} {short_repr(listener)}"
+    )

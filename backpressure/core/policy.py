@@ -14,6 +14,7 @@ where ``n`` is the retry number (1 for the first retry), ``jitter`` is uniform i
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ __all__ = [
     "CURRENT_SPEC",
     "DEFAULT_POLICY",
     "DRAFT",
+    "FIELD_NAMES",
     "HEDGE_DELAY_LIMIT",
     "MAX_HEDGES_LIMIT",
     "PRESETS",
@@ -79,6 +81,8 @@ BUDGET_SCOPES: tuple[str, ...] = ("client", "server")
 BUDGET_MODES: tuple[str, ...] = ("bucket", "ratio", "a6")
 """Allowed ``Policy.budget_mode`` values (see :class:`Policy`)."""
 _EXPONENT_LIMIT = 64
+_FIELDS: frozenset[str] = frozenset()
+"""The field names of Policy (filled in once the class exists)."""
 
 
 def short_repr(value: object) -> str:
@@ -180,6 +184,51 @@ class Policy:
     name: str = dataclasses.field(default="custom", compare=False)
     """Label for logs and reprs (not compared); presets: "draft", "current", "adaptive"."""
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Policy:
+        """Refuse unknown field names before the generated ``__init__`` sees them.
+
+        Raises:
+            InvalidPolicyError: a keyword is no field of Policy (the message lists the fields).
+        """
+        _check_field_names(kwargs)
+        return super().__new__(cls)
+
+    def __repr__(self) -> str:
+        """Show the name and the fields that differ from the defaults (it evaluates back)."""
+        shown = [f"name={self.name!r}"]
+        for field in dataclasses.fields(self):
+            if field.name == "name":
+                continue
+            value = getattr(self, field.name)
+            if value != field.default:
+                shown.append(f"{field.name}={value!r}")
+        return f"Policy({', '.join(shown)})"
+
+    def describe(self) -> str:
+        """One line naming the preset and the key fields, for logs and reprs.
+
+        For example ``current: max_retries=2, base=100ms, max=10s, budget=off,
+        retargeting=off``; a preset changed by options is named ``current (modified)``.
+        """
+        preset = PRESETS.get(self.name)
+        label = self.name if preset is None or preset == self else f"{self.name} (modified)"
+        if self.budget_enabled:
+            budget = f"{self.budget_mode}({self.budget_capacity:g} per {self.budget_scope})"
+        else:
+            budget = "off"
+        parts = [
+            f"max_retries={self.max_retries}",
+            f"base={_duration(self.base_backoff)}",
+            f"max={_duration(self.max_backoff)}",
+            f"budget={budget}",
+            f"retargeting={'on' if self.retarget else 'off'}",
+        ]
+        if self.adaptive:
+            parts.append("adaptive=on")
+        if self.hedge_delay is not None:
+            parts.append(f"hedging={_duration(self.hedge_delay)} x{self.max_hedges}")
+        return f"{label}: {', '.join(parts)}"
+
     def __post_init__(self) -> None:
         """Validate every field; raise InvalidPolicyError naming the first bad one."""
         for field in _BOOL_FIELDS:
@@ -280,8 +329,40 @@ class Policy:
         return self.hedge_delay is not None
 
     def replace(self, **changes: Any) -> Policy:
-        """Return a copy with ``changes`` applied (validated again)."""
+        """Return a copy with ``changes`` applied (validated again).
+
+        Raises:
+            InvalidPolicyError: a change names no field of Policy (the message lists the
+                fields), or a value is invalid.
+        """
+        _check_field_names(changes)
         return dataclasses.replace(self, **changes)
+
+
+FIELD_NAMES: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(Policy))
+"""The fields of :class:`Policy`, in declaration order."""
+_FIELDS = frozenset(FIELD_NAMES)
+
+
+def _check_field_names(names: Mapping[str, Any]) -> None:
+    """Raise InvalidPolicyError, listing the valid fields, if a key of ``names`` is no field."""
+    unknown = [name for name in names if name not in _FIELDS]
+    if not unknown:
+        return
+    close = difflib.get_close_matches(str(unknown[0]), FIELD_NAMES, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    noun = "field" if len(unknown) == 1 else "fields"
+    raise InvalidPolicyError(
+        f"Policy has no {noun} {', '.join(repr(name) for name in unknown)}{hint}; "
+        f"its fields are {', '.join(sorted(_FIELDS))}"
+    )
+
+
+def _duration(seconds: float) -> str:
+    """Format seconds for a log line: ``100ms``, ``1.5s``, ``10s``."""
+    if 0 < seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    return f"{seconds:g}s"
 
 
 DRAFT = Policy(name="draft")

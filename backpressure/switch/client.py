@@ -15,6 +15,7 @@ are also read from the connection string (see :mod:`backpressure.switch.uri_opti
 
 from __future__ import annotations
 
+import logging
 import random as _random
 import threading
 from collections.abc import Mapping, Sequence
@@ -23,15 +24,16 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 import pymongo
+from pymongo.errors import InvalidOperation
 
 from backpressure.adapters import hedging, seams
 from backpressure.core.adaptive import admission_for
 from backpressure.core.budget import Budget
 from backpressure.core.client_state import STATE_ATTRIBUTE, ClientState
 from backpressure.core.decision import RetryController
-from backpressure.core.events import RetryListener
+from backpressure.core.events import InvalidListenerError, check_listener
 from backpressure.core.extras import require
-from backpressure.core.policy import InvalidPolicyError, Policy, resolve_policy
+from backpressure.core.policy import Policy, resolve_policy
 from backpressure.core.stats import BackpressureStats
 from backpressure.switch import registry
 from backpressure.switch.overrides import current_settings
@@ -43,6 +45,7 @@ from backpressure.switch.uri_options import (
     parse_backpressure_options,
     split_backpressure_kwargs,
     validate_option,
+    warn_inert_options,
 )
 
 if TYPE_CHECKING:
@@ -55,9 +58,13 @@ __all__ = [
     "disable",
     "enable",
     "is_enabled",
+    "policy",
     "state",
     "stats",
 ]
+
+LOGGER = logging.getLogger("backpressure")
+"""Where ``enable`` reports each client it enables (one INFO line per call)."""
 
 C = TypeVar("C")
 _DocumentType = TypeVar("_DocumentType", bound="Mapping[str, Any]")
@@ -93,29 +100,22 @@ def _pymongo_client(client: Any) -> Any:
 def validate_listeners(listeners: object, option: str = "listeners") -> tuple[Any, ...]:
     """Return ``listeners`` as a tuple after checking that each one is a listener.
 
-    A listener implements ``retried`` and ``gave_up`` (``RetryListener``), or
-    ``operation_finished`` (``OperationListener``), or ``hedged`` (``HedgeListener``), or
-    several of them.
+    The rule is ``backpressure.register``'s (:func:`backpressure.core.events.check_listener`):
+    a listener implements at least one method of ``RetryListener`` (``retried``, ``gave_up``),
+    ``OperationListener`` (``operation_finished``), ``AdmissionListener`` (``waited``,
+    ``refused``) or ``HedgeListener`` (``hedged``).
 
     Raises:
-        InvalidPolicyError: ``listeners`` is not a list or tuple, or an item is no listener
-            (the message names the option and the item).
+        InvalidListenerError: ``listeners`` is not a list or tuple, or an item is no listener
+            (the message names the option, the item and the accepted methods).
     """
     if not isinstance(listeners, (list, tuple)):
-        raise InvalidPolicyError(
+        raise InvalidListenerError(
             f"{option} must be a list or tuple of listeners, got {type(listeners).__name__} "
             f"{listeners!r}"
         )
     for index, listener in enumerate(listeners):
-        retry = all(callable(getattr(listener, name, None)) for name in ("retried", "gave_up"))
-        finished = callable(getattr(listener, "operation_finished", None))
-        hedges = callable(getattr(listener, "hedged", None))
-        if not (retry or finished or hedges):
-            raise InvalidPolicyError(
-                f"{option}[{index}] must be a listener (a RetryListener with retried and "
-                f"gave_up, an OperationListener with operation_finished, or a HedgeListener "
-                f"with hedged), got {listener!r}"
-            )
+        check_listener(listener, f"{option}[{index}]")
     return tuple(listeners)
 
 
@@ -141,7 +141,7 @@ def enable(
     client: C,
     policy: PolicySetting = True,
     *,
-    listeners: Sequence[RetryListener] = (),
+    listeners: Sequence[object] = (),
     random: Optional[Callable[[], float]] = None,
 ) -> C:
     """Make ``client`` retry overload errors with ``policy``; return ``client``.
@@ -149,21 +149,29 @@ def enable(
     Enabling an enabled client replaces its policy, budget and listeners.  ``policy`` False or
     None disables it.
 
+    The application's own ``maxAdaptiveRetries`` and ``enableOverloadRetargeting`` (given to a
+    pymongo >= 4.17 client in its URI or keywords) beat the policy's ``max_retries`` and
+    ``retarget``, as they do for the client classes.  Each call logs one INFO line on the
+    ``backpressure`` logger naming the client and the policy.
+
     Args:
         client: a ``pymongo.MongoClient``, ``pymongo.AsyncMongoClient`` or Motor
             ``AsyncIOMotorClient``.
         policy: True (the default preset, "current"), a preset name ("adaptive", "draft",
             "current") or a Policy.
-        listeners: receive a RetryEvent per retry and a GiveUpEvent per give-up (and an
-            OperationFinishedEvent per operation if they implement ``operation_finished``),
-            after the listeners registered with ``backpressure.register``.
+        listeners: objects implementing at least one listener method (``retried``,
+            ``gave_up``, ``operation_finished``, ``waited``, ``refused``, ``hedged``; the rule
+            of ``backpressure.register``); they get their events after the listeners
+            registered with ``backpressure.register``.
         random: jitter source in [0, 1) (tests pin it); defaults to ``random.random``, looked up
             at each draw as pymongo does, so ``unittest.mock.patch("random.random")`` reaches it.
 
     Raises:
-        InvalidPolicyError: ``policy`` is not a valid setting, or ``listeners`` is not a list
-            or tuple of listeners.
+        InvalidPolicyError: ``policy`` is not a valid setting.
+        InvalidListenerError: ``listeners`` is not a list or tuple of listeners (an
+            InvalidPolicyError and a TypeError).
         TypeError: ``client`` is not a supported client.
+        pymongo.errors.InvalidOperation: ``client`` is closed.
         UnsupportedPymongoError: a pymongo internal the adapter needs does not match (the
             message names the pymongo version and the seam); the client is left untouched.
     """
@@ -172,6 +180,10 @@ def enable(
         return disable(client)
     checked = validate_listeners(listeners)
     target = _pymongo_client(client)
+    if _is_closed(target):
+        raise InvalidOperation(
+            f"Cannot enable backpressure on a closed {type(client).__name__}: create a new client"
+        )
     # The application's own maxAdaptiveRetries / enableOverloadRetargeting beat the preset, as
     # they do for the client classes.
     resolved = apply_overrides(resolved, seams.explicit_overload_options(target))
@@ -194,7 +206,18 @@ def enable(
     hedging.install(target, new_state)  # a no-op unless the policy sets hedge_delay
     setattr(target, STATE_ATTRIBUTE, new_state)
     registry.track(target, new_state)
+    LOGGER.info(
+        "backpressure enabled on %s(%s) with policy %s",
+        type(client).__name__,
+        new_state.label,
+        resolved.describe(),
+    )
     return client
+
+
+def _is_closed(target: Any) -> bool:
+    """Whether the pymongo client ``target`` was closed (pymongo 4.9+ set ``_closed``)."""
+    return getattr(target, "_closed", False) is True
 
 
 def _module_random() -> float:
@@ -234,6 +257,26 @@ def is_enabled(client: Any) -> bool:
     return state(client) is not None
 
 
+def policy(client: Any) -> Policy:
+    """Return the policy ``client`` retries overload errors with.
+
+    That is the preset or Policy it was enabled with, after its ``maxAdaptiveRetries``,
+    ``enableOverloadRetargeting``, ``hedgeDelayMS`` and ``maxHedges`` options.
+    ``policy(client).describe()`` names it and its key fields in one line.
+
+    Raises:
+        ValueError: ``client`` is not enabled.
+        TypeError: ``client`` is not a supported client.
+    """
+    current = state(client)
+    if current is None:
+        raise ValueError(
+            f"backpressure is not enabled on this {type(client).__name__}, so it has no policy; "
+            "enable it with backpressure.enable(client) or create it with backpressure.MongoClient"
+        )
+    return current.policy
+
+
 def stats(client: Any) -> BackpressureStats:
     """Return a frozen snapshot of ``client``'s retry statistics since it was enabled.
 
@@ -260,7 +303,7 @@ class _Prepared:
     host: Any
     kwargs: dict[str, Any]
     policy: Optional[Policy]
-    listeners: tuple[RetryListener, ...]
+    listeners: tuple[object, ...]
 
 
 def _clean_host(host: Any) -> tuple[Any, dict[str, Any]]:
@@ -283,7 +326,7 @@ def _prepare(
     host: Any,
     kwargs: dict[str, Any],
     setting: Any,
-    listeners: Sequence[RetryListener],
+    listeners: Sequence[object],
     *,
     is_async: bool,
 ) -> _Prepared:
@@ -301,6 +344,7 @@ def _prepare(
     policy = resolve_policy(switch)
     if policy is not None:
         policy = apply_overrides(policy, options)
+        warn_inert_options(policy, options)
     checked = validate_listeners(listeners, "backpressure_listeners")
     if seams.HAS_NATIVE_BACKPRESSURE:
         # pymongo's own options: the user's values stay the client's "original" ones.
@@ -321,7 +365,7 @@ def _construct(
     positional: tuple[Any, ...],
     kwargs: dict[str, Any],
     setting: Any,
-    listeners: Sequence[RetryListener],
+    listeners: Sequence[object],
     *,
     is_async: bool,
     close_on_failure: bool,
@@ -369,7 +413,7 @@ class MongoClient(pymongo.MongoClient[_DocumentType]):
         type_registry: Optional[TypeRegistry] = None,
         *,
         backpressure: PolicySetting = _UNSET,
-        backpressure_listeners: Sequence[RetryListener] = (),
+        backpressure_listeners: Sequence[object] = (),
         **kwargs: Any,
     ) -> None:
         """Create a client; arguments as ``pymongo.MongoClient`` plus our options.
@@ -404,7 +448,7 @@ class AsyncMongoClient(pymongo.AsyncMongoClient[_DocumentType]):
         type_registry: Optional[TypeRegistry] = None,
         *,
         backpressure: PolicySetting = _UNSET,
-        backpressure_listeners: Sequence[RetryListener] = (),
+        backpressure_listeners: Sequence[object] = (),
         **kwargs: Any,
     ) -> None:
         """Create a client; arguments as ``pymongo.AsyncMongoClient`` plus our options.
@@ -455,7 +499,7 @@ def _build_motor_client_class() -> type:
             self,
             *args: Any,
             backpressure: PolicySetting = _UNSET,
-            backpressure_listeners: Sequence[RetryListener] = (),
+            backpressure_listeners: Sequence[object] = (),
             **kwargs: Any,
         ) -> None:
             """Create a client; arguments as Motor's plus our options."""

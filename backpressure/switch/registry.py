@@ -13,6 +13,7 @@ import weakref
 from typing import Any
 
 from backpressure.core.client_state import ClientState
+from backpressure.core.events import check_listener
 
 __all__ = [
     "enabled_states",
@@ -28,30 +29,21 @@ _LISTENERS: tuple[Any, ...] = ()
 _CLIENTS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
 
-def _check_listener(listener: Any) -> None:
-    """Raise TypeError unless ``listener`` implements one of the listener protocols."""
-    retry = callable(getattr(listener, "retried", None)) and callable(
-        getattr(listener, "gave_up", None)
-    )
-    operation = callable(getattr(listener, "operation_finished", None))
-    if not (retry or operation):
-        raise TypeError(
-            "a backpressure listener needs retried() and gave_up() (RetryListener) or "
-            f"operation_finished() (OperationListener); {type(listener).__name__} has neither"
-        )
-
-
 def register(listener: Any) -> None:
     """Add ``listener`` to every client enabled from now on (no-op if already registered).
 
-    ``listener`` implements ``RetryListener`` (``retried``, ``gave_up``), ``OperationListener``
-    (``operation_finished``) or both.  Clients enabled before keep their listeners.
+    ``listener`` implements at least one method of ``RetryListener`` (``retried``,
+    ``gave_up``), ``OperationListener`` (``operation_finished``), ``AdmissionListener``
+    (``waited``, ``refused``) or ``HedgeListener`` (``hedged``): the rule of ``enable``'s
+    ``listeners`` and of the ``backpressure_listeners`` keyword.  Clients enabled before keep
+    their listeners.
 
     Raises:
-        TypeError: ``listener`` implements neither protocol.
+        InvalidListenerError: ``listener`` implements no such method (an
+            :class:`~backpressure.InvalidPolicyError` and a ``TypeError``).
     """
     global _LISTENERS
-    _check_listener(listener)
+    check_listener(listener, "register()'s listener")
     with _LOCK:
         if not any(existing is listener for existing in _LISTENERS):
             _LISTENERS = (*_LISTENERS, listener)

@@ -6,7 +6,10 @@ arguments before pymongo sees them, so pymongo < 4.17 never meets an option it d
 pymongo >= 4.17 gets its own two options only in the form the adapter chooses.  As in pymongo, an
 invalid value in a URI is reported with a ``UserWarning`` and ignored (``warn=False`` raises
 instead), while an invalid keyword argument raises :class:`~backpressure.InvalidPolicyError`
-naming the option and the allowed values.  ``maxAdaptiveRetries`` overrides ``Policy.max_retries``
+naming the option and the allowed values.  A keyword takes the Python type (an int for
+``maxAdaptiveRetries``, ``hedgeDelayMS`` and ``maxHedges``, a bool for
+``enableOverloadRetargeting``); the string forms (``"3"``, ``"true"``) belong to the URI, where
+every value is a string.  ``maxAdaptiveRetries`` overrides ``Policy.max_retries``
 and ``enableOverloadRetargeting`` overrides ``Policy.retarget``; ``hedgeDelayMS`` (milliseconds)
 sets ``Policy.hedge_delay`` (seconds) and ``maxHedges`` sets ``Policy.max_hedges``.
 """
@@ -38,10 +41,12 @@ __all__ = [
     "MAX_ADAPTIVE_RETRIES_LIMIT",
     "MAX_HEDGES",
     "OPTION_NAMES",
+    "InertOptionWarning",
     "apply_overrides",
     "parse_backpressure_options",
     "split_backpressure_kwargs",
     "validate_option",
+    "warn_inert_options",
 ]
 
 BACKPRESSURE = "backpressure"
@@ -122,31 +127,36 @@ def _validate_max_adaptive_retries(value: object, *, from_uri: bool) -> int:
 
 
 def _validate_int(option: str, value: object, low: int, high: int, *, from_uri: bool) -> int:
-    """Return ``value`` (an int, or a string of one) as an int in ``low..high``, or raise."""
+    """Return ``value`` as an int in ``low..high``, or raise.
+
+    A URI value is the string of an int; a keyword value is an int (not a bool, not a string).
+    """
     number: Optional[int] = None
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
-    elif isinstance(value, str):
+    elif isinstance(value, str) and from_uri:
         try:
             number = int(value.strip())
         except ValueError:
             number = None
     if number is None or not low <= number <= high:
-        raise _invalid(option, f"an integer from {low} to {high}", value, from_uri=from_uri)
+        allowed = f"an integer from {low} to {high}" if from_uri else f"an int from {low} to {high}"
+        raise _invalid(option, allowed, value, from_uri=from_uri)
     return number
 
 
 def _validate_retargeting(value: object, *, from_uri: bool) -> bool:
     """Return ``value`` as a bool or raise InvalidPolicyError.
 
-    pymongo's URI rule, for keywords and URIs alike: a bool, or exactly ``'true'``/``'false'``.
+    A URI value is exactly ``'true'`` or ``'false'`` (pymongo's rule); a keyword value is a bool.
     """
+    if from_uri:
+        if isinstance(value, str) and value in _URI_BOOLEANS:
+            return _URI_BOOLEANS[value]
+        raise _invalid(ENABLE_OVERLOAD_RETARGETING, "'true' or 'false'", value, from_uri=True)
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value in _URI_BOOLEANS:
-        return _URI_BOOLEANS[value]
-    allowed = "'true' or 'false'" if from_uri else "'true' or 'false' (or a bool)"
-    raise _invalid(ENABLE_OVERLOAD_RETARGETING, allowed, value, from_uri=from_uri)
+    raise _invalid(ENABLE_OVERLOAD_RETARGETING, "a bool (True or False)", value, from_uri=False)
 
 
 def _validate_switch(value: object, *, from_uri: bool) -> Union[bool, Policy]:
@@ -265,6 +275,25 @@ def split_backpressure_kwargs(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any]
             raise InvalidPolicyError(f"option {canonical} given more than once")
         ours[canonical] = validate_option(canonical, value)
     return rest, ours
+
+
+class InertOptionWarning(UserWarning):
+    """An option was given that has no effect (``maxHedges`` without ``hedgeDelayMS``)."""
+
+
+def warn_inert_options(policy: Policy, options: Mapping[str, Any]) -> None:
+    """Warn with :class:`InertOptionWarning` about options that change nothing in ``policy``.
+
+    ``maxHedges`` without ``hedgeDelayMS`` (when the policy itself does not hedge) is inert:
+    hedging is on only with a hedge delay.
+    """
+    if MAX_HEDGES in options and HEDGE_DELAY_MS not in options and policy.hedge_delay is None:
+        warnings.warn(
+            f"{MAX_HEDGES}={options[MAX_HEDGES]!r} has no effect without {HEDGE_DELAY_MS}: "
+            f"reads are hedged only when {HEDGE_DELAY_MS} is set too",
+            InertOptionWarning,
+            stacklevel=_user_stacklevel(),
+        )
 
 
 def apply_overrides(policy: Policy, options: Mapping[str, Any]) -> Policy:

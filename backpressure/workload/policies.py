@@ -23,6 +23,7 @@ from pymongo.errors import PyMongoError
 
 from backpressure.core import policy as _presets
 from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
+from backpressure.switch.client import budget as budget_of
 
 __all__ = [
     "POLICIES",
@@ -178,7 +179,7 @@ class ClientPolicy:
         client: MongoClient[Document] = backpressure.MongoClient(
             uri, backpressure=self.preset, **kwargs
         )
-        return _Enabled(client, lambda: backpressure.budget(client), self.preset)
+        return _Enabled(client, lambda: budget_of(client), self.preset)
 
 
 def _ours() -> tuple[ClientPolicy, ...]:

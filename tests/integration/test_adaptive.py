@@ -16,15 +16,14 @@ import pytest
 from pymongo.errors import PyMongoError
 
 import backpressure
-from backpressure import (
-    ADAPTIVE,
-    LocalOverloadError,
-    LocalRefusalEvent,
-    LocalWaitEvent,
-    StopReason,
-    retry_summary,
-)
+from backpressure import ADAPTIVE, LocalOverloadError
+from backpressure.core.adaptive import LocalRefusalEvent, LocalWaitEvent
+from backpressure.core.budget import ServerBudgets
+from backpressure.core.decision import StopReason
+from backpressure.core.events import retry_summary
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
+from backpressure.switch.client import budget as budget_of
+from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration import conftest
 from tests.integration.conftest import (
@@ -91,7 +90,7 @@ async def close_pacing(client: Any, server: EmbeddedServer, commands: CommandRec
     server.configure_fail_point(overload_fail_point(["insert"], times=2))
     await resolve(client.db.coll.insert_one({"closing": True}))
     assert len(commands.started_commands("insert")) == 3
-    state = backpressure.state(client)
+    state = state_of(client)
     assert state is not None
     assert state.controller.admission is not None
     assert state.controller.admission.pushing_back()
@@ -106,7 +105,7 @@ async def test_adaptive_keyword_and_uri_select_the_preset(
     separator = "&" if "?" in standalone_server.uri else "?"
     by_uri = clients.backpressure(f"{standalone_server.uri}{separator}backpressure=adaptive")
     for client in (by_keyword, by_uri):
-        state = backpressure.state(client)
+        state = state_of(client)
         assert state is not None
         assert state.policy is ADAPTIVE
         assert state.gate is not None
@@ -127,7 +126,7 @@ async def test_without_overload_nothing_waits_and_nothing_is_paced(
     assert len(commands.started_commands("find")) == 25
     assert recorder.waits == []
     assert recorder.refusals == []
-    state = backpressure.state(client)
+    state = state_of(client)
     assert state is not None
     assert state.controller.admission is not None
     assert not state.controller.admission.pushing_back()
@@ -210,8 +209,8 @@ async def test_paced_retries_spend_no_budget(
     standalone_server.configure_fail_point(overload_fail_point(["insert"], times=3))
     await resolve(client.db.coll.insert_one({"x": 1}))
     assert len(commands.started_commands("insert")) == 4
-    budget = backpressure.budget(client)
-    assert isinstance(budget, backpressure.ServerBudgets)
+    budget = budget_of(client)
+    assert isinstance(budget, ServerBudgets)
     assert budget.granted == 1  # before the pacing closed (one pushback is a blip)
     assert budget.tokens == pytest.approx(0.1)  # the operation's success earned a tenth
 
@@ -231,7 +230,7 @@ async def test_reads_avoid_a_paced_member_when_the_read_preference_allows(
     await wait_for_members(client, 3)
     hot = server.addresses[1]
     server.configure_fail_point(overload_fail_point(["find"]), member=1)
-    state = backpressure.state(client)
+    state = state_of(client)
     assert state is not None
     admission = state.controller.admission
     assert admission is not None
@@ -261,7 +260,7 @@ async def test_motor_client_waits_and_refuses_locally(
         serverSelectionTimeoutMS=3000,
     )
     try:
-        state = backpressure.state(client)
+        state = state_of(client)
         assert state is not None
         state.add_listener(recorder)
         # Two pushbacks close the pacing (one is a blip).
@@ -290,7 +289,7 @@ class SteppedClock:
 
 def pace_on(client: Any, clock: SteppedClock) -> None:
     """Run the client's pacing on ``clock`` (adapters still sleep the waits it answers)."""
-    state = backpressure.state(client)
+    state = state_of(client)
     assert state is not None
     control = state.controller.admission
     assert control is not None

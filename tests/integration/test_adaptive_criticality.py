@@ -18,6 +18,8 @@ from pymongo.errors import PyMongoError
 
 import backpressure
 from backpressure import ADAPTIVE
+from backpressure.core.events import retry_summary
+from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import ClientFactory, CommandRecorder, resolve, wait_for
 from tests.integration.test_adaptive import (
@@ -147,7 +149,7 @@ async def test_at_saturation_critical_operations_keep_their_deadline_and_sheddab
                     await resolve(coll.insert_one(document))
             except PyMongoError as exc:
                 tally.add(kind, False)
-                tally.last[kind] = repr(backpressure.retry_summary(exc) or exc)
+                tally.last[kind] = repr(retry_summary(exc) or exc)
             else:
                 tally.add(kind, True)
             if kind == "critical" and tally.done("critical") >= target:
@@ -169,7 +171,7 @@ async def test_at_saturation_critical_operations_keep_their_deadline_and_sheddab
         for thread in threads:
             thread.join(60.0)
             assert not thread.is_alive()
-    state = backpressure.state(client)
+    state = state_of(client)
     assert state is not None
     assert state.controller.admission is not None
     assert recorder.waits  # the server was paced

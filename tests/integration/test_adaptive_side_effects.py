@@ -25,7 +25,9 @@ import pytest
 from pymongo.errors import OperationFailure
 
 import backpressure
-from backpressure import ADAPTIVE, LocalOverloadError, LocalRefusalEvent, LocalWaitEvent
+from backpressure import ADAPTIVE, LocalOverloadError
+from backpressure.core.adaptive import LocalRefusalEvent, LocalWaitEvent
+from backpressure.switch.client import state as state_of
 from backpressure.testing import set_testing
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
@@ -146,7 +148,7 @@ def record_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 def pacing_of(client: Any) -> Any:
     """The client's AdmissionControl (the adaptive pacing)."""
-    state = backpressure.state(client)
+    state = state_of(client)
     assert state is not None
     admission = state.controller.admission
     assert admission is not None
@@ -198,7 +200,7 @@ async def test_test_mode_never_holds_an_attempt_for_the_pacing(
     commands = CommandRecorder()
     recorder = PacingRecorder()
     client = clients.make(standalone_server.uri, TEST_MODE_POLICY, event_listeners=[commands])
-    state = backpressure.state(client)
+    state = state_of(client)
     assert state is not None
     state.add_listener(recorder)
     sleeps = record_sleeps(monkeypatch)
@@ -239,7 +241,7 @@ async def test_outside_test_mode_the_pacing_refuses_what_test_mode_let_through(
         adaptive_min_rate=0.01, adaptive_decrease=0.0001, max_local_wait=0.5
     )
     client = clients.make(standalone_server.uri, policy)
-    state = backpressure.state(client)
+    state = state_of(client)
     assert state is not None
     state.add_listener(recorder)
     standalone_server.configure_fail_point(overload_fail_point(["insert"], times=2))

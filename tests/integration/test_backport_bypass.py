@@ -13,8 +13,10 @@ import pytest
 from pymongo.errors import OperationFailure, PyMongoError
 
 import backpressure
-from backpressure import DRAFT, StopReason, retry_summary
+from backpressure import DRAFT
 from backpressure.adapters.backport import client_kwargs
+from backpressure.core.decision import StopReason
+from backpressure.core.events import retry_summary
 from backpressure.testing import EmbeddedServer
 from tests.integration.conftest import (
     BACKPORT_ONLY,

@@ -8,7 +8,9 @@ from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.hello import Hello
 from pymongo.operations import InsertOne
 
-from backpressure import DRAFT, StopReason, retry_summary
+from backpressure import DRAFT
+from backpressure.core.decision import StopReason
+from backpressure.core.events import retry_summary
 from backpressure.testing import EmbeddedServer
 from tests.integration.conftest import (
     BACKPORT_ONLY,

@@ -18,6 +18,8 @@ from backpressure import CURRENT_SPEC, DRAFT, InvalidPolicyError, Policy
 from backpressure.adapters import seams
 from backpressure.core.backoff import backoff_ceiling
 from backpressure.core.policy import DEFAULT_POLICY
+from backpressure.switch.client import budget as budget_of
+from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
     FAST_BACKOFF,
@@ -49,7 +51,7 @@ async def _inserts_until_failure(client: Any, server: EmbeddedServer, commands: 
 
 def _pin_jitter(client: Any) -> None:
     """Pin the jitter of an enabled client to 0 (keeps its policy)."""
-    current = backpressure.state(client)
+    current = state_of(client)
     assert current is not None
     backpressure.enable(client, current.policy, listeners=current.listeners, random=lambda: 0.0)
 
@@ -59,7 +61,7 @@ async def test_client_class_is_enabled_by_default(
 ) -> None:
     """backpressure.MongoClient/AsyncMongoClient retry with the default preset, current."""
     client = clients.backpressure(standalone_server.uri, event_listeners=[commands])
-    state = backpressure.state(client)
+    state = state_of(client)
     assert state is not None
     assert state.policy is DEFAULT_POLICY
     assert DEFAULT_POLICY is CURRENT_SPEC
@@ -76,8 +78,8 @@ async def test_client_class_with_backpressure_false_is_stock(
     client = clients.backpressure(
         standalone_server.uri, backpressure=False, event_listeners=[commands]
     )
-    assert backpressure.state(client) is None
-    assert backpressure.budget(client) is None
+    assert state_of(client) is None
+    assert budget_of(client) is None
     assert "_retry_internal" not in vars(client)
     assert await _inserts_until_failure(client, standalone_server, commands) == STOCK_ATTEMPTS
 
@@ -88,7 +90,7 @@ async def test_uri_options_configure_the_policy(
     """maxAdaptiveRetries and enableOverloadRetargeting in the URI override the policy."""
     uri = standalone_server.uri + "?maxAdaptiveRetries=3&enableOverloadRetargeting=false"
     client = clients.backpressure(uri)
-    state = backpressure.state(client)
+    state = state_of(client)
     assert state is not None
     assert state.policy == DEFAULT_POLICY.replace(max_retries=3, retarget=False)
 
@@ -99,7 +101,7 @@ async def test_uri_can_switch_backpressure_off(
     """?backpressure=false gives a stock client; pymongo >= 4.17 still gets maxAdaptiveRetries."""
     uri = standalone_server.uri + "?backpressure=false&maxAdaptiveRetries=0"
     client = clients.backpressure(uri, event_listeners=[commands])
-    assert backpressure.state(client) is None
+    assert state_of(client) is None
     if seams.HAS_NATIVE_BACKPRESSURE:
         assert client.options.max_adaptive_retries == 0
     assert await _inserts_until_failure(client, standalone_server, commands) == 1
@@ -113,7 +115,7 @@ async def test_keyword_options_win_over_the_uri(
     client = clients.backpressure(
         uri, backpressure="current", maxAdaptiveRetries=1, event_listeners=[commands]
     )
-    state = backpressure.state(client)
+    state = state_of(client)
     assert state is not None
     assert state.policy == CURRENT_SPEC.replace(max_retries=1)
     _pin_jitter(client)
@@ -127,7 +129,7 @@ async def test_snake_case_keywords_are_accepted(
     client = clients.backpressure(
         standalone_server.uri, max_adaptive_retries=2, enable_overload_retargeting="false"
     )
-    state = backpressure.state(client)
+    state = state_of(client)
     assert state is not None
     assert (state.policy.max_retries, state.policy.retarget) == (2, False)
 
@@ -218,7 +220,7 @@ async def test_invalid_uri_values_warn_and_are_ignored(
     messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     assert any("maxAdaptiveRetries" in m for m in messages)
     assert any("enableOverloadRetargeting" in m for m in messages)
-    state = backpressure.state(client)
+    state = state_of(client)
     assert state is not None
     assert state.policy is DEFAULT_POLICY
 
@@ -238,7 +240,7 @@ async def test_enable_disable_round_trip(
     backpressure.enable(client, FAST_BACKOFF, random=lambda: 0.0)
     assert await _inserts_until_failure(client, standalone_server, commands) == 6
     backpressure.enable(client, False)
-    assert backpressure.state(client) is None
+    assert state_of(client) is None
 
 
 async def test_enable_rejects_bad_arguments(
@@ -248,7 +250,7 @@ async def test_enable_rejects_bad_arguments(
     client = clients.plain(standalone_server.uri)
     with pytest.raises(InvalidPolicyError):
         backpressure.enable(client, "bogus")
-    assert backpressure.state(client) is None
+    assert state_of(client) is None
     with pytest.raises(TypeError, match="MongoClient"):
         backpressure.enable(object())
 
@@ -259,7 +261,7 @@ async def test_budget_accessor_reports_tokens_and_refusals(
     """budget(client) exposes the live token bucket (tokens, refused)."""
     client = clients.plain(standalone_server.uri, event_listeners=[commands])
     backpressure.enable(client, Policy(budget_capacity=1), random=lambda: 0.0)
-    bucket = backpressure.budget(client)
+    bucket = budget_of(client)
     assert bucket is not None
     assert bucket.tokens == 1
     assert await _inserts_until_failure(client, standalone_server, commands) == 2
@@ -288,7 +290,7 @@ async def test_motor_client_retries_through_its_delegate(
     )
     try:
         assert backpressure.is_enabled(client)
-        assert backpressure.state(client) is backpressure.state(client.delegate)
+        assert state_of(client) is state_of(client.delegate)
         standalone_server.configure_fail_point(overload_fail_point(["insert"], times=2))
         await client.db.coll.insert_one({"_id": 1})
         standalone_server.configure_fail_point(overload_fail_point(["find"], times=2))
@@ -411,7 +413,7 @@ async def test_enable_keeps_the_clients_own_overload_options(
         )
     for preset in (True, "draft", "adaptive"):
         backpressure.enable(client, preset, random=lambda: 0.0)
-        state = backpressure.state(client)
+        state = state_of(client)
         assert state is not None
         assert (state.policy.max_retries, state.policy.retarget) == (1, False)
         assert (
@@ -436,7 +438,7 @@ async def test_enable_without_explicit_options_takes_the_presets(
     """pymongo's own defaults are not explicit: the preset's attempts and retargeting apply."""
     client = clients.plain(standalone_server.uri)
     backpressure.enable(client, "draft")
-    state = backpressure.state(client)
+    state = state_of(client)
     assert state is not None
     assert (state.policy.max_retries, state.policy.retarget) == (5, True)
 

@@ -19,6 +19,7 @@ import backpressure
 from backpressure import DRAFT
 from backpressure.adapters.hedging import ASYNC_HEDGING
 from backpressure.core.events import HedgeEvent
+from backpressure.switch.client import budget as budget_of
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration import conftest
 from tests.integration.conftest import (
@@ -226,7 +227,7 @@ async def test_no_hedge_without_a_budget_token(
             break
     assert slow in commands.addresses("find")
     assert hedges.events == []
-    budget = backpressure.budget(client)
+    budget = budget_of(client)
     assert budget is not None
     assert budget.refused >= 1
 

@@ -19,6 +19,8 @@ import backpressure
 import backpressure.metrics
 import backpressure.switch.registry
 from backpressure import ADAPTIVE, LocalOverloadError, Policy
+from backpressure.switch.client import budget as budget_of
+from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
     ClientFactory,
@@ -93,7 +95,7 @@ async def _close_pacing(client: Any, server: EmbeddedServer) -> None:
     """Make the server push back once on an insert (the retry succeeds): the client paces it."""
     server.configure_fail_point(overload_fail_point(["insert"], times=2))  # 2 close the pacing
     await resolve(client.db.coll.insert_one({"closing": True}))
-    state = backpressure.state(client)
+    state = state_of(client)
     assert state is not None
     assert state.controller.admission is not None
     assert state.controller.admission.pushing_back()
@@ -154,7 +156,7 @@ async def test_prometheus_six_metrics_after_one_call(
     backoff = families["backpressure_backoff_seconds"]
     assert _value(backoff, "backpressure_backoff_seconds_count") == 5
     tokens = families["backpressure_budget_tokens"]
-    expected = sorted(backpressure.budget(c).tokens for c in (before, after))  # type: ignore[union-attr]
+    expected = sorted(budget_of(c).tokens for c in (before, after))  # type: ignore[union-attr]
     assert sorted(s.value for s in tokens) == expected
     assert expected[0] < 1000.0
     ratio = families["backpressure_amplification_ratio"]
@@ -302,7 +304,7 @@ async def test_opentelemetry_instruments_with_units(
     (backoff,) = points["backpressure.backoff.duration"][1]
     assert backoff.count == 5
     (tokens,) = points["backpressure.budget.tokens"][1]
-    assert tokens.value == backpressure.budget(client).tokens  # type: ignore[union-attr]
+    assert tokens.value == budget_of(client).tokens  # type: ignore[union-attr]
     assert tokens.value < 1000.0
     (ratio,) = points["backpressure.amplification"][1]
     assert ratio.value == pytest.approx(7 / 2)

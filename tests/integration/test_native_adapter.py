@@ -14,7 +14,10 @@ from pymongo.errors import OperationFailure, PyMongoError
 import backpressure
 from backpressure import DRAFT
 from backpressure.adapters import native, seams
+from backpressure.core.client_state import ClientState
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
+from backpressure.switch.client import budget as budget_of
+from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
     FAST_BACKOFF,
@@ -72,7 +75,7 @@ async def test_options_follow_the_policy_and_disable_restores_everything(
     assert client._retry_policy is original_policy
     assert _options(client) == (2, False)
     assert dict(vars(client)) == before
-    assert backpressure.state(client) is None
+    assert state_of(client) is None
 
 
 async def test_one_loop_one_txn_number(
@@ -109,7 +112,7 @@ async def test_failed_classic_retry_refunds_a_token(
     client = clients.plain(replicaset_server.uri, event_listeners=[commands, switch])
     backpressure.enable(client, FAST_BACKOFF.replace(budget_capacity=10), random=lambda: 0.0)
     await resolve(client.admin.command("ping"))
-    bucket = backpressure.budget(client)
+    bucket = budget_of(client)
     assert bucket is not None
     assert bucket.try_consume(5)  # leave room below the capacity for deposits
     start = bucket.tokens
@@ -154,10 +157,10 @@ async def test_enable_twice_replaces_state_not_wrappers(
     client = clients.plain(standalone_server.uri)
     backpressure.enable(client, DRAFT)
     wrapper = vars(client)["_retry_internal"]
-    first = backpressure.state(client)
+    first = state_of(client)
     backpressure.enable(client, "current")
     assert vars(client)["_retry_internal"] is wrapper
-    second = backpressure.state(client)
+    second = state_of(client)
     assert second is not None
     assert second is not first
     assert second.policy.name == "current"
@@ -175,14 +178,14 @@ async def test_success_path_creates_no_operation_bookkeeping(
     collection = client["bp"]["lazy"]
     await resolve(collection.insert_one({"_id": 1}))
     built: list[str] = []
-    original = backpressure.ClientState.new_operation
+    original = ClientState.new_operation
 
     def counting(self: Any, operation: str) -> Any:
         built.append(operation)
         return original(self, operation)
 
-    monkeypatch.setattr(backpressure.ClientState, "new_operation", counting)
-    state = backpressure.state(client)
+    monkeypatch.setattr(ClientState, "new_operation", counting)
+    state = state_of(client)
     assert state is not None
     budget = state.controller.budget
     assert budget.try_consume(1.0)

@@ -19,8 +19,11 @@ import pytest
 from pymongo.errors import OperationFailure
 
 import backpressure
-from backpressure import DRAFT, Policy, StopReason, retry_summary
+from backpressure import DRAFT, Policy
 from backpressure.adapters import seams
+from backpressure.core.decision import StopReason
+from backpressure.core.events import retry_summary
+from backpressure.switch.client import budget as budget_of
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
     FAST_BACKOFF,
@@ -157,7 +160,7 @@ async def test_insert_after_two_overloads_is_written_once(
     assert [cmd["txnNumber"] for cmd in inserts] == [1, 1, 1]
     transactions = replicaset_server.stats()["transactions"]
     assert [(t["txnNumber"], t["applied"]) for t in transactions] == [(1, True)]
-    bucket = backpressure.budget(client)
+    bucket = budget_of(client)
     assert bucket is not None
     assert bucket.tokens == pytest.approx(1000 - 2 + 1.1)
     await resolve(client.db.coll.insert_one({"_id": 2}))  # a first-attempt success

@@ -16,9 +16,12 @@ import pytest
 from pymongo.errors import OperationFailure, PyMongoError
 
 import backpressure
-from backpressure import CURRENT_SPEC, DRAFT, Policy, StopReason, retry_summary
+from backpressure import CURRENT_SPEC, DRAFT, Policy
 from backpressure.adapters import seams
+from backpressure.core.decision import StopReason
+from backpressure.core.events import retry_summary
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED, is_retryable_overload
+from backpressure.switch.client import budget as budget_of
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration import conftest
 from tests.integration.conftest import (
@@ -127,7 +130,7 @@ async def test_retry_budget_of_two_tokens_allows_two_retries(
     summary = retry_summary(info.value)
     assert summary is not None
     assert summary.stop_reason is StopReason.BUDGET_EMPTY
-    bucket = backpressure.budget(client)
+    bucket = budget_of(client)
     assert bucket is not None
     assert bucket.tokens == 0
     assert bucket.refused == 1
@@ -190,7 +193,7 @@ async def test_insert_succeeds_after_two_overloads(
     assert commands.failed_names() == ["insert", "insert"]
     transactions = replicaset_server.stats()["transactions"]
     assert [(t["txnNumber"], t["applied"]) for t in transactions] == [(1, True)]
-    bucket = backpressure.budget(client)
+    bucket = budget_of(client)
     assert bucket is not None
     assert bucket.tokens == pytest.approx(1000 - 2 + 1.1)  # two retries, then success on a retry
     assert await resolve(client.db.coll.count_documents({})) == 1
@@ -296,7 +299,7 @@ async def test_csot_deadline_stops_retries_with_the_overload_error(
     client = enabled_client(clients, standalone_server, commands, retries, policy, 1.0)
     await resolve(client.admin.command("ping"))
     standalone_server.configure_fail_point(overload_fail_point(["insert"]))
-    bucket = backpressure.budget(client)
+    bucket = budget_of(client)
     assert bucket is not None
     with pytest.raises(OperationFailure) as info, pymongo.timeout(3.0):
         await resolve(client.db.coll.insert_one({"x": 1}))

@@ -9,7 +9,9 @@ import pytest
 from pymongo.errors import PyMongoError, ServerSelectionTimeoutError
 
 import backpressure
-from backpressure import GiveUpEvent, Policy, RetryEvent, StopReason, retry_summary
+from backpressure import GiveUpEvent, Policy, RetryEvent
+from backpressure.core.decision import StopReason
+from backpressure.core.events import retry_summary
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (

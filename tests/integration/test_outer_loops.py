@@ -11,8 +11,11 @@ import tenacity
 from pymongo.errors import AutoReconnect, OperationFailure, PyMongoError
 
 import backpressure
-from backpressure import Policy, StopReason
+from backpressure import Policy
+from backpressure.core.decision import StopReason
 from backpressure.core.events import RetrySummary, attach_summary
+from backpressure.core.labels import is_overload
+from backpressure.core.outer import handled_by_backpressure
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import overload_fail_point
 
@@ -63,7 +66,7 @@ def test_tenacity_does_not_retry_what_backpressure_gave_up_on(
     standalone_server.configure_fail_point(overload_fail_point(["insert"]))
     with pytest.raises(OperationFailure) as raised:
         insert()
-    assert backpressure.is_overload(raised.value)
+    assert is_overload(raised.value)
     assert len(outer_tries) == 1
     assert _inserts(standalone_server) == 4
 
@@ -167,7 +170,7 @@ def test_predicates_on_constructed_errors() -> None:
     classic = AutoReconnect("pymongo's own retry of a network error failed too")
     attach_summary(classic, RetrySummary(2, 0.0, (("a", 1),), StopReason.NOT_RETRYABLE))
     assert backpressure.retry_outside(classic)
-    assert backpressure.handled_by_backpressure(retried)
+    assert handled_by_backpressure(retried)
     assert not backpressure.retry_outside(retried)
     labelled = OperationFailure("x", code=91, details={"errorLabels": ["RetryableWriteError"]})
     assert backpressure.retry_outside(labelled)

@@ -24,6 +24,7 @@ from pymongo.errors import OperationFailure
 
 import backpressure
 from backpressure.adapters import seams
+from backpressure.switch.client import state as state_of
 from backpressure.testing import EmbeddedServer
 from tests.integration.conftest import ClientFactory, CommandRecorder, enabled_client, resolve
 
@@ -114,7 +115,7 @@ async def test_overload_codes_are_pushback_for_the_adaptive_pacing(
         clients, replicaset_server.uri, backpressure.ADAPTIVE, event_listeners=[commands]
     )
     await resolve(client.admin.command("ping"))
-    state = backpressure.state(client)
+    state = state_of(client)
     assert state is not None
     admission = state.controller.admission
     assert admission is not None

@@ -15,7 +15,9 @@ from pymongo.errors import OperationFailure
 from pymongo.operations import InsertOne, UpdateOne
 
 import backpressure
-from backpressure import CURRENT_SPEC, DRAFT, Policy, StopReason, retry_summary
+from backpressure import CURRENT_SPEC, DRAFT, Policy
+from backpressure.core.decision import StopReason
+from backpressure.core.events import retry_summary
 from backpressure.core.labels import RETRYABLE_WRITE, SYSTEM_OVERLOADED
 from backpressure.testing import EmbeddedServer
 from tests.integration.conftest import (

@@ -10,7 +10,9 @@ import pytest
 from pymongo.errors import PyMongoError
 
 import backpressure
-from backpressure import OperationFinishedEvent, Policy, StopReason
+from backpressure import Policy
+from backpressure.core.decision import StopReason
+from backpressure.core.events import OperationFinishedEvent, retry_summary
 from backpressure.core.policy import InvalidPolicyError
 from backpressure.testing import set_testing
 from backpressure.testing.server.embedded import EmbeddedServer
@@ -127,7 +129,7 @@ async def test_overrides_turn_retries_off_for_a_block_only(
         standalone_server.configure_fail_point(overload_fail_point(["insert"], times=1))
         with pytest.raises(PyMongoError) as raised:
             await resolve(client.db.coll.insert_one({"x": 1}))
-    summary = backpressure.retry_summary(raised.value)
+    summary = retry_summary(raised.value)
     assert summary is not None
     assert (summary.attempts, summary.stop_reason) == (1, StopReason.ATTEMPTS_EXHAUSTED)
     standalone_server.configure_fail_point(overload_fail_point(["insert"], times=1))
@@ -162,7 +164,7 @@ async def test_overrides_are_task_local(standalone_server: EmbeddedServer) -> No
         task = asyncio.ensure_future(inside())
         await outside()
         error = await task
-        assert backpressure.retry_summary(error).attempts == 1  # type: ignore[union-attr]
+        assert retry_summary(error).attempts == 1  # type: ignore[union-attr]
         # The remaining injected failure is retried outside the block.
         await client.db.coll.insert_one({"who": "outside"})
         assert backpressure.stats(client).retries == 1
@@ -235,7 +237,7 @@ async def test_test_mode_retries_without_sleeping_with_seeded_jitter(
             standalone_server.configure_fail_point(overload_fail_point(["insert"]))
             with pytest.raises(PyMongoError) as raised:
                 await resolve(client.db.coll.insert_one({"x": 1}))
-        summary = backpressure.retry_summary(raised.value)
+        summary = retry_summary(raised.value)
         assert summary is not None
         assert summary.attempts == 4  # attempt counts unchanged
         # Seed 42 draws delays of about 32, 1 and 27 s: sleeping them would hit the 60 s timeout.
@@ -267,5 +269,5 @@ def test_test_mode_cap_applies(standalone_server: EmbeddedServer) -> None:
         standalone_server.configure_fail_point(overload_fail_point(["insert"]))
         with pytest.raises(PyMongoError) as raised:
             client.db.coll.insert_one({"x": 1})
-    summary: Any = backpressure.retry_summary(raised.value)
+    summary: Any = retry_summary(raised.value)
     assert summary.attempts == 2

@@ -20,6 +20,7 @@ from backpressure.core.hedging import (
     is_non_fatal,
 )
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
+from backpressure.core.policy import PRESETS
 from tests.fakes import FakeClock
 
 A = ("a", 1)
@@ -256,9 +257,8 @@ def test_hedging_fields_are_validated_with_their_name_and_range(
 
 def test_hedging_is_off_by_default_in_every_preset() -> None:
     """No preset hedges: hedge_delay is None unless the user sets it."""
-    import backpressure
 
-    for preset in backpressure.PRESETS.values():
+    for preset in PRESETS.values():
         assert preset.hedge_delay is None
         assert not preset.hedging
     assert DRAFT.replace(hedge_delay=0).hedging

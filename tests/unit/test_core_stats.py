@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pymongo.errors import OperationFailure
 
-from backpressure import DRAFT, Criticality, InvalidPolicyError, StopReason
+from backpressure import DRAFT, Criticality, InvalidPolicyError
 from backpressure.core.budget import RetryBudget
-from backpressure.core.decision import Retry, RetryController
+from backpressure.core.decision import Retry, RetryController, StopReason
 from backpressure.core.events import OperationFinishedEvent
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
 from backpressure.core.operation import OperationRetries

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import backpressure
+from backpressure.switch.uri_options import parse_backpressure_options
 
 
 def test_invalid_uri_option_warning_points_at_the_callers_line() -> None:
@@ -20,7 +21,5 @@ def test_invalid_uri_option_warning_points_at_the_callers_line() -> None:
 def test_duplicate_uri_option_warning_points_at_the_callers_line() -> None:
     """The duplicate-option warning also names the caller."""
     with pytest.warns(UserWarning, match="Duplicate") as record:
-        backpressure.parse_backpressure_options(
-            "mongodb://localhost/?maxAdaptiveRetries=1&maxAdaptiveRetries=2"
-        )
+        parse_backpressure_options("mongodb://localhost/?maxAdaptiveRetries=1&maxAdaptiveRetries=2")
     assert record[0].filename == __file__

@@ -42,6 +42,7 @@ from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
 
+from backpressure.switch.client import state as state_of
 from backpressure.testing.unified.entities import (
     ClientEntity,
     EntityMap,
@@ -340,7 +341,8 @@ def _snake(name: str) -> str:
 
 def _custom_policy(doc: Mapping[str, Any], default_preset: str) -> Any:
     """The ``backpressurePolicy`` runner extension as a :class:`backpressure.Policy`."""
-    from backpressure import Policy, resolve_policy
+    from backpressure import Policy
+    from backpressure.core.policy import resolve_policy
 
     fields = dict(doc)
     preset = fields.pop("preset", default_preset if default_preset != "none" else "draft")
@@ -629,7 +631,7 @@ class UnifiedRunner:
             kwargs["backpressure"] = self.config.preset
         client = ours(uri, **kwargs)
         if self.config.fast_backoff:
-            state = backpressure.state(client)
+            state = state_of(client)
             if state is not None:
                 backpressure.enable(client, state.policy, listeners=state.listeners, random=_zero)
         return client
