@@ -213,6 +213,6 @@ def check_listener(listener: object, where: str) -> None:
         if any(callable(getattr(listener, method, None)) for method in methods):
             return
     raise InvalidListenerError(
-        f"{where} must be a backpressure listener, an object with at least one of these methods "
+        f"{where} must be a listener, an object with at least one of these methods "
         f"({_accepted()}); got {type(listener).__name__} {short_repr(listener)}"
     )

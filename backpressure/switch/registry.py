@@ -43,7 +43,7 @@ def register(listener: Any) -> None:
             :class:`~backpressure.InvalidPolicyError` and a ``TypeError``).
     """
     global _LISTENERS
-    check_listener(listener, "register()'s listener")
+    check_listener(listener, "backpressure.register()'s argument")
     with _LOCK:
         if not any(existing is listener for existing in _LISTENERS):
             _LISTENERS = (*_LISTENERS, listener)

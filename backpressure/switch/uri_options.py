@@ -6,10 +6,9 @@ arguments before pymongo sees them, so pymongo < 4.17 never meets an option it d
 pymongo >= 4.17 gets its own two options only in the form the adapter chooses.  As in pymongo, an
 invalid value in a URI is reported with a ``UserWarning`` and ignored (``warn=False`` raises
 instead), while an invalid keyword argument raises :class:`~backpressure.InvalidPolicyError`
-naming the option and the allowed values.  A keyword takes the Python type (an int for
-``maxAdaptiveRetries``, ``hedgeDelayMS`` and ``maxHedges``, a bool for
-``enableOverloadRetargeting``); the string forms (``"3"``, ``"true"``) belong to the URI, where
-every value is a string.  ``maxAdaptiveRetries`` overrides ``Policy.max_retries``
+naming the option and the allowed values.  Booleans follow pymongo's rule in keywords and URIs
+alike (a bool, or exactly ``'true'``/``'false'``); a numeric keyword takes an int, since the
+string form (``"3"``) belongs to the URI, where every value is a string.  ``maxAdaptiveRetries`` overrides ``Policy.max_retries``
 and ``enableOverloadRetargeting`` overrides ``Policy.retarget``; ``hedgeDelayMS`` (milliseconds)
 sets ``Policy.hedge_delay`` (seconds) and ``maxHedges`` sets ``Policy.max_hedges``.
 """
@@ -140,7 +139,9 @@ def _validate_int(option: str, value: object, low: int, high: int, *, from_uri: 
         except ValueError:
             number = None
     if number is None or not low <= number <= high:
-        allowed = f"an integer from {low} to {high}" if from_uri else f"an int from {low} to {high}"
+        allowed = f"an integer from {low} to {high}"
+        if isinstance(value, str):  # a keyword: the string form is the URI's
+            allowed += " (an int: a string is read only in the URI)"
         raise _invalid(option, allowed, value, from_uri=from_uri)
     return number
 
@@ -148,15 +149,14 @@ def _validate_int(option: str, value: object, low: int, high: int, *, from_uri: 
 def _validate_retargeting(value: object, *, from_uri: bool) -> bool:
     """Return ``value`` as a bool or raise InvalidPolicyError.
 
-    A URI value is exactly ``'true'`` or ``'false'`` (pymongo's rule); a keyword value is a bool.
+    pymongo's URI rule, for keywords and URIs alike: a bool, or exactly ``'true'``/``'false'``.
     """
-    if from_uri:
-        if isinstance(value, str) and value in _URI_BOOLEANS:
-            return _URI_BOOLEANS[value]
-        raise _invalid(ENABLE_OVERLOAD_RETARGETING, "'true' or 'false'", value, from_uri=True)
     if isinstance(value, bool):
         return value
-    raise _invalid(ENABLE_OVERLOAD_RETARGETING, "a bool (True or False)", value, from_uri=False)
+    if isinstance(value, str) and value in _URI_BOOLEANS:
+        return _URI_BOOLEANS[value]
+    allowed = "'true' or 'false'" if from_uri else "'true' or 'false' (or a bool)"
+    raise _invalid(ENABLE_OVERLOAD_RETARGETING, allowed, value, from_uri=from_uri)
 
 
 def _validate_switch(value: object, *, from_uri: bool) -> Union[bool, Policy]:

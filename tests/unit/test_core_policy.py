@@ -206,3 +206,97 @@ def test_boolean_strings_resolve_like_booleans(value: str, expected: object) -> 
     assert (resolved.name if resolved is not None else None) == expected
     with pytest.raises(InvalidPolicyError):
         resolve_policy(value.upper())
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: DRAFT.replace(nosuch=1),
+        lambda: Policy(nosuch=1),
+        lambda: CURRENT_SPEC.replace(max_retrys=3),
+    ],
+    ids=["replace", "constructor", "close-to-a-field"],
+)
+def test_an_unknown_field_lists_the_valid_fields(make: Any) -> None:
+    """A field typo raises InvalidPolicyError naming it and every field (not a bare TypeError)."""
+    with pytest.raises(InvalidPolicyError, match="Policy has no field") as raised:
+        make()
+    message = str(raised.value)
+    for field in dataclasses.fields(Policy):
+        assert field.name in message
+
+
+def test_a_typo_close_to_a_field_suggests_it() -> None:
+    """The message suggests the closest field name."""
+    with pytest.raises(InvalidPolicyError, match=r"did you mean 'max_retries'\?"):
+        DRAFT.replace(max_retrys=3)
+    with pytest.raises(InvalidPolicyError, match="no fields 'a', 'b'"):
+        Policy(a=1, b=2)
+
+
+def test_policies_still_copy_and_pickle() -> None:
+    """The field check leaves copy, deepcopy and pickle working (they pass no field names)."""
+    import copy
+    import pickle
+
+    for preset in PRESETS.values():
+        assert copy.copy(preset) == preset
+        assert copy.deepcopy(preset) == preset
+        assert pickle.loads(pickle.dumps(preset)) == preset
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        (DRAFT, "Policy(name='draft')"),
+        (
+            CURRENT_SPEC,
+            "Policy(name='current', max_retries=2, first_retry_exponent=1, "
+            "budget_enabled=False, retarget=False)",
+        ),
+        (
+            Policy(max_retries=1, hedge_delay=0.05),
+            "Policy(name='custom', max_retries=1, hedge_delay=0.05)",
+        ),
+    ],
+)
+def test_repr_shows_the_fields_that_differ_from_the_defaults(policy: Policy, expected: str) -> None:
+    """repr names the policy and only its non-default fields, and evaluates back to it."""
+    assert repr(policy) == expected
+    again = eval(repr(policy), {"Policy": Policy})
+    assert again == policy
+    assert again.name == policy.name
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        (
+            CURRENT_SPEC,
+            "current: max_retries=2, base=100ms, max=10s, budget=off, retargeting=off",
+        ),
+        (
+            DRAFT,
+            "draft: max_retries=5, base=100ms, max=10s, budget=bucket(1000 per client), "
+            "retargeting=on",
+        ),
+        (
+            ADAPTIVE,
+            "adaptive: max_retries=5, base=100ms, max=10s, budget=ratio(10 per server), "
+            "retargeting=on, adaptive=on",
+        ),
+        (
+            CURRENT_SPEC.replace(max_retries=1, max_backoff=1.5),
+            "current (modified): max_retries=1, base=100ms, max=1.5s, budget=off, retargeting=off",
+        ),
+        (
+            Policy(budget_enabled=False, hedge_delay=0.02, max_hedges=2),
+            "custom: max_retries=5, base=100ms, max=10s, budget=off, retargeting=on, "
+            "hedging=20ms x2",
+        ),
+    ],
+)
+def test_describe_names_the_preset_and_its_key_fields(policy: Policy, expected: str) -> None:
+    """describe() is one readable line: preset name (or "modified"), retries, backoff, budget,
+    retargeting, and pacing or hedging when on."""
+    assert policy.describe() == expected

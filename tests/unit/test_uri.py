@@ -125,7 +125,7 @@ def test_invalid_after_valid_duplicate_drops_the_option() -> None:
     ("name", "value", "expected"),
     [
         ("maxAdaptiveRetries", 0, 0),
-        ("max_adaptive_retries", "7", 7),
+        ("max_adaptive_retries", 7, 7),
         ("maxadaptiveretries", 100, 100),
         ("enableOverloadRetargeting", True, True),
         ("enable_overload_retargeting", "false", False),
