@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import warnings
@@ -20,6 +21,7 @@ from backpressure.core.backoff import backoff_ceiling
 from backpressure.core.policy import DEFAULT_POLICY
 from backpressure.switch.client import budget as budget_of
 from backpressure.switch.client import state as state_of
+from backpressure.switch.uri_options import InertOptionWarning
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
     FAST_BACKOFF,
@@ -168,6 +170,21 @@ async def test_policy_object_and_listeners_keywords(
         ({"enableOverloadRetargeting": "TRUE"}, "enableOverloadRetargeting"),
         ({"backpressure": "TRUE"}, "backpressure"),
         ({"maxAdaptiveRetries": 1, "max_adaptive_retries": 2}, "more than once"),
+        # a keyword of the wrong type names the option and the allowed type and range
+        ({"maxAdaptiveRetries": "3"}, "maxAdaptiveRetries must be an integer from 0 to 100"),
+        ({"max_adaptive_retries": 2.0}, "maxAdaptiveRetries must be an integer from 0 to 100"),
+        ({"maxAdaptiveRetries": None}, "maxAdaptiveRetries must be an integer from 0 to 100"),
+        ({"enableOverloadRetargeting": 1}, "enableOverloadRetargeting must be 'true' or 'false'"),
+        ({"enableOverloadRetargeting": None}, "enableOverloadRetargeting must be"),
+        ({"hedgeDelayMS": "50"}, "hedgeDelayMS must be an integer from 0 to 3600000"),
+        ({"hedge_delay_ms": 2.5}, "hedgeDelayMS must be an integer from 0 to 3600000"),
+        ({"hedgeDelayMS": True}, "hedgeDelayMS must be an integer"),
+        ({"maxHedges": "2"}, "maxHedges must be an integer from 1 to 4"),
+        ({"max_hedges": 2.0}, "maxHedges must be an integer from 1 to 4"),
+        ({"backpressure": 1.0}, "backpressure must be a bool, 'true', 'false', a Policy"),
+        ({"backpressure": ["current"]}, "backpressure must be a bool"),
+        ({"backpressure_listeners": 5}, "backpressure_listeners must be a list or tuple"),
+        ({"backpressure_listeners": [RetryRecorder(), "x"]}, r"backpressure_listeners\[1\]"),
     ],
 )
 def test_invalid_keywords_raise(
@@ -411,7 +428,7 @@ async def test_enable_keeps_the_clients_own_overload_options(
             standalone_server.uri + "?maxAdaptiveRetries=1&enableOverloadRetargeting=false",
             event_listeners=[commands],
         )
-    for preset in (True, "draft", "adaptive"):
+    for preset in (True, "current", "draft", "adaptive"):
         backpressure.enable(client, preset, random=lambda: 0.0)
         state = state_of(client)
         assert state is not None
@@ -462,3 +479,138 @@ async def test_default_jitter_follows_a_patched_random_random(
     first, second = retries.delays[:2], retries.delays[2:]
     assert first == [0.0, 0.0]
     assert second == [backoff_ceiling(FAST_BACKOFF, 1), backoff_ceiling(FAST_BACKOFF, 2)]
+
+
+async def test_policy_returns_the_active_policy(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """backpressure.policy(client) is the policy in use: the preset after the client's options."""
+    stock = clients.plain(standalone_server.uri)
+    backpressure.enable(stock, "adaptive")
+    assert backpressure.policy(stock) is backpressure.ADAPTIVE
+    ours = clients.backpressure(standalone_server.uri, maxAdaptiveRetries=1)
+    assert backpressure.policy(ours) == CURRENT_SPEC.replace(max_retries=1)
+    assert backpressure.policy(ours).name == "current"
+    backpressure.enable(ours, DRAFT)
+    # pymongo >= 4.17 keeps the client's maxAdaptiveRetries as its own option, which beats a
+    # preset given to enable(); before, the option lived only in the policy it was built with.
+    expected = DRAFT.replace(max_retries=1) if seams.HAS_NATIVE_BACKPRESSURE else DRAFT
+    assert backpressure.policy(ours) == expected
+
+
+async def test_policy_of_a_motor_client(standalone_server: EmbeddedServer) -> None:
+    """Motor: the policy is read through the sync delegate, from either object."""
+    client = backpressure.AsyncIOMotorClient(standalone_server.uri, backpressure="draft")
+    try:
+        assert backpressure.policy(client) is DRAFT
+        assert backpressure.policy(client.delegate) is DRAFT
+    finally:
+        client.close()
+
+
+async def test_policy_of_a_client_that_is_not_enabled_is_a_clear_error(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """A stock client has no policy: ValueError saying so and how to enable it."""
+    client = clients.plain(standalone_server.uri)
+    with pytest.raises(ValueError, match="backpressure is not enabled on this") as raised:
+        backpressure.policy(client)
+    assert "backpressure.enable(client)" in str(raised.value)
+    with pytest.raises(TypeError, match="MongoClient"):
+        backpressure.policy(object())
+
+
+async def test_client_state_repr_names_the_client_and_the_policy(
+    clients: ClientFactory, standalone_server: EmbeddedServer, retries: RetryRecorder
+) -> None:
+    """The state's repr names the seeds, the preset with its key fields, and the listeners."""
+    client = clients.backpressure(standalone_server.uri, backpressure_listeners=[retries])
+    host, port = standalone_server.addresses[0]
+    assert repr(state_of(client)) == (
+        f"ClientState(client='{host}:{port}', policy=current: max_retries=2, base=100ms, "
+        "max=10s, budget=off, retargeting=off, listeners=1)"
+    )
+
+
+async def test_enable_logs_one_info_line_per_client(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Enabling says so once at INFO on logger ``backpressure`` (client, seeds, policy); the
+    operations that follow add no such line."""
+    caplog.set_level(logging.INFO, logger="backpressure")
+    client = clients.backpressure(standalone_server.uri, maxAdaptiveRetries=1)
+    for n in range(5):
+        await resolve(client.db.coll.insert_one({"n": n}))
+        assert await resolve(client.db.coll.find_one({"n": n})) is not None
+    lines = [r for r in caplog.records if r.name == "backpressure"]
+    assert len(lines) == 1
+    (line,) = lines
+    assert line.levelno == logging.INFO
+    host, port = standalone_server.addresses[0]
+    cls = "AsyncMongoClient" if clients.is_async else "MongoClient"
+    assert line.getMessage() == (
+        f"backpressure enabled on {cls}({host}:{port}) with policy current (modified): "
+        "max_retries=1, base=100ms, max=10s, budget=off, retargeting=off"
+    )
+
+
+async def test_enable_on_a_closed_client_raises_invalid_operation(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """A closed client cannot be used again (pymongo 4): enable() says so with pymongo's error."""
+    client = clients.plain(standalone_server.uri)
+    await resolve(client.admin.command("ping"))
+    await resolve(client.close())
+    with pytest.raises(pymongo.errors.InvalidOperation, match="closed"):
+        backpressure.enable(client)
+    assert not backpressure.is_enabled(client)
+    never_opened = clients.plain(standalone_server.uri)
+    await resolve(never_opened.close())
+    with pytest.raises(pymongo.errors.InvalidOperation, match="closed"):
+        backpressure.enable(never_opened, "draft")
+
+
+async def test_enable_on_a_closed_motor_client_raises_invalid_operation(
+    standalone_server: EmbeddedServer,
+) -> None:
+    """Motor: a closed client (its delegate closed) is refused the same way."""
+    from motor.motor_asyncio import AsyncIOMotorClient
+
+    client = AsyncIOMotorClient(standalone_server.uri)
+    client.close()
+    with pytest.raises(pymongo.errors.InvalidOperation, match="closed AsyncIOMotorClient"):
+        backpressure.enable(client)
+
+
+@pytest.mark.parametrize("given", ["keyword", "uri"])
+async def test_max_hedges_without_a_hedge_delay_warns(
+    clients: ClientFactory, standalone_server: EmbeddedServer, given: str
+) -> None:
+    """maxHedges alone is inert: a UserWarning subclass names both options, at the user's line."""
+    cls = backpressure.AsyncMongoClient if clients.is_async else backpressure.MongoClient
+    uri, kwargs = standalone_server.uri, {"maxHedges": 2}
+    if given == "uri":
+        uri, kwargs = f"{uri}?maxHedges=2", {}
+    match = "maxHedges=2 has no effect without hedgeDelayMS"
+    with pytest.warns(InertOptionWarning, match=match) as record:
+        client = clients.track(cls(uri, **kwargs))
+    assert issubclass(InertOptionWarning, UserWarning)
+    assert record[0].filename == __file__
+    assert backpressure.policy(client).hedge_delay is None
+
+
+async def test_max_hedges_with_a_hedge_delay_does_not_warn(
+    clients: ClientFactory, standalone_server: EmbeddedServer
+) -> None:
+    """With hedgeDelayMS, or a policy that hedges, maxHedges acts: no warning (warnings are
+    errors in this suite)."""
+    client = clients.backpressure(standalone_server.uri, maxHedges=2, hedgeDelayMS=40)
+    assert (backpressure.policy(client).hedge_delay, backpressure.policy(client).max_hedges) == (
+        0.04,
+        2,
+    )
+    hedging = DRAFT.replace(hedge_delay=0.05)
+    client = clients.backpressure(standalone_server.uri, backpressure=hedging, maxHedges=3)
+    assert backpressure.policy(client).max_hedges == 3
