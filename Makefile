@@ -7,14 +7,27 @@ EXTRAS := test,dev,demo,motor,server
 # backpressure, first with it, the last 4.20 without conn_mgr, newest.
 COMPAT_VERSIONS ?= 4.9.2 4.13.2 4.16.0 4.17.0 4.20.0 4.20.1
 
-.PHONY: install test test-compat lookahead lint format demo bench spec-test clean
+.PHONY: install test test-compat lookahead lint format demo bench spec-test clean FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
+# The editable install uses setuptools' strict mode: a tree of links (build/__editable__.*) that
+# type checkers follow, where the default mode's import hook is invisible to mypy and pyright.
+# That tree lists the package's files at install time, so the install is redone when a file is
+# added, moved or removed, or the tree is gone: $(VENV)/.files changes only then (edits to existing
+# files need nothing).
+PACKAGE_FILES := $(shell find backpressure -type f -not -path '*/__pycache__/*' 2>/dev/null | LC_ALL=C sort)
+
+FORCE:
+
+$(VENV)/.files: FORCE | $(BIN)/python
+	@ls -d build/__editable__.* > /dev/null 2>&1 || rm -f $@
+	@echo '$(PACKAGE_FILES)' | cmp -s - $@ || echo '$(PACKAGE_FILES)' > $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.files | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]' --config-settings editable_mode=strict
 	touch $@
 
 # `make demo` needs only the package's dependencies and its demo extra (a full install already
@@ -45,6 +58,10 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict backpressure
+	@# Typical user code, from outside the checkout: the public signatures hold, and mypy finds
+	@# the installed package as a user's project would (tests/typing/api.py).
+	cd "$$(mktemp -d)" && "$(CURDIR)/$(BIN)/mypy" --strict --no-incremental \
+		--python-executable "$(CURDIR)/$(BIN)/python" "$(CURDIR)/tests/typing/api.py"
 	$(BIN)/python scripts/unasync.py --check
 
 format: $(VENV)/.installed

@@ -8,9 +8,11 @@ invalid value in a URI is reported with a ``UserWarning`` and ignored (``warn=Fa
 instead), while an invalid keyword argument raises :class:`~backpressure.InvalidPolicyError`
 naming the option and the allowed values.  Booleans follow pymongo's rule in keywords and URIs
 alike (a bool, or exactly ``'true'``/``'false'``); a numeric keyword takes an int, since the
-string form (``"3"``) belongs to the URI, where every value is a string.  ``maxAdaptiveRetries`` overrides ``Policy.max_retries``
-and ``enableOverloadRetargeting`` overrides ``Policy.retarget``; ``hedgeDelayMS`` (milliseconds)
-sets ``Policy.hedge_delay`` (seconds) and ``maxHedges`` sets ``Policy.max_hedges``.
+string form (``"3"``) belongs to the URI, where every value is a string.
+``maxAdaptiveRetries`` overrides ``Policy.max_retries`` and ``enableOverloadRetargeting``
+overrides ``Policy.retarget``; ``hedgeDelayMS`` (milliseconds) sets ``Policy.hedge_delay``
+(seconds) and ``maxHedges`` sets ``Policy.max_hedges``, which without ``hedgeDelayMS`` (and a
+policy that does not hedge) acts on nothing and warns with :class:`InertOptionWarning`.
 """
 
 from __future__ import annotations
