@@ -7,10 +7,14 @@ unaffected.  It installs the adapter that fits the client: the native adapter
 backport (:mod:`backpressure.adapters.backport`, pymongo 4.9-4.16).
 
 The client classes accept every pymongo argument plus ``backpressure`` (``True``, ``False``,
-``"draft"``, ``"current"`` or a :class:`~backpressure.Policy`), ``backpressure_listeners``,
-``maxAdaptiveRetries`` and ``enableOverloadRetargeting``; the last two (and ``backpressure``)
-are also read from the connection string (see :mod:`backpressure.switch.uri_options`).  With
-``backpressure=False`` they are stock pymongo clients.
+``"draft"``, ``"current"``, ``"adaptive"`` or a :class:`~backpressure.Policy`),
+``backpressure_listeners``, ``maxAdaptiveRetries``, ``enableOverloadRetargeting``,
+``hedgeDelayMS`` and ``maxHedges``; all but the listeners are also read from the connection
+string (see :mod:`backpressure.switch.uri_options`).  With ``backpressure=False`` they are stock
+pymongo clients.
+
+``policy(client)`` returns the policy an enabled client retries with; each ``enable`` logs one
+INFO line on the ``backpressure`` logger naming the client and that policy.
 """
 
 from __future__ import annotations

@@ -341,8 +341,7 @@ def _snake(name: str) -> str:
 
 def _custom_policy(doc: Mapping[str, Any], default_preset: str) -> Any:
     """The ``backpressurePolicy`` runner extension as a :class:`backpressure.Policy`."""
-    from backpressure import Policy
-    from backpressure.core.policy import resolve_policy
+    from backpressure.core.policy import Policy, resolve_policy
 
     fields = dict(doc)
     preset = fields.pop("preset", default_preset if default_preset != "none" else "draft")
