@@ -43,9 +43,17 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
+# Branch coverage of the package over the whole suite, with a floor: the total measured when it
+# was set (83.0 % on pymongo 4.20.1), less 2 points. coverage runs pytest (rather than pytest-cov)
+# so that it measures from the start: the package's own pytest plugin imports it before
+# pytest-cov would begin, and every module-level line would count as missed. The era runs
+# (test-compat, lookahead) are not measured.
+COVERAGE_FLOOR ?= 81
+
 test: $(VENV)/.installed
 	@$(BIN)/python -c "import motor, pymongo; print('make test: pymongo', pymongo.version, '/ motor', motor.version)"
-	$(BIN)/python -m pytest
+	$(BIN)/python -m coverage run -m pytest
+	$(BIN)/python -m coverage report --fail-under=$(COVERAGE_FLOOR)
 
 test-compat: $(VENV)/.installed
 	PYTHON=$(PYTHON) bash scripts/test-compat.sh $(COMPAT_VERSIONS)
