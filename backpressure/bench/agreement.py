@@ -1,6 +1,6 @@
 """Check the simulator against real runs on the embedded server, side by side.
 
-``python -m backpressure.sim.agreement`` runs the benchmark's overload scenarios (its plan,
+``python -m backpressure.bench.agreement`` runs the benchmark's overload scenarios (its plan,
 :mod:`backpressure.workload.plan`: closed loop with 32, 128 and 512 workers, open loop at 1.5x,
 3x and 10x C, a burst, one hot member) with real pymongo clients against the embedded replica
 set (in a subprocess), then the same scenarios in the simulator, and prints app errors and
@@ -269,7 +269,7 @@ def format_agreement(rows: Sequence[Agreement]) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the comparison and print it (and write it as JSON with ``--json``)."""
     parser = argparse.ArgumentParser(
-        prog="python -m backpressure.sim.agreement",
+        prog="python -m backpressure.bench.agreement",
         description="Simulator vs real runs on the embedded server, side by side.",
     )
     parser.add_argument("--seed", type=int, default=1)
