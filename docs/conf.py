@@ -14,12 +14,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import backpressure  # noqa: E402
 from sphinx.ext.napoleon.docstring import GoogleDocstring  # noqa: E402
+
+import backpressure  # noqa: E402
 
 project = "pymongo-backpressure"
 author = "pymongo-backpressure developers"
-copyright = "pymongo-backpressure developers"  # noqa: A001
+copyright = "pymongo-backpressure developers"
 release = backpressure.__version__
 version = release
 
@@ -91,7 +92,7 @@ _PUBLIC = {
 
 
 def _public_alias(app, env, node, contnode):  # type: ignore[no-untyped-def]
-    """Resolve ``backpressure.core.policy.Policy`` (or a bare ``Policy``) to ``backpressure.Policy``.
+    """Resolve ``backpressure.core.policy.Policy`` or a bare ``Policy`` to ``backpressure.Policy``.
 
     Docstrings name a class where it is defined; the reference documents it where users import
     it.  Only names of ``backpressure.__all__`` and of the documented public modules are
