@@ -111,6 +111,23 @@ def _public_alias(app, env, node, contnode):  # type: ignore[no-untyped-def]
     )
 
 
+# The committed results files link to each other as files side by side in bench/results/; on
+# the benchmarks page, where they are included, those links point at their sections instead.
+_RESULT_LINKS = {
+    "](fleet.md)": "](#fleet-and-transient-on-real-processes)",
+    "](sim-fleet.md)": "](#simulator-yardsticks)",
+    "[fleet.json](fleet.json)": "`bench/results/fleet.json`",
+}
+
+
+def _result_links(app, relative_path, parent_docname, content):  # type: ignore[no-untyped-def]
+    """Rewrite the links between included results files (the files themselves are untouched)."""
+    if relative_path.parent.name == "results":
+        for old, new in _RESULT_LINKS.items():
+            content[0] = content[0].replace(old, new)
+
+
 def setup(app):  # type: ignore[no-untyped-def]
-    """Register the alias resolver."""
+    """Register the alias resolver and the results-link rewriter."""
     app.connect("missing-reference", _public_alias)
+    app.connect("include-read", _result_links)
