@@ -237,3 +237,45 @@ def test_runner_command_against_a_uri(replicaset_server: EmbeddedServer) -> None
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert re.search(r"^\d+ passed, 0 failed", result.stdout, flags=re.M)
+
+
+@pytest.mark.parametrize("preset", ["current", "draft", "adaptive"])
+def test_test_mode_sleeps_with_no_preset(
+    preset: str, standalone_server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The testing page's claim: in test mode retries happen but this thread never sleeps,
+    whatever the preset (the default included)."""
+    import threading
+    import time
+
+    import backpressure
+    from backpressure.testing import set_testing
+
+    caller = threading.get_ident()
+    slept: list[float] = []
+    real_sleep = time.sleep
+
+    def recording_sleep(seconds: float) -> None:
+        if threading.get_ident() == caller:
+            slept.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", recording_sleep)
+    standalone_server.configure_fail_point(
+        {
+            "configureFailPoint": "failCommand",
+            "mode": {"times": 2},
+            "data": {
+                "failCommands": ["insert"],
+                "errorCode": 462,
+                "errorLabels": ["SystemOverloadedError", "RetryableError"],
+            },
+        }
+    )
+    with (
+        backpressure.MongoClient(standalone_server.uri, backpressure=preset) as client,
+        set_testing(True, seed=1),
+    ):
+        client.db.coll.insert_one({"x": 1})
+        assert backpressure.stats(client).retries == 2
+    assert [seconds for seconds in slept if seconds > 0] == []
