@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import pymongo
 import pytest
 
 from backpressure.testing.server.embedded import EmbeddedServer
@@ -120,10 +121,15 @@ def test_python_block_runs(
     what its comments say; a block that defines a pytest test has it run with the fixture."""
     check = BLOCKS[_marker(block)]
     namespace: dict[str, Any] = {"__name__": f"docs_{page[:-3].replace('-', '_')}"}
-    out = _run(block.replace(LOCAL_URI, replicaset_server.uri), page, namespace)
-    for name, value in list(namespace.items()):
-        if name.startswith("test_") and callable(value):
-            value(standalone_server)
+    try:
+        out = _run(block.replace(LOCAL_URI, replicaset_server.uri), page, namespace)
+        for name, value in list(namespace.items()):
+            if name.startswith("test_") and callable(value):
+                value(standalone_server)
+    finally:  # a block that failed half-way leaves no client open for a later test to report
+        for value in namespace.values():
+            if isinstance(value, pymongo.MongoClient):
+                value.close()
     assert check is None or check(out), out
 
 

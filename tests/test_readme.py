@@ -55,7 +55,13 @@ def test_the_one_python_example_runs(replicaset_server: EmbeddedServer) -> None:
     (block,) = _blocks("python")
     code = block.replace("mongodb://localhost:27017", replicaset_server.uri)
     namespace: dict[str, Any] = {}
-    out = _run(code, namespace)
+    try:
+        out = _run(code, namespace)
+    except BaseException:  # a failure half-way leaves no client open for a later test to report
+        for value in namespace.values():
+            if isinstance(value, pymongo.MongoClient):
+                value.close()
+        raise
     client, other = namespace["client"], namespace["other"]
     assert isinstance(client, pymongo.MongoClient)
     try:
