@@ -88,6 +88,15 @@ def _all_python_blocks() -> list[tuple[str, str]]:
     return [(page.name, block) for page in _pages() for block in _blocks(page, "python")]
 
 
+def _block_ids() -> list[str]:
+    """``page.md:N`` for the N-th Python block of each page (from 1)."""
+    return [
+        f"{page.name}:{number}"
+        for page in _pages()
+        for number in range(1, len(_blocks(page, "python")) + 1)
+    ]
+
+
 def _marker(block: str) -> str:
     """The one marker of BLOCKS that ``block`` contains."""
     markers = [marker for marker in BLOCKS if marker in block]
@@ -112,7 +121,7 @@ def _run(code: str, page: str, namespace: dict[str, Any]) -> str:
 @pytest.mark.parametrize(
     ("page", "block"),
     _all_python_blocks(),
-    ids=[f"{page}:{index}" for index, (page, _block) in enumerate(_all_python_blocks())],
+    ids=_block_ids(),
 )
 def test_python_block_runs(
     page: str, block: str, replicaset_server: EmbeddedServer, standalone_server: EmbeddedServer
