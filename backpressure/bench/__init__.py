@@ -45,6 +45,7 @@ from backpressure.bench.transient import (
     run_transient,
 )
 from backpressure.workload import POLICIES
+from backpressure.workload.policies import default_first
 from backpressure.workload.report import (
     fmt,
     format_table,
@@ -547,6 +548,9 @@ def _opt_int(value: Optional[int]) -> str:
 def scenario_rows(runs: list[dict[str, Any]]) -> list[list[str]]:
     """Table rows of the overload runs (``SCENARIO_HEADERS`` order)."""
     rows = []
+    scenarios = list(dict.fromkeys(r["scenario"] for r in runs))
+    order = {name: rank for rank, name in enumerate(default_first([r["policy"] for r in runs]))}
+    runs = sorted(runs, key=lambda r: (scenarios.index(r["scenario"]), order[r["policy"]]))
     for r in runs:
         rows.append(
             [
@@ -595,13 +599,15 @@ def _overload_md(section: dict[str, Any], config: dict[str, Any]) -> list[str]:
     dropped = []
     for g in (Goal(**g) for g in section["goals"]):
         verdict = ", ".join(
-            f"{policy} {'-' if met is None else ('met' if met else 'NOT met')}"
-            for policy, met in g.met.items()
+            f"{policy} {'-' if g.met[policy] is None else ('met' if g.met[policy] else 'NOT met')}"
+            for policy in default_first(list(g.met))
         )
         if g.dropped:
             dropped.append(f"- {g.goal}: {verdict} ({BASELINE} meets it, so it is dropped)")
             continue
-        figures = "; ".join(f"{policy}: {text}" for policy, text in g.figures.items())
+        figures = "; ".join(
+            f"{policy}: {g.figures[policy]}" for policy in default_first(list(g.figures))
+        )
         goal_rows.append([g.goal, verdict, figures])
     return [
         "## Overload",
