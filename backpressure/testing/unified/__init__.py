@@ -1,4 +1,4 @@
-"""A runner for the unified test format (schema <= 1.17) with our client presets.
+"""A runner for the unified test format (schema <= 1.21) with our client presets.
 
 ``python -m backpressure.testing.unified [--uri URI] [--preset none|draft|current] [--async]
 [--fast-backoff] PATH...`` runs files or folders of ``.json``/``.yml``/``.yaml`` tests; without a
