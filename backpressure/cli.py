@@ -17,7 +17,7 @@ import argparse
 import math
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Callable, Optional, TextIO
+from typing import Callable, Optional, TextIO, TypeVar
 
 from backpressure.core.extras import MissingExtraError
 
@@ -27,6 +27,7 @@ __all__ = [
     "add_progress_argument",
     "add_seed_argument",
     "bounded_float",
+    "comma_list",
     "name_list",
     "non_negative_float",
     "non_negative_int",
@@ -35,6 +36,8 @@ __all__ = [
     "progress_enabled",
     "run_cli",
 ]
+
+T = TypeVar("T")
 
 PROGRESS_CHOICES = ("auto", "on", "off")
 """``--progress`` values: ``auto`` (on when stderr is a terminal), ``on``, ``off``."""
@@ -126,6 +129,26 @@ def name_list(known: Iterable[str]) -> Callable[[str], list[str]]:
     return parse
 
 
+def comma_list(item: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
+    """An argparse type: a comma-separated, non-empty list, each item parsed by ``item`` (an
+    argparse type such as :func:`positive_float`)."""
+
+    def parse(text: str) -> tuple[T, ...]:
+        items = [part.strip() for part in text.split(",") if part.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+        values = []
+        for index, part in enumerate(items, 1):
+            try:
+                values.append(item(part))
+            except argparse.ArgumentTypeError as exc:
+                raise argparse.ArgumentTypeError(f"item {index}: {exc}") from None
+        return tuple(values)
+
+    parse.__name__ = "comma-separated list"
+    return parse
+
+
 def add_progress_argument(parser: argparse._ActionsContainer) -> None:
     """Add ``--progress {auto,on,off}`` (default ``auto``)."""
     parser.add_argument(
@@ -149,10 +172,10 @@ def progress_enabled(choice: str, stream: Optional[TextIO] = None) -> bool:
 
 def add_seed_argument(parser: argparse._ActionsContainer, *, scope: str = "") -> None:
     """Add ``--seed N`` (default :data:`SEED_DEFAULT`); ``scope`` says what it seeds, if not all."""
-    suffix = f" ({scope})" if scope else ""
+    suffix = f"; it seeds {scope}" if scope else ""
     parser.add_argument(
         "--seed",
-        type=int,
+        type=_int,
         default=SEED_DEFAULT,
         metavar="N",
         help=f"random seed; the same seed gives the same run{suffix} (default: %(default)s)",

@@ -26,7 +26,6 @@ from backpressure.demo import (
     main,
     result_rows,
     run_demo,
-    show_progress,
 )
 from backpressure.demo.chart import PhaseSpan, fleet_series, phase_load, phase_spans
 from backpressure.demo.fleet import (
@@ -192,7 +191,7 @@ def test_default_policies_are_the_overload_bench_ones() -> None:
     """The demo compares the policies the overload bench compares, adaptive included."""
     assert DEMO_POLICIES == DEFAULT_POLICIES
     assert "adaptive" in DEMO_POLICIES
-    assert build_parser().parse_args([]).policies == ",".join(DEMO_POLICIES)
+    assert build_parser().parse_args([]).policies == list(DEMO_POLICIES)
 
 
 @pytest.mark.parametrize("scale", [1, 100])
@@ -250,31 +249,6 @@ def test_fewest_errors_per_phase_and_for_the_run() -> None:
     assert fewest_errors([], phases, config) == {"calm": 0, "overload": 0, "run": 0}
 
 
-class _Stream(io.StringIO):
-    """A text stream that says whether it is a terminal."""
-
-    def __init__(self, tty: bool) -> None:
-        """Remember the answer."""
-        super().__init__()
-        self._tty = tty
-
-    def isatty(self) -> bool:
-        """The remembered answer."""
-        return self._tty
-
-
-def test_progress_bar_only_when_both_streams_are_terminals() -> None:
-    """No bar when stdout or stderr is not a terminal, or when asked for none."""
-    tty, pipe = _Stream(True), _Stream(False)
-    assert show_progress(False, tty, tty)
-    assert not show_progress(True, tty, tty)
-    assert not show_progress(False, pipe, tty)
-    assert not show_progress(False, tty, pipe)
-    closed = io.StringIO()
-    closed.close()  # isatty() on a closed stream raises ValueError
-    assert not show_progress(False, closed, tty)
-
-
 def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> None:
     """A tiny demo run prints the table and writes a JSON report and a non-empty PNG."""
     args = build_parser().parse_args(
@@ -289,7 +263,7 @@ def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> N
             "--overload", "0.3",
             "--policies", "no-retries,current,adaptive",
             "--output", str(tmp_path),
-            "--no-progress",
+            "--progress", "off",
         ]
     )  # fmt: skip
     out = io.StringIO()
@@ -338,10 +312,11 @@ def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> N
     assert data["policies"]["adaptive"]["local_waits"] is not None
 
 
-def test_demo_draws_no_progress_bar_when_stdout_is_not_a_terminal(
+def test_demo_draws_no_progress_bar_when_stderr_is_not_a_terminal(
     replicaset_server: EmbeddedServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Without --no-progress, a run whose stdout is not a terminal writes no progress bar."""
+    """With ``--progress auto`` (the default), a run whose stderr is not a terminal writes no
+    progress bar."""
     args = build_parser().parse_args(
         [
             "--scenario", "single",
@@ -435,7 +410,7 @@ def test_fleet_is_the_default_scenario_and_single_is_kept() -> None:
 def test_fleet_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     """An invalid fleet plan exits with status 2 and says why, before any server starts."""
     with pytest.raises(SystemExit) as raised:
-        main([*argv, "--no-progress"])
+        main([*argv, "--progress", "off"])
     assert raised.value.code == 2
     assert "error:" in capsys.readouterr().err
 
@@ -481,7 +456,15 @@ def test_fleet_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path
     processes and the servers counted, the default policy's row first."""
     policies = ["no-retries", "adaptive", "current"]
     args = build_parser().parse_args(
-        ["--quick", "--policies", ",".join(policies), "--output", str(tmp_path), "--no-progress"]
+        [
+            "--quick",
+            "--policies",
+            ",".join(policies),
+            "--output",
+            str(tmp_path),
+            "--progress",
+            "off",
+        ]
     )
     out = io.StringIO()
     report = run_demo(
