@@ -290,7 +290,7 @@ def test_bench_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> 
             "--skip-roundtrips",
             "--skip-fleet",
             "--skip-transient",
-            "--no-progress",
+            "--progress", "off",
         ]
     )  # fmt: skip
     out = io.StringIO()
@@ -361,7 +361,7 @@ def test_fleet_quick_mode_runs_real_processes(
             "--only", "fleet",
             "--fleet-quick",
             "--policies", "no-retries,current",
-            "--no-progress",
+            "--progress", "off",
         ]
     )  # fmt: skip
     out = io.StringIO()
