@@ -1,8 +1,9 @@
 """A fleet-scale policy lab: the real decision core in virtual time, and the physical limit.
 
 ``backpressure.sim.oracle`` (the physical-limit oracle) needs only the standard library.  The
-simulator, ``run``, the scenarios and the CLI ``python -m backpressure.sim`` need the ``sim``
-extra (SimPy); they are imported on first use::
+simulator, ``run`` and the runs of ``python -m backpressure.sim`` need the ``sim`` extra (SimPy;
+without it they raise, or print, :class:`~backpressure.MissingExtraError`); the names are
+imported on first use::
 
     from backpressure.sim import run
 
