@@ -6,12 +6,13 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from backpressure.testing.server import cli as server_cli
-from backpressure.testing.server.cli import main
+from backpressure.testing.server.cli import SCRIPT, main
 
 
 def _start(*args: str) -> subprocess.Popen[str]:
@@ -302,3 +303,17 @@ def test_help_describes_every_option_with_its_default() -> None:
         assert "default:" in text[start:end], option
     assert "(default: 127.0.0.1)" in text
     assert "(default: 8.2.6)" in text
+
+
+def test_installed_script_has_the_same_command_line() -> None:
+    """The ``backpressure-test-server`` script runs the same main: its usage line names the
+    script, a bad value exits 2 naming the flag."""
+    script = Path(sys.executable).with_name(SCRIPT)
+    if not script.exists():
+        pytest.skip(f"{SCRIPT} is not installed next to {sys.executable}")
+    done = subprocess.run(
+        [str(script), "--rate-limit", "-5"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"usage: {SCRIPT} ")
+    assert f"{SCRIPT}: error: argument --rate-limit: must be > 0, got -5" in done.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 log = logging.getLogger("backpressure.testing.server")
+
+SCRIPT = "backpressure-test-server"
+"""The installed script (``[project.scripts]``) that runs :func:`main`."""
 
 _PARAMETER_FLAGS = {
     "ingressRequestAdmissionRatePerSec": "--rate-limit",
@@ -94,9 +98,15 @@ def _version(text: str) -> str:
     return text
 
 
+def _prog() -> str:
+    """The name usage lines give: the installed script's, else the ``python -m`` spelling."""
+    script = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return script if script == SCRIPT else "python -m backpressure.testing.server"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m backpressure.testing.server",
+        prog=_prog(),
         description="Embedded MongoDB-compatible test server with fail points and rate limiters. "
         "Prints 'READY <connection string>' once every member listens; stops on SIGINT/SIGTERM. "
         "There is no authentication: bind to loopback only.",
