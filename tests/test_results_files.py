@@ -43,3 +43,14 @@ def test_the_overload_table_shows_the_default_first_in_every_scenario(stem: str)
         first.setdefault(scenario, policy)
     assert len(first) >= 5
     assert set(first.values()) == {default_policy_name()}
+
+
+def test_the_sim_agreement_table_is_generated_from_the_fleet_results() -> None:
+    """``sim-fleet.md``'s agreement table is what ``bench.agreement --fleet`` prints for the
+    committed ``fleet.json`` (the simulator is deterministic for a seed)."""
+    pytest.importorskip("simpy")
+    from backpressure.bench.agreement import fleet_agreement_markdown
+
+    report = json.loads((RESULTS / "fleet.json").read_text(encoding="utf-8"))
+    table = fleet_agreement_markdown(report, seed=1)
+    assert table in (RESULTS / "sim-fleet.md").read_text(encoding="utf-8")
