@@ -7,7 +7,7 @@ EXTRAS := test,dev,demo,motor,server
 # backpressure, first with it, the last 4.20 without conn_mgr, newest.
 COMPAT_VERSIONS ?= 4.9.2 4.13.2 4.16.0 4.17.0 4.20.0 4.20.1
 
-.PHONY: install test test-compat lookahead lint format demo bench spec-test clean FORCE
+.PHONY: install test test-compat lookahead lint format demo bench spec-test docs clean FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,18 @@ bench: $(VENV)/.installed
 
 spec-test: $(VENV)/.installed
 	$(BIN)/python -m pytest tests/spec
+
+# The docs site (Sphinx, furo, MyST): strict (-W: a warning fails; -n: every reference must
+# resolve), offline (no intersphinx), into docs/_build/html. The API reference imports the
+# package with its extras, so the full install comes first.
+$(VENV)/.docs-installed: pyproject.toml | $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e '.[docs]'
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	rm -rf docs/_build/html
+	$(BIN)/python -m sphinx -W -n --keep-going -q -b html docs docs/_build/html
+	@echo "docs: open docs/_build/html/index.html"
 
 clean:
 	rm -rf $(VENV) .venv-compat build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 FILES = {
     "backpressure/adapters/backport/async_loop.py": "backpressure/adapters/backport/sync_loop.py",
-    "backpressure/adapters/native_async_wrappers.py": (
-        "backpressure/adapters/native_sync_wrappers.py"
+    "backpressure/adapters/native/async_wrappers.py": (
+        "backpressure/adapters/native/sync_wrappers.py"
     ),
 }
 """Async source -> generated sync twin, relative to the repository root."""

@@ -20,6 +20,7 @@ from backpressure.adapters import seams
 from backpressure.bench import (
     _generic_md,
     build_parser,
+    main,
     overhead_goals,
     render_markdown,
     run_bench,
@@ -290,7 +291,7 @@ def test_bench_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> 
             "--skip-roundtrips",
             "--skip-fleet",
             "--skip-transient",
-            "--no-progress",
+            "--progress", "off",
         ]
     )  # fmt: skip
     out = io.StringIO()
@@ -361,7 +362,7 @@ def test_fleet_quick_mode_runs_real_processes(
             "--only", "fleet",
             "--fleet-quick",
             "--policies", "no-retries,current",
-            "--no-progress",
+            "--progress", "off",
         ]
     )  # fmt: skip
     out = io.StringIO()
@@ -435,3 +436,55 @@ def test_fleet_summary_arithmetic() -> None:
     assert run.error_fraction == 0.25
     assert run.judge()[FLEET_GOALS[3]] is False
     assert run.floor_fraction == 0.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--members", "0"], "argument --members: must be >= 1, got 0"),
+        (["--pairs", "0"], "argument --pairs: must be >= 1, got 0"),
+        (["--block", "x"], "argument --block: expected an integer, got 'x'"),
+        (["--count-ops", "-1"], "argument --count-ops: must be >= 1, got -1"),
+        (["--core-iterations", "0"], "argument --core-iterations: must be >= 1, got 0"),
+        (["--core-threads", "0"], "argument --core-threads: must be >= 1, got 0"),
+        (["--capacity", "-1"], "argument --capacity: must be > 0, got -1"),
+        (["--workers", "2,0"], "argument --workers: item 2: must be >= 1, got 0"),
+        (["--closed-seconds", "0"], "argument --closed-seconds: must be > 0, got 0"),
+        (["--open-capacity", "0"], "argument --open-capacity: must be > 0, got 0"),
+        (["--loads", "3,x"], "argument --loads: item 2: expected a number, got 'x'"),
+        (["--open-threads", "0"], "argument --open-threads: must be >= 1, got 0"),
+        (["--warmup", "0"], "argument --warmup: must be > 0, got 0"),
+        (["--sustained", "-1"], "argument --sustained: must be > 0, got -1"),
+        (["--burst-load", "-1"], "argument --burst-load: must be >= 0, got -1"),
+        (["--burst", "0"], "argument --burst: must be > 0, got 0"),
+        (["--recovery", "0"], "argument --recovery: must be > 0, got 0"),
+        (["--hot-capacity", "0"], "argument --hot-capacity: must be > 0, got 0"),
+        (["--hot-workers", "0"], "argument --hot-workers: must be >= 1, got 0"),
+        (["--hot-seconds", "0"], "argument --hot-seconds: must be > 0, got 0"),
+        (["--allowed-wait", "inf"], "argument --allowed-wait: expected a finite number"),
+        (["--burst-seconds", "0"], "argument --burst-seconds: must be > 0, got 0"),
+        (["--policies", "foo"], "argument --policies: unknown foo; choose from"),
+        (["--fleet-step", "0"], "argument --fleet-step: must be > 0, got 0"),
+        (["--fleet-shapes", "8y8"], "argument --fleet-shapes: a fleet shape is PROCESSESxTHREADS"),
+        (["--fleet-shapes", ","], "argument --fleet-shapes: expected at least one value"),
+        (["--transient-rejections", "0"], "argument --transient-rejections: item 1: must be >= 1"),
+        (["--progress", "yes"], "argument --progress: invalid choice: 'yes'"),
+        (["--no-progress"], "unrecognized arguments: --no-progress"),
+    ],
+)
+def test_usage_errors_exit_2_and_name_the_flag(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad value exits with status 2, the usage line and the flag's name, before any run."""
+    with pytest.raises(SystemExit) as raised:
+        main(argv)
+    assert raised.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m backpressure.bench")
+    assert f"error: {message}" in err
+
+
+def test_progress_is_accepted() -> None:
+    """``--progress {auto,on,off}``, auto by default, as in every command line of the package."""
+    assert build_parser().parse_args([]).progress == "auto"
+    assert build_parser().parse_args(["--progress", "on"]).progress == "on"

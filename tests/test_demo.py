@@ -26,7 +26,6 @@ from backpressure.demo import (
     main,
     result_rows,
     run_demo,
-    show_progress,
 )
 from backpressure.demo.chart import PhaseSpan, fleet_series, phase_load, phase_spans
 from backpressure.demo.fleet import (
@@ -192,7 +191,7 @@ def test_default_policies_are_the_overload_bench_ones() -> None:
     """The demo compares the policies the overload bench compares, adaptive included."""
     assert DEMO_POLICIES == DEFAULT_POLICIES
     assert "adaptive" in DEMO_POLICIES
-    assert build_parser().parse_args([]).policies == ",".join(DEMO_POLICIES)
+    assert build_parser().parse_args([]).policies == list(DEMO_POLICIES)
 
 
 @pytest.mark.parametrize("scale", [1, 100])
@@ -250,31 +249,6 @@ def test_fewest_errors_per_phase_and_for_the_run() -> None:
     assert fewest_errors([], phases, config) == {"calm": 0, "overload": 0, "run": 0}
 
 
-class _Stream(io.StringIO):
-    """A text stream that says whether it is a terminal."""
-
-    def __init__(self, tty: bool) -> None:
-        """Remember the answer."""
-        super().__init__()
-        self._tty = tty
-
-    def isatty(self) -> bool:
-        """The remembered answer."""
-        return self._tty
-
-
-def test_progress_bar_only_when_both_streams_are_terminals() -> None:
-    """No bar when stdout or stderr is not a terminal, or when asked for none."""
-    tty, pipe = _Stream(True), _Stream(False)
-    assert show_progress(False, tty, tty)
-    assert not show_progress(True, tty, tty)
-    assert not show_progress(False, pipe, tty)
-    assert not show_progress(False, tty, pipe)
-    closed = io.StringIO()
-    closed.close()  # isatty() on a closed stream raises ValueError
-    assert not show_progress(False, closed, tty)
-
-
 def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> None:
     """A tiny demo run prints the table and writes a JSON report and a non-empty PNG."""
     args = build_parser().parse_args(
@@ -289,7 +263,8 @@ def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> N
             "--overload", "0.3",
             "--policies", "no-retries,current,adaptive",
             "--output", str(tmp_path),
-            "--no-progress",
+            "--progress", "off",
+            "--seed", "3",
         ]
     )  # fmt: skip
     out = io.StringIO()
@@ -306,6 +281,7 @@ def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> N
     data: dict[str, Any] = json.loads((tmp_path / "demo.json").read_text())
     assert data == json.loads(json.dumps(report, default=str))
     assert set(data["policies"]) == {"no-retries", "current", "adaptive"}
+    assert data["config"]["seed"] == 3
     assert FEWEST in text
     assert set(data["fewest_errors"]) == {"steady", "burst", "recovery", "overload", "run"}
     assert (
@@ -338,10 +314,11 @@ def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> N
     assert data["policies"]["adaptive"]["local_waits"] is not None
 
 
-def test_demo_draws_no_progress_bar_when_stdout_is_not_a_terminal(
+def test_demo_draws_no_progress_bar_when_stderr_is_not_a_terminal(
     replicaset_server: EmbeddedServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Without --no-progress, a run whose stdout is not a terminal writes no progress bar."""
+    """With ``--progress auto`` (the default), a run whose stderr is not a terminal writes no
+    progress bar."""
     args = build_parser().parse_args(
         [
             "--scenario", "single",
@@ -430,14 +407,54 @@ def test_fleet_is_the_default_scenario_and_single_is_kept() -> None:
 
 
 @pytest.mark.parametrize(
-    "argv", [["--rates", "100,x"], ["--rates", "0"], ["--processes", "0"], ["--step", "-1"]]
+    ("argv", "message"),
+    [
+        (["--policies", "foo"], "argument --policies: unknown foo; choose from"),
+        (["--policies", ","], "argument --policies: expected one or more of"),
+        (["--capacity", "-1"], "argument --capacity: must be > 0, got -1"),
+        (["--burst-seconds", "0"], "argument --burst-seconds: must be > 0, got 0"),
+        (["--rates", "100,x"], "argument --rates: item 2: expected a number, got 'x'"),
+        (["--rates", "0"], "argument --rates: item 1: must be > 0, got 0"),
+        (["--processes", "0"], "argument --processes: must be >= 1, got 0"),
+        (["--threads", "-4"], "argument --threads: must be >= 1, got -4"),
+        (["--members", "0"], "argument --members: must be >= 1, got 0"),
+        (["--step", "-1"], "argument --step: must be > 0, got -1"),
+        (["--deadline", "nan"], "argument --deadline: expected a finite number, got 'nan'"),
+        (["--settle", "-1"], "argument --settle: must be >= 0, got -1"),
+        (["--settle", "4"], "argument --settle: must be less than --step (4)"),
+        (["--steady", "0"], "argument --steady: must be > 0, got 0"),
+        (["--burst", "0"], "argument --burst: must be > 0, got 0"),
+        (["--recovery", "0"], "argument --recovery: must be > 0, got 0"),
+        (["--overload", "0"], "argument --overload: must be > 0, got 0"),
+        (["--steady-load", "-1"], "argument --steady-load: must be >= 0, got -1"),
+        (["--burst-load", "-1"], "argument --burst-load: must be >= 0, got -1"),
+        (["--overload-load", "-1"], "argument --overload-load: must be >= 0, got -1"),
+        (["--bucket", "0"], "argument --bucket: must be > 0, got 0"),
+        (["--read-fraction", "1.5"], "argument --read-fraction: must be in [0, 1], got 1.5"),
+        (["--seed", "x"], "argument --seed: expected an integer, got 'x'"),
+        (["--progress", "yes"], "argument --progress: invalid choice: 'yes'"),
+        (["--no-progress"], "unrecognized arguments: --no-progress"),
+    ],
 )
-def test_fleet_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    """An invalid fleet plan exits with status 2 and says why, before any server starts."""
+def test_usage_errors_exit_2_and_name_the_flag(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad value exits with status 2, the usage line and the flag's name, before any server
+    starts (the fleet plan's cross-checks too)."""
     with pytest.raises(SystemExit) as raised:
-        main([*argv, "--no-progress"])
+        main(argv)
     assert raised.value.code == 2
-    assert "error:" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m backpressure.demo")
+    assert f"error: {message}" in err
+
+
+def test_progress_and_seed_are_accepted() -> None:
+    """``--progress {auto,on,off}`` (default auto) and ``--seed N`` (default 1) parse."""
+    parser = build_parser()
+    assert (parser.parse_args([]).progress, parser.parse_args([]).seed) == ("auto", 1)
+    args = parser.parse_args(["--scenario", "single", "--progress", "on", "--seed", "7"])
+    assert (args.progress, args.seed) == ("on", 7)
 
 
 def test_physical_limit_of_a_closed_loop() -> None:
@@ -481,7 +498,15 @@ def test_fleet_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path
     processes and the servers counted, the default policy's row first."""
     policies = ["no-retries", "adaptive", "current"]
     args = build_parser().parse_args(
-        ["--quick", "--policies", ",".join(policies), "--output", str(tmp_path), "--no-progress"]
+        [
+            "--quick",
+            "--policies",
+            ",".join(policies),
+            "--output",
+            str(tmp_path),
+            "--progress",
+            "off",
+        ]
     )
     out = io.StringIO()
     report = run_demo(

@@ -3,7 +3,8 @@
 Writes ``latest.json`` and ``latest.md`` (the machine, the versions, the date, the load average
 and, per goal, whether it was met, with its figures) into ``--output`` (by default the untracked
 ``bench-results/``) and prints the report.  The committed results in ``bench/results/`` are
-refreshed on purpose with ``--output bench/results``.
+refreshed on purpose with ``--output bench/results``. A bad option value is a usage error naming
+the flag (exit 2); ``--progress {auto,on,off}`` as in every command line of the package.
 """
 
 from __future__ import annotations
@@ -44,7 +45,18 @@ from backpressure.bench.transient import (
     render_transient_markdown,
     run_transient,
 )
+from backpressure.cli import (
+    add_progress_argument,
+    comma_list,
+    name_list,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    progress_enabled,
+    run_cli,
+)
 from backpressure.workload import POLICIES
+from backpressure.workload.policies import default_first
 from backpressure.workload.report import (
     fmt,
     format_table,
@@ -79,14 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--output", type=Path, default=Path("bench-results"), help="report dir (untracked)"
     )
-    parser.add_argument("--members", type=int, default=3, help="replica set members")
-    parser.add_argument(
-        "--no-progress", action="store_true", help="no progress bar (also off when not a tty)"
-    )
+    parser.add_argument("--members", type=positive_int, default=3, help="replica set members")
+    add_progress_argument(parser)
     group = parser.add_argument_group("overhead (no overload)")
-    group.add_argument("--pairs", type=int, default=4000, help="paired samples per operation")
-    group.add_argument("--block", type=int, default=1, help="operations per half of a pair")
-    group.add_argument("--count-ops", type=int, default=20, help="operations traced per count")
+    group.add_argument(
+        "--pairs", type=positive_int, default=4000, help="paired samples per operation"
+    )
+    group.add_argument(
+        "--block", type=positive_int, default=1, help="operations per half of a pair"
+    )
+    group.add_argument(
+        "--count-ops", type=positive_int, default=20, help="operations traced per count"
+    )
     group.add_argument(
         "--wrappers",
         choices=WRAPPERS,
@@ -94,42 +110,59 @@ def build_parser() -> argparse.ArgumentParser:
         help="the native wrappers the enabled client gets: its signature's, or forwarding",
     )
     group = parser.add_argument_group("decision core")
-    group.add_argument("--core-iterations", type=int, default=100_000, help="ops per measurement")
-    group.add_argument("--core-threads", type=int, default=8, help="threads of the threaded run")
+    group.add_argument(
+        "--core-iterations", type=positive_int, default=100_000, help="ops per measurement"
+    )
+    group.add_argument(
+        "--core-threads", type=positive_int, default=8, help="threads of the threaded run"
+    )
     group = parser.add_argument_group("overload")
-    group.add_argument("--capacity", type=float, default=plan.capacity, help="closed loop C")
+    positive, non_negative = positive_float, non_negative_float
+    group.add_argument("--capacity", type=positive, default=plan.capacity, help="closed loop C")
     group.add_argument(
-        "--workers", default=",".join(map(str, plan.closed_workers)), help="closed-loop workers"
+        "--workers",
+        type=comma_list(positive_int),
+        default=",".join(map(str, plan.closed_workers)),
+        help="closed-loop workers",
     )
-    group.add_argument("--closed-seconds", type=float, default=plan.closed_seconds)
-    group.add_argument("--open-capacity", type=float, default=plan.open_capacity, help="open C")
+    group.add_argument("--closed-seconds", type=positive, default=plan.closed_seconds)
+    group.add_argument("--open-capacity", type=positive, default=plan.open_capacity, help="open C")
     group.add_argument(
-        "--loads", default=",".join(f"{x:g}" for x in plan.open_loads), help="open loads, x C"
+        "--loads",
+        type=comma_list(non_negative),
+        default=",".join(f"{x:g}" for x in plan.open_loads),
+        help="open loads, x C",
     )
-    group.add_argument("--open-threads", type=int, default=plan.open_threads)
-    group.add_argument("--warmup", type=float, default=plan.warmup, help="s below C first")
-    group.add_argument("--sustained", type=float, default=plan.sustained, help="s at the load")
-    group.add_argument("--burst-load", type=float, default=plan.burst_load, help="x C")
-    group.add_argument("--burst", type=float, default=plan.burst, help="burst, s")
-    group.add_argument("--recovery", type=float, default=plan.recovery, help="after it, s")
-    group.add_argument("--hot-capacity", type=float, default=plan.hot_capacity)
-    group.add_argument("--hot-workers", type=int, default=plan.hot_workers)
-    group.add_argument("--hot-seconds", type=float, default=plan.hot_seconds)
+    group.add_argument("--open-threads", type=positive_int, default=plan.open_threads)
+    group.add_argument("--warmup", type=positive, default=plan.warmup, help="s below C first")
+    group.add_argument("--sustained", type=positive, default=plan.sustained, help="s at the load")
+    group.add_argument("--burst-load", type=non_negative, default=plan.burst_load, help="x C")
+    group.add_argument("--burst", type=positive, default=plan.burst, help="burst, s")
+    group.add_argument("--recovery", type=positive, default=plan.recovery, help="after it, s")
+    group.add_argument("--hot-capacity", type=positive, default=plan.hot_capacity)
+    group.add_argument("--hot-workers", type=positive_int, default=plan.hot_workers)
+    group.add_argument("--hot-seconds", type=positive, default=plan.hot_seconds)
     group.add_argument(
-        "--allowed-wait", type=float, default=plan.allowed_wait, help="deadline per op, s"
+        "--allowed-wait", type=positive, default=plan.allowed_wait, help="deadline per op, s"
     )
     group.add_argument(
-        "--burst-seconds", type=float, default=plan.burst_seconds, help="limiter burst, s"
+        "--burst-seconds", type=positive, default=plan.burst_seconds, help="limiter burst, s"
     )
     group.add_argument(
-        "--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policies"
+        "--policies",
+        type=name_list(POLICIES),
+        default=",".join(DEFAULT_POLICIES),
+        help="comma-separated policies",
     )
     group = parser.add_argument_group("fleet (K client processes x T threads)")
     group.add_argument(
         "--fleet-shapes", default="8x8,4x16", help="comma-separated PROCESSESxTHREADS"
     )
     group.add_argument(
-        "--fleet-step", type=float, default=FleetPlan().step_s, help="seconds per capacity step"
+        "--fleet-step",
+        type=positive_float,
+        default=FleetPlan().step_s,
+        help="seconds per capacity step",
     )
     group.add_argument(
         "--fleet-quick",
@@ -138,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--transient-rejections",
+        type=comma_list(positive_int),
         default="1,3",
         help="the transient scenario's rejection counts, comma-separated (with the fleet)",
     )
@@ -159,8 +193,7 @@ def transient_plans(args: argparse.Namespace) -> list[TransientPlan]:
     """The transient runs from the command line (``--fleet-quick``: the quick one only)."""
     if args.fleet_quick:
         return [QUICK_TRANSIENT]
-    counts = _parse_list(args.transient_rejections, "transient-rejections")
-    return [TransientPlan(rejections=int(count)) for count in counts]
+    return [TransientPlan(rejections=count) for count in args.transient_rejections]
 
 
 def fleet_plans(args: argparse.Namespace) -> list[FleetPlan]:
@@ -175,11 +208,24 @@ def fleet_plans(args: argparse.Namespace) -> list[FleetPlan]:
 
 
 def _parse_list(value: str, what: str) -> list[str]:
-    """Split a comma-separated option."""
+    """Split a comma-separated option (ValueError when it holds none)."""
     items = [item.strip() for item in value.split(",") if item.strip()]
     if not items:
-        raise SystemExit(f"--{what} needs at least one value")
+        raise ValueError(f"expected at least one value, got {value!r}")
     return items
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors the parser cannot see alone: plans built from several options."""
+    try:
+        fleet_plans(args)
+    except ValueError as exc:
+        parser.error(f"argument --fleet-shapes: {exc}")
+    for flag, build in (("--transient-rejections", transient_plans), (None, _plan)):
+        try:
+            build(args)
+        except ValueError as exc:
+            parser.error(f"argument {flag}: {exc}" if flag else str(exc))
 
 
 def _roundtrips() -> dict[str, Any]:
@@ -199,10 +245,10 @@ def _plan(args: argparse.Namespace) -> OverloadPlan:
     """The overload plan from the command line."""
     return OverloadPlan(
         capacity=args.capacity,
-        closed_workers=tuple(int(x) for x in _parse_list(args.workers, "workers")),
+        closed_workers=tuple(args.workers),
         closed_seconds=args.closed_seconds,
         open_capacity=args.open_capacity,
-        open_loads=tuple(float(x) for x in _parse_list(args.loads, "loads")),
+        open_loads=tuple(args.loads),
         open_threads=args.open_threads,
         warmup=args.warmup,
         sustained=args.sustained,
@@ -232,10 +278,7 @@ def run_bench(
     out: TextIO = sys.stdout,
 ) -> dict[str, Any]:
     """Run the selected sections; print the report, write JSON and Markdown, return the data."""
-    names = _parse_list(args.policies, "policies")
-    unknown = [name for name in names if name not in POLICIES]
-    if unknown:
-        raise SystemExit(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
+    names: list[str] = list(args.policies)
     unavailable = {n: r for n in names if (r := POLICIES[n].unavailable()) is not None}
     runnable = [name for name in names if name not in unavailable]
     plan = _plan(args)
@@ -276,7 +319,7 @@ def run_bench(
             "plans": [asdict(p) for p in plans],
             "policies": fleet_policies(runnable),
         }
-    bar = progress_bar(total, desc="bench", disabled=args.no_progress or not sys.stderr.isatty())
+    bar = progress_bar(total, desc="bench", disabled=not progress_enabled(args.progress))
     try:
         with quiet_backpressure_logs():
             if not args.skip_core:
@@ -547,6 +590,9 @@ def _opt_int(value: Optional[int]) -> str:
 def scenario_rows(runs: list[dict[str, Any]]) -> list[list[str]]:
     """Table rows of the overload runs (``SCENARIO_HEADERS`` order)."""
     rows = []
+    scenarios = list(dict.fromkeys(r["scenario"] for r in runs))
+    order = {name: rank for rank, name in enumerate(default_first([r["policy"] for r in runs]))}
+    runs = sorted(runs, key=lambda r: (scenarios.index(r["scenario"]), order[r["policy"]]))
     for r in runs:
         rows.append(
             [
@@ -595,13 +641,15 @@ def _overload_md(section: dict[str, Any], config: dict[str, Any]) -> list[str]:
     dropped = []
     for g in (Goal(**g) for g in section["goals"]):
         verdict = ", ".join(
-            f"{policy} {'-' if met is None else ('met' if met else 'NOT met')}"
-            for policy, met in g.met.items()
+            f"{policy} {'-' if g.met[policy] is None else ('met' if g.met[policy] else 'NOT met')}"
+            for policy in default_first(list(g.met))
         )
         if g.dropped:
             dropped.append(f"- {g.goal}: {verdict} ({BASELINE} meets it, so it is dropped)")
             continue
-        figures = "; ".join(f"{policy}: {text}" for policy, text in g.figures.items())
+        figures = "; ".join(
+            f"{policy}: {g.figures[policy]}" for policy in default_first(list(g.figures))
+        )
         goal_rows.append([g.goal, verdict, figures])
     return [
         "## Overload",
@@ -686,6 +734,14 @@ def _cell(value: Any) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Command-line entry point."""
-    run_bench(build_parser().parse_args(argv))
+    """Command-line entry point: 0 after a run, 1 without a needed extra, 2 on a usage error."""
+    return run_cli(_main, argv)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
+    """The command line, without the missing-extra and Ctrl-C handling of :func:`main`."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check(parser, args)
+    run_bench(args)
     return 0

@@ -40,6 +40,7 @@ from pymongo.errors import PyMongoError
 
 from backpressure.workload import POLICIES
 from backpressure.workload.driver import LoadTarget, LocalEventCounter, received_commands
+from backpressure.workload.policies import default_first, default_policy_name
 
 __all__ = [
     "FLEET_GOALS",
@@ -118,13 +119,6 @@ FLEET_GOALS: tuple[str, ...] = (
 )
 
 
-def default_policy_name() -> str:
-    """The package's default policy, read now (it may change)."""
-    from backpressure.core import policy as policies
-
-    return str(policies.DEFAULT_POLICY.name)
-
-
 def fleet_policies(names: Optional[Sequence[str]] = None) -> list[str]:
     """``names`` (default: no-retries, stock pymongo, current, draft, adaptive, those that run
     here) with the default policy's moved first; unknown names raise ValueError."""
@@ -137,8 +131,7 @@ def fleet_policies(names: Optional[Sequence[str]] = None) -> list[str]:
     unknown = [name for name in names if name not in POLICIES]
     if unknown:
         raise ValueError(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
-    default = default_policy_name()
-    return sorted(names, key=lambda name: name != default)
+    return default_first(names)
 
 
 def label(name: str) -> str:

@@ -13,6 +13,9 @@ Per policy the demo reports the operations the application lost in each phase ne
 any policy could lose (the physical-limit oracle on the same arrivals), the load the server
 received as a multiple of C, attempts per operation, latency and retries refused by the budget;
 it writes a JSON report and one PNG figure (:mod:`backpressure.demo.chart`).
+
+The command line follows the package's conventions (:mod:`backpressure.cli`): a bad value is a
+usage error naming its flag (exit 2), ``--progress {auto,on,off}`` and ``--seed N``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
+from backpressure.cli import (
+    add_progress_argument,
+    add_seed_argument,
+    bounded_float,
+    comma_list,
+    name_list,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    progress_enabled,
+    run_cli,
+)
+from backpressure.core.extras import require
 from backpressure.demo.chart import draw_demo_chart, phase_load, phase_spans
 from backpressure.sim.oracle import Capacity, physical_min_errors
 from backpressure.workload import (
@@ -58,7 +74,6 @@ __all__ = [
     "main",
     "result_rows",
     "run_demo",
-    "show_progress",
 ]
 
 SCENARIOS = ("fleet", "single")
@@ -118,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         "single: one client process, open loop, phases at multiples of C",
     )
     fleet = parser.add_argument_group("fleet scenario")
-    fleet.add_argument("--processes", type=int, default=4, help="client processes")
+    fleet.add_argument("--processes", type=positive_int, default=4, help="client processes")
     fleet.add_argument(
         "--quick",
         action="store_true",
@@ -126,81 +141,84 @@ def build_parser() -> argparse.ArgumentParser:
         "threads, capacity 60 -> 30 ops/s, 1.5 s steps) instead of the options above",
     )
     fleet.add_argument(
-        "--rates", default="100,50,150", help="capacity of each step, ops/s, comma-separated"
+        "--rates",
+        type=comma_list(positive_float),
+        default="100,50,150",
+        help="capacity of each step, ops/s, comma-separated",
     )
-    fleet.add_argument("--step", type=float, default=4.0, help="seconds per capacity step")
+    fleet.add_argument("--step", type=positive_float, default=4.0, help="seconds per capacity step")
     fleet.add_argument(
-        "--deadline", type=float, default=1.0, help="pymongo.timeout of every operation, s"
+        "--deadline", type=positive_float, default=1.0, help="pymongo.timeout of every operation, s"
     )
     fleet.add_argument(
-        "--settle", type=float, default=1.0, help="seconds after a step left out of its goodput"
+        "--settle",
+        type=non_negative_float,
+        default=1.0,
+        help="seconds after a step left out of its goodput (less than --step)",
     )
     single = parser.add_argument_group("single scenario")
-    single.add_argument("--capacity", type=float, default=100.0, help="server rate limit C, ops/s")
     single.add_argument(
-        "--burst-seconds", type=float, default=1.0, help="limiter burst capacity, s"
+        "--capacity", type=positive_float, default=100.0, help="server rate limit C, ops/s"
+    )
+    single.add_argument(
+        "--burst-seconds", type=positive_float, default=1.0, help="limiter burst capacity, s"
     )
     parser.add_argument(
         "--threads",
-        type=int,
+        type=positive_int,
         default=None,
         help="client threads: per process in the fleet scenario (default 8), in all in the "
         "single scenario (default 256)",
     )
-    single.add_argument("--steady", type=float, default=1.5, help="steady phase, s")
-    single.add_argument("--steady-load", type=float, default=0.4, help="steady load, x C")
-    single.add_argument("--burst", type=float, default=2.0, help="burst phase, s")
-    single.add_argument("--burst-load", type=float, default=2.0, help="burst load, x C")
+    single.add_argument("--steady", type=positive_float, default=1.5, help="steady phase, s")
     single.add_argument(
-        "--recovery", type=float, default=2.0, help="recovery phase (steady load), s"
+        "--steady-load", type=non_negative_float, default=0.4, help="steady load, x C"
     )
-    single.add_argument("--overload", type=float, default=3.0, help="sustained overload phase, s")
-    single.add_argument("--overload-load", type=float, default=5.0, help="overload load, x C")
+    single.add_argument("--burst", type=positive_float, default=2.0, help="burst phase, s")
     single.add_argument(
-        "--bucket", type=float, default=0.5, help="time resolution of the figure, s"
+        "--burst-load", type=non_negative_float, default=2.0, help="burst load, x C"
+    )
+    single.add_argument(
+        "--recovery", type=positive_float, default=2.0, help="recovery phase (steady load), s"
+    )
+    single.add_argument(
+        "--overload", type=positive_float, default=3.0, help="sustained overload phase, s"
+    )
+    single.add_argument(
+        "--overload-load", type=non_negative_float, default=5.0, help="overload load, x C"
+    )
+    single.add_argument(
+        "--bucket", type=positive_float, default=0.5, help="time resolution of the figure, s"
     )
     parser.add_argument(
         "--policies",
+        type=name_list(POLICY_NAMES),
         default=",".join(DEMO_POLICIES),
         help=f"comma-separated subset of {','.join(POLICY_NAMES)}",
     )
-    parser.add_argument("--members", type=int, default=3, help="replica set members")
-    single.add_argument("--read-fraction", type=float, default=0.5, help="share of find_one")
-    single.add_argument("--seed", type=int, default=1, help="seed of the operation mix")
+    parser.add_argument("--members", type=positive_int, default=3, help="replica set members")
+    single.add_argument(
+        "--read-fraction", type=bounded_float(0.0, 1.0), default=0.5, help="share of find_one"
+    )
+    add_seed_argument(single, scope="the operation mix of the single scenario")
     parser.add_argument(
         "--output", type=Path, default=Path("demo-results"), help="output directory"
     )
-    parser.add_argument(
-        "--no-progress",
-        action="store_true",
-        help="no progress bar (there is none either when stdout or stderr is not a terminal)",
-    )
+    add_progress_argument(parser)
     return parser
 
 
-def _policies(value: str) -> list[str]:
-    """Parse and validate the ``--policies`` list."""
-    names = [name.strip() for name in value.split(",") if name.strip()]
-    unknown = [name for name in names if name not in POLICIES]
-    if unknown or not names:
-        raise SystemExit(f"unknown policies {unknown}; choose from {', '.join(POLICY_NAMES)}")
-    return names
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors that need several values, before any server starts."""
+    if args.scenario == "fleet" and not args.quick:
+        if args.settle >= args.step:
+            parser.error(f"argument --settle: must be less than --step ({args.step:g})")
+        from backpressure.demo.fleet import fleet_plan
 
-
-def show_progress(no_progress: bool, stdout: TextIO, stderr: TextIO) -> bool:
-    """Whether to draw the progress bar: not asked away, and both streams are terminals.
-
-    The bar is drawn on stderr; a log that captures either stream gets no bar.
-    """
-    return not no_progress and _isatty(stdout) and _isatty(stderr)
-
-
-def _isatty(stream: TextIO) -> bool:
-    """``stream.isatty()``, False for a stream without one or a closed one."""
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):
-        return False
+        try:
+            fleet_plan(args)
+        except ValueError as exc:
+            parser.error(str(exc))
 
 
 def fewest_errors(
@@ -300,7 +318,8 @@ def run_demo(
     out: TextIO = sys.stdout,
 ) -> dict[str, Any]:
     """Run the demo as configured by ``args``; print the table and return the JSON report."""
-    names = _policies(args.policies)
+    names: list[str] = list(args.policies)
+    show_bar = progress_enabled(args.progress)
     if args.scenario == "fleet":
         from backpressure.demo.fleet import run_fleet_demo
 
@@ -309,10 +328,8 @@ def run_demo(
             names,
             server_factory=server_factory,
             out=out,
-            show_bar=show_progress(args.no_progress, sys.stdout, sys.stderr),
+            show_bar=show_bar,
         )
-    if not args.bucket > 0:
-        raise SystemExit(f"--bucket must be a number of seconds > 0, got {args.bucket!r}")
     phases = demo_phases(args)
     config = WorkloadConfig(
         capacity=args.capacity,
@@ -332,7 +349,7 @@ def run_demo(
     bar = progress_bar(
         planned,
         desc="demo",
-        disabled=not show_progress(args.no_progress, sys.stdout, sys.stderr),
+        disabled=not show_bar,
         counter="{n:.0f}/{total:.0f} s ",
     )
     try:
@@ -424,7 +441,17 @@ def _legend() -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Command-line entry point."""
-    args = build_parser().parse_args(argv)
+    """Command-line entry point: 0 after a run, 1 without a needed extra, 2 on a usage error."""
+    return run_cli(_main, argv)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
+    """The command line, without the missing-extra and Ctrl-C handling of :func:`main`."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check(parser, args)
+    # Name a missing extra now, not after the runs: the progress bar and the chart need them.
+    require("tqdm", "demo", "The demo's progress bar")
+    require("matplotlib", "demo", "The demo's chart")
     run_demo(args)
     return 0

@@ -64,24 +64,23 @@ PHYSICAL_LIMIT = "physical limit"
 
 
 def fleet_plan(args: argparse.Namespace) -> FleetPlan:
-    """The fleet plan from the command line (exit 2 with the reason when it is invalid);
-    ``--quick``: the fleet benchmark's quick plan with ``--deadline``."""
+    """The fleet plan from the command line; ``--quick``: the fleet benchmark's quick plan with
+    ``--deadline``.
+
+    Raises:
+        ValueError: the options make no valid plan (the command line checks them first).
+    """
     if args.quick:
         return replace(QUICK, deadline_s=args.deadline)
-    try:
-        rates = tuple(float(text) for text in args.rates.split(",") if text.strip())
-        return FleetPlan(
-            processes=args.processes,
-            threads=8 if args.threads is None else args.threads,
-            rates=rates,
-            step_s=args.step,
-            deadline_s=args.deadline,
-            settle_s=args.settle,
-            keys=200,
-        )
-    except ValueError as exc:
-        print(f"python -m backpressure.demo: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from exc
+    return FleetPlan(
+        processes=args.processes,
+        threads=8 if args.threads is None else args.threads,
+        rates=tuple(args.rates),
+        step_s=args.step,
+        deadline_s=args.deadline,
+        settle_s=args.settle,
+        keys=200,
+    )
 
 
 def physical_limit(plan: FleetPlan) -> dict[str, Any]:

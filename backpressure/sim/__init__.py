@@ -1,8 +1,9 @@
 """A fleet-scale policy lab: the real decision core in virtual time, and the physical limit.
 
 ``backpressure.sim.oracle`` (the physical-limit oracle) needs only the standard library.  The
-simulator, ``run``, the scenarios and the CLI ``python -m backpressure.sim`` need the ``sim``
-extra (SimPy); they are imported on first use::
+simulator, ``run`` and the runs of ``python -m backpressure.sim`` need the ``sim`` extra (SimPy;
+without it they raise, or print, :class:`~backpressure.MissingExtraError`); the names are
+imported on first use::
 
     from backpressure.sim import run
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from backpressure.core.extras import MissingExtraError
 from backpressure.sim.oracle import (
     Capacity,
     PhysicalLimit,
@@ -80,7 +82,11 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """Import the simulator's names on first use (they need SimPy, the ``sim`` extra)."""
+    """Import the simulator's names on first use.
+
+    Raises:
+        MissingExtraError: SimPy (the ``sim`` extra) is not installed.
+    """
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'backpressure.sim' has no attribute {name!r}")
@@ -88,10 +94,7 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(module), name)
     except ModuleNotFoundError as exc:
         if exc.name == "simpy":
-            raise ModuleNotFoundError(
-                "backpressure.sim needs SimPy: pip install 'pymongo-backpressure[sim]'",
-                name="simpy",
-            ) from exc
+            raise MissingExtraError("simpy", "sim", f"backpressure.sim.{name}") from exc
         raise
     globals()[name] = value
     return value

@@ -5,6 +5,9 @@ Usage::
     python -m backpressure.sim --list
     python -m backpressure.sim fleet --seed 1 --json fleet.json --png fleet.png
     python -m backpressure.sim sustained-3x --policies no-retries,current,draft
+
+``--list`` works without the ``sim`` extra; a run without SimPy prints the ``MissingExtraError``
+message and exits 1. Usage errors (an unknown scenario or policy) exit 2.
 """
 
 from __future__ import annotations
@@ -15,10 +18,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from backpressure.cli import (
+    add_progress_argument,
+    add_seed_argument,
+    name_list,
+    progress_enabled,
+    run_cli,
+)
 from backpressure.core.extras import require
 from backpressure.sim.policies import available_policies, default_first
-from backpressure.sim.report import format_table, write_chart, write_json
-from backpressure.sim.runner import run
 from backpressure.sim.scenarios import SCENARIOS, scenario
 
 __all__ = ["main"]
@@ -37,18 +45,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--list", action="store_true", help="list scenarios and policies")
     parser.add_argument(
         "--policies",
+        type=name_list(available_policies()),
         default=",".join(default_first(list(available_policies()))),
         help="comma-separated policy names (default: all: %(default)s)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    add_seed_argument(parser)
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
     parser.add_argument("--png", type=Path, metavar="PATH", help="draw the chart to a PNG")
-    parser.add_argument(
-        "--progress",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="progress bar (auto: only when stdout is a terminal)",
-    )
+    add_progress_argument(parser)
     return parser
 
 
@@ -77,7 +81,12 @@ def _progress_bar(total: float, enabled: bool) -> tuple[Optional[Callable[[float
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the command line; return the exit status."""
+    """Run the command line; return the exit status (1 without SimPy, 2 on a usage error)."""
+    return run_cli(_main, argv)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
+    """The command line, without the missing-extra and Ctrl-C handling of :func:`main`."""
     parser = _parser()
     args = parser.parse_args(argv)
     if args.list:
@@ -88,15 +97,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         chosen = scenario(args.scenario)
     except ValueError as exc:
-        parser.error(str(exc))
-    names = [name.strip() for name in args.policies.split(",") if name.strip()]
-    known = available_policies()
-    unknown = [name for name in names if name not in known]
-    if unknown or not names:
-        parser.error(
-            f"--policies: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}"
-        )
-    show = args.progress == "on" or (args.progress == "auto" and sys.stdout.isatty())
+        parser.error(f"argument scenario: {exc}")
+    names: list[str] = args.policies
+    require("simpy", "sim", "The simulator")
+    from backpressure.sim.report import format_table, write_chart, write_json
+    from backpressure.sim.runner import run
+
+    show = progress_enabled(args.progress)
     total = (chosen.duration_s + chosen.drain_s) * len(names)
     advance, bar = _progress_bar(total, show)
     try:

@@ -26,6 +26,8 @@ from typing import Any, Callable, Optional, Protocol, Union
 import backpressure
 from backpressure.core.decision import RetryController
 from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
+from backpressure.workload.policies import default_first
+from backpressure.workload.policies import default_policy_name as default_name
 
 __all__ = [
     "ADMISSION_AVAILABLE",
@@ -88,19 +90,6 @@ def available_policies() -> dict[str, SimPolicy]:
 
 POLICY_NAMES: tuple[str, ...] = tuple(available_policies())
 """Names of the policies available with the installed package, in report order."""
-
-
-def default_name() -> str:
-    """The name of the package's default policy, read now (it may change between releases)."""
-    from backpressure.core import policy as policies
-
-    return str(policies.DEFAULT_POLICY.name)
-
-
-def default_first(names: Sequence[str]) -> list[str]:
-    """``names`` with the default policy's moved to the front (order otherwise kept)."""
-    default = default_name()
-    return sorted(names, key=lambda name: name != default)
 
 
 def display_name(name: str) -> str:

@@ -238,7 +238,7 @@ class BenchShape:
     """The embedded server and the client process of the benchmark, as the simulator models them.
 
     The defaults mirror ``backpressure.workload.plan.OverloadPlan``; the client and server costs
-    are those measured on the embedded server (``python -m backpressure.sim.agreement`` measures
+    are those measured on the embedded server (``python -m backpressure.bench.agreement`` measures
     the client's again before it compares).
     """
 

@@ -15,6 +15,8 @@ seed, and writes one Markdown file with a table per scenario and each goal marke
 Example::
 
     python -m backpressure.sim.yardsticks --seed 1 --md bench/results/sim-fleet.md
+
+Without SimPy (the ``sim`` extra) the command prints the ``MissingExtraError`` message and exits 1.
 """
 
 from __future__ import annotations
@@ -25,13 +27,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
+from backpressure.cli import add_seed_argument, name_list, run_cli
+from backpressure.core.extras import require
 from backpressure.sim.model import ClosedLoop
 from backpressure.sim.policies import available_policies, default_first, default_name, display_name
-from backpressure.sim.report import format_fleet_markdown, ordered, write_chart
-from backpressure.sim.runner import PolicyResult, Result, run
 from backpressure.sim.scenarios import scenario
+
+if TYPE_CHECKING:  # the runner needs SimPy: imported where it runs, so that --help needs none
+    from backpressure.sim.runner import PolicyResult, Result
 
 __all__ = ["YARDSTICKS", "Goal", "goals_for", "main", "run_yardsticks"]
 
@@ -48,7 +53,7 @@ class Goal:
     figure: str
 
 
-GoalCheck = Callable[[PolicyResult, Result], list[Goal]]
+GoalCheck = Callable[["PolicyResult", "Result"], "list[Goal]"]
 
 
 def _fleet_goals(policy: PolicyResult, _result: Result) -> list[Goal]:
@@ -151,6 +156,8 @@ def goals_for(yardstick: Yardstick, result: Result) -> dict[str, list[Goal]]:
 
 def _goal_lines(yardstick: Yardstick, result: Result) -> list[str]:
     """One line per policy: every goal met or not."""
+    from backpressure.sim.report import ordered
+
     goals = goals_for(yardstick, result)
     if not goals:
         return []
@@ -172,7 +179,15 @@ def run_yardsticks(
     chart_dir: Optional[Path] = None,
     echo: Callable[[str], None] = print,
 ) -> str:
-    """Run the yardsticks ``names`` under ``policies`` and return the Markdown report."""
+    """Run the yardsticks ``names`` under ``policies`` and return the Markdown report.
+
+    Raises:
+        MissingExtraError: SimPy (the ``sim`` extra) is not installed.
+    """
+    require("simpy", "sim", "The simulator")
+    from backpressure.sim.report import format_fleet_markdown, write_chart
+    from backpressure.sim.runner import run
+
     chosen = [y for y in YARDSTICKS if y.name in names]
     ordered_policies = default_first(list(policies))
     out = [
@@ -217,29 +232,34 @@ def run_yardsticks(
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the command line; return the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m backpressure.sim.yardsticks")
-    parser.add_argument("--seed", type=int, default=1)
+    """Run the command line; return the exit status (1 without SimPy, 2 on a usage error)."""
+    return run_cli(_main, argv)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
+    """The command line, without the missing-extra and Ctrl-C handling of :func:`main`."""
+    parser = argparse.ArgumentParser(
+        prog="python -m backpressure.sim.yardsticks",
+        description="Run the simulator's yardstick scenarios under every policy; write one "
+        "Markdown report with each goal met or not.",
+    )
+    add_seed_argument(parser)
     parser.add_argument(
         "--scenarios",
+        type=name_list(y.name for y in YARDSTICKS),
         default=",".join(y.name for y in YARDSTICKS),
         help="comma-separated (default: all: %(default)s)",
     )
     parser.add_argument(
         "--policies",
+        type=name_list(available_policies()),
         default=",".join(default_first(list(available_policies()))),
         help="comma-separated policy names (default: all, the default's first)",
     )
     parser.add_argument("--md", type=Path, help="write the Markdown report here")
     parser.add_argument("--charts", type=Path, help="draw one PNG per scenario in this folder")
     args = parser.parse_args(argv)
-    names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
-    known = {y.name for y in YARDSTICKS}
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        parser.error(f"--scenarios: unknown {', '.join(unknown)}; known: {', '.join(known)}")
-    policies = [n.strip() for n in args.policies.split(",") if n.strip()]
-    report = run_yardsticks(names, policies, args.seed, chart_dir=args.charts)
+    report = run_yardsticks(args.scenarios, args.policies, args.seed, chart_dir=args.charts)
     if args.md is not None:
         args.md.parent.mkdir(parents=True, exist_ok=True)
         args.md.write_text(report, encoding="utf-8")

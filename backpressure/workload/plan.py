@@ -1,6 +1,7 @@
 """The overload benchmark's plan: scenarios, loads and durations, shared by the benchmark
-(:mod:`backpressure.bench.overload`) and the simulator's agreement harness
-(:mod:`backpressure.sim.agreement`), which must not import the benchmark."""
+(:mod:`backpressure.bench.overload`) and the benchmark's agreement harness with the simulator
+(:mod:`backpressure.bench.agreement`); the simulator's bench-shaped scenarios read it too, and
+the simulator never imports the benchmark."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ application calls it (``call(fn)``), and the number of retries its budget refuse
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, TypeVar
 
@@ -30,11 +30,25 @@ __all__ = [
     "POLICY_NAMES",
     "ClientPolicy",
     "PolicyClient",
+    "default_first",
+    "default_policy_name",
     "has_native_backpressure",
 ]
 
 T = TypeVar("T")
 Document = dict[str, Any]
+
+
+def default_policy_name() -> str:
+    """The name of the package's default policy, read now (it may change between releases)."""
+    return str(_presets.DEFAULT_POLICY.name)
+
+
+def default_first(names: Sequence[str]) -> list[str]:
+    """``names`` with the default policy's moved to the front (the order otherwise kept): every
+    table that compares policies shows the default's row first."""
+    default = default_policy_name()
+    return sorted(names, key=lambda name: name != default)
 
 
 def has_native_backpressure() -> bool:

@@ -383,8 +383,8 @@ async def test_a_retry_goes_ahead_and_the_first_attempt_it_displaced_waits_on(
 
 
 _SLEEPING_ADAPTERS = (
-    "backpressure.adapters.native_sync_wrappers",
-    "backpressure.adapters.native_async_wrappers",
+    "backpressure.adapters.native.sync_wrappers",
+    "backpressure.adapters.native.async_wrappers",
     "backpressure.adapters.backport.sync_loop",
     "backpressure.adapters.backport.async_loop",
 )

@@ -56,8 +56,8 @@ adaptive preset's pacing gives a freshly paced server (``adaptive_min_rate``), s
 would be refused at once, and long enough for a few round trips on a loaded machine."""
 
 SLEEPING_MODULES = (
-    "backpressure.adapters.native_sync_wrappers",
-    "backpressure.adapters.native_async_wrappers",
+    "backpressure.adapters.native.sync_wrappers",
+    "backpressure.adapters.native.async_wrappers",
     "backpressure.adapters.backport.sync_loop",
     "backpressure.adapters.backport.async_loop",
 )

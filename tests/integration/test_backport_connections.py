@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import importlib
 import inspect
 import socket
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -25,6 +25,7 @@ from tests.integration.conftest import (
     ClientFactory,
     enabled_client,
     resolve,
+    wait_for,
     zero_jitter,
 )
 
@@ -34,6 +35,8 @@ pytestmark = [
 ]
 
 HANDSHAKES = ["isMaster", "ismaster", "hello"]
+MAX_IDLE_TIME_MS = 20
+"""The pools' maxIdleTimeMS: a pooled connection idle longer is replaced by a new one."""
 
 
 class PoolRecorder(monitoring.ConnectionPoolListener):
@@ -90,7 +93,7 @@ def _connection_kwargs(app_name: str, recorder: PoolRecorder) -> dict[str, Any]:
         "event_listeners": [recorder],
         "serverMonitoringMode": "poll",
         "heartbeatFrequencyMS": 30000,
-        "maxIdleTimeMS": 20,
+        "maxIdleTimeMS": MAX_IDLE_TIME_MS,
     }
 
 
@@ -103,10 +106,20 @@ def _hangup_fail_point(app_name: str, times: int) -> dict[str, Any]:
     }
 
 
+async def _idle_past_max_idle_time() -> None:
+    """Wait until a connection checked in now has been idle longer than ``maxIdleTimeMS``: the
+    condition is elapsed time itself, so the wait polls the monotonic clock for it."""
+    idle_from = time.monotonic()
+    await wait_for(
+        lambda: time.monotonic() - idle_from > 2 * MAX_IDLE_TIME_MS / 1000,
+        "the pooled connection to pass maxIdleTimeMS",
+    )
+
+
 async def _warm_up(client: Any) -> None:
     """Discover the server and let the pooled connection go idle past maxIdleTimeMS."""
     await resolve(client.admin.command("ping"))
-    await asyncio.sleep(0.05)
+    await _idle_past_max_idle_time()
 
 
 def _handshakes(server: EmbeddedServer, app_name: str) -> list[dict[str, Any]]:
@@ -314,7 +327,7 @@ async def test_disabled_client_back_to_stock_connection_handling(
     backpressure.disable(client)
     await _warm_up(client)  # a new connection, opened while disabled
     assert "backpressure" not in _handshakes(standalone_server, app_name)[-1]
-    await asyncio.sleep(0.05)
+    await _idle_past_max_idle_time()
     standalone_server.configure_fail_point(_hangup_fail_point(app_name, 2))
     with pytest.raises(AutoReconnect):
         await resolve(client.db.coll.insert_one({"_id": 1}))

@@ -14,7 +14,7 @@ import pytest
 from pymongo.errors import AutoReconnect
 
 import backpressure
-from backpressure.adapters import native_handshake
+from backpressure.adapters.native import handshake as native_handshake
 from backpressure.testing import EmbeddedServer
 from tests.integration.conftest import ClientFactory, resolve
 

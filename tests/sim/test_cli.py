@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("simpy")
 
 from backpressure.sim.__main__ import main
+from backpressure.sim.yardsticks import main as yardsticks_main
 
 
 def test_list_names_every_scenario_and_policy(capsys: pytest.CaptureFixture[str]) -> None:
@@ -83,3 +84,57 @@ def test_the_progress_bar_shows_when_asked(capsys: pytest.CaptureFixture[str]) -
     """--progress on draws the bar (on stderr) even when stdout is not a terminal."""
     assert main(["bench-burst-3x", "--policies", "no-retries", "--progress", "on"]) == 0
     assert "sim s" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["burst", "--seed", "x"], "argument --seed: expected an integer, got 'x'"),
+        (["burst", "--progress", "maybe"], "argument --progress: invalid choice: 'maybe'"),
+        (["burst", "--policies", ","], "argument --policies: expected one or more of"),
+        (["nope"], "argument scenario: unknown scenario 'nope'"),
+    ],
+)
+def test_usage_errors_name_the_flag(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad value exits 2 with the usage line and names its flag."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m backpressure.sim")
+    assert f"error: {message}" in err
+
+
+def test_the_seed_defaults_to_1_and_progress_off_draws_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without ``--seed`` a run uses seed 1 (as every command line of the package does), and the
+    same seed gives the same figures; ``--progress off`` draws no bar."""
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    base = ["bench-burst-3x", "--policies", "no-retries,current", "--progress", "off"]
+    assert main([*base, "--json", str(first)]) == 0
+    assert main([*base, "--seed", "1", "--json", str(second)]) == 0
+    assert "(seed 1)" in capsys.readouterr().out
+    data = json.loads(first.read_text())
+    assert data["seed"] == 1
+    assert data["policies"] == json.loads(second.read_text())["policies"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--scenarios", "faults,nope"], "argument --scenarios: unknown nope; choose from"),
+        (["--policies", "fastest"], "argument --policies: unknown fastest; choose from"),
+        (["--seed", "1.5"], "argument --seed: expected an integer, got '1.5'"),
+    ],
+)
+def test_yardstick_usage_errors_name_the_flag(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m backpressure.sim.yardsticks``: a bad value exits 2 naming its flag."""
+    with pytest.raises(SystemExit) as exit_info:
+        yardsticks_main(argv)
+    assert exit_info.value.code == 2
+    assert f"error: {message}" in capsys.readouterr().err

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
+from backpressure.testing.unified import PRESET_NAMES
 from backpressure.testing.unified.__main__ import main
 
 SCENARIO = """\
@@ -92,10 +96,52 @@ def test_cli_keyword_filter_and_success_exit(
     assert out[1].endswith("(preset current, async)")
 
 
-def test_cli_rejects_missing_paths(tmp_path: Path) -> None:
-    """A path that does not exist is an error, not an empty run."""
-    with pytest.raises(FileNotFoundError):
-        main([os.fspath(tmp_path / "missing.json")])
+def test_cli_rejects_missing_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A path that does not exist is a usage error naming it (exit 2), not an empty run or a
+    traceback."""
+    missing = os.fspath(tmp_path / "missing.json")
+    with pytest.raises(SystemExit) as raised:
+        main([os.fspath(tmp_path), missing])
+    assert raised.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m backpressure.testing.unified")
+    assert f"error: argument PATH: no such file or folder: {missing}" in err
+
+
+def test_cli_missing_path_in_a_subprocess(tmp_path: Path) -> None:
+    """``python -m backpressure.testing.unified MISSING``: usage line, exit 2, no traceback."""
+    done = subprocess.run(
+        [sys.executable, "-m", "backpressure.testing.unified", os.fspath(tmp_path / "nope.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "error: argument PATH: no such file or folder:" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("preset", ["adaptive", None])
+def test_cli_runs_the_package_presets(
+    scenario: Path, preset: Optional[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--preset adaptive`` runs a file with backpressure clients of that preset; without
+    ``--preset`` the clients have the package's default preset, ``current``."""
+    argv = ["--preset", preset] if preset else []
+    assert main([*argv, "--fast-backoff", "-k", "overloaded", str(scenario)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("PASS ")
+    assert out[1].startswith("1 passed, 0 failed, 0 skipped")
+    assert out[1].endswith(f"(preset {preset or 'current'}, sync)")
+
+
+def test_cli_preset_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--preset`` takes the package's presets and ``none`` (stock pymongo), nothing else."""
+    assert PRESET_NAMES == ("draft", "current", "adaptive", "none")
+    with pytest.raises(SystemExit) as raised:
+        main(["--preset", "fastest", "x"])
+    assert raised.value.code == 2
+    assert "argument --preset: invalid choice: 'fastest'" in capsys.readouterr().err
 
 
 def test_cli_server_version_runs_the_base_backoff_scenario(
@@ -118,7 +164,8 @@ def test_cli_server_version_runs_the_base_backoff_scenario(
 def test_cli_server_version_needs_an_embedded_server(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """``--server-version`` with ``--uri`` is a usage error."""
+    """``--server-version`` with ``--uri`` is a usage error naming the flag."""
     monkeypatch.delenv("MONGODB_URI", raising=False)
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as raised:
         main(["--uri", "mongodb://127.0.0.1:1", "--server-version", "9.0", os.fspath(tmp_path)])
+    assert raised.value.code == 2

@@ -6,9 +6,13 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from backpressure.testing.server import cli as server_cli
+from backpressure.testing.server.cli import SCRIPT, main
 
 
 def _start(*args: str) -> subprocess.Popen[str]:
@@ -86,12 +90,102 @@ def test_sigint_and_fixed_ports() -> None:
 
 
 def test_bad_option_exits_nonzero() -> None:
-    """A bad rate is reported on stderr with exit code 2, without a READY line."""
+    """A bad rate is a usage error naming the flag (not the mongod parameter), exit code 2,
+    without a READY line or a traceback."""
     process = _start("--rate-limit", "-5")
     out, err = process.communicate(timeout=20)
     assert process.returncode == 2
     assert out == ""
-    assert "ingressRequestAdmissionRatePerSec" in err
+    assert err.startswith("usage: python -m backpressure.testing.server")
+    assert "error: argument --rate-limit: must be > 0, got -5" in err
+    assert "ingressRequestAdmissionRatePerSec" not in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--rate-limit", "0.5"), "argument --rate-limit: expected an integer, got '0.5'"),
+        (("--rate-limit", "3e9"), "argument --rate-limit: must be <= 2147483647, got 3e9"),
+        (("--burst-seconds", "0"), "argument --burst-seconds: must be > 0, got 0"),
+        (("--queue-depth", "-1"), "argument --queue-depth: must be >= 0, got -1"),
+        (("--base-backoff-ms", "-1"), "argument --base-backoff-ms: must be >= 0, got -1"),
+        (("--connection-rate-limit", "0"), "argument --connection-rate-limit: must be > 0, got 0"),
+        (
+            ("--connection-burst-seconds", "inf"),
+            "argument --connection-burst-seconds: expected a finite number, got 'inf'",
+        ),
+        (
+            ("--connection-queue-depth", "x"),
+            "argument --connection-queue-depth: expected an integer, got 'x'",
+        ),
+        (("--max-wire-version", "-1"), "argument --max-wire-version: must be >= 0, got -1"),
+        (("--shard-rate-limit", "0"), "argument --shard-rate-limit: must be > 0, got 0"),
+        (("--shard-burst-seconds", "-2"), "argument --shard-burst-seconds: must be > 0, got -2"),
+        (
+            ("--shard-base-backoff-ms", "-5"),
+            "argument --shard-base-backoff-ms: must be >= 0, got -5",
+        ),
+        (("--shard-max-retries", "-1"), "argument --shard-max-retries: must be >= 0, got -1"),
+        (
+            ("--shard-retry-jitter", "1.5"),
+            "argument --shard-retry-jitter: must be in [0, 1], got 1.5",
+        ),
+        (
+            ("--queue-depth", "4"),
+            "argument --queue-depth: request queueing needs --server-version 9.0 or later "
+            "(not 8.2.6)",
+        ),
+        (
+            ("--base-backoff-ms", "100", "--server-version", "8.2.0"),
+            "argument --base-backoff-ms: needs --server-version 9.0 or later (not 8.2.0)",
+        ),
+        (
+            ("--topology", "sharded", "--shard-base-backoff-ms", "100"),
+            "argument --shard-base-backoff-ms: needs --server-version 9.0 or later (not 8.2.6)",
+        ),
+        (
+            ("--shard-max-retries", "1"),
+            "argument --shard-max-retries: needs --topology sharded",
+        ),
+        (
+            ("--members", "2"),
+            "argument --members: a standalone topology has exactly one member",
+        ),
+    ],
+)
+def test_flag_errors_name_the_flag(
+    args: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each numeric flag's bad value, and each option its profile or topology lacks, is a usage
+    error naming the flag (exit 2), never a mongod parameter name."""
+    with pytest.raises(SystemExit) as raised:
+        main(list(args))
+    assert raised.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m backpressure.testing.server")
+    assert f"error: {message}" in err
+    assert "ingress" not in err
+    assert "externalClient" not in err
+    assert "backpressureShard" not in err
+
+
+def test_a_parameter_error_at_start_up_names_the_flag(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mongod parameter error from the start-up options is reported under the flag that set
+    the parameter."""
+
+    def reject(**_: Any) -> dict[str, Any]:
+        raise ValueError(
+            "Invalid value for parameter ingressConnectionEstablishmentRatePerSec: 7 is odd"
+        )
+
+    monkeypatch.setattr(server_cli, "start_parameters", reject)
+    with pytest.raises(SystemExit) as raised:
+        main(["--connection-rate-limit", "7"])
+    assert raised.value.code == 2
+    assert "error: argument --connection-rate-limit: 7 is odd" in capsys.readouterr().err
 
 
 def _ipv6_loopback() -> bool:
@@ -132,7 +226,7 @@ def test_ipv6_ready_uri_has_brackets(make_client: Any) -> None:
         (("--port", "70000"), "argument --port: expected an integer in 0..65535, got 70000"),
         (("--port", "http"), "argument --port: expected an integer in 0..65535, got 'http'"),
         (("--port", "65535", "--topology", "replicaset"), "beyond 65535"),
-        (("--members", "0"), "argument --members: expected an integer >= 1, got 0"),
+        (("--members", "0"), "argument --members: must be >= 1, got 0"),
     ],
 )
 def test_bad_ports_are_argument_errors(args: tuple[str, ...], message: str) -> None:
@@ -209,3 +303,17 @@ def test_help_describes_every_option_with_its_default() -> None:
         assert "default:" in text[start:end], option
     assert "(default: 127.0.0.1)" in text
     assert "(default: 8.2.6)" in text
+
+
+def test_installed_script_has_the_same_command_line() -> None:
+    """The ``backpressure-test-server`` script runs the same main: its usage line names the
+    script, a bad value exits 2 naming the flag."""
+    script = Path(sys.executable).with_name(SCRIPT)
+    if not script.exists():
+        pytest.skip(f"{SCRIPT} is not installed next to {sys.executable}")
+    done = subprocess.run(
+        [str(script), "--rate-limit", "-5"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"usage: {SCRIPT} ")
+    assert f"{SCRIPT}: error: argument --rate-limit: must be > 0, got -5" in done.stderr

@@ -1,5 +1,6 @@
 """A bounded wire fuzzer: hostile messages never take the server down or cost it the memory a
-zlib bomb used to. (The timing figures are measured by ``measure_wire_fuzz.py``, not asserted.)"""
+zlib bomb used to. (The timing figures are measured by ``scripts/measure_wire_fuzz.py``, not
+asserted.)"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Hostile wire messages for the embedded server: named worst cases and a Hypothesis strategy.
 
 Shared by the bounded fuzz test (``test_server_fuzz.py``) and the measurement script
-(``measure_wire_fuzz.py``), which reports memory growth and the stall other connections see.
+(``scripts/measure_wire_fuzz.py``), which reports memory growth and the stall other connections
+see.
 """
 
 from __future__ import annotations

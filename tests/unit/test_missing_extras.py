@@ -17,7 +17,10 @@ from backpressure.core.extras import MissingExtraError, require
         ("motor", "backpressure.AsyncIOMotorClient", "motor"),
         ("mongomock", "backpressure.testing.EmbeddedServer", "server"),
         ("mongomock", "backpressure.testing.Deployment", "server"),
-        ("mongomock", "import backpressure.testing.server.cli", "server"),
+        # The server's command line parses without the extra (tests/test_cli_style.py); the
+        # layers that serve need it.
+        ("mongomock", "import backpressure.testing.server.transport.deployment", "server"),
+        ("mongomock", "import backpressure.testing.server.engine", "server"),
         (
             "tqdm",
             "from backpressure.workload.report import progress_bar; "

@@ -223,7 +223,7 @@ class _AsyncRetryLoop:
         server = self._server
         gate = self._gate
         if gate is not None:
-            if gate.control.engaged:
+            if gate.engaged:
                 await self._admit(gate, seams.server_address(server))
             else:  # no server is paced: nothing would wait (the address is read on failure)
                 self._attempt_address = None
@@ -243,12 +243,12 @@ class _AsyncRetryLoop:
         gate = self._gate
         if (
             gate is None
-            or not gate.control.engaged
+            or not gate.engaged
             or self._address is not None
             or not seams.selection_has_choice(self._client, self._selector)
         ):
             return self._deprioritized
-        busy = seams.servers_where(self._client, gate.control.is_paced)
+        busy = seams.servers_where(self._client, gate.is_paced)
         return [*self._deprioritized, *(s for s in busy if s not in self._deprioritized)]
 
     def _attempt_server(self) -> Optional[tuple[str, int]]:

@@ -7,10 +7,8 @@
 * ``cluster``: topology and hello replies, per-member state, server-level commands, error labels;
 * ``transport``: the asyncio ``Deployment`` that accepts connections and runs the pipeline;
 * ``embedded`` (``EmbeddedServer``, in a thread or a subprocess) and ``cli`` on top.
+
+The ``engine`` layer needs mongomock (the ``server`` extra) and names the extra when it is
+missing; importing this package and the command line's parser need no extra, so that
+``python -m backpressure.testing.server --help`` works without it.
 """
-
-from backpressure.core.extras import require
-
-# Every layer above ``wire`` needs mongomock (the 'server' extra): name the extra at once,
-# for the CLI and ``python -m`` as for imports, instead of a bare ModuleNotFoundError.
-require("mongomock", "server", "The embedded test server")

@@ -9,22 +9,59 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Optional
+from typing import TYPE_CHECKING, NoReturn, Optional
 
+from backpressure.cli import (
+    bounded_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    run_cli,
+)
+
+# Only modules without mongomock (the 'server' extra) here, so that --help and usage errors work
+# without it; the deployment is imported after parsing.
 from backpressure.testing.server.cluster.topology import DEFAULT_MEMBERS, TOPOLOGIES
 from backpressure.testing.server.control.parameters import (
     shard_start_parameters,
     start_parameters,
 )
-from backpressure.testing.server.control.profiles import DEFAULT_SERVER_VERSION, PROFILE_NAMES
-from backpressure.testing.server.transport.deployment import Deployment
+from backpressure.testing.server.control.profiles import (
+    DEFAULT_SERVER_VERSION,
+    PROFILE_NAMES,
+    profile_for,
+)
+from backpressure.testing.server.control.ratelimit import UNLIMITED_RATE
+
+if TYPE_CHECKING:
+    from backpressure.testing.server.transport.deployment import Deployment
 
 __all__ = ["main"]
 
 log = logging.getLogger("backpressure.testing.server")
+
+SCRIPT = "backpressure-test-server"
+"""The installed script (``[project.scripts]``) that runs :func:`main`."""
+
+_PARAMETER_FLAGS = {
+    "ingressRequestAdmissionRatePerSec": "--rate-limit",
+    "ingressRequestAdmissionBurstCapacitySecs": "--burst-seconds",
+    "ingressRequestAdmissionMaxQueueDepth": "--queue-depth",
+    "externalClientBaseBackoffMS": "--base-backoff-ms",
+    "ingressConnectionEstablishmentRatePerSec": "--connection-rate-limit",
+    "ingressConnectionEstablishmentBurstCapacitySecs": "--connection-burst-seconds",
+    "ingressConnectionEstablishmentMaxQueueDepth": "--connection-queue-depth",
+    "backpressureShardAdmissionRatePerSec": "--shard-rate-limit",
+    "backpressureShardAdmissionBurstCapacitySecs": "--shard-burst-seconds",
+    "backpressureShardBaseBackoffMS": "--shard-base-backoff-ms",
+    "backpressureShardMaxRetries": "--shard-max-retries",
+    "backpressureShardRetryJitter": "--shard-retry-jitter",
+}
+"""The flag that sets each mongod parameter: a start-up error names the flag, not the parameter."""
 
 
 def _port(text: str) -> int:
@@ -38,15 +75,17 @@ def _port(text: str) -> int:
     return value
 
 
-def _members(text: str) -> int:
-    """An argparse type: a member count of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+def _rate(text: str) -> int:
+    """An argparse type: an admission rate as mongod takes it, an integer in 1..2**31 - 1 (an
+    integral number such as ``100.0`` too, as ``EmbeddedServer`` passes its float rates)."""
+    value = positive_float(text)
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    if value > UNLIMITED_RATE:
+        raise argparse.ArgumentTypeError(f"must be <= {UNLIMITED_RATE}, got {text}")
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return int(value)
 
 
 def _version(text: str) -> str:
@@ -59,9 +98,15 @@ def _version(text: str) -> str:
     return text
 
 
+def _prog() -> str:
+    """The name usage lines give: the installed script's, else the ``python -m`` spelling."""
+    script = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return script if script == SCRIPT else "python -m backpressure.testing.server"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m backpressure.testing.server",
+        prog=_prog(),
         description="Embedded MongoDB-compatible test server with fail points and rate limiters. "
         "Prints 'READY <connection string>' once every member listens; stops on SIGINT/SIGTERM. "
         "There is no authentication: bind to loopback only.",
@@ -75,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add(
         "--members",
-        type=_members,
+        type=positive_int,
         default=None,
         help="members of the topology (default: 1 standalone, 3 replica-set members, 2 mongos)",
     )
@@ -93,51 +138,51 @@ def _parser() -> argparse.ArgumentParser:
     )
     add(
         "--rate-limit",
-        type=float,
+        type=_rate,
         default=None,
         metavar="OPS_PER_SEC",
         help="enable the ingress request rate limiter at this rate (default: off)",
     )
     add(
         "--burst-seconds",
-        type=float,
+        type=positive_float,
         default=1.0,
         help="request limiter burst, in seconds (default: %(default)s)",
     )
     add(
         "--queue-depth",
-        type=int,
+        type=non_negative_int,
         default=0,
         help="requests queued before rejecting (default: %(default)s)",
     )
     add(
         "--base-backoff-ms",
-        type=int,
+        type=non_negative_int,
         default=None,
         help="attach baseBackoffMS to overload errors (externalClientBaseBackoffMS; default: off)",
     )
     add(
         "--connection-rate-limit",
-        type=float,
+        type=positive_float,
         default=None,
         metavar="CONNS_PER_SEC",
         help="enable the connection-establishment rate limiter at this rate (default: off)",
     )
     add(
         "--connection-burst-seconds",
-        type=float,
+        type=positive_float,
         default=1.0,
         help="connection limiter burst, in seconds (default: %(default)s)",
     )
     add(
         "--connection-queue-depth",
-        type=int,
+        type=non_negative_int,
         default=0,
         help="connections queued before closing new ones (default: %(default)s)",
     )
     add(
         "--max-wire-version",
-        type=int,
+        type=non_negative_int,
         default=25,
         help="maxWireVersion advertised in hello (default: %(default)s)",
     )
@@ -159,7 +204,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add(
         "--shard-rate-limit",
-        type=int,
+        type=_rate,
         default=None,
         metavar="OPS_PER_SEC",
         help="sharded topology: enable the ingress limiter of the shard behind the mongos "
@@ -168,26 +213,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     add(
         "--shard-burst-seconds",
-        type=float,
+        type=positive_float,
         default=1.0,
         help="shard limiter burst, in seconds (default: %(default)s)",
     )
     add(
         "--shard-base-backoff-ms",
-        type=int,
+        type=non_negative_int,
         default=None,
         help="9.0 profile: the shard attaches this baseBackoffMS to its overload errors; the "
         "mongos uses it as its backoff base (default: off)",
     )
     add(
         "--shard-max-retries",
-        type=int,
+        type=non_negative_int,
         default=None,
         help="times a mongos retries a shard's overload error (default: 2)",
     )
     add(
         "--shard-retry-jitter",
-        type=float,
+        type=bounded_float(0.0, 1.0),
         default=None,
         help="fix the jitter of the mongos backoff in [0, 1] (default: random)",
     )
@@ -222,8 +267,38 @@ async def _serve_until_signalled(deployment: Deployment) -> None:
         await deployment.stop()
 
 
+def _check_profile(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors for options the chosen ``--server-version`` profile does not have."""
+    profile = profile_for(args.server_version)
+    needs_9 = f"needs --server-version 9.0 or later (not {args.server_version})"
+    if args.queue_depth and not profile.request_queue:
+        parser.error(f"argument --queue-depth: request queueing {needs_9}")
+    if args.base_backoff_ms is not None and not profile.base_backoff:
+        parser.error(f"argument --base-backoff-ms: {needs_9}")
+    if args.shard_base_backoff_ms is not None and not profile.base_backoff:
+        parser.error(f"argument --shard-base-backoff-ms: {needs_9}")
+
+
+def _flag_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    """A start-up parameter error as a usage error naming the flag that set the parameter."""
+    for parameter, flag in _PARAMETER_FLAGS.items():
+        if parameter in message:
+            detail = message.replace(f"Invalid value for parameter {parameter}: ", "")
+            parser.error(f"argument {flag}: {detail.replace(parameter, flag)}")
+    parser.error(message)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the server until SIGINT/SIGTERM; print ``READY <uri>`` once every member listens."""
+    """Run the server until SIGINT/SIGTERM; print ``READY <uri>`` once every member listens.
+
+    Returns the exit status: 0 after a signal, 1 when it cannot serve or the ``server`` extra is
+    missing (its message alone on stderr); usage errors exit 2.
+    """
+    return run_cli(_main, argv)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
+    """The command line, without the missing-extra and Ctrl-C handling of :func:`main`."""
     parser = _parser()
     args = parser.parse_args(argv)
     members = args.members or DEFAULT_MEMBERS[args.topology]
@@ -232,11 +307,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f"argument --port: {members} members need ports {args.port}..{args.port + members - 1}"
             ", beyond 65535"
         )
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    if args.topology == "standalone" and members != 1:
+        parser.error("argument --members: a standalone topology has exactly one member")
+    _check_profile(parser, args)
+    if args.topology != "sharded":
+        for flag in (
+            "rate_limit",
+            "burst_seconds",
+            "base_backoff_ms",
+            "max_retries",
+            "retry_jitter",
+        ):
+            value = getattr(args, f"shard_{flag}")
+            default = parser.get_default(f"shard_{flag}")
+            if value != default:
+                parser.error(f"argument --shard-{flag.replace('_', '-')}: needs --topology sharded")
     try:
         params = start_parameters(
             server_version=args.server_version,
@@ -256,6 +341,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             max_retries=args.shard_max_retries,
             retry_jitter=args.shard_retry_jitter,
         )
+    except ValueError as exc:
+        _flag_error(parser, str(exc))
+    from backpressure.testing.server.transport.deployment import Deployment
+
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
         deployment = Deployment(
             args.topology,
             args.members,
@@ -268,8 +363,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             shard_parameters=shard_params,
         )
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        parser.error(str(exc))
     try:
         asyncio.run(_serve_until_signalled(deployment))
     except OSError as exc:  # e.g. a port already in use

@@ -16,9 +16,10 @@ import socket
 import subprocess as _subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from backpressure.testing.server.cluster.member import CONTROL_APP_NAME
 from backpressure.testing.server.cluster.topology import DEFAULT_MEMBERS, TOPOLOGIES
@@ -111,6 +112,7 @@ class EmbeddedServer:
         shard_max_retries: Optional[int] = None,
         shard_retry_jitter: Optional[float] = None,
         subprocess: bool = False,
+        limiter_clock: Optional[Callable[[], float]] = None,
     ) -> None:
         """Configure the server; nothing runs until :meth:`start` (or ``with``).
 
@@ -126,6 +128,11 @@ class EmbeddedServer:
         randomly unless ``shard_retry_jitter`` fixes the jitter in [0, 1];
         ``shard_base_backoff_ms`` (9.0 profile) makes the shard attach ``baseBackoffMS``, which
         the mongos uses as its backoff base. See ``cluster/shard.py``.
+
+        ``limiter_clock`` (in-process servers only): the monotonic clock the ingress limiters'
+        token buckets refill on, instead of ``time.monotonic``.  A test that steps one clock for
+        the server and its clients makes what the limiters admit independent of the machine's
+        speed.
         """
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}; expected one of {TOPOLOGIES}")
@@ -165,6 +172,9 @@ class EmbeddedServer:
             max_retries=shard_max_retries,
             retry_jitter=shard_retry_jitter,
         )
+        if limiter_clock is not None and subprocess:
+            raise ValueError("limiter_clock needs an in-process server (subprocess=False)")
+        self.limiter_clock = limiter_clock
         if self._shard_parameters and topology != "sharded":
             raise ValueError("the shard_* options need the sharded topology")
         self._uri: Optional[str] = None
@@ -430,6 +440,7 @@ class EmbeddedServer:
             server_version=self.server_version,
             limit_hello=self.limit_hello,
             shard_parameters=self._shard_parameters,
+            limiter_clock=self.limiter_clock or time.monotonic,
         )
 
         async def serve() -> None:

@@ -1,8 +1,9 @@
-"""A runner for the unified test format (schema <= 1.17) with our client presets.
+"""A runner for the unified test format (schema <= 1.21) with our client presets.
 
-``python -m backpressure.testing.unified [--uri URI] [--preset none|draft|current] [--async]
-[--fast-backoff] PATH...`` runs files or folders of ``.json``/``.yml``/``.yaml`` tests; without a
-URI it starts the embedded server with the topology the files need. See ``README.md`` here.
+``python -m backpressure.testing.unified [--uri URI] [--preset draft|current|adaptive|none]
+[--async] [--fast-backoff] PATH...`` runs files or folders of ``.json``/``.yml``/``.yaml`` tests;
+without a URI it starts the embedded server with the topology the files need. See ``README.md``
+here.
 """
 
 from __future__ import annotations

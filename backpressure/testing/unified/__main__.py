@@ -1,13 +1,15 @@
 """Command line: run unified-format test files and print one line per test.
 
-``python -m backpressure.testing.unified [--uri URI] [--preset {none,draft,current}]
+``python -m backpressure.testing.unified [--uri URI] [--preset {draft,current,adaptive,none}]
 [--async | --motor] [--fast-backoff] [--topology T] [--server-version V] [-k TEXT] [-v] PATH...``
 
 Without ``--uri`` (or ``MONGODB_URI``) each file runs on an embedded server of the topology its
 ``runOnRequirements`` need (a 3-member replica set when allowed, else sharded, else standalone),
 one server per topology shared by all files and reset between tests (``--topology`` forces
 one). ``--server-version`` gives the embedded servers a version profile (``9.0`` for the
-files that need ``externalClientBaseBackoffMS``). Exit code 1 on any failure.
+files that need ``externalClientBaseBackoffMS``). ``--preset`` picks the clients: a package preset
+(``current``, the default, ``draft`` or ``adaptive``), or ``none`` for stock pymongo clients.
+Exit code 1 on any failure, 2 on a usage error (a missing PATH among them).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import time
 from collections.abc import Sequence
 from typing import Any, Optional
 
+from backpressure.cli import run_cli
 from backpressure.testing.unified.loader import SpecFile, iter_spec_paths, load_spec_file
 from backpressure.testing.unified.runner import (
+    DEFAULT_PRESET,
     PRESET_NAMES,
     Deployment,
     Outcome,
@@ -49,8 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--preset",
         choices=PRESET_NAMES,
-        default="none",
-        help="none: stock pymongo clients; draft/current: backpressure clients (default: none)",
+        default=DEFAULT_PRESET,
+        help="draft/current/adaptive: backpressure clients with that preset; none: stock pymongo "
+        "clients (default: %(default)s)",
     )
     flavour = parser.add_mutually_exclusive_group()
     flavour.add_argument(
@@ -96,11 +101,21 @@ def _print_result(result: TestResult, verbose: bool) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the files; return 0 when nothing failed, else 1."""
+    """Run the files; return 0 when nothing failed, else 1 (usage errors exit 2)."""
+    return run_cli(_main, argv)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
+    """The command line, without the missing-extra and Ctrl-C handling of :func:`main`."""
     parser = _parser()
     args = parser.parse_args(argv)
     if args.uri and args.server_version:
-        parser.error("--server-version sets up the embedded servers; it has no effect with --uri")
+        parser.error(
+            "argument --server-version: sets up the embedded servers; it has no effect with --uri"
+        )
+    missing = [path for path in args.paths if not os.path.exists(path)]
+    if missing:
+        parser.error(f"argument PATH: no such file or folder: {', '.join(missing)}")
     config = RunnerConfig(preset=args.preset, flavour=args.flavour, fast_backoff=args.fast_backoff)
     specs: list[SpecFile] = [load_spec_file(path) for path in iter_spec_paths(args.paths)]
     results: list[TestResult] = []

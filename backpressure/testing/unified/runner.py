@@ -7,11 +7,11 @@ turn off the fail points the test set; close every entity; check ``outcome``. An
 or the client cannot do raises :class:`Unsupported` and the test is reported as SKIP with the
 reason; it never passes silently.
 
-Presets: ``none`` opens stock ``pymongo`` clients (on pymongo >= 4.17 their native backpressure is
-the reference behaviour); ``draft`` and ``current`` open ``backpressure`` clients with that
-policy. Client entities may carry the runner extension ``backpressurePolicy`` (see the README
-next to this module). With ``fast_backoff`` the jitter source is pinned to 0 (every backoff
-sleep is 0 s; attempt counts are unchanged).
+Presets: ``draft``, ``current`` and ``adaptive`` open ``backpressure`` clients with that policy
+preset; ``none`` opens stock ``pymongo`` clients (on pymongo >= 4.17 their native backpressure is
+the reference behaviour). Client entities may carry the runner extension ``backpressurePolicy`` (see
+the README next to this module). With ``fast_backoff`` the jitter source is pinned to 0 (every
+backoff sleep is 0 s; attempt counts are unchanged).
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ from backpressure.testing.unified.operations import (
 )
 
 __all__ = [
+    "DEFAULT_PRESET",
     "FLAVOURS",
     "PRESET_NAMES",
     "SUPPORTED_SCHEMA",
@@ -88,8 +89,11 @@ placeholders (1.19, auth), ``topologyDescriptionChangedEvent`` (1.20). ``writeEr
 ``writeConcernErrors`` in ``expectError`` (1.21) are supported.
 """
 
-PRESET_NAMES = ("none", "draft", "current")
-"""``--preset`` values: stock pymongo, or our client with a policy preset."""
+PRESET_NAMES = ("draft", "current", "adaptive", "none")
+"""``--preset`` values: our client with one of the package's policy presets, or stock pymongo."""
+
+DEFAULT_PRESET = "current"
+"""The command line's ``--preset``: the package's default preset."""
 
 FLAVOURS = ("sync", "async", "motor")
 """Client flavours: ``MongoClient``, ``AsyncMongoClient``, Motor's ``AsyncIOMotorClient``."""
@@ -137,7 +141,8 @@ class RunnerConfig:
     """How clients are opened."""
 
     preset: str = "none"
-    """``none`` (stock pymongo), ``draft`` or ``current`` (our client with that preset)."""
+    """``draft``, ``current`` or ``adaptive`` (our client with that preset), or ``none`` (stock
+    pymongo)."""
     flavour: str = "sync"
     """``sync`` (``MongoClient``), ``async`` (``AsyncMongoClient``) or ``motor``."""
     fast_backoff: bool = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from backpressure.testing.server.cluster.topology import Member, Topology
 from backpressure.testing.server.control.failpoints import FailCommand, TransactionalWriteFailPoint
@@ -59,9 +59,12 @@ class MemberState:
         engine: Engine,
         start_parameters: Mapping[str, Any],
         shard: Optional[ShardHop] = None,
+        *,
+        limiter_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Build the member's state from its start-up parameters (``shard``: the shard behind
-        a sharded topology's routers, shared by all of them)."""
+        a sharded topology's routers, shared by all of them); its limiters refill on
+        ``limiter_clock``."""
         self.member = member
         self.topology = topology
         self.engine = engine
@@ -72,9 +75,15 @@ class MemberState:
         self.fail_command = FailCommand()
         self.transactional_write = TransactionalWriteFailPoint()
         """The ``onPrimaryTransactionalWrite`` fail point."""
-        self.request_limiter = AdmissionLimiter(self.parameters.request_limiter())
-        self.connection_limiter = AdmissionLimiter(self.parameters.connection_limiter())
-        self.operation_limiter = AdmissionLimiter(self.parameters.operation_limiter())
+        self.request_limiter = AdmissionLimiter(
+            self.parameters.request_limiter(), clock=limiter_clock
+        )
+        self.connection_limiter = AdmissionLimiter(
+            self.parameters.connection_limiter(), clock=limiter_clock
+        )
+        self.operation_limiter = AdmissionLimiter(
+            self.parameters.operation_limiter(), clock=limiter_clock
+        )
         """The operation rate limiter (code 463; 8.3+ profiles only)."""
         self.shard = shard
         """The shard hop (sharded topology only), shared by every mongos."""

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
@@ -78,12 +79,14 @@ class ShardHop:
         profile: ServerProfile,
         *,
         rng: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Build the shard from its start-up parameters (validated by ``ShardParameters``)."""
+        """Build the shard from its start-up parameters (validated by ``ShardParameters``);
+        its limiter refills on ``clock``."""
         self.profile = profile
         self.start_parameters = dict(start_parameters)
         self.parameters = ShardParameters(start_parameters, profile)
-        self.limiter = AdmissionLimiter(self.parameters.limiter())
+        self.limiter = AdmissionLimiter(self.parameters.limiter(), clock=clock)
         self._rng = rng
         self.attempted = 0
         """Commands that reached the shard (first attempts and mongos retries)."""

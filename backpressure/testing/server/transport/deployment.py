@@ -150,12 +150,15 @@ class Deployment:
         limit_hello: bool = False,
         shard_parameters: Optional[Mapping[str, Any]] = None,
         engine_factory: Callable[[], Engine] = _default_engine,
+        limiter_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Describe the deployment; :meth:`start` binds the ports. ``shard_parameters``
-        configure the shard behind a sharded topology's routers (``ShardParameters``)."""
+        configure the shard behind a sharded topology's routers (``ShardParameters``); the
+        ingress limiters refill on ``limiter_clock``."""
         if shard_parameters and topology != "sharded":
             raise ValueError("shard options need the sharded topology")
         self.limit_hello = limit_hello
+        self.limiter_clock = limiter_clock
         self.shard_parameters = dict(shard_parameters or {})
         self.shard: Optional[ShardHop] = None
         count = DEFAULT_MEMBERS.get(topology, 1) if members is None else members
@@ -206,9 +209,21 @@ class Deployment:
             server_version=self.server_version,
         )
         if self.kind == "sharded":
-            self.shard = ShardHop(self.shard_parameters, profile_for(self.server_version))
+            self.shard = ShardHop(
+                self.shard_parameters,
+                profile_for(self.server_version),
+                clock=self.limiter_clock,
+            )
         self.states = [
-            MemberState(m, self.topology, self.engine, self.parameters, self.shard) for m in members
+            MemberState(
+                m,
+                self.topology,
+                self.engine,
+                self.parameters,
+                self.shard,
+                limiter_clock=self.limiter_clock,
+            )
+            for m in members
         ]
         log.info("serving %s topology at %s", self.kind, self.topology.uri())
         for address in self.exposed_addresses():

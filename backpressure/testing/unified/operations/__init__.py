@@ -1,13 +1,13 @@
 """Entity operations of the unified test format, dispatched through explicit typed tables.
 
-Each operation is an ``async def (ctx, target, args) -> result`` listed in the table of its
-entity kind (:data:`OPERATIONS`), one module per kind: ``client``, ``database``, ``collection``,
-``session``, ``bucket`` (GridFS), ``cursor`` (saved cursors and change streams) and
-``test_runner``; none is looked up by building a method name. Operations are written once for
-both flavours: ``maybe_await`` awaits the coroutines an ``AsyncMongoClient`` returns and passes a
-sync client's values through. Unknown arguments are never ignored: they make the test skip with
-the argument's name (``Unsupported``). Results are converted to the documents the format matches
-(:func:`result_document`).
+Each operation is an ``async def (ctx, target, args) -> result`` listed in the table of its entity
+kind (:data:`OPERATIONS`), one module per kind: ``client``, ``database``, ``collection``,
+``session``, ``bucket`` (GridFS), ``cursor`` (saved cursors and change streams) and ``special`` (the
+format's special test operations, on ``object: testRunner``); none is looked up by building a method
+name. Operations are written once for both flavours: ``maybe_await`` awaits the coroutines an
+``AsyncMongoClient`` returns and passes a sync client's values through. Unknown arguments are never
+ignored: they make the test skip with the argument's name (``Unsupported``). Results are converted
+to the documents the format matches (:func:`result_document`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from backpressure.testing.unified.operations.results import (
     result_document,
 )
 from backpressure.testing.unified.operations.session import SESSION_OPERATIONS
-from backpressure.testing.unified.operations.test_runner import (
+from backpressure.testing.unified.operations.special import (
     TEST_RUNNER_OPERATIONS,
     match_event_fields,
     wait_for_events,

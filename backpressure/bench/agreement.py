@@ -1,6 +1,6 @@
 """Check the simulator against real runs on the embedded server, side by side.
 
-``python -m backpressure.sim.agreement`` runs the benchmark's overload scenarios (its plan,
+``python -m backpressure.bench.agreement`` runs the benchmark's overload scenarios (its plan,
 :mod:`backpressure.workload.plan`: closed loop with 32, 128 and 512 workers, open loop at 1.5x,
 3x and 10x C, a burst, one hot member) with real pymongo clients against the embedded replica
 set (in a subprocess), then the same scenarios in the simulator, and prints app errors and
@@ -30,9 +30,16 @@ from typing import Any, Optional
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
+from backpressure.bench.fleet import FleetRun, label
 from backpressure.sim.model import Scenario
 from backpressure.sim.runner import run
-from backpressure.sim.scenarios import BenchShape, bench_closed, bench_hot_member, bench_open
+from backpressure.sim.scenarios import (
+    BenchShape,
+    bench_closed,
+    bench_hot_member,
+    bench_open,
+)
+from backpressure.sim.scenarios import scenario as sim_scenario
 from backpressure.workload import POLICIES, RunResult, WorkloadConfig, run_policy
 from backpressure.workload.driver import LoadTarget, run_closed_loop
 from backpressure.workload.plan import HOT_MEMBER, OverloadPlan
@@ -266,10 +273,57 @@ def format_agreement(rows: Sequence[Agreement]) -> str:
     return "\n".join(lines)
 
 
+FLEET_SCENARIOS = {"8x8": "closed-fleet", "4x16": "closed-fleet-4x16"}
+"""The simulator's closed-loop fleet scenario of each real fleet shape."""
+
+
+def _sim_policy(real: str) -> str:
+    """The simulated policy standing for a real one (stock pymongo's loop is ``current``)."""
+    return "current" if real == "pymongo-native" else real
+
+
+def _relative(sim: float, real: float) -> str:
+    """(sim - real) / real as a signed percentage cell ("-" when real is 0)."""
+    return "-" if real == 0 else f"{(sim - real) / real * 100:+.0f}%"
+
+
+def fleet_agreement_markdown(fleet_report: dict[str, Any], seed: int = 1) -> str:
+    """The real fleet benchmark (``fleet.json``) beside the simulator's closed-loop fleets.
+
+    Runs the simulator's ``closed-fleet`` scenario of every shape in ``fleet_report`` with
+    ``seed`` and returns a Markdown table: app errors, attempts per operation and Jain's index,
+    real and simulated, for every policy of the real run in its order (the default's first).
+
+    """
+    lines = [
+        "| shape | policy (real) | app errors real / sim | diff | attempts/op real / sim | diff "
+        "| Jain real / sim |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for shape in fleet_report["fleet"]:
+        runs = [FleetRun.from_dict(run) for run in shape["runs"]]
+        if not runs:
+            continue
+        name = runs[0].shape
+        wanted = sorted({_sim_policy(run.policy) for run in runs})
+        result = run(sim_scenario(FLEET_SCENARIOS[name]), wanted, seed)
+        for real in runs:
+            sim = result.policies[_sim_policy(real.policy)]
+            sim_jain = sim.jain
+            lines.append(
+                f"| {name} | {label(real.policy)} | {real.error_fraction:.1%} / "
+                f"{sim.error_fraction:.1%} | {_relative(sim.error_fraction, real.error_fraction)} "
+                f"| {real.attempts_per_op:.2f} / {sim.attempts_per_op:.2f} | "
+                f"{_relative(sim.attempts_per_op, real.attempts_per_op)} | "
+                f"{real.jain:.3f} / {'-' if sim_jain is None else f'{sim_jain:.3f}'} |"
+            )
+    return "\n".join(lines)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the comparison and print it (and write it as JSON with ``--json``)."""
     parser = argparse.ArgumentParser(
-        prog="python -m backpressure.sim.agreement",
+        prog="python -m backpressure.bench.agreement",
         description="Simulator vs real runs on the embedded server, side by side.",
     )
     parser.add_argument("--seed", type=int, default=1)
@@ -277,7 +331,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--scenarios", help="comma-separated bench-* names (default: all)")
     parser.add_argument("--cpu-ms", type=float, help="client CPU per attempt (default: measure)")
     parser.add_argument("--json", type=Path, metavar="PATH")
+    parser.add_argument(
+        "--fleet",
+        type=Path,
+        metavar="FLEET_JSON",
+        help="print the real fleet benchmark's results (fleet.json) beside the simulator's "
+        "closed-loop fleets instead (no server needed)",
+    )
     args = parser.parse_args(argv)
+    if args.fleet is not None:
+        if not args.fleet.is_file():
+            parser.error(f"argument --fleet: no such file: {args.fleet}")
+        report = json.loads(args.fleet.read_text(encoding="utf-8"))
+        print(fleet_agreement_markdown(report, seed=args.seed))
+        return 0
     from backpressure.workload.server import embedded_server
 
     load_before = os.getloadavg()[0]

@@ -18,10 +18,10 @@ client:
   installation (thread- and task-local), records success (token deposits, statistics) and
   attaches the retry summary to the raised error.  Until something other than a first-attempt
   success outside a transaction happens, the operation is only a three-item list (the lean
-  path, see ``native_operation.LeanCell``); it is then promoted to a ``TrackedOperation`` with
+  path, see ``operation.LeanCell``); it is then promoted to a ``TrackedOperation`` with
   the same history, and its ``OperationRetries`` is created only when the core must decide
-  something.  The wrappers are in ``native_async_wrappers`` (and its generated sync twin), the
-  operation's bookkeeping in ``native_operation``.
+  something.  The wrappers are in ``async_wrappers`` (and its generated sync twin), the
+  operation's bookkeeping in ``operation``.
 * ``client._select_server`` is wrapped on the instance to record the server of each attempt.
   An attempt that started while the previous one never reached our policy means pymongo retried
   a classic (non-overload) error; such a failed retry refunds a token as the spec asks.
@@ -31,7 +31,7 @@ client:
 
 :func:`uninstall` puts back the original policy object, option values and instance attributes.
 On pymongo 4.17 the handshake flag of an enabled client's connections is sent as ``"2"``
-(``native_handshake``).
+(``handshake``).
 """
 
 from __future__ import annotations
@@ -43,13 +43,9 @@ import types
 import weakref
 from typing import Any, Callable, Optional
 
-from backpressure.adapters import (
-    native_async_wrappers,
-    native_handshake,
-    native_sync_wrappers,
-    seams,
-)
-from backpressure.adapters.native_operation import LeanCell, TrackedOperation
+from backpressure.adapters import seams
+from backpressure.adapters.native import async_wrappers, handshake, sync_wrappers
+from backpressure.adapters.native.operation import LeanCell, TrackedOperation
 from backpressure.core.client_state import ClientState
 from backpressure.core.decision import Decision, GiveUp, Retry, StopReason
 
@@ -190,7 +186,7 @@ class _Installation:
         key) the positional wrappers serve; None: the forwarding wrappers are installed."""
         self.retry_arity = seams.retry_internal_arity(client)
         """How many arguments the client's ``_retry_internal`` takes (``self`` left out)."""
-        flavour = native_async_wrappers if seams.is_async_client(client) else native_sync_wrappers
+        flavour = async_wrappers if seams.is_async_client(client) else sync_wrappers
         self.wrappers: dict[str, Callable[..., Any]] = flavour.lean_wrappers(self, client)
         if self.signature is None:
             self.wrappers.update(flavour.forwarding_wrappers(self, client))
@@ -272,7 +268,7 @@ def install(client: Any, state: ClientState) -> None:
         setattr(client, _INSTALLATION_ATTR, installation)
     installation.state = state
     installation.apply(client)
-    native_handshake.enable(client)  # pymongo 4.17: "2" in the handshake, as 4.18+
+    handshake.enable(client)  # pymongo 4.17: "2" in the handshake, as 4.18+
 
 
 def uninstall(client: Any) -> None:
@@ -280,7 +276,7 @@ def uninstall(client: Any) -> None:
     installation = vars(client).pop(_INSTALLATION_ATTR, None)
     if isinstance(installation, _Installation):
         installation.restore(client)
-        native_handshake.disable(client)
+        handshake.disable(client)
 
 
 def installed_state(client: Any) -> Optional[ClientState]:

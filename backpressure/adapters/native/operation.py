@@ -1,5 +1,5 @@
 """One operation on the native adapter's path (pymongo >= 4.17): the bookkeeping the sync and
-async wrappers (``native_async_wrappers`` and its generated twin) drive.
+async wrappers (``async_wrappers`` and its generated twin) drive.
 
 An operation starts on the lean path, a :data:`LeanCell`; anything other than a first-attempt
 success outside a transaction promotes it to a :class:`TrackedOperation` with the same history.
@@ -373,13 +373,12 @@ def avoid_paced(
     topology's shared description (``client.primary`` would find no primary): the topology puts
     it back before its lock is released (``seams.keep_candidate_servers``).
     """
-    control = gate.control
-    if not control.engaged or len(args) > 4:
+    if not gate.engaged or len(args) > 4:
         return kwargs  # ``len(args) > 4``: deprioritized_servers passed positionally; leave it
     selector = args[0] if args else kwargs.get("server_selector")
     if kwargs.get("address") is not None or not seams.selection_has_choice(client, selector):
         return kwargs
-    busy = seams.servers_where(client, control.is_paced)
+    busy = seams.servers_where(client, gate.is_paced)
     if not busy:
         return kwargs
     current = kwargs.get("deprioritized_servers") or []

@@ -1,13 +1,13 @@
 """The native adapter's wrappers for ``AsyncMongoClient`` (the async flavour).
 
-The sync twin ``native_sync_wrappers.py`` is generated from ``native_async_wrappers.py`` by
+The sync twin ``native/sync_wrappers.py`` is generated from ``native/async_wrappers.py`` by
 ``scripts/unasync.py``: edit the async file, then run ``python scripts/unasync.py``.
 
 :func:`lean_wrappers` builds what ``client._retry_internal``, ``_select_server`` and
 ``_process_response`` become on one client (a known signature of pymongo 4.17-4.20.1, see
 ``seams.NATIVE_RETRY_INTERNAL_SIGNATURES``); :func:`forwarding_wrappers` builds the
 ``_retry_internal`` and ``_select_server`` wrappers for other signatures.  The bookkeeping they
-drive (``TrackedOperation``, ``LeanCell``) is in :mod:`backpressure.adapters.native_operation`,
+drive (``TrackedOperation``, ``LeanCell``) is in :mod:`backpressure.adapters.native.operation`,
 the retry policy object in :mod:`backpressure.adapters.native`.
 """
 
@@ -18,15 +18,29 @@ from contextvars import Token
 from typing import Any, Callable, Optional
 
 from backpressure.adapters import seams
-from backpressure.adapters.native_operation import (
+from backpressure.adapters.native.operation import (
     Installation,
     LeanCell,
     TrackedOperation,
     avoid_paced,
 )
+from backpressure.core.adaptive import AdmissionGate
 from backpressure.core.client_state import LEAN_BATCH
 
-__all__ = ["forwarding_wrappers", "lean_wrappers"]
+__all__ = ["forwarding_wrappers", "lean_wrappers", "wait_for_admission"]
+
+
+async def wait_for_admission(tracked: TrackedOperation, gate: AdmissionGate, server: Any) -> None:
+    """Admit the attempt to ``server``: wait locally, asking again when each wait is over.
+
+    The one "admit, wait, recheck" loop of the native adapter.  A retry going ahead of the
+    queue may move the slot later (another wait) or past the attempt's bound
+    (``LocalOverloadError``, raised by the recheck).
+    """
+    wait = tracked.admit(gate, server)
+    while wait > 0.0:
+        await asyncio.sleep(wait)
+        wait = tracked.recheck(gate)
 
 
 def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable[..., Any]]:
@@ -41,7 +55,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     client's own takes) and pass them on positionally: forwarding ``*args, **kwargs`` cost more
     than everything else the wrappers do.
     A client with pacing (adaptive policy) takes the lean path too while none of its servers is
-    paced (``AdmissionControl.engaged`` is False; its successes are counted for the pacing in
+    paced (``AdmissionGate.engaged`` is False; its successes are counted for the pacing in
     batches, see ``ClientState.count_first_attempt``), and tracks every operation with an
     ``TrackedOperation`` from its start while one is.  A failure is recorded while the operation is
     still current, a success after it stopped being current.  ``_process_response`` sees every
@@ -102,7 +116,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
             conn_mgr,
         )[:arity]
         gate = installation.state.gate
-        if gate is None or not gate.control.engaged:
+        if gate is None or not gate.engaged:
             token = current_set([None, args, no_kwargs])
         else:
             token = current_set(operation_class(installation, args, no_kwargs))
@@ -172,17 +186,14 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
         if tracked is None:  # not within an operation of ours
             return await select_server(ref(), *args, **kwargs)
         gate = tracked.state.gate
-        if gate is None or not gate.control.engaged:
+        if gate is None or not gate.engaged:
             server = await select_server(ref(), *args, **kwargs)
             if gate is not None:
                 tracked.unpaced(server)  # no server is paced: nothing would wait
         else:
             kwargs = avoid_paced(ref(), gate, args, kwargs)
             server = await select_server(ref(), *args, **kwargs)
-            wait = tracked.admit(gate, server)
-            while wait > 0.0:
-                await asyncio.sleep(wait)
-                wait = tracked.recheck(gate)
+            await wait_for_admission(tracked, gate, server)
         tracked.attempt_started(server)
         return server
 
@@ -228,15 +239,6 @@ def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Ca
         current.reset(token)
         operation.succeeded()
 
-    def admitted_wait(tracked: TrackedOperation, server: Any) -> float:
-        gate = tracked.state.gate
-        if gate is None:
-            return 0.0
-        if not gate.control.engaged:
-            tracked.unpaced(server)  # no server is paced: nothing would wait
-            return 0.0
-        return tracked.admit(gate, server)
-
     async def _retry_internal(*args: Any, **kwargs: Any) -> Any:
         token = current.set(TrackedOperation(installation, args, kwargs))
         try:
@@ -252,10 +254,12 @@ def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Ca
         if type(tracked) is not TrackedOperation:
             return await select_server(ref(), *args, **kwargs)
         server = await select_server(ref(), *args, **selection_kwargs(tracked, args, kwargs))
-        wait = admitted_wait(tracked, server)
-        while wait > 0.0:
-            await asyncio.sleep(wait)
-            wait = tracked.recheck(tracked.state.gate)
+        gate = tracked.state.gate
+        if gate is not None:
+            if gate.engaged:
+                await wait_for_admission(tracked, gate, server)
+            else:
+                tracked.unpaced(server)  # no server is paced: nothing would wait
         tracked.attempt_started(server)
         return server
 

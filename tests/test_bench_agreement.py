@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("simpy")
 pytest.importorskip("mongomock")
 
-from backpressure.sim.agreement import compare
+from backpressure.bench.agreement import compare
 from backpressure.workload.plan import OverloadPlan
 from backpressure.workload.server import embedded_server
 

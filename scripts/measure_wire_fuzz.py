@@ -1,6 +1,7 @@
 """Measure what hostile wire input costs the embedded server: memory growth and stalls.
 
-Run: ``python tests/testing/measure_wire_fuzz.py [--examples N]`` (Linux: reads /proc).
+Run: ``python scripts/measure_wire_fuzz.py [--examples N]`` (Linux: reads /proc). It takes the
+hostile messages from the fuzz tests' ``tests/testing/wire_hostile_messages.py``.
 
 The server runs as a subprocess (``python -m backpressure.testing.server``). For each named worst
 case, and for random messages from the fuzzer's strategy, one connection sends the message while
@@ -31,7 +32,7 @@ from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 from typing import Optional
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "testing"))
 
 from hypothesis import HealthCheck, given, settings
 from wire_hostile_messages import (
@@ -41,6 +42,8 @@ from wire_hostile_messages import (
     hostile_messages,
     op_msg,
 )
+
+from backpressure.cli import positive_int
 
 MB = 1_000_000
 print = functools.partial(print, flush=True)
@@ -189,7 +192,7 @@ def measure(
 def main(argv: Optional[list[str]] = None) -> int:
     """Run every named case and ``--examples`` random ones; print a table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--examples", type=int, default=200, help="random fuzz messages")
+    parser.add_argument("--examples", type=positive_int, default=200, help="random fuzz messages")
     args = parser.parse_args(argv)
     process, port = start_server()
     pinger = Pinger(port)

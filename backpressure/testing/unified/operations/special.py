@@ -1,4 +1,5 @@
-"""Operations with ``object: testRunner``: fail points, entities, event and session assertions."""
+"""The format's special test operations (``object: testRunner``): fail points, entities, event
+and session assertions."""
 
 from __future__ import annotations
 

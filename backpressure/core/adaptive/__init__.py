@@ -1,0 +1,98 @@
+"""Adaptive admission: a per-server AIMD send-rate pacer that composes across a fleet.
+
+Theory of operation.  One :class:`ServerPacer` per server address, all kept by one
+:class:`AdmissionControl` per client.  A pacer starts *open*: :meth:`AdmissionControl.admit`
+answers 0 without taking a lock and nothing waits (the inert state; its only cost is counting
+replies in coarse time buckets so the send rate is known when it is needed).  The rules are
+additive increase, multiplicative decrease (Chiu and Jain, 1989; TCP): every client of a server
+decreases by the same factor and increases by the same absolute amount, so their shares
+converge to fair ones whatever they started at (a rate copied from a measurement keeps
+whatever share it saw).
+
+1. **Close on overload, not on a blip.**  An open pacer closes when the server pushed back at
+   least ``_CLOSE_PUSHBACKS`` (2) times within ``adaptive_window`` and those pushbacks are at
+   least ``_CLOSE_FRACTION`` (a tenth) of the window's replies: one to three rejections among
+   many admitted replies change nothing, so a transient costs only the attempts it rejected.
+   It closes at ``adaptive_decrease`` times what the server admitted over the window, and at
+   no less than ``adaptive_decrease`` times half the send rate (when the server admits
+   nothing, the rate must not collapse).
+2. **Multiplicative decrease, once per round.**  A pushback of an attempt sent at or after the
+   last rate change lowers the rate to ``adaptive_decrease`` times the lower of the current
+   rate and the send rate of the last 0.3 window, at most once per round: a round lasts at
+   least twice the learned slot-to-reply time (a decrease reaches the server's queue only
+   after what was queued there before it) and a tenth of the window.  A round in which the
+   server admitted nothing holds the rate instead (a fault rejecting everything): the pacer
+   goes on probing at a steady pace, so it finds the server admitting again at once.
+3. **Additive increase, then a fast climb.**  Between decreases the rate grows by
+   ``adaptive_increase`` attempts/s every second, the same for every client.  Once the server
+   has not pushed back for ``adaptive_quiet`` seconds (a quarter of it after a held round),
+   the rate doubles every ``_CLIMB_DOUBLING`` windows: back up to the rate the last decrease
+   started from, then additively again; without that ceiling after ``_FREE_CLIMB`` windows
+   without pushback (the capacity rose) or after a held round (a fault ended).
+4. **Pacing.**  Every attempt to a paced server, the first attempt of an operation included,
+   reserves the next free send slot: ``slot = max(now, next_slot)``, ``next_slot = slot +
+   1/rate``, first come, first served; the retry of an attempt the server pushed back goes
+   ahead of the waiting first attempts (it takes the slot of the first one, which moves to the
+   slot behind it, and so on: no slot is sent twice).  A waiting caller holds a
+   :class:`SlotTicket` and asks again (:meth:`AdmissionControl.recheck`) when its wait is over,
+   at most every ``_NAP`` windows: a decrease, or a rise of a tenth, re-spaces the waiting
+   slots at the new rate at once (without that, slots reserved at the old rate would be sent
+   for as long as the queue is, and the late feedback makes every client overshoot; after an
+   overload the queue would drain at the overload's pace).  A slot is usable only if the reply
+   can still arrive in time: the deadline bound is shortened by twice a smoothed slot-to-reply
+   time, at most half the time left.
+5. **Critical first.**  Every waiting slot has a class: critical retries, critical first
+   attempts, sheddable retries, sheddable first attempts (``overrides(criticality=
+   "sheddable")``), in that order.  An attempt goes ahead of the waiting attempts of every
+   later class, as a retry does (it takes the first such slot it can wait for, and those
+   behind it move one slot back; the first one moved past its bound is refused), so critical
+   callers are served first come, first served and sheddable ones get only the slots no
+   critical caller needs.  A sheddable attempt moved past its bound is held until that bound,
+   then refused (as at admission).  When no attempt is sheddable the order is the one of 4.
+6. **Hold, never spin.**  A caller whose wait would pass its deadline (or ``max_local_wait``)
+   reserves nothing and is held until that bound, then refused on its recheck (the adapters'
+   wait-and-recheck loop): refused at once, a closed loop would start its next operation at
+   once and spin on refusals.  A caller whose deadline has already passed is refused at once.
+7. **Reopening.**  The pacer opens again (the inert state) when the server has not pushed back
+   for a window and no caller had to wait, nor was held, during that window: the pacing limits
+   nothing.  A pacer that still limits callers keeps climbing instead (reopened, it would
+   close again at a rate measured while it was paced).
+
+Retries to a paced server spend no budget (a paced retry takes the slot of another attempt);
+before the pacer closes, they draw on the per-server budget (see :mod:`backpressure.core.budget`).
+
+All state changes happen under one ``threading.Lock`` per pacer held only around arithmetic
+(never across a sleep, an await or I/O), so one :class:`AdmissionControl` serves threads, Motor's
+executor and the event loop alike.  Time comes from the injected clock; nothing here sleeps.
+"""
+
+from __future__ import annotations
+
+from backpressure.core.adaptive.admission import Admission, AdmissionDecision, Refusal, SlotTicket
+from backpressure.core.adaptive.control import AdmissionControl, admission_for
+from backpressure.core.adaptive.gate import (
+    AdmissionGate,
+    AdmissionListener,
+    LocalOverloadError,
+    LocalRefusalEvent,
+    LocalWaitEvent,
+)
+from backpressure.core.adaptive.pacer import ServerPacer, ServerPacerSnapshot
+from backpressure.core.log_limit import LogRateLimit
+
+__all__ = [
+    "Admission",
+    "AdmissionControl",
+    "AdmissionDecision",
+    "AdmissionGate",
+    "AdmissionListener",
+    "LocalOverloadError",
+    "LocalRefusalEvent",
+    "LocalWaitEvent",
+    "LogRateLimit",
+    "Refusal",
+    "ServerPacer",
+    "ServerPacerSnapshot",
+    "SlotTicket",
+    "admission_for",
+]

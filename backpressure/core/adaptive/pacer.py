@@ -1,0 +1,433 @@
+"""The pacing state of one server: an AIMD send rate and the queue of reserved send slots.
+
+The rules are described in :mod:`backpressure.core.adaptive`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from backpressure.core.adaptive.admission import (
+    SEND_NOW,
+    Admission,
+    AdmissionDecision,
+    Refusal,
+    SlotTicket,
+    rank_of,
+)
+from backpressure.core.decision import StopReason
+from backpressure.core.policy import Policy
+
+__all__ = ["ServerPacer", "ServerPacerSnapshot"]
+
+Address = tuple[str, int]
+"""A server's (host, port)."""
+
+_BUCKETS = 10  # time buckets per measurement window
+_SEND_BUCKETS = 3  # the send rate a decrease starts from is measured over this many buckets
+_LATENCY_RISE = 0.5  # weight of a slot-to-reply time above the estimate (follows rises fast)
+_LATENCY_FALL = 0.05  # weight of one below it (forgets slowly)
+_LATENCY_MARGIN = 2.0  # the deadline bound keeps this multiple of the estimate for the reply
+_CLOSE_PUSHBACKS = 2  # an open pacer closes on at least this many pushbacks within a window
+_CLOSE_FRACTION = 0.1  # ... that are also at least this share of the window's replies
+_CLOSE_SEND_SHARE = 0.5  # an open pacer closes at no less than this share of the send rate
+_CLIMB_DOUBLING = 0.25  # the fast climb doubles the rate every this many windows
+_MIN_ROUND = 0.1  # a round lasts at least this share of the window ...
+_ROUND_LATENCIES = 2.0  # ... and at least this many slot-to-reply times
+_RESPACE_RISE = 1.1  # the waiting slots move earlier once the rate grew by this factor
+_NAP = 0.1  # a waiting caller rechecks at least every this many windows (its slot may move)
+_FREE_CLIMB = 2.0  # windows without pushback after which the fast climb has no ceiling
+_HELD_QUIET = 0.25  # after a held round, the climb starts after this share of adaptive_quiet
+_MAX_DOUBLINGS = 30.0  # the fast climb's exponent stops here (no float overflow)
+_MAX_RATE = 1e6  # attempts per second: far above any server's
+_EARLY = 1e-3  # a recheck this close to the slot sends (timers may fire a little early)
+
+
+@dataclass(frozen=True)
+class ServerPacerSnapshot:
+    """The state of one pacer at one instant (for tests, events and reports)."""
+
+    paced: bool
+    """Whether attempts to this server are paced (False: the inert, open state)."""
+    rate: Optional[float]
+    """The paced rate in attempts per second (None while open)."""
+    peak: Optional[float]
+    """The rate the last decrease started from: the fast climb's ceiling (None while open)."""
+    backlog: float
+    """Seconds of reserved slots ahead of a new caller (0 while open)."""
+    pushbacks: int
+    """Overload failures recorded since the pacer was created."""
+
+
+class ServerPacer:
+    """Pacing state of one server (see the module docstring for the rules)."""
+
+    def __init__(self, policy: Policy) -> None:
+        """Create an open pacer configured by ``policy``'s adaptive fields."""
+        self._decrease = float(policy.adaptive_decrease)
+        self._window = float(policy.adaptive_window)
+        self._increase = float(policy.adaptive_increase)
+        self._quiet = float(policy.adaptive_quiet)
+        self._doubling = self._window * _CLIMB_DOUBLING
+        self._nap = self._window * _NAP
+        self._min_rate = float(policy.adaptive_min_rate)
+        self._width = self._window / _BUCKETS
+        self._lock = threading.Lock()
+        self.paced = False
+        """Read without the lock on the hot path: a bool attribute read is atomic."""
+        self._rate = 0.0  # the paced rate at the anchor
+        self._peak = 0.0  # the rate a decrease started from (the fast climb's ceiling)
+        self._spaced_rate = 0.0  # the rate the waiting slots are spaced at
+        self._anchor = 0.0  # when ``_rate`` was set (the last decrease, or hold)
+        self._next_slot = 0.0
+        self._waiting: deque[SlotTicket] = deque()  # reserved slots not yet due, in order
+        self._last_pushback = -math.inf
+        self._round = 0
+        self._admitted_in_round = 0
+        self._held = False  # the last round admitted nothing: the rate is held, not learned
+        self._last_wait = -math.inf
+        self._pushbacks = 0
+        self._first_sample: Optional[float] = None
+        self._bucket_ids = [-1] * _BUCKETS
+        self._replies = [0] * _BUCKETS  # replies (admitted or pushed back) per time bucket
+        self._pushed = [0] * _BUCKETS  # pushbacks per time bucket
+        self._latency = 0.0
+
+    # -- measurement ---------------------------------------------------------------------------
+
+    def record_admitted(self, now: float, slot: Optional[float] = None) -> None:
+        """Count one attempt the server admitted (a reply that is not an overload error).
+
+        ``slot`` is the attempt's reserved send time (None: sent unpaced); ``now - slot`` updates
+        the slot-to-reply time estimate.  While the pacer is open this runs without the lock (a
+        lost increment under a race only makes the measured rate a little low).
+        """
+        if self.paced or slot is not None:
+            with self._lock:
+                self._count(now)
+                self._admitted_in_round += 1
+                if slot is not None:
+                    self._learn_latency(max(0.0, now - slot))
+        else:
+            self._count(now)
+
+    def add_admitted(self, now: float, count: int) -> None:
+        """Count ``count`` admitted attempts at once (the adapters' lean success path batches)."""
+        if self.paced:
+            with self._lock:
+                self._count(now, count)
+                self._admitted_in_round += count
+        else:
+            self._count(now, count)
+
+    def _learn_latency(self, sample: float) -> None:
+        """Fold one slot-to-reply time into the estimate (lock held)."""
+        weight = _LATENCY_RISE if sample > self._latency else _LATENCY_FALL
+        self._latency += weight * (sample - self._latency)
+
+    def _count(self, now: float, count: int = 1, pushed: int = 0) -> None:
+        """Add ``count`` replies (``pushed`` of them pushbacks) to the time bucket of ``now``."""
+        bucket = int(now / self._width)
+        index = bucket % _BUCKETS
+        if self._bucket_ids[index] != bucket:
+            self._bucket_ids[index] = bucket
+            self._replies[index] = 0
+            self._pushed[index] = 0
+        self._replies[index] += count
+        self._pushed[index] += pushed
+        if self._first_sample is None:
+            self._first_sample = now
+
+    def _window_counts(self, now: float) -> tuple[int, int, float]:
+        """Replies, pushbacks and the span (s) they cover over the last window (lock held)."""
+        current = int(now / self._width)
+        replies = pushed = 0
+        for bucket, count, push in zip(self._bucket_ids, self._replies, self._pushed):
+            if current - _BUCKETS < bucket <= current:
+                replies += count
+                pushed += push
+        # The window: the complete buckets plus the elapsed part of the current one, never
+        # longer than the time since the first sample (at least one bucket width).
+        span = (_BUCKETS - 1) * self._width + (now - current * self._width)
+        first = now if self._first_sample is None else self._first_sample
+        span = min(span, max(now - first, self._width))
+        return replies, pushed, span
+
+    def _send_rate(self, now: float) -> float:
+        """Replies (admitted or pushed back) per second over the last ``_SEND_BUCKETS`` buckets.
+
+        A short stretch: after a fast climb the rate the pushback answers is the recent one.
+        """
+        current = int(now / self._width)
+        replies = 0
+        for bucket, count in zip(self._bucket_ids, self._replies):
+            if current - _SEND_BUCKETS < bucket <= current:
+                replies += count
+        span = (_SEND_BUCKETS - 1) * self._width + (now - current * self._width)
+        first = now if self._first_sample is None else self._first_sample
+        return replies / min(span, max(now - first, self._width))
+
+    # -- the rate --------------------------------------------------------------------------------
+
+    def _rate_at(self, now: float) -> float:
+        """The paced rate at ``now``: additive increase from the anchor, then the fast climb.
+
+        ``rate + increase * t`` (the same absolute increase for every client), and once the
+        server has not pushed back for ``adaptive_quiet`` seconds, doubling every
+        ``_CLIMB_DOUBLING`` windows from there, back up to the rate of the last decrease (where
+        the server pushed back; from there the additive increase goes on), and without that
+        ceiling once the server has been quiet for ``_FREE_CLIMB`` windows (its capacity rose)
+        or after a held round (a fault ended).
+        """
+        start = self._anchor
+        # After a round the server admitted nothing in (a fault rejecting everything), the
+        # first quiet stretch is enough: the rate was held, not learned.
+        quiet = self._quiet * _HELD_QUIET if self._held else self._quiet
+        climb = self._last_pushback + quiet
+        if now <= climb:
+            rate = self._rate + self._increase * (now - start)
+        else:
+            climb = max(climb, start)
+            base = self._rate + self._increase * (climb - start)
+            rate = base * math.pow(2.0, min(_MAX_DOUBLINGS, (now - climb) / self._doubling))
+            if not self._held and now - self._last_pushback < _FREE_CLIMB * self._window:
+                linear = self._rate + self._increase * (now - start)
+                rate = min(rate, max(self._peak, linear))
+        return min(max(self._min_rate, rate), _MAX_RATE)
+
+    def record_pushback(self, now: float, slot: Optional[float] = None) -> None:
+        """Account for an overload error from the server: close the pacer or lower its rate.
+
+        ``slot`` is the pushed-back attempt's send slot (None: sent unpaced).  Only an attempt
+        sent at or after the last change of the rate says the rate is still too high: one
+        sent before it was already reacted to (the decrease is once per round).
+        """
+        with self._lock:
+            current = self._rate_at(now) if self.paced else 0.0  # before this pushback
+            self._pushbacks += 1
+            self._last_pushback = now
+            self._count(now, 1, 1)
+            if not self.paced:
+                replies, pushed, span = self._window_counts(now)
+                if pushed < _CLOSE_PUSHBACKS or pushed < _CLOSE_FRACTION * replies:
+                    return  # a blip, not an overload: nothing changes
+                self.paced = True
+                self._next_slot = now
+                self._waiting.clear()
+                self._last_wait = -math.inf
+                # What the server admitted is the better start (the sends include the
+                # rejections), but when it admits nothing the rate must not collapse:
+                # at least half the send rate.
+                admitted = (replies - pushed) / span
+                start = max(admitted, _CLOSE_SEND_SHARE * replies / span)
+                self._set_rate(now, self._decrease * start)
+                self._peak = start
+                return
+            if slot is None or slot < self._anchor:
+                return  # sent before the last decrease (or unpaced): reacted to already
+            least = max(_ROUND_LATENCIES * self._latency, _MIN_ROUND * self._window)
+            if now - self._anchor < least:
+                # A round is at least this long: a decrease reaches the server's queue only
+                # after the replies queued there before it (the slot-to-reply time).
+                return
+            if self._admitted_in_round == 0:
+                # Nothing admitted for a whole round: the server rejects everything.  Hold the
+                # rate (a collapse would take seconds to climb back once the server admits).
+                self._set_rate(now, self._rate)
+                self._held = True
+                return
+            rate = min(current, self._send_rate(now))
+            self._set_rate(now, self._decrease * rate)
+            self._peak = rate
+            self._respace(now, self._rate)
+
+    def _set_rate(self, now: float, rate: float) -> None:
+        """Pace at ``rate`` from ``now`` and start a new round (lock held)."""
+        self._rate = min(max(rate, self._min_rate), _MAX_RATE)
+        self._spaced_rate = self._rate
+        self._anchor = now
+        self._round += 1
+        self._admitted_in_round = 0
+        self._held = False
+
+    def _respace(self, now: float, rate: float) -> None:
+        """Space the waiting slots at ``rate`` from the first one, so a rate change acts at once.
+
+        Without this, slots reserved at the old rate would go on being sent for as long as
+        the queue is (in a closed loop, most of a deadline): after a decrease the late feedback
+        makes every client overshoot, and after an overload ends the queue would drain at the
+        overload's pace (a slot moves earlier too: waiting callers recheck every
+        ``_NAP`` windows at most).  A slot moved past its bound is refused on its recheck.
+        """
+        self._spaced_rate = rate
+        waiting = self._waiting
+        while waiting and waiting[0].slot <= now:
+            waiting.popleft()
+        if not waiting:
+            return
+        interval = 1.0 / rate
+        slot = max(now, waiting[0].slot)
+        kept: deque[SlotTicket] = deque()
+        for ticket in waiting:
+            if slot > ticket.latest:
+                ticket.slot = slot
+                ticket.refused = True  # its caller learns it on recheck
+                continue
+            ticket.slot = slot
+            kept.append(ticket)
+            slot += interval
+        self._waiting = kept
+        self._next_slot = slot
+
+    # -- admission -------------------------------------------------------------------------------
+
+    def admit(
+        self,
+        now: float,
+        limit: float,
+        deadline_bound: bool,
+        retry: bool = False,
+        sheddable: bool = False,
+    ) -> AdmissionDecision:
+        """Reserve a send slot if its wait is at most ``limit`` seconds.
+
+        ``deadline_bound`` tells which bound ``limit`` is (for the refusal's reason); ``retry``
+        that the attempt retries one a server pushed back (it goes ahead of the waiting first
+        attempts); ``sheddable`` that the operation may be shed first (critical attempts go
+        ahead of it).  A waiting attempt's admission carries its :class:`SlotTicket`: ask
+        :meth:`recheck` when the wait is over.
+        """
+        if not self.paced:
+            return SEND_NOW
+        with self._lock:
+            if not self.paced:
+                return SEND_NOW
+            if self._reopens(now):
+                self.paced = False
+                return SEND_NOW
+            hold = limit  # a caller that cannot be served is held this long, then refused
+            if deadline_bound:
+                # The reply must arrive before the deadline too, not only the send.  The margin
+                # is at most half the time left: an estimate inflated by a stall must not refuse
+                # every caller (nothing would be sent, and nothing would correct it).
+                limit -= min(_LATENCY_MARGIN * self._latency, limit / 2.0)
+            reason = (
+                StopReason.LOCAL_WAIT_DEADLINE if deadline_bound else StopReason.LOCAL_WAIT_LIMIT
+            )
+            waiting = self._waiting
+            while waiting and waiting[0].slot <= now:
+                waiting.popleft()  # due: those callers are sending
+            rate = self._rate_at(now)
+            if rate > _RESPACE_RISE * self._spaced_rate:
+                self._respace(now, rate)  # the queue drains at the new pace
+            interval = 1.0 / rate
+            rank = rank_of(retry, sheddable)
+            if rank < 3 and waiting and waiting[-1].rank > rank:
+                # Go ahead of the waiting attempts of later classes (the queue is in class
+                # order): take the first such slot, and move those behind it back one slot.
+                index = next(i for i, t in enumerate(waiting) if t.rank > rank)
+                if waiting[index].slot - now <= limit:
+                    slot = waiting[index].slot
+                    self._move_back(index, interval)
+                    ticket = SlotTicket(slot, now + limit, reason, retry, sheddable, now + hold)
+                    waiting.insert(index, ticket)
+                    self._last_wait = now
+                    return Admission(min(slot - now, self._nap), self._round, slot, ticket)
+            slot = max(now, self._next_slot)
+            wait = slot - now
+            if wait > limit:
+                # The pacing limits callers: it must not reopen.  The caller is held until its
+                # bound, then refused (on recheck): refused at once, a closed loop would start
+                # its next operation at once and spin.  Nothing is reserved.
+                self._last_wait = now
+                if hold <= _EARLY:
+                    return Refusal(reason, wait)
+                ticket = SlotTicket(slot, now + limit, reason, retry, sheddable, now + hold)
+                ticket.refused = True
+                return Admission(hold, self._round, None, ticket)
+            self._next_slot = slot + interval
+            if wait <= 0.0:
+                return Admission(0.0, self._round, slot)
+            ticket = SlotTicket(slot, now + limit, reason, retry, sheddable, now + hold)
+            waiting.append(ticket)
+            self._last_wait = now
+            return Admission(min(wait, self._nap), self._round, slot, ticket)
+
+    def _move_back(self, index: int, interval: float) -> None:
+        """Give every waiting attempt from ``index`` on the slot of the one behind it (lock held).
+
+        The last one takes ``next_slot``, which moves one interval later.  An attempt whose new
+        slot passes its bound is refused instead (its caller learns it on recheck) and the move
+        stops there: the slot it leaves is taken by the one before it.
+        """
+        waiting = self._waiting
+        slots = [ticket.slot for ticket in itertools.islice(waiting, index, None)]
+        slots.append(self._next_slot)
+        for position in range(index, len(waiting)):
+            ticket = waiting[position]
+            moved = slots[position - index + 1]
+            if moved > ticket.latest:
+                ticket.slot = moved
+                ticket.refused = True
+                del waiting[position]
+                return
+            ticket.slot = moved
+        self._next_slot += interval
+
+    def recheck(self, now: float, ticket: SlotTicket) -> Union[float, Refusal]:
+        """Return how much longer the attempt holding ``ticket`` waits (0: send now), or refuse."""
+        with self._lock:
+            if ticket.refused:
+                self._last_wait = now
+                if ticket.rank >= 2 and ticket.until - now > _EARLY:
+                    return ticket.until - now  # sheddable: held until its bound, never spinning
+                return Refusal(ticket.reason, max(0.0, ticket.slot - now))
+            if self._waiting and self._rate_at(now) > _RESPACE_RISE * self._spaced_rate:
+                self._respace(now, self._rate_at(now))
+                if ticket.refused:
+                    self._last_wait = now
+                    if ticket.rank >= 2 and ticket.until - now > _EARLY:
+                        return ticket.until - now
+                    return Refusal(ticket.reason, max(0.0, ticket.slot - now))
+            wait = ticket.slot - now
+        return min(wait, self._nap) if wait > _EARLY else 0.0
+
+    def _reopens(self, now: float) -> bool:
+        """Whether the pacer should open again at ``now`` (lock held)."""
+        if now - self._last_pushback < self._window:
+            return False
+        # Nobody had to wait for a whole window: the pacing limits nothing.  (A pacer that
+        # still limits callers keeps climbing instead: reopened, it would close again at a
+        # rate measured while it was paced.)
+        return now - self._last_wait >= self._window
+
+    def still_paced(self, now: float) -> bool:
+        """Whether attempts are paced at ``now``; a pacer due to open again opens here.
+
+        Without this, a server no attempt is sent to (reads avoid paced members) would never
+        be asked to admit one, so it would never open again.
+        """
+        if not self.paced:
+            return False
+        with self._lock:
+            if self.paced and self._reopens(now):
+                self.paced = False
+            return self.paced
+
+    def snapshot(self, now: float) -> ServerPacerSnapshot:
+        """Return the pacer's state at ``now``."""
+        with self._lock:
+            if not self.paced:
+                return ServerPacerSnapshot(False, None, None, 0.0, self._pushbacks)
+            return ServerPacerSnapshot(
+                True,
+                self._rate_at(now),
+                self._peak,
+                max(0.0, self._next_slot - now),
+                self._pushbacks,
+            )
