@@ -18,6 +18,7 @@ $(BIN)/python:
 # That tree lists the package's files at install time, so the install is redone when a file is
 # added, moved or removed, or the tree is gone: $(VENV)/.files changes only then (edits to existing
 # files need nothing).
+EDITABLE := --config-settings editable_mode=strict
 PACKAGE_FILES := $(shell find backpressure -type f -not -path '*/__pycache__/*' 2>/dev/null | LC_ALL=C sort)
 
 FORCE:
@@ -27,7 +28,7 @@ $(VENV)/.files: FORCE | $(BIN)/python
 	@echo '$(PACKAGE_FILES)' | cmp -s - $@ || echo '$(PACKAGE_FILES)' > $@
 
 $(VENV)/.installed: pyproject.toml $(VENV)/.files | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]' --config-settings editable_mode=strict
+	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]' $(EDITABLE)
 	touch $@
 
 # `make demo` needs only the package's dependencies and its demo extra (a full install already
@@ -89,7 +90,7 @@ spec-test: $(VENV)/.installed
 # resolve), offline (no intersphinx), into docs/_build/html. The API reference imports the
 # package with its extras, so the full install comes first.
 $(VENV)/.docs-installed: pyproject.toml | $(VENV)/.installed
-	$(BIN)/python -m pip install -q -e '.[docs]'
+	$(BIN)/python -m pip install -q -e '.[docs]' $(EDITABLE)
 	touch $@
 
 docs: $(VENV)/.docs-installed

@@ -171,9 +171,9 @@ def enable(
             at each draw as pymongo does, so ``unittest.mock.patch("random.random")`` reaches it.
 
     Raises:
-        InvalidPolicyError: ``policy`` is not a valid setting.
-        InvalidListenerError: ``listeners`` is not a list or tuple of listeners (an
-            InvalidPolicyError and a TypeError).
+        InvalidPolicyError: ``policy`` is not a valid setting, or ``listeners`` is not a list
+            or tuple of listeners (then an ``InvalidListenerError``, from
+            ``backpressure.core.events``, which is also a ``TypeError``).
         TypeError: ``client`` is not a supported client.
         pymongo.errors.InvalidOperation: ``client`` is closed.
         UnsupportedPymongoError: a pymongo internal the adapter needs does not match (the

@@ -39,8 +39,8 @@ def register(listener: Any) -> None:
     their listeners.
 
     Raises:
-        InvalidListenerError: ``listener`` implements no such method (an
-            :class:`~backpressure.InvalidPolicyError` and a ``TypeError``).
+        InvalidPolicyError: ``listener`` implements no such method (an ``InvalidListenerError``,
+            from ``backpressure.core.events``, which is also a ``TypeError``).
     """
     global _LISTENERS
     check_listener(listener, "backpressure.register()'s argument")

@@ -28,6 +28,7 @@ import pytest
 from pymongo.errors import PyMongoError
 
 import backpressure
+from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration import conftest
 from tests.integration.conftest import ClientFactory, CommandRecorder, resolve
@@ -175,7 +176,7 @@ async def _converge(
         for _ in range(2):
             commands = CommandRecorder()
             client = make_client(server.uri, commands)
-            state = backpressure.state(client)
+            state = state_of(client)
             assert state is not None
             assert state.controller.admission is not None
             state.controller.admission._clock = clock  # type: ignore[attr-defined]
