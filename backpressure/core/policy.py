@@ -416,10 +416,11 @@ PRESETS: Mapping[str, Policy] = MappingProxyType(
 DEFAULT_POLICY = CURRENT_SPEC
 """The policy used when backpressure is simply switched on: the current spec.
 
-``adaptive`` wins against one client process but not in a fleet (many processes, each with its
-own client, sharing the servers), after a transient or under faults: there it was measured far
-worse than stock pymongo (the README's fleet section has every policy's figures).  Until a preset
-meets every fleet, transient and fault goal as well, the default is the one that behaves as stock
+``adaptive`` (an AIMD pacer per server) beats stock pymongo by far in the fleet benchmarks, but
+it misses some of the goals the default must meet (attempts per operation in sparse fleets,
+recovery within a second after faults, p99 no worse than stock, 128 closed-loop workers in one
+client): ``docs/adaptive.md`` and ``bench/results/`` have every policy's figures.  Until a preset
+meets every fleet, transient and fault goal, the default is the one that behaves as stock
 pymongo's own loop does; ``adaptive`` stays opt-in.
 """
 
