@@ -14,7 +14,7 @@ from backpressure.workload.policies import default_policy_name
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 
 
-@pytest.mark.parametrize("stem", ["latest", "overload"])
+@pytest.mark.parametrize("stem", ["latest", "overload", "fleet-run2"])
 def test_a_results_page_is_the_rendering_of_its_raw_data(stem: str) -> None:
     """``<stem>.md`` is exactly what ``render_markdown`` makes of ``<stem>.json``."""
     report = json.loads((RESULTS / f"{stem}.json").read_text(encoding="utf-8"))

@@ -416,9 +416,43 @@ async def test_a_transient_costs_only_the_attempts_it_rejected(
     (each retried once), a second later four times the demand for a second.  Nothing is
     refused, every operation succeeds, and the local waits after the rise add up to under 2 %
     of it."""
+    client = adaptive_client(clients, replicaset_server, commands, recorder)
+    await _transient(client, replicaset_server, commands, recorder, rejections, monkeypatch)
+
+
+@pytest.mark.parametrize("rejections", [1, 3])
+async def test_a_transient_costs_a_motor_client_only_the_attempts_it_rejected(
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: AdmissionRecorder,
+    rejections: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same transient with a Motor client (its local waits happen in Motor's threads)."""
+    client = backpressure.AsyncIOMotorClient(
+        replicaset_server.uri,
+        backpressure=ADAPTIVE,
+        backpressure_listeners=[recorder],
+        event_listeners=[commands],
+        serverSelectionTimeoutMS=3000,
+    )
+    try:
+        await _transient(client, replicaset_server, commands, recorder, rejections, monkeypatch)
+    finally:
+        client.close()
+
+
+async def _transient(
+    client: Any,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: AdmissionRecorder,
+    rejections: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Run the transient yardstick with ``client`` (an enabled adaptive client of any flavour)."""
     import sys
 
-    client = adaptive_client(clients, replicaset_server, commands, recorder)
     await resolve(client.db.coll.insert_one({"_id": 1}))
     clock = SteppedClock()
     pace_on(client, clock)
