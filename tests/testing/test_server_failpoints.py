@@ -286,11 +286,15 @@ def test_block_connection_does_not_stall_others(
         blockTimeMS=400,
     )
     finished: list[str] = []
+    pings = int(standalone_server.stats()["commands"]["ping"]["received"])
     thread = threading.Thread(
         target=lambda: (blocked.admin.command("ping"), finished.append("blocked"))
     )
     thread.start()
-    time.sleep(0.05)
+    deadline = time.monotonic() + 10  # the blocked ping has reached the server (and blocks)
+    while standalone_server.stats()["commands"]["ping"]["received"] == pings:
+        assert time.monotonic() < deadline, "the blocked ping never reached the server"
+        time.sleep(0.001)
     for _ in range(5):
         other.admin.command("ping")
     finished.append("other")

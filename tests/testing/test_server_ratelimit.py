@@ -93,7 +93,10 @@ async def test_disabling_releases_waiters() -> None:
     limiter = AdmissionLimiter(LimiterSettings(True, 1, 1, 5))
     assert limiter.try_admit() is True
     waiter = asyncio.ensure_future(limiter.admit())
-    await asyncio.sleep(0.01)
+    for _ in range(100):  # the task runs up to its queueing within a few loop iterations
+        if limiter.queued:
+            break
+        await asyncio.sleep(0)
     assert limiter.queued == 1
     limiter.apply(LimiterSettings(False))
     assert await asyncio.wait_for(waiter, 1) is True
