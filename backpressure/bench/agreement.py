@@ -30,7 +30,7 @@ from typing import Any, Optional
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
-from backpressure.bench.fleet import FleetRun, label
+from backpressure.bench.fleet import FleetRun
 from backpressure.sim.model import Scenario
 from backpressure.sim.runner import run
 from backpressure.sim.scenarios import (
@@ -43,7 +43,7 @@ from backpressure.sim.scenarios import scenario as sim_scenario
 from backpressure.workload import POLICIES, RunResult, WorkloadConfig, run_policy
 from backpressure.workload.driver import LoadTarget, run_closed_loop
 from backpressure.workload.plan import HOT_MEMBER, OverloadPlan
-from backpressure.workload.policies import has_native_backpressure
+from backpressure.workload.policies import has_native_backpressure, policy_label
 
 __all__ = ["Agreement", "compare", "format_agreement", "main", "measure_client_cpu"]
 
@@ -311,7 +311,7 @@ def fleet_agreement_markdown(fleet_report: dict[str, Any], seed: int = 1) -> str
             sim = result.policies[_sim_policy(real.policy)]
             sim_jain = sim.jain
             lines.append(
-                f"| {name} | {label(real.policy)} | {real.error_fraction:.1%} / "
+                f"| {name} | {policy_label(real.policy)} | {real.error_fraction:.1%} / "
                 f"{sim.error_fraction:.1%} | {_relative(sim.error_fraction, real.error_fraction)} "
                 f"| {real.attempts_per_op:.2f} / {sim.attempts_per_op:.2f} | "
                 f"{_relative(sim.attempts_per_op, real.attempts_per_op)} | "

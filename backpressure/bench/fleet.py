@@ -40,7 +40,7 @@ from pymongo.errors import PyMongoError
 
 from backpressure.workload import POLICIES
 from backpressure.workload.driver import LoadTarget, LocalEventCounter, received_commands
-from backpressure.workload.policies import default_first, default_policy_name
+from backpressure.workload.policies import default_first, default_policy_name, policy_label
 
 __all__ = [
     "FLEET_GOALS",
@@ -132,12 +132,6 @@ def fleet_policies(names: Optional[Sequence[str]] = None) -> list[str]:
     if unknown:
         raise ValueError(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
     return default_first(names)
-
-
-def label(name: str) -> str:
-    """A policy's row label: ``default (<name>)`` for the default, stock pymongo named."""
-    text = "stock pymongo" if name == "pymongo-native" else name
-    return f"default ({text})" if name == default_policy_name() else text
 
 
 # -- the client processes ---------------------------------------------------------------------
@@ -547,7 +541,7 @@ def render_fleet_markdown(runs: Sequence[FleetRun], plan: FleetPlan) -> str:
         refusals = run.refusals_per_s
         kinds = ", ".join(f"{name} {n:,}" for name, n in run.error_kinds.items()) or "-"
         cells = [
-            label(run.policy),
+            policy_label(run.policy),
             f"{run.operations:,}",
             f"{100 * run.error_fraction:.1f}% ({run.app_errors:,})",
             f"{run.attempts_per_op:.2f}",
@@ -565,9 +559,9 @@ def render_fleet_markdown(runs: Sequence[FleetRun], plan: FleetPlan) -> str:
         verdicts = ", ".join(
             f"{goal}: {'met' if met else 'NOT met'}" for goal, met in run.judge().items()
         )
-        lines.append(f"- **{label(run.policy)}**: {verdicts}")
+        lines.append(f"- **{policy_label(run.policy)}**: {verdicts}")
     successes = "; ".join(
-        f"{label(run.policy)}: {', '.join(f'{n:,}' for n in run.per_process_successes)}"
+        f"{policy_label(run.policy)}: {', '.join(f'{n:,}' for n in run.per_process_successes)}"
         for run in runs
     )
     lines += ["", f"Successes per process: {successes}.", ""]

@@ -27,9 +27,10 @@ import pymongo
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
-from backpressure.bench.fleet import default_policy_name, fleet_policies, label
+from backpressure.bench.fleet import default_policy_name, fleet_policies
 from backpressure.workload import POLICIES
 from backpressure.workload.driver import LocalEventCounter
+from backpressure.workload.policies import policy_label
 
 __all__ = [
     "QUICK_TRANSIENT",
@@ -291,7 +292,7 @@ def render_transient_markdown(runs: Sequence[TransientRun], plan: TransientPlan)
         p99 = "-" if run.after_p99_ms is None else f"{run.after_p99_ms:,.1f}"
         refusals = "-" if run.local_refusals is None else f"{run.local_refusals:,}"
         lines.append(
-            f"| {label(run.policy)} | {run.operations:,} | {run.app_errors:,} | "
+            f"| {policy_label(run.policy)} | {run.operations:,} | {run.app_errors:,} | "
             f"{run.server_rejected:,} | {run.goodput:,.1f} | {ratio} | {p99} | {refusals} |"
         )
     lines += ["", "Goals:", ""]
@@ -300,5 +301,5 @@ def render_transient_markdown(runs: Sequence[TransientRun], plan: TransientPlan)
             f"{goal}: {'-' if met is None else ('met' if met else 'NOT met')}"
             for goal, met in judge(run, stock).items()
         )
-        lines.append(f"- **{label(run.policy)}**: {verdicts}")
+        lines.append(f"- **{policy_label(run.policy)}**: {verdicts}")
     return "\n".join(lines) + "\n"

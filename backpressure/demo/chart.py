@@ -287,7 +287,7 @@ def draw_fleet_chart(
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    from backpressure.bench.fleet import label
+    from backpressure.workload.policies import policy_label
 
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = max(1, len(runs))
@@ -343,7 +343,7 @@ def draw_fleet_chart(
                 )
             axis.set_xlim(0, plan.duration_s)
             axis.grid(alpha=0.3)
-            axis.set_ylabel(label(run.policy), fontsize=9, fontweight="bold")
+            axis.set_ylabel(policy_label(run.policy), fontsize=9, fontweight="bold")
             axis.text(
                 0.99,
                 0.93,
@@ -364,7 +364,7 @@ def draw_fleet_chart(
             else:
                 axis.set_xlabel("seconds since start of load")
         bars = figure.add_subplot(grid[:, 1])
-        names = [label(run.policy) for run in runs] + ["physical limit"]
+        names = [policy_label(run.policy) for run in runs] + ["physical limit"]
         shares = [100 * run.error_fraction for run in runs] + [100 * limit["error_fraction"]]
         notes = [f"{s:.1f}%, {run.attempts_per_op:.2f} att/op" for s, run in zip(shares, runs)]
         notes.append(f"{shares[-1]:.1f}%, 1.00 att/op")

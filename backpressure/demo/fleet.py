@@ -26,10 +26,10 @@ from backpressure.bench.fleet import (
     FleetRun,
     default_policy_name,
     fleet_policies,
-    label,
     run_policy_fleet,
 )
 from backpressure.workload import POLICIES
+from backpressure.workload.policies import policy_label
 from backpressure.workload.report import (
     format_table,
     machine_info,
@@ -110,7 +110,7 @@ def fleet_rows(runs: Sequence[FleetRun], plan: FleetPlan) -> list[list[str]]:
         refusals = run.refusals_per_s
         rows.append(
             [
-                label(run.policy),
+                policy_label(run.policy),
                 f"{run.operations:,}",
                 f"{100 * run.error_fraction:.1f}% ({run.app_errors:,})",
                 f"{run.attempts_per_op:.2f}",

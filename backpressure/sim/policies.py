@@ -28,6 +28,7 @@ from backpressure.core.decision import RetryController
 from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
 from backpressure.workload.policies import default_first
 from backpressure.workload.policies import default_policy_name as default_name
+from backpressure.workload.policies import policy_label as display_name
 
 __all__ = [
     "ADMISSION_AVAILABLE",
@@ -90,11 +91,6 @@ def available_policies() -> dict[str, SimPolicy]:
 
 POLICY_NAMES: tuple[str, ...] = tuple(available_policies())
 """Names of the policies available with the installed package, in report order."""
-
-
-def display_name(name: str) -> str:
-    """A policy's label in tables: ``default (<name>)`` for the default."""
-    return f"default ({name})" if name == default_name() else name
 
 
 def resolve(value: Union[str, Policy, SimPolicy]) -> SimPolicy:

@@ -33,6 +33,7 @@ __all__ = [
     "default_first",
     "default_policy_name",
     "has_native_backpressure",
+    "policy_label",
 ]
 
 T = TypeVar("T")
@@ -49,6 +50,13 @@ def default_first(names: Sequence[str]) -> list[str]:
     table that compares policies shows the default's row first."""
     default = default_policy_name()
     return sorted(names, key=lambda name: name != default)
+
+
+def policy_label(name: str) -> str:
+    """A policy's row label in every table: ``default (<name>)`` for the default, and pymongo's
+    own overload retries (``pymongo-native``) named "stock pymongo"."""
+    text = "stock pymongo" if name == "pymongo-native" else name
+    return f"default ({text})" if name == default_policy_name() else text
 
 
 def has_native_backpressure() -> bool:
