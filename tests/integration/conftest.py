@@ -82,6 +82,32 @@ async def in_transaction(client: Any, *writes: Callable[[Any], Any], abort: bool
         await resolve(session.end_session())
 
 
+SLEEPING_ADAPTERS = (
+    "backpressure.adapters.native.sync_wrappers",
+    "backpressure.adapters.native.async_wrappers",
+    "backpressure.adapters.backport.sync_loop",
+    "backpressure.adapters.backport.async_loop",
+)
+"""The adapter modules whose local waits and backoffs sleep (``time.sleep``, ``asyncio.sleep``)."""
+
+
+def patch_adapter_sleeps(
+    monkeypatch: pytest.MonkeyPatch, replacement: Callable[[str, Any], Any]
+) -> None:
+    """Give every loaded adapter module ``replacement(attribute, real)`` in place of its ``time``
+    or ``asyncio`` module (``attribute`` is the name, ``real`` the module), so that a test's
+    clock decides how long a local wait lasts.  Enable a client first: that loads its era's
+    adapter."""
+    import sys
+
+    for name in SLEEPING_ADAPTERS:
+        module = sys.modules.get(name)
+        for attribute in ("time", "asyncio"):
+            real = getattr(module, attribute, None) if module is not None else None
+            if real is not None:
+                monkeypatch.setattr(module, attribute, replacement(attribute, real))
+
+
 async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
     """Wait until ``condition()`` holds (polling, yielding to tasks and threads), or fail
     naming ``what``."""

@@ -382,14 +382,6 @@ async def test_a_retry_goes_ahead_and_the_first_attempt_it_displaced_waits_on(
     assert recorder.refusals == []
 
 
-_SLEEPING_ADAPTERS = (
-    "backpressure.adapters.native.sync_wrappers",
-    "backpressure.adapters.native.async_wrappers",
-    "backpressure.adapters.backport.sync_loop",
-    "backpressure.adapters.backport.async_loop",
-)
-
-
 class _SteppedSleep:
     """Stands in for ``time`` / ``asyncio`` in the adapters: a local wait moves the stepped
     clock on instead of sleeping (and yields, so the loop or other threads run)."""
@@ -451,18 +443,13 @@ async def _transient(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Run the transient yardstick with ``client`` (an enabled adaptive client of any flavour)."""
-    import sys
-
     await resolve(client.db.coll.insert_one({"_id": 1}))
     clock = SteppedClock()
     pace_on(client, clock)
     waits: list[float] = []
-    for name in _SLEEPING_ADAPTERS:
-        module = sys.modules.get(name)
-        for attribute in ("time", "asyncio"):
-            real = getattr(module, attribute, None) if module is not None else None
-            if real is not None:
-                monkeypatch.setattr(module, attribute, _SteppedSleep(clock, real.sleep, waits))
+    conftest.patch_adapter_sleeps(
+        monkeypatch, lambda _attribute, real: _SteppedSleep(clock, real.sleep, waits)
+    )
     for _ in range(100):  # a second of steady demand at 100/s
         clock.now += 0.01
         assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import sys
 import threading
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -47,13 +46,6 @@ MEASURE = 5.0
 """The shares are measured from here to ``END``."""
 STALL = 60.0
 """Seconds of real time a worker may stay on the wire before the test calls it a hang."""
-
-_ADAPTERS = (
-    "backpressure.adapters.native.sync_wrappers",
-    "backpressure.adapters.native.async_wrappers",
-    "backpressure.adapters.backport.sync_loop",
-    "backpressure.adapters.backport.async_loop",
-)
 
 
 class EventClock:
@@ -181,14 +173,12 @@ async def _converge(
             assert state.controller.admission is not None
             state.controller.admission._clock = clock  # type: ignore[attr-defined]
             runs.append((client, ClientRun(commands)))
-        for name in _ADAPTERS:  # loaded by now: enabling a client imports its era's adapter
-            module = sys.modules.get(name)
-            if module is None:
-                continue
-            if hasattr(module, "time"):
-                monkeypatch.setattr(module, "time", _ThreadSleep(clock))
-            if hasattr(module, "asyncio"):
-                monkeypatch.setattr(module, "asyncio", _TaskSleep(clock))
+        conftest.patch_adapter_sleeps(
+            monkeypatch,
+            lambda attribute, _real: (
+                _ThreadSleep(clock) if attribute == "time" else _TaskSleep(clock)
+            ),
+        )
         interval = WORKERS / DEMAND
 
         def plan(index: int, worker: int) -> tuple[float, ClientRun, Any]:
