@@ -99,4 +99,4 @@ docs: $(VENV)/.docs-installed
 	@echo "docs: open docs/_build/html/index.html"
 
 clean:
-	rm -rf $(VENV) .venv-compat build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-compat build *.egg-info .pytest_cache .mypy_cache .ruff_cache docs/_build .coverage
