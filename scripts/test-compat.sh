@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Runs the era-sensitive tests once per supported pymongo era, each in its own virtualenv under
 # .venv-compat/, with Motor 3.7 installed beside it: the core, the adapters and the switch
-# (tests/unit, tests/integration), the unified suites (tests/spec), the README examples and the
-# pytest plugin. The embedded server, simulator and bench tests do not depend on the client's era;
-# `make test` runs them with the newest pymongo. COMPAT_TESTS overrides the selection. Every era
+# (tests/unit, tests/integration), the unified suites (tests/spec), the README and docs examples
+# and the pytest plugin. The embedded server, simulator and bench tests do not depend on the
+# client's era; `make test` runs them with the newest pymongo. COMPAT_TESTS overrides the selection. Every era
 # runs even if an earlier one fails; the script exits non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 default_tests="tests/unit tests/integration tests/spec tests/test_readme.py"
-default_tests+=" tests/test_pytest_plugin.py"
+default_tests+=" tests/test_docs.py tests/test_pytest_plugin.py"
 read -r -a tests <<< "${COMPAT_TESTS:-$default_tests}"
 failed=()
 for version in "$@"; do
