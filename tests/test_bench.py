@@ -46,7 +46,7 @@ from backpressure.bench.overload import (
 )
 from backpressure.bench.transient import QUICK_TRANSIENT, TransientRun
 from backpressure.core.backoff import backoff_ceiling
-from backpressure.core.policy import DRAFT
+from backpressure.core.policy import DEFAULT_POLICY, DRAFT
 from backpressure.testing import EmbeddedServer
 from backpressure.workload import POLICIES, WorkloadConfig
 from backpressure.workload.driver import RunResult, run_closed_loop
@@ -488,3 +488,62 @@ def test_progress_is_accepted() -> None:
     """``--progress {auto,on,off}``, auto by default, as in every command line of the package."""
     assert build_parser().parse_args([]).progress == "auto"
     assert build_parser().parse_args(["--progress", "on"]).progress == "on"
+
+
+def test_hedging_bench_runs_every_row_and_renders_its_report(tmp_path: Path) -> None:
+    """``bench.hedging``: each scenario's rows (the default first, stock pymongo, the default
+    hedged), one find per read without hedging, and a page rendered from the written JSON."""
+    from backpressure.bench import hedging
+
+    out = tmp_path / "hedging"
+    stdout = io.StringIO()
+    argv = ["--reads", "20", "--delay-ms", "5", "--slow-ms", "30", "--runs", "1"]
+    with contextlib.redirect_stdout(stdout):
+        assert hedging.main([*argv, "--progress", "off", "--out", str(out)]) == 0
+    report = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
+    assert out.with_suffix(".md").read_text(encoding="utf-8") == hedging.render_markdown(report)
+    assert stdout.getvalue() == hedging.render_markdown(report)
+    default = DEFAULT_POLICY.name
+    assert [(row["scenario"], row["policy"]) for row in report["rows"]] == [
+        (scenario, policy)
+        for scenario in hedging.SCENARIOS
+        for policy in (
+            f"default ({default}), no hedging",
+            "stock pymongo",
+            f"default ({default}) + hedge_delay 5 ms",
+        )
+    ]
+    for row in report["rows"]:
+        (figures,) = row["runs"]
+        assert 0 < figures["p50_ms"] <= figures["p90_ms"] <= figures["p99_ms"] <= figures["max_ms"]
+        if "hedge_delay" in row["policy"]:
+            assert figures["finds_per_read"] >= 1.0
+        else:  # nothing retries a held find: exactly one find per read
+            assert figures["finds_per_read"] == 1.0
+    assert report["reads"] == 20
+    assert report["hedge_delay_ms"] == 5
+    assert report["slow_ms"] == 30
+    assert report["pymongo"] == pymongo.version
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--reads", "0"], "argument --reads: must be >= 1, got 0"),
+        (["--delay-ms", "x"], "argument --delay-ms: expected an integer, got 'x'"),
+        (["--delay-ms", "3600001"], "argument --delay-ms: at most 3600000"),
+        (["--runs", "-1"], "argument --runs: must be >= 1, got -1"),
+    ],
+)
+def test_hedging_bench_usage_errors_exit_2_and_name_the_flag(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad value exits with status 2, the usage line and the flag's name, before any run."""
+    from backpressure.bench import hedging
+
+    with pytest.raises(SystemExit) as raised:
+        hedging.main(argv)
+    assert raised.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m backpressure.bench.hedging")
+    assert f"error: {message}" in err

@@ -54,3 +54,18 @@ def test_the_sim_agreement_table_is_generated_from_the_fleet_results() -> None:
     report = json.loads((RESULTS / "fleet.json").read_text(encoding="utf-8"))
     table = fleet_agreement_markdown(report, seed=1)
     assert table in (RESULTS / "sim-fleet.md").read_text(encoding="utf-8")
+
+
+def test_the_hedging_page_is_the_rendering_of_its_raw_data() -> None:
+    """``hedging.md`` is what ``bench.hedging.render_markdown`` makes of ``hedging.json``, and
+    each scenario's first row is the default policy's."""
+    from backpressure.bench.hedging import SCENARIOS
+    from backpressure.bench.hedging import render_markdown as render_hedging
+
+    report = json.loads((RESULTS / "hedging.json").read_text(encoding="utf-8"))
+    assert (RESULTS / "hedging.md").read_text(encoding="utf-8") == render_hedging(report)
+    firsts = [
+        next(row["policy"] for row in report["rows"] if row["scenario"] == scenario)
+        for scenario in SCENARIOS
+    ]
+    assert firsts == [f"default ({default_policy_name()}), no hedging"] * len(SCENARIOS)

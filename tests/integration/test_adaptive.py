@@ -38,9 +38,19 @@ from tests.integration.conftest import (
 )
 
 NEVER_WAIT_TWICE = ADAPTIVE.replace(
-    adaptive_min_rate=0.001, adaptive_decrease=0.0001, max_local_wait=30.0
+    adaptive_min_rate=0.001,
+    adaptive_decrease=0.0001,
+    adaptive_increase=0.001,
+    adaptive_quiet=60.0,
+    adaptive_window=60.0,
+    max_local_wait=30.0,
 )
-"""Once closed by an overload with nothing admitted before, slots are about 1000 s apart."""
+"""Once closed by an overload with nothing admitted before, slots are about 1000 s apart, and
+stay so for a minute of real time: the rate grows by 0.001/s per second, climbs fast only after
+60 s without pushback, and the pacing reopens only after a 60 s window without pushback or
+wait.  With the preset's values a slot came within 0.5 s about 0.2 s after the close, and the
+pacing reopened after 1 s: a test slow to send its next operation (a loaded machine, or a Motor
+client's jittered backoff) saw it admitted instead of refused."""
 
 
 class AdmissionRecorder(RetryRecorder):
@@ -137,10 +147,20 @@ async def test_a_paced_server_makes_the_next_operation_wait_locally(
     standalone_server: EmbeddedServer,
     commands: CommandRecorder,
     recorder: AdmissionRecorder,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """After pushback the next operation waits for its slot, then is sent once and succeeds."""
+    """After pushback the next operation waits for its slot, then is sent once and succeeds.
+
+    The pacing runs on a clock the test steps (a local wait moves it on): on the machine's
+    clock, a test slow to send the find (a loaded machine) would find its slot already due.
+    """
     policy = ADAPTIVE.replace(adaptive_min_rate=2.0, max_local_wait=30.0)
     client = adaptive_client(clients, standalone_server, commands, recorder, policy)
+    clock = SteppedClock()
+    pace_on(client, clock)
+    conftest.patch_adapter_sleeps(
+        monkeypatch, lambda _attribute, real: _SteppedSleep(clock, real.sleep, [])
+    )
     await close_pacing(client, standalone_server, commands)
     assert await resolve(client.db.coll.find_one({"closing": True})) is not None
     assert len(commands.started_commands("find")) == 1

@@ -47,8 +47,17 @@ LOCAL = {
 }
 WAITING = ADAPTIVE.replace(adaptive_min_rate=2.0, adaptive_window=60.0, max_local_wait=30.0)
 """Paced at 2/s once closed (slots 0.5 s apart); the pacing stays closed for the whole test."""
-REFUSING = ADAPTIVE.replace(adaptive_min_rate=0.001, adaptive_decrease=0.0001, max_local_wait=0.5)
-"""Once closed, slots are 1000 s apart: the next attempt needs more than max_local_wait."""
+REFUSING = ADAPTIVE.replace(
+    adaptive_min_rate=0.001,
+    adaptive_decrease=0.0001,
+    adaptive_increase=0.001,
+    adaptive_quiet=60.0,
+    adaptive_window=60.0,
+    max_local_wait=0.5,
+)
+"""Once closed, slots are 1000 s apart: the next attempt needs more than max_local_wait.  They
+stay so for a minute however slowly the machine runs the test (slow growth, no fast climb, no
+reopening)."""
 
 
 def _scrape(registry: CollectorRegistry) -> dict[str, list[Any]]:

@@ -278,10 +278,22 @@ async def test_admission_listeners_get_waits_and_refusals_on_both_paths(
     commands: CommandRecorder,
     registered: Any,
     event: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An AdmissionListener (here with one method) registered or given as a keyword receives
-    the adaptive pacing's local wait, or its refusal past ``max_local_wait``."""
-    from tests.integration.test_adaptive import NEVER_WAIT_TWICE, close_pacing
+    the adaptive pacing's local wait, or its refusal past ``max_local_wait``.
+
+    The pacing runs on a clock the test steps (a local wait moves it on), so that the find
+    meets the closed pacing however slowly the machine runs the test.
+    """
+    from tests.integration import conftest
+    from tests.integration.test_adaptive import (
+        NEVER_WAIT_TWICE,
+        SteppedClock,
+        _SteppedSleep,
+        close_pacing,
+        pace_on,
+    )
 
     by_register = registered(Only(event))
     by_keyword = Only(event)
@@ -295,6 +307,11 @@ async def test_admission_listeners_get_waits_and_refusals_on_both_paths(
         backpressure_listeners=[by_keyword],
         event_listeners=[commands],
         **kwargs,
+    )
+    clock = SteppedClock()
+    pace_on(client, clock)
+    conftest.patch_adapter_sleeps(
+        monkeypatch, lambda _attribute, real: _SteppedSleep(clock, real.sleep, [])
     )
     with patch("random.random", return_value=0.0):  # no backoff: the pushbacks come together
         await close_pacing(client, standalone_server, commands)
