@@ -91,16 +91,23 @@ SLEEPING_ADAPTERS = (
 """The adapter modules whose local waits and backoffs sleep (``time.sleep``, ``asyncio.sleep``)."""
 
 
+PYMONGO_RETRY_LOOPS = ("pymongo.synchronous.mongo_client", "pymongo.asynchronous.mongo_client")
+"""pymongo's client modules: from 4.17 their own retry loop sleeps an overload retry's backoff
+(the delay our policy returned); earlier eras have no sleep there."""
+
+
 def patch_adapter_sleeps(
-    monkeypatch: pytest.MonkeyPatch, replacement: Callable[[str, Any], Any]
+    monkeypatch: pytest.MonkeyPatch,
+    replacement: Callable[[str, Any], Any],
+    modules: Sequence[str] = SLEEPING_ADAPTERS,
 ) -> None:
-    """Give every loaded adapter module ``replacement(attribute, real)`` in place of its ``time``
-    or ``asyncio`` module (``attribute`` is the name, ``real`` the module), so that a test's
-    clock decides how long a local wait lasts.  Enable a client first: that loads its era's
-    adapter."""
+    """Give every loaded module of ``modules`` (the adapters by default)
+    ``replacement(attribute, real)`` in place of its ``time`` or ``asyncio`` module
+    (``attribute`` is the name, ``real`` the module), so that a test's clock decides how long a
+    local wait lasts.  Enable a client first: that loads its era's adapter."""
     import sys
 
-    for name in SLEEPING_ADAPTERS:
+    for name in modules:
         module = sys.modules.get(name)
         for attribute in ("time", "asyncio"):
             real = getattr(module, attribute, None) if module is not None else None

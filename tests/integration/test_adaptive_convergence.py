@@ -126,27 +126,9 @@ class EventClock:
                     heapq.heappop(self._sleepers)[2]()
 
 
-class _ThreadSleep:
-    """Stands in for ``time`` in the sync adapters: their local waits sleep on the clock."""
-
-    def __init__(self, clock: EventClock) -> None:
-        self.sleep = clock.sleep
-
-
-class _TaskSleep:
-    """Stands in for ``asyncio`` in the async adapters: their local waits sleep on the clock."""
-
-    def __init__(self, clock: EventClock) -> None:
-        self.sleep = clock.sleep_async
-
-
 class _SleepOnClock:
-    """Stands in for ``time`` or ``asyncio`` in pymongo's client module: ``sleep`` is the
-    clock's, everything else the real module's.
-
-    pymongo >= 4.17 sleeps out an overload retry's backoff in its own loop (the delay is the
-    one our policy returned); earlier eras have no sleep in that module.
-    """
+    """Stands in for ``time`` or ``asyncio`` in the adapters and in pymongo's client modules:
+    ``sleep`` is the clock's, everything else the real module's."""
 
     def __init__(self, real: Any, sleep: Callable[..., Any]) -> None:
         self._real = real
@@ -154,20 +136,6 @@ class _SleepOnClock:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
-
-
-def _put_pymongo_backoff_on(clock: EventClock, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make the backoff sleeps of pymongo's own retry loop (>= 4.17) sleep on ``clock``."""
-    import sys
-
-    for module_name, attribute, sleep in (
-        ("pymongo.synchronous.mongo_client", "time", clock.sleep),
-        ("pymongo.asynchronous.mongo_client", "asyncio", clock.sleep_async),
-    ):
-        module = sys.modules.get(module_name)
-        real = getattr(module, attribute, None) if module is not None else None
-        if real is not None:
-            monkeypatch.setattr(module, attribute, _SleepOnClock(real, sleep))
 
 
 @dataclass
@@ -214,11 +182,11 @@ async def _converge(
             runs.append((client, ClientRun(commands)))
         conftest.patch_adapter_sleeps(
             monkeypatch,
-            lambda attribute, _real: (
-                _ThreadSleep(clock) if attribute == "time" else _TaskSleep(clock)
+            lambda attribute, real: _SleepOnClock(
+                real, clock.sleep if attribute == "time" else clock.sleep_async
             ),
+            conftest.SLEEPING_ADAPTERS + conftest.PYMONGO_RETRY_LOOPS,
         )
-        _put_pymongo_backoff_on(clock, monkeypatch)
         interval = WORKERS / DEMAND
 
         def plan(index: int, worker: int) -> tuple[float, ClientRun, Any]:
