@@ -82,6 +82,22 @@ async def in_transaction(client: Any, *writes: Callable[[Any], Any], abort: bool
         await resolve(session.end_session())
 
 
+NEVER_WAIT_TWICE = backpressure.ADAPTIVE.replace(
+    adaptive_min_rate=0.001,
+    adaptive_decrease=0.0001,
+    adaptive_increase=0.001,
+    adaptive_quiet=60.0,
+    adaptive_window=60.0,
+    max_local_wait=30.0,
+)
+"""Once closed by an overload with nothing admitted before, slots are about 1000 s apart, and
+stay so for a minute of real time: the rate grows by 0.001/s per second, climbs fast only after
+60 s without pushback, and the pacing reopens only after a 60 s window without pushback or
+wait.  With the preset's values a slot came within 0.5 s about 0.2 s after the close, and the
+pacing reopened after 1 s: a test slow to send its next operation (a loaded machine, or a Motor
+client's jittered backoff) saw it admitted instead of refused."""
+
+
 SLEEPING_ADAPTERS = (
     "backpressure.adapters.native.sync_wrappers",
     "backpressure.adapters.native.async_wrappers",

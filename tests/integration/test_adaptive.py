@@ -27,6 +27,7 @@ from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration import conftest
 from tests.integration.conftest import (
+    NEVER_WAIT_TWICE,
     ClientFactory,
     CommandRecorder,
     RetryRecorder,
@@ -36,21 +37,6 @@ from tests.integration.conftest import (
     wait_for,
     wait_for_members,
 )
-
-NEVER_WAIT_TWICE = ADAPTIVE.replace(
-    adaptive_min_rate=0.001,
-    adaptive_decrease=0.0001,
-    adaptive_increase=0.001,
-    adaptive_quiet=60.0,
-    adaptive_window=60.0,
-    max_local_wait=30.0,
-)
-"""Once closed by an overload with nothing admitted before, slots are about 1000 s apart, and
-stay so for a minute of real time: the rate grows by 0.001/s per second, climbs fast only after
-60 s without pushback, and the pacing reopens only after a 60 s window without pushback or
-wait.  With the preset's values a slot came within 0.5 s about 0.2 s after the close, and the
-pacing reopened after 1 s: a test slow to send its next operation (a loaded machine, or a Motor
-client's jittered backoff) saw it admitted instead of refused."""
 
 
 class AdmissionRecorder(RetryRecorder):

@@ -31,6 +31,7 @@ from backpressure.switch.client import state as state_of
 from backpressure.testing import set_testing
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
+    NEVER_WAIT_TWICE,
     OVERLOAD_CODE,
     CommandRecorder,
     overload_fail_point,
@@ -236,17 +237,9 @@ async def test_outside_test_mode_the_pacing_refuses_what_test_mode_let_through(
     vacuous."""
     recorder = PacingRecorder()
     # Closing at a near-zero rate (through adaptive_decrease: an all-reject window no longer
-    # collapses the rate), held at most 0.5 s before the refusal.  The rate grows by 0.001/s
-    # per second and climbs fast only after 60 s without pushback, so that slots stay 100 s
-    # apart however slowly the machine runs the test (the preset's 10/s per second would bring
-    # the next slot within 0.5 s about 0.2 s after the close).
-    policy = TEST_MODE_POLICY.replace(
-        adaptive_min_rate=0.01,
-        adaptive_decrease=0.0001,
-        adaptive_increase=0.001,
-        adaptive_quiet=60.0,
-        max_local_wait=0.5,
-    )
+    # collapses the rate), held at most 0.5 s before the refusal; slots stay 100 s apart
+    # however slowly the machine runs the test (see NEVER_WAIT_TWICE).
+    policy = NEVER_WAIT_TWICE.replace(adaptive_min_rate=0.01, max_local_wait=0.5)
     client = clients.make(standalone_server.uri, policy)
     state = state_of(client)
     assert state is not None

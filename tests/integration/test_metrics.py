@@ -23,6 +23,7 @@ from backpressure.switch.client import budget as budget_of
 from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
+    NEVER_WAIT_TWICE,
     ClientFactory,
     enabled_client,
     overload_fail_point,
@@ -47,17 +48,9 @@ LOCAL = {
 }
 WAITING = ADAPTIVE.replace(adaptive_min_rate=2.0, adaptive_window=60.0, max_local_wait=30.0)
 """Paced at 2/s once closed (slots 0.5 s apart); the pacing stays closed for the whole test."""
-REFUSING = ADAPTIVE.replace(
-    adaptive_min_rate=0.001,
-    adaptive_decrease=0.0001,
-    adaptive_increase=0.001,
-    adaptive_quiet=60.0,
-    adaptive_window=60.0,
-    max_local_wait=0.5,
-)
-"""Once closed, slots are 1000 s apart: the next attempt needs more than max_local_wait.  They
-stay so for a minute however slowly the machine runs the test (slow growth, no fast climb, no
-reopening)."""
+REFUSING = NEVER_WAIT_TWICE.replace(max_local_wait=0.5)
+"""Once closed, slots are 1000 s apart for a minute, however slowly the machine runs the test:
+the next attempt needs more than max_local_wait."""
 
 
 def _scrape(registry: CollectorRegistry) -> dict[str, list[Any]]:

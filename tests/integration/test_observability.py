@@ -287,8 +287,8 @@ async def test_admission_listeners_get_waits_and_refusals_on_both_paths(
     meets the closed pacing however slowly the machine runs the test.
     """
     from tests.integration import conftest
+    from tests.integration.conftest import NEVER_WAIT_TWICE
     from tests.integration.test_adaptive import (
-        NEVER_WAIT_TWICE,
         SteppedClock,
         _SteppedSleep,
         close_pacing,
