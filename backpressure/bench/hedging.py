@@ -34,7 +34,7 @@ import backpressure
 from backpressure.cli import add_progress_argument, positive_int, progress_enabled, run_cli
 from backpressure.core import policy as _presets
 from backpressure.testing.server.embedded import EmbeddedServer
-from backpressure.workload.policies import default_policy_name
+from backpressure.workload.policies import default_policy_name, policy_label
 
 __all__ = ["SCENARIOS", "main", "measure", "render_markdown", "run"]
 
@@ -78,12 +78,12 @@ def _slow_finds(block_ms: int, probability: Optional[float] = None) -> dict[str,
 
 def _rows(delay_ms: int) -> list[tuple[str, Any]]:
     """(row label, ``backpressure=`` setting; None: a plain pymongo client), the default first."""
-    default = default_policy_name()
+    default = policy_label(default_policy_name())
     hedged = _presets.DEFAULT_POLICY.replace(hedge_delay=delay_ms / 1000)
     return [
-        (f"default ({default}), no hedging", _presets.DEFAULT_POLICY),
+        (f"{default}, no hedging", _presets.DEFAULT_POLICY),
         (STOCK, None),
-        (f"default ({default}) + hedge_delay {delay_ms} ms", hedged),
+        (f"{default} + hedge_delay {delay_ms} ms", hedged),
     ]
 
 
