@@ -21,6 +21,7 @@ import datetime
 import json
 import os
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -139,7 +140,10 @@ def measure(uri: str, setting: Any, reads: int) -> dict[str, float]:
 def run(
     reads: int, delay_ms: int, slow_ms: int, runs: int, progress: bool = False
 ) -> dict[str, Any]:
-    """Measure every scenario and row ``runs`` times; return the report (JSON-ready)."""
+    """Measure every scenario and row ``runs`` times; return the report (JSON-ready).
+
+    ``progress``: name each row on stderr as it starts (stdout is the table's).
+    """
     load_before = os.getloadavg()[0]
     rows = _rows(delay_ms)
     figures: dict[tuple[str, str], list[dict[str, float]]] = {}
@@ -157,7 +161,11 @@ def run(
                     server.configure_fail_point(fail_point, member=member)
                 for label, setting in rows:
                     if progress:
-                        print(f"run {number + 1}/{runs}: {scenario}: {label}", flush=True)
+                        print(
+                            f"run {number + 1}/{runs}: {scenario}: {label}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                     result = measure(server.uri, setting, reads)
                     figures.setdefault((scenario, label), []).append(result)
                 server.disable_fail_points()
