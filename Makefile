@@ -7,7 +7,7 @@ EXTRAS := test,dev,demo,motor,server
 # backpressure, first with it, the last 4.20 without conn_mgr, newest.
 COMPAT_VERSIONS ?= 4.9.2 4.13.2 4.16.0 4.17.0 4.20.0 4.20.1
 
-.PHONY: install test test-compat lookahead lint format demo bench spec-test docs clean FORCE
+.PHONY: install test test-compat lookahead lint format demo bench spec-test pymongo-tests docs clean FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,15 @@ bench: $(VENV)/.installed
 
 spec-test: $(VENV)/.installed
 	$(BIN)/python -m pytest tests/spec
+
+# pymongo's own backpressure tests (sync and async, from the installed pymongo's source
+# distribution, cached in .cache/pymongo-tests) against the embedded replica set, with every
+# client enabled with each of PRESET (comma-separated: default, current, adaptive, draft, or
+# stock for none); with stock among them, every other preset must pass exactly what stock passes.
+PRESET ?= default,stock
+
+pymongo-tests: $(VENV)/.installed
+	$(BIN)/python scripts/pymongo_tests.py --preset $(PRESET) $(PYMONGO_TESTS_ARGS)
 
 # The docs site (Sphinx, furo, MyST): strict (-W: a warning fails; -n: every reference must
 # resolve), offline (no intersphinx), into docs/_build/html. The API reference imports the
