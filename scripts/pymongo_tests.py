@@ -1,8 +1,8 @@
 """Run pymongo's own backpressure tests with every client enabled with a preset, against the
 embedded replica set; report passed/failed/skipped per preset.
 
-usage: python scripts/pymongo_tests.py [--preset P[,P...]] [--flavour sync,async] [-k EXPR]
-                                       [--server-version V] [--cache DIR] [--json PATH] ...
+usage: python scripts/pymongo_tests.py [--preset P[,P...]] [--flavour sync,async] [--jobs N]
+                                       [-k EXPR] [--server-version V] [--cache DIR] ...
 
 The test files (``test/test_client_backpressure.py`` and its async twin
 ``test/asynchronous/test_client_backpressure.py``) come from pymongo's source distribution for
@@ -11,12 +11,13 @@ unpacked once into ``.cache/pymongo-tests/pymongo-<version>/`` (only ``test/`` a
 ``pyproject.toml``, pymongo's pytest settings: the tests import the installed pymongo, not the
 sdist's sources). Nothing in them is changed.
 
-For each preset a fresh embedded replica set (3 members) starts in this process, and pytest runs
-the files in a child process with ``DB_IP``/``DB_PORT`` pointing at its primary and the plugin
-``scripts/pymongo_tests_enable.py``, which wraps ``MongoClient.__init__`` and
-``AsyncMongoClient.__init__`` so that every client the tests make is enabled with the preset
-(``stock``: none is). The ``backpressure`` used is whatever the invoking Python imports, so the
-script runs from any checkout: ``/other/checkout/.venv/bin/python scripts/pymongo_tests.py``.
+For each preset and file a fresh embedded replica set (3 members, 9.0 profile) starts in a
+subprocess, and pytest runs the file in a child process with ``DB_IP``/``DB_PORT`` pointing at
+its primary and the plugin ``scripts/pymongo_tests_enable.py``, which wraps
+``MongoClient.__init__`` and ``AsyncMongoClient.__init__`` so that every client the tests make
+is enabled with the preset (``stock``: none is). The ``backpressure`` used is whatever the
+invoking Python imports, so the script runs from any checkout:
+``/other/checkout/.venv/bin/python /this/checkout/scripts/pymongo_tests.py``.
 
 Exit status: 0 when no preset has a failing test and, when ``stock`` is among the presets, every
 other preset passes exactly the tests stock passes; 1 otherwise; 2 on a usage error.
@@ -25,6 +26,7 @@ other preset passes exactly the tests stock passes; 1 otherwise; 2 on a usage er
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -43,7 +45,7 @@ from typing import Any, Optional
 import pymongo
 
 import backpressure
-from backpressure.cli import name_list, positive_float, run_cli
+from backpressure.cli import name_list, positive_float, positive_int, run_cli
 from backpressure.core.policy import DEFAULT_POLICY
 
 HERE = Path(__file__).resolve().parent
@@ -58,8 +60,9 @@ FILES = {
 # pymongo's prose test 5 (baseBackoffMS) needs a 9.0 server; the 9.0 profile runs every test.
 SERVER_VERSION = "9.0"
 USAGE = (
-    "python scripts/pymongo_tests.py [--preset P[,P...]] [--flavour sync,async] [-k EXPR] "
-    "[--server-version V] [--cache DIR] [--timeout S] [--json PATH] [--markdown PATH] [-v]"
+    "python scripts/pymongo_tests.py [--preset P[,P...]] [--flavour sync,async] [--jobs N] "
+    "[-k EXPR] [--server-version V] [--cache DIR] [--timeout S] [--json PATH] "
+    "[--markdown PATH] [-v]"
 )
 
 
@@ -154,11 +157,17 @@ class PresetRun:
     skipped: dict[str, str] = field(default_factory=dict)  # test id -> reason
     clients_created: int = 0
     clients_enabled: int = 0
-    problem: Optional[str] = None  # the run itself broke (no report, no client enabled ...)
+    problems: list[str] = field(default_factory=list)  # a run broke (no report, no client ...)
 
-    def ok(self) -> bool:
-        """No failing test and no broken run."""
-        return not self.failed and self.problem is None
+    def add(self, other: PresetRun) -> None:
+        """Count ``other`` (another file's run with the same preset) in this one."""
+        self.seconds += other.seconds
+        self.passed = sorted([*self.passed, *other.passed])
+        self.failed.update(other.failed)
+        self.skipped.update(other.skipped)
+        self.clients_created += other.clients_created
+        self.clients_enabled += other.clients_enabled
+        self.problems += other.problems
 
     def summary(self) -> dict[str, Any]:
         """The figures and the failing and skipped tests, for the JSON report."""
@@ -170,7 +179,7 @@ class PresetRun:
             "seconds": round(self.seconds, 1),
             "clients_created": self.clients_created,
             "clients_enabled": self.clients_enabled,
-            "problem": self.problem,
+            "problems": list(self.problems),
             "failures": dict(sorted(self.failed.items())),
             "skips": dict(sorted(self.skipped.items())),
         }
@@ -205,31 +214,31 @@ def parse_junit(path: Path, run: PresetRun) -> None:
     run.passed.sort()
 
 
-def run_preset(
+def run_tests(
     preset: str,
+    flavour: str,
     tests: Path,
-    files: Sequence[str],
     *,
     server_version: str,
     keyword: Optional[str],
     timeout: float,
     log_dir: Path,
 ) -> PresetRun:
-    """Run ``files`` under pytest with every client enabled with ``preset`` against a fresh
-    embedded replica set; the pytest output goes to ``log_dir/<preset>.log``."""
+    """Run one flavour's test file under pytest with every client enabled with ``preset``,
+    against a fresh embedded replica set (a subprocess of its own); the pytest output goes to
+    ``log_dir/<preset>-<flavour>.log``."""
     from backpressure.testing import EmbeddedServer
 
     log_dir.mkdir(parents=True, exist_ok=True)
-    report = log_dir / f"{preset}.xml"
-    counts = log_dir / f"{preset}.counts.json"
-    log = log_dir / f"{preset}.log"
+    stem = log_dir / f"{preset}-{flavour}"
+    report, counts, log = (Path(f"{stem}{suffix}") for suffix in (".xml", ".counts.json", ".log"))
     for stale in (report, counts):
         stale.unlink(missing_ok=True)
     command = [
         sys.executable,
         "-m",
         "pytest",
-        *files,
+        FILES[flavour],
         "-p",
         PLUGIN,
         "-p",
@@ -239,7 +248,8 @@ def run_preset(
     ]
     if keyword:
         command += ["-k", keyword]
-    with EmbeddedServer("replicaset", members=3, server_version=server_version) as server:
+    server = EmbeddedServer("replicaset", members=3, server_version=server_version, subprocess=True)
+    with server:
         host, port = server.primary_address
         env = dict(os.environ)
         env.update(
@@ -266,20 +276,46 @@ def run_preset(
                 returncode = None
         run = PresetRun(preset, time.monotonic() - started)
     if returncode is None:
-        run.problem = f"pytest did not finish within {timeout:g} s (see {log})"
+        run.problems.append(f"{flavour}: pytest did not finish within {timeout:g} s (see {log})")
     elif returncode not in (0, 1) or not report.is_file():
-        run.problem = f"pytest exited with status {returncode} (see {log})"
+        run.problems.append(f"{flavour}: pytest exited with status {returncode} (see {log})")
     if report.is_file():
         parse_junit(report, run)
     if counts.is_file():
         figures = json.loads(counts.read_text(encoding="utf-8"))
         run.clients_created = int(figures["created"])
         run.clients_enabled = int(figures["enabled"])
-    elif run.problem is None:
-        run.problem = f"the plugin {PLUGIN} wrote no client counts (see {log})"
-    if run.problem is None and preset != STOCK and run.clients_enabled == 0:
-        run.problem = "no client was enabled: the hook did not reach pymongo's tests"
+    elif not run.problems:
+        run.problems.append(f"{flavour}: the plugin {PLUGIN} wrote no client counts (see {log})")
+    if not run.problems and preset != STOCK and run.clients_enabled == 0:
+        run.problems.append(f"{flavour}: no client was enabled: the hook did not reach the tests")
     return run
+
+
+def run_all(
+    presets: Sequence[str], flavours: Sequence[str], jobs: int, **options: Any
+) -> list[PresetRun]:
+    """Every (preset, flavour) pair's run, ``jobs`` at a time; one merged run per preset."""
+    pairs = [(preset, flavour) for preset in presets for flavour in flavours]
+
+    def one(pair: tuple[str, str]) -> PresetRun:
+        preset, flavour = pair
+        run = run_tests(preset, flavour, **options)
+        print(
+            f"{preset} {flavour}: {len(run.passed)} passed, {len(run.failed)} failed, "
+            f"{len(run.skipped)} skipped in {run.seconds:.0f} s ({run.clients_enabled} of "
+            f"{run.clients_created} clients enabled)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return run
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        finished = list(pool.map(one, pairs))
+    merged = {preset: PresetRun(preset, 0.0) for preset in presets}
+    for run in finished:
+        merged[run.preset].add(run)
+    return list(merged.values())
 
 
 # -- the report -------------------------------------------------------------------------------
@@ -303,7 +339,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         f"{', '.join(report['files'])} from pymongo {report['pymongo']}'s source distribution, "
         f"against the embedded replica set (3 members, version {report['server_version']}); "
-        f"Python {report['python']}. `stock`: no client enabled.",
+        f"Python {report['python']}, {report['date']}. `stock`: no client enabled.",
         "",
         "| preset | passed | failed | skipped | time (s) | clients enabled | differs from stock |",
         "|---|---|---|---|---|---|---|",
@@ -318,8 +354,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"{differs} |"
         )
     for row in report["presets"]:
-        if row["problem"]:
-            lines += ["", f"`{row['preset']}`: the run broke: {row['problem']}"]
+        for problem in row["problems"]:
+            lines += ["", f"`{row['preset']}`: the run broke: {problem}"]
         if row["failures"]:
             lines += ["", f"## Failing with `{row['preset']}`", ""]
             lines += [f"- `{test}`: {message}" for test, message in row["failures"].items()]
@@ -338,6 +374,7 @@ def build_report(
             row["differs_from_stock"] = differences(run, stock)
         rows.append(row)
     return {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "pymongo": pymongo.version,
         "python": platform.python_version(),
         "server_version": server_version,
@@ -352,8 +389,7 @@ def verdict(runs: Sequence[PresetRun]) -> list[str]:
     reasons = []
     stock = next((run for run in runs if run.preset == STOCK), None)
     for run in runs:
-        if run.problem:
-            reasons.append(f"{run.preset}: {run.problem}")
+        reasons += [f"{run.preset}: {problem}" for problem in run.problems]
         if run.failed:
             reasons.append(f"{run.preset}: {len(run.failed)} failed")
         if stock is not None and run is not stock:
@@ -391,6 +427,14 @@ def _parser() -> argparse.ArgumentParser:
         default=list(FILES),
         metavar="sync,async",
         help="which test files: sync, async or both (default: both)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="run up to N test files at once, each with its own server (default: 1; the "
+        "tests mostly wait, so 4 fits 2 cores)",
     )
     parser.add_argument("-k", dest="keyword", help="only tests matching this pytest expression")
     parser.add_argument(
@@ -432,37 +476,29 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     args = _parser().parse_args(argv)
     default = default_preset()
     presets = list(dict.fromkeys(default if p == "default" else p for p in args.preset))
-    files = [FILES[flavour] for flavour in args.flavour]
     tests = fetch_tests(pymongo.version, args.cache)
-    log_dir = args.cache / "runs"
     package = Path(backpressure.__file__ or "").resolve().parent
     print(
         f"pymongo {pymongo.version}, backpressure from {package}, tests in {tests}",
         file=sys.stderr,
         flush=True,
     )
-    runs = []
-    for preset in presets:
-        print(f"{preset}: running {' '.join(files)}", file=sys.stderr, flush=True)
-        run = run_preset(
-            preset,
-            tests,
-            files,
-            server_version=args.server_version,
-            keyword=args.keyword,
-            timeout=args.timeout,
-            log_dir=log_dir,
-        )
-        print(
-            f"{preset}: {len(run.passed)} passed, {len(run.failed)} failed, "
-            f"{len(run.skipped)} skipped in {run.seconds:.0f} s "
-            f"({run.clients_enabled} of {run.clients_created} clients enabled; "
-            f"log {log_dir / (preset + '.log')})",
-            file=sys.stderr,
-            flush=True,
-        )
-        runs.append(run)
-    report = build_report(runs, files=files, server_version=args.server_version, default=default)
+    runs = run_all(
+        presets,
+        args.flavour,
+        args.jobs,
+        tests=tests,
+        server_version=args.server_version,
+        keyword=args.keyword,
+        timeout=args.timeout,
+        log_dir=args.cache / "runs",
+    )
+    report = build_report(
+        runs,
+        files=[FILES[f] for f in args.flavour],
+        server_version=args.server_version,
+        default=default,
+    )
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     if args.markdown:
