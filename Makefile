@@ -90,10 +90,12 @@ spec-test: $(VENV)/.installed
 # distribution, cached in .cache/pymongo-tests) against the embedded replica set, with every
 # client enabled with each of PRESET (comma-separated: default, current, adaptive, draft, or
 # stock for none); with stock among them, every other preset must pass exactly what stock passes.
+# JOBS files run at once, each against its own server (the tests mostly wait).
 PRESET ?= default,stock
+JOBS ?= 4
 
 pymongo-tests: $(VENV)/.installed
-	$(BIN)/python scripts/pymongo_tests.py --preset $(PRESET) $(PYMONGO_TESTS_ARGS)
+	$(BIN)/python scripts/pymongo_tests.py --preset $(PRESET) --jobs $(JOBS) $(PYMONGO_TESTS_ARGS)
 
 # The docs site (Sphinx, furo, MyST): strict (-W: a warning fails; -n: every reference must
 # resolve), offline (no intersphinx), into docs/_build/html. The API reference imports the

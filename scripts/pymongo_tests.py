@@ -243,6 +243,8 @@ def run_tests(
         PLUGIN,
         "-p",
         "no:cacheprovider",
+        "-p",
+        "no:backpressure",  # the package's fixtures: not needed, and stock imports no backpressure
         f"--junitxml={report}",
         "-q",
     ]

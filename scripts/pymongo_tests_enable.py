@@ -1,14 +1,15 @@
 """pytest plugin for scripts/pymongo_tests.py: enable backpressure on every client the tests make.
 
-Loaded in the pytest process that runs pymongo's own test files (``-p pymongo_tests_enable``, with
-this folder on ``PYTHONPATH``). ``BACKPRESSURE_PYMONGO_TESTS_PRESET`` names the preset; ``stock``
-enables nothing. Either way the plugin wraps ``MongoClient.__init__`` and
-``AsyncMongoClient.__init__`` (the classes themselves, so every helper of pymongo's test suite,
-``client_context``, ``rs_or_single_client``, ``simple_client`` and the unified runner's entities
-alike, goes through it): each client is counted as it is made and, unless the preset is
-``stock``, enabled with ``backpressure.enable(client, preset)`` before its constructor returns.
-Nothing on disk is changed. At the end the counts go to the JSON file named by
-``BACKPRESSURE_PYMONGO_TESTS_COUNTS`` (when set), so the runner can check that the hook worked.
+Loaded in the pytest process that runs pymongo's own test files (``-p pymongo_tests_enable``,
+with this folder on ``PYTHONPATH``); ``BACKPRESSURE_PYMONGO_TESTS_PRESET`` names the preset.
+The plugin wraps ``MongoClient.__init__`` and ``AsyncMongoClient.__init__`` (the classes
+themselves, so every helper of pymongo's test suite goes through it: ``client_context``,
+``rs_or_single_client``, ``simple_client``, the unified runner's entities). Each client is
+counted as it is made and, unless the preset is ``stock``, enabled with
+``backpressure.enable(client, preset)`` before its constructor returns; ``stock`` enables
+nothing and does not import ``backpressure``. Nothing on disk is changed. At the end the counts
+go to the JSON file named by ``BACKPRESSURE_PYMONGO_TESTS_COUNTS`` (when set), so the runner can
+check that the hook worked.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ import os
 from typing import Any, Callable
 
 import pymongo
-
-import backpressure
 
 PRESET_VARIABLE = "BACKPRESSURE_PYMONGO_TESTS_PRESET"
 COUNTS_VARIABLE = "BACKPRESSURE_PYMONGO_TESTS_COUNTS"
@@ -47,9 +46,12 @@ def _wrap(cls: type, preset: str) -> None:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         _counts["created"] += 1
-        if preset != STOCK and not backpressure.is_enabled(self):
-            backpressure.enable(self, preset)
-            _counts["enabled"] += 1
+        if preset != STOCK:
+            import backpressure
+
+            if not backpressure.is_enabled(self):
+                backpressure.enable(self, preset)
+                _counts["enabled"] += 1
 
     _originals[cls] = original
     cls.__init__ = __init__  # type: ignore[misc]
