@@ -279,6 +279,8 @@ def run_tests(
         run = PresetRun(preset, time.monotonic() - started)
     if returncode is None:
         run.problems.append(f"{flavour}: pytest did not finish within {timeout:g} s (see {log})")
+    elif returncode == 5:  # pytest's "no tests collected"
+        run.problems.append(f"{flavour}: no test selected (see {log})")
     elif returncode not in (0, 1) or not report.is_file():
         run.problems.append(f"{flavour}: pytest exited with status {returncode} (see {log})")
     if report.is_file():
@@ -478,7 +480,8 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     args = _parser().parse_args(argv)
     default = default_preset()
     presets = list(dict.fromkeys(default if p == "default" else p for p in args.preset))
-    tests = fetch_tests(pymongo.version, args.cache)
+    cache = args.cache.resolve()  # pytest runs in the tests' folder: no relative paths
+    tests = fetch_tests(pymongo.version, cache)
     package = Path(backpressure.__file__ or "").resolve().parent
     print(
         f"pymongo {pymongo.version}, backpressure from {package}, tests in {tests}",
@@ -493,7 +496,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         server_version=args.server_version,
         keyword=args.keyword,
         timeout=args.timeout,
-        log_dir=args.cache / "runs",
+        log_dir=cache / "runs",
     )
     report = build_report(
         runs,
