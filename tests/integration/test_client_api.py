@@ -15,7 +15,7 @@ import pytest
 from pymongo.errors import PyMongoError
 
 import backpressure
-from backpressure import CURRENT_SPEC, DRAFT, InvalidPolicyError, Policy
+from backpressure import CURRENT_SPEC, DRAFT, InvalidPolicyError
 from backpressure.adapters import seams
 from backpressure.core.backoff import backoff_ceiling
 from backpressure.core.policy import DEFAULT_POLICY
@@ -143,7 +143,7 @@ async def test_policy_object_and_listeners_keywords(
     retries: RetryRecorder,
 ) -> None:
     """A Policy and backpressure_listeners can be given to the client class."""
-    policy = Policy(max_retries=1, base_backoff=0.001)
+    policy = DRAFT.replace(max_retries=1, base_backoff=0.001)
     client = clients.backpressure(
         standalone_server.uri,
         backpressure=policy,
@@ -277,7 +277,7 @@ async def test_budget_accessor_reports_tokens_and_refusals(
 ) -> None:
     """budget(client) exposes the live token bucket (tokens, refused)."""
     client = clients.plain(standalone_server.uri, event_listeners=[commands])
-    backpressure.enable(client, Policy(budget_capacity=1), random=lambda: 0.0)
+    backpressure.enable(client, DRAFT.replace(budget_capacity=1), random=lambda: 0.0)
     bucket = budget_of(client)
     assert bucket is not None
     assert bucket.tokens == 1
@@ -301,7 +301,7 @@ async def test_motor_client_retries_through_its_delegate(
     """Motor smoke test: two injected overloads on insert and find, both succeed."""
     client = backpressure.AsyncIOMotorClient(
         standalone_server.uri,
-        backpressure=Policy(base_backoff=0.001),
+        backpressure=DRAFT.replace(base_backoff=0.001),
         event_listeners=[commands],
         serverSelectionTimeoutMS=3000,
     )
@@ -329,7 +329,7 @@ async def test_enable_works_on_a_stock_motor_client(
         standalone_server.uri, event_listeners=[commands], serverSelectionTimeoutMS=3000
     )
     try:
-        backpressure.enable(client, Policy(base_backoff=0.001))
+        backpressure.enable(client, DRAFT.replace(base_backoff=0.001))
         assert backpressure.is_enabled(client.delegate)
         standalone_server.configure_fail_point(overload_fail_point(["ping"], times=2))
         await client.admin.command("ping")
