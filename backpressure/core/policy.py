@@ -69,7 +69,6 @@ _FLOAT_FIELDS = (
     "adaptive_min_rate",
     "hedge_pushback_hold",
 )
-_MAX_RETRIES_LIMIT = 100
 MAX_HEDGES_LIMIT = 4
 """Largest ``Policy.max_hedges`` (gRPC A6 caps maxAttempts, the original included, at 5)."""
 HEDGE_DELAY_LIMIT = 3600.0
@@ -117,7 +116,8 @@ class Policy:
     """
 
     max_retries: int = 2
-    """Retries after the first attempt (attempts = max_retries + 1), 0..100."""
+    """Retries after the first attempt (attempts = max_retries + 1), >= 0 (no upper bound, as
+    pymongo's ``maxAdaptiveRetries``)."""
     base_backoff: float = 0.1
     """Backoff base in seconds (>= 0)."""
     max_backoff: float = 10.0
@@ -266,8 +266,8 @@ class Policy:
                 )
         if not isinstance(self.name, str):
             raise _bad("name", self.name, "a str")
-        if not 0 <= self.max_retries <= _MAX_RETRIES_LIMIT:
-            raise _bad("max_retries", self.max_retries, f"an int in 0..{_MAX_RETRIES_LIMIT}")
+        if self.max_retries < 0:
+            raise _bad("max_retries", self.max_retries, "an int >= 0")
         if not 0 <= self.first_retry_exponent <= _EXPONENT_LIMIT:
             raise _bad(
                 "first_retry_exponent", self.first_retry_exponent, f"an int in 0..{_EXPONENT_LIMIT}"
