@@ -7,7 +7,7 @@ EXTRAS := test,dev,demo,motor,server
 # backpressure, first with it, the last 4.20 without conn_mgr, newest.
 COMPAT_VERSIONS ?= 4.9.2 4.13.2 4.16.0 4.17.0 4.20.0 4.20.1
 
-.PHONY: install test test-compat lookahead lint format demo bench spec-test pymongo-tests docs clean FORCE
+.PHONY: install test test-compat lookahead lint format demo bench spec-test spec-tests pymongo-tests docs clean FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,12 +51,12 @@ install: $(VENV)/.installed
 # (test-compat, lookahead) are not measured.
 COVERAGE_FLOOR ?= 81
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed spec-tests
 	@$(BIN)/python -c "import motor, pymongo; print('make test: pymongo', pymongo.version, '/ motor', motor.version)"
 	$(BIN)/python -m coverage run -m pytest
 	$(BIN)/python -m coverage report --fail-under=$(COVERAGE_FLOOR)
 
-test-compat: $(VENV)/.installed
+test-compat: $(VENV)/.installed spec-tests
 	PYTHON=$(PYTHON) bash scripts/test-compat.sh $(COMPAT_VERSIONS)
 
 # The newest pymongo on the package index against the era-sensitive tests (scripts/lookahead.sh).
@@ -83,7 +83,14 @@ demo: $(VENV)/.demo-installed
 bench: $(VENV)/.installed
 	$(BIN)/python -m backpressure.bench $(BENCH_ARGS)
 
-spec-test: $(VENV)/.installed
+# The official spec suites are never committed: `make spec-tests` extracts them from the sdist of
+# the pymongo under test (and of 4.17.0, whose sdist still has the SDAM files) on the package index
+# into .cache/spec-tests/pymongo-<version>/ (tests/spec/sources.py; without the network it says so
+# and those suites are skipped). `make spec-test` runs the unified suites (tests/spec).
+spec-tests: $(VENV)/.installed
+	$(BIN)/python tests/spec/sources.py
+
+spec-test: $(VENV)/.installed spec-tests
 	$(BIN)/python -m pytest tests/spec
 
 # pymongo's own backpressure tests (sync and async, from the installed pymongo's source
@@ -110,4 +117,4 @@ docs: $(VENV)/.docs-installed
 	@echo "docs: open docs/_build/html/index.html"
 
 clean:
-	rm -rf $(VENV) .venv-compat build *.egg-info .pytest_cache .mypy_cache .ruff_cache docs/_build .coverage
+	rm -rf $(VENV) .venv-compat build *.egg-info .pytest_cache .mypy_cache .ruff_cache docs/_build .coverage .cache

@@ -308,3 +308,117 @@ def test_test_mode_sleeps_with_no_preset(
         client.db.coll.insert_one({"x": 1})
         assert backpressure.stats(client).retries == 2
     assert [seconds for seconds in slept if seconds > 0] == []
+
+
+# -- claims about the code, held to it ---------------------------------------------------------
+
+_PATH = re.compile(r"`((?:tests|backpressure|scripts|bench|core|adapters|switch)/[\w/.-]*)`")
+
+
+def test_every_path_a_page_names_exists() -> None:
+    """A file or folder named in backticks (``tests/...``, ``backpressure/...``, ``core/...``)
+    exists in the checkout or in the package."""
+    missing = []
+    for page in [*_pages(), ROOT / "README.md"]:
+        for path in _PATH.findall(page.read_text(encoding="utf-8")):
+            if not any((base / path).exists() for base in (ROOT, ROOT / "backpressure")):
+                missing.append(f"{page.name}: {path}")
+    assert not missing
+
+
+def test_the_architecture_page_lists_the_adaptive_package_and_where_classes_live() -> None:
+    """The ``adaptive/`` row counts and names every module of ``core/adaptive/``, and each
+    ``Class`` (``core/....py``) the page pairs is defined in that module."""
+    text = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    modules = sorted(
+        p.name for p in (ROOT / "backpressure/core/adaptive").glob("*.py") if p.name[0] != "_"
+    )
+    (row,) = [line for line in text.splitlines() if line.startswith("| `adaptive/` |")]
+    words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+    assert f"a package of {words[len(modules)]} modules" in row
+    assert all(f"`{module}`" in row for module in modules)
+    pairs = re.findall(r"`(\w+)` \(`(core/[\w/]+\.py)`\)", text)
+    assert pairs
+    for name, path in pairs:
+        source = (ROOT / "backpressure" / path).read_text(encoding="utf-8")
+        assert re.search(rf"^class {name}\b", source, flags=re.M), f"{name} not in {path}"
+    for module in modules:
+        cell = row.split(f"`{module}` (", 1)[1].split(")", 1)[0]
+        source = (ROOT / "backpressure/core/adaptive" / module).read_text(encoding="utf-8")
+        for name in re.findall(r"`([A-Z]\w+)`", cell):
+            assert re.search(rf"^class {name}\b", source, flags=re.M), f"{name} not in {module}"
+
+
+def test_the_oracle_needs_only_the_standard_library_as_the_simulator_page_says() -> None:
+    """Without SimPy: ``backpressure.sim.oracle``'s names import, and ``backpressure.sim``
+    reached from ``import backpressure`` raises MissingExtraError, as the page says."""
+    text = " ".join((DOCS / "simulator.md").read_text(encoding="utf-8").split())
+    statement = "from backpressure.sim.oracle import physical_limit, physical_min_errors"
+    assert f"`{statement}`" in text
+    code = (
+        "import sys\nsys.modules['simpy'] = None\n"
+        "import backpressure\n"
+        "try:\n    backpressure.sim\nexcept backpressure.MissingExtraError:\n    pass\n"
+        "else:\n    sys.exit('backpressure.sim did not raise')\n"
+        f"{statement}\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert result.stdout.strip() == "ok", result.stderr
+
+
+def test_the_outer_loop_arithmetic_is_the_presets() -> None:
+    """ "3 outer tries x N attempts = M commands" uses the default preset's and draft's
+    attempts, on the page and in ``core/outer.py``."""
+    from backpressure.core.policy import DEFAULT_POLICY, DRAFT
+
+    default, draft = DEFAULT_POLICY.max_retries + 1, DRAFT.max_retries + 1
+    claim = (
+        f"3 outer tries x {default} attempts of the default preset = {3 * default} commands per "
+        f"operation under overload; x {draft} = {3 * draft} with"
+    )
+    for path in (DOCS / "outer-loops.md", ROOT / "backpressure/core/outer.py"):
+        assert claim in " ".join(path.read_text(encoding="utf-8").split()), path
+
+
+def test_the_adaptive_page_gives_the_pacers_times_in_windows() -> None:
+    """The pacing times are fractions of ``adaptive_window`` (its default named), taken from
+    the pacer's own constants, so the page holds at any window."""
+    from backpressure.core.adaptive import pacer
+    from backpressure.core.policy import Policy
+
+    text = " ".join((DOCS / "adaptive.md").read_text(encoding="utf-8").split())
+    window = Policy.__dataclass_fields__["adaptive_window"].default
+    assert f"a window is `adaptive_window` ({window:g} s by default" in text
+    for phrase in (
+        f"the send rate of the last {pacer._SEND_BUCKETS / pacer._BUCKETS:g} windows",
+        f"the slot-to-reply time and {pacer._MIN_ROUND:g} windows",
+        f"{pacer._HELD_QUIET:g} of it after a held round",
+        f"doubles every {pacer._CLIMB_DOUBLING:g} windows",
+        f"after {pacer._FREE_CLIMB:g} windows without pushback",
+        f"asks again at least every {pacer._NAP:g} windows",
+    ):
+        assert phrase in text, phrase
+    assert not re.search(r"\b0\.\d+ s\b(?! at the default)", text)
+
+
+def test_the_runner_prints_every_test_and_v_the_full_reasons(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """As the runner page says: each test is one line with its reason's first line; ``-v``
+    prints the reason in full."""
+    from backpressure.testing.unified.__main__ import _print_result
+    from backpressure.testing.unified.runner import Outcome, TestResult
+
+    text = " ".join((DOCS / "unified-runner.md").read_text(encoding="utf-8").split())
+    claim = "Every test is printed with its outcome and the first line of its reason; `-v`"
+    assert f"{claim} prints each reason in full." in text
+    result = TestResult("f.json::t", Outcome.FAIL, "first\nsecond")
+    _print_result(result, verbose=False)
+    assert capsys.readouterr().out.splitlines() == [
+        f"{Outcome.FAIL.value} f.json::t (0.00s): first"
+    ]
+    _print_result(result, verbose=True)
+    assert capsys.readouterr().out.splitlines()[1] == "second"

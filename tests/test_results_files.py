@@ -69,3 +69,133 @@ def test_the_hedging_page_is_the_rendering_of_its_raw_data() -> None:
         for scenario in SCENARIOS
     ]
     assert firsts == [f"default ({default_policy_name()}), no hedging"] * len(SCENARIOS)
+
+
+# -- figures quoted in prose -------------------------------------------------------------------
+
+FLEET_RUNS = ("fleet.json", "fleet-run2.json")
+"""The committed real fleet runs the prose quotes (each: both shapes, every policy)."""
+_NUMBER_WORDS = {1: "one", 2: "two", 3: "three", 4: "four"}
+
+
+def _fleet_rows(policies: set[str], shape: str = "") -> list[dict[str, float]]:
+    """The fleet rows of ``policies`` (of one shape, when given) over every committed run."""
+    rows = []
+    for name in FLEET_RUNS:
+        report = json.loads((RESULTS / name).read_text(encoding="utf-8"))
+        for fleet in report["fleet"]:
+            rows += [
+                run
+                for run in fleet["runs"]
+                if run["policy"] in policies and (not shape or run["shape"] == shape)
+            ]
+    assert rows, (policies, shape)
+    return rows
+
+
+def _span(values: list[float], digits: int, unit: str = "") -> str:
+    """``low-high`` (or one value when they round alike), with ``digits`` decimals and a unit."""
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return (low if low == high else f"{low}-{high}") + unit
+
+
+def _sim_agreement(policy: str) -> list[tuple[float, float]]:
+    """(error %, attempts/op) the simulator gives ``policy`` in ``sim-fleet.md``'s agreement
+    table (which a test above holds to the simulator and ``fleet.json``), one per shape."""
+    text = (RESULTS / "sim-fleet.md").read_text(encoding="utf-8")
+    found = []
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) >= 5 and cells[1] == policy and " / " in cells[2]:
+            errors = float(cells[2].split(" / ")[1].rstrip("%"))
+            attempts = float(cells[4].split(" / ")[1])
+            found.append((errors, attempts))
+    assert found, policy
+    return found
+
+
+def prose_figures() -> dict[str, str]:
+    """The figures the README and the docs quote in prose, from the committed results."""
+    adaptive = _fleet_rows({"adaptive"})
+    like_stock = _fleet_rows({"current", "pymongo-native"})
+    simulated = _sim_agreement("adaptive")
+    latest = json.loads((RESULTS / "latest.json").read_text(encoding="utf-8"))
+    fleet = json.loads((RESULTS / "fleet.json").read_text(encoding="utf-8"))
+    bench_s, fleet_s = latest["wall_seconds"], fleet["wall_seconds"]
+    return {
+        "fleet_runs": _NUMBER_WORDS[len(FLEET_RUNS)],
+        "adaptive_errors": _span([r["error_fraction"] * 100 for r in adaptive], 1, " %"),
+        "adaptive_attempts": _span([r["attempts_per_op"] for r in adaptive], 2),
+        "adaptive_attempts_8x8": _span(
+            [r["attempts_per_op"] for r in _fleet_rows({"adaptive"}, "8x8")], 2
+        ),
+        "adaptive_jain_4x16": _span([r["jain"] for r in _fleet_rows({"adaptive"}, "4x16")], 3),
+        "adaptive_p99": _span([r["p99_ms"] for r in adaptive], 0, " ms"),
+        "stock_p99": _span([r["p99_ms"] for r in _fleet_rows({"pymongo-native"})], 0, " ms"),
+        "current_errors": _span([r["error_fraction"] * 100 for r in like_stock], 0, " %"),
+        "current_attempts": _span([r["attempts_per_op"] for r in like_stock], 1),
+        "sim_adaptive_errors": _span([errors for errors, _ in simulated], 1, " %"),
+        "sim_adaptive_attempts": _span([attempts for _, attempts in simulated], 2),
+        "bench_seconds": f"{bench_s:.0f}",
+        "bench_minutes": f"{bench_s / 60:.0f}",
+        "fleet_seconds": f"{fleet_s:.0f}",
+        "fleet_minutes": f"{fleet_s / 60:.0f}",
+        "total_minutes": f"{(bench_s + fleet_s) / 60:.0f}",
+    }
+
+
+PROSE: list[tuple[str, str]] = [
+    (
+        "README.md",
+        "In the real process fleets (8 x 8 and 4 x 16, {fleet_runs} committed runs each) "
+        "`adaptive` fails {adaptive_errors} of the operations where `current` and stock pymongo "
+        "fail {current_errors}",
+    ),
+    ("README.md", "| `make bench` | the benchmarks (about {total_minutes} minutes;"),
+    (
+        "docs/presets.md",
+        "{adaptive_errors} errors where stock pymongo loses {current_errors} in the measured "
+        "fleets",
+    ),
+    ("docs/presets.md", "attempts per operation are {adaptive_attempts},"),
+    (
+        "docs/simulator.md",
+        "the real runs have the default `current` failing {current_errors} of the operations at "
+        "{current_attempts} attempts each, exactly as stock pymongo does, and `adaptive` "
+        "{adaptive_errors} at {adaptive_attempts}; the simulator gives `adaptive` "
+        "{sim_adaptive_errors} at {sim_adaptive_attempts}",
+    ),
+    (
+        "docs/adaptive.md",
+        "{fleet_runs} committed real runs of each) the default `current` fails {current_errors} "
+        "of the operations at {current_attempts} attempts each, exactly as stock pymongo does, "
+        "and `adaptive` {adaptive_errors} at {adaptive_attempts} attempts (the simulator gives "
+        "`adaptive` {sim_adaptive_errors} at {sim_adaptive_attempts})",
+    ),
+    ("docs/adaptive.md", "({adaptive_errors} errors in both real fleets"),
+    ("docs/adaptive.md", "attempts per operation in the 8 x 8 fleet ({adaptive_attempts_8x8},"),
+    ("docs/adaptive.md", "Jain's fairness index in the 4 x 16 fleet ({adaptive_jain_4x16},"),
+    ("docs/adaptive.md", "p99 ({adaptive_p99} against stock's {stock_p99} in the fleets"),
+    (
+        "docs/benchmarks.md",
+        "about {bench_minutes} minutes: {bench_seconds} s in the committed run, `latest.json`, "
+        "plus about {fleet_minutes} more for the fleet and transient parts: {fleet_seconds} s "
+        "in theirs, `fleet.json`",
+    ),
+]
+"""(page, sentence with placeholders of ``prose_figures``): each page says exactly that."""
+
+
+@pytest.mark.parametrize(("page", "template"), PROSE)
+def test_a_figure_quoted_in_prose_is_the_committed_results(page: str, template: str) -> None:
+    """The page quotes the figure as the committed results give it (line breaks aside), so a
+    new results file, or an edited sentence, fails here until both agree."""
+    text = " ".join((RESULTS.parents[1] / page).read_text(encoding="utf-8").split())
+    expected = template.format(**prose_figures())
+    assert expected in text, f"{page} should say: {expected}"
+
+
+def test_the_adaptive_figures_agree_between_pages() -> None:
+    """README, presets, adaptive and simulator quote the same fleet range for ``adaptive``."""
+    pages = {page for page, template in PROSE if "{adaptive_errors}" in template}
+    assert pages == {"README.md", "docs/presets.md", "docs/simulator.md", "docs/adaptive.md"}

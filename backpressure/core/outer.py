@@ -1,7 +1,8 @@
 """Predicates for an application's own retry loop (tenacity, stamina, hand-written) around ours.
 
 An outer loop that retries what this package already retried multiplies the attempts (3 outer
-tries x 6 attempts = 18 commands per operation under overload).  ``retry_outside(exc)`` answers
+tries x 3 attempts of the default preset = 9 commands per operation under overload; x 6 = 18
+with ``draft``).  ``retry_outside(exc)`` answers
 the outer loop's question "retry this?": yes for transient errors (network errors, server
 selection timeouts, errors labelled ``RetryableWriteError``/``TransientTransactionError``) that
 this package did not already handle; no for overload errors and for operations on which the

@@ -69,7 +69,6 @@ _FLOAT_FIELDS = (
     "adaptive_min_rate",
     "hedge_pushback_hold",
 )
-_MAX_RETRIES_LIMIT = 100
 MAX_HEDGES_LIMIT = 4
 """Largest ``Policy.max_hedges`` (gRPC A6 caps maxAttempts, the original included, at 5)."""
 HEDGE_DELAY_LIMIT = 3600.0
@@ -81,6 +80,8 @@ BUDGET_SCOPES: tuple[str, ...] = ("client", "server")
 BUDGET_MODES: tuple[str, ...] = ("bucket", "ratio", "a6")
 """Allowed ``Policy.budget_mode`` values (see :class:`Policy`)."""
 _EXPONENT_LIMIT = 64
+_DEFAULT_NAME = "current"
+"""Name of the default preset, whose values are Policy's field defaults (``DEFAULT_POLICY``)."""
 _FIELDS: frozenset[str] = frozenset()
 """The field names of Policy (filled in once the class exists)."""
 
@@ -105,24 +106,27 @@ def _bad(field: str, value: object, allowed: str) -> InvalidPolicyError:
 class Policy:
     """How overload errors are retried: attempts, backoff, retry budget and retargeting.
 
-    Defaults are the draft spec: 5 retries; backoff ``jitter * min(10 s, 0.1 s * 2 ** (n - 1))``
-    for retry ``n`` (ceilings 0.1, 0.2, 0.4, 0.8, 1.6 s); a per-client token bucket of 1000
-    tokens (+0.1 per first-try success, +1.1 per successful retry, +1 per retry failing without
-    the overload label, -1 per retry); the server's ``baseBackoffMS`` honoured; the overloaded
-    server deprioritized; retryReads/retryWrites respected.
+    A bare ``Policy(...)`` starts from the default preset, ``current`` (``DEFAULT_POLICY``, which
+    is ``Policy(name="current")``): every field not given keeps that preset's value.  So
+    ``Policy(max_retries=3)`` is the current spec with 3 retries; it switches on no retry budget
+    and no retargeting.  Those defaults: 2 retries; backoff
+    ``jitter * min(10 s, 0.1 s * 2 ** n)`` for retry ``n`` (ceilings 0.2, 0.4 s); no token
+    bucket; the server's ``baseBackoffMS`` honoured; no retargeting; retryReads/retryWrites
+    respected.  To start from another preset, use its ``replace``: ``DRAFT.replace(...)``.
     """
 
-    max_retries: int = 5
-    """Retries after the first attempt (attempts = max_retries + 1), 0..100."""
+    max_retries: int = 2
+    """Retries after the first attempt (attempts = max_retries + 1), >= 0 (no upper bound, as
+    pymongo's ``maxAdaptiveRetries``)."""
     base_backoff: float = 0.1
     """Backoff base in seconds (>= 0)."""
     max_backoff: float = 10.0
     """Backoff ceiling in seconds (>= base_backoff)."""
     backoff_multiplier: float = 2.0
     """Base of the exponent (>= 1)."""
-    first_retry_exponent: int = 0
+    first_retry_exponent: int = 1
     """Exponent used for the first retry, 0..64 (draft 0, current spec 1)."""
-    budget_enabled: bool = True
+    budget_enabled: bool = False
     """Whether retries draw tokens from a per-client bucket."""
     budget_capacity: float = 1000.0
     """Bucket capacity and initial tokens (> 0)."""
@@ -134,7 +138,7 @@ class Policy:
     """Tokens deposited per retry that fails without the overload label."""
     honour_server_backoff: bool = True
     """Use the server's baseBackoffMS as the base when present."""
-    retarget: bool = True
+    retarget: bool = False
     """Deprioritize the server that returned the overload error."""
     respect_retry_options: bool = True
     """retryReads/retryWrites gate overload retries (runCommand needs both)."""
@@ -194,7 +198,8 @@ class Policy:
         return super().__new__(cls)
 
     def __repr__(self) -> str:
-        """Show the name and the fields that differ from the defaults (it evaluates back)."""
+        """Show the name and the fields that differ from the default preset, which a trailing
+        comment names (``eval`` ignores it: the repr evaluates back)."""
         shown = [f"name={self.name!r}"]
         for field in dataclasses.fields(self):
             if field.name == "name":
@@ -202,7 +207,7 @@ class Policy:
             value = getattr(self, field.name)
             if value != field.default:
                 shown.append(f"{field.name}={value!r}")
-        return f"Policy({', '.join(shown)})"
+        return f"Policy({', '.join(shown)})  # other fields as in preset {_DEFAULT_NAME!r}"
 
     def describe(self) -> str:
         """One line naming the preset and the key fields, for logs and reprs.
@@ -261,8 +266,8 @@ class Policy:
                 )
         if not isinstance(self.name, str):
             raise _bad("name", self.name, "a str")
-        if not 0 <= self.max_retries <= _MAX_RETRIES_LIMIT:
-            raise _bad("max_retries", self.max_retries, f"an int in 0..{_MAX_RETRIES_LIMIT}")
+        if self.max_retries < 0:
+            raise _bad("max_retries", self.max_retries, "an int >= 0")
         if not 0 <= self.first_retry_exponent <= _EXPONENT_LIMIT:
             raise _bad(
                 "first_retry_exponent", self.first_retry_exponent, f"an int in 0..{_EXPONENT_LIMIT}"
@@ -365,20 +370,26 @@ def _duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-DRAFT = Policy(name="draft")
-"""The draft spec: 5 retries, 0.1 s base, exponent from 0, token bucket, retargeting."""
+CURRENT_SPEC = Policy(name=_DEFAULT_NAME)
+"""The current spec: 2 retries, ceilings 0.2/0.4 s, no bucket, no retargeting.
 
-CURRENT_SPEC = Policy(
-    name="current",
-    max_retries=2,
-    budget_enabled=False,
-    first_retry_exponent=1,
-    retarget=False,
+It is a bare ``Policy``: the field defaults are this preset, the default one."""
+
+DRAFT = Policy(
+    name="draft",
+    max_retries=5,
+    first_retry_exponent=0,
+    budget_enabled=True,
+    retarget=True,
 )
-"""The current spec: 2 retries, ceilings 0.2/0.4 s, no bucket, no retargeting."""
+"""The draft spec: 5 retries, 0.1 s base, exponent from 0, token bucket, retargeting."""
 
 ADAPTIVE = Policy(
     name="adaptive",
+    max_retries=5,
+    first_retry_exponent=0,
+    budget_enabled=True,
+    retarget=True,
     adaptive=True,
     adaptive_decrease=0.8,
     adaptive_increase=10.0,
@@ -415,6 +426,9 @@ PRESETS: Mapping[str, Policy] = MappingProxyType(
 
 DEFAULT_POLICY = CURRENT_SPEC
 """The policy used when backpressure is simply switched on: the current spec.
+
+A bare ``Policy(...)`` starts from it: its values are Policy's field defaults (a unit test holds
+``Policy() == DEFAULT_POLICY``, so a new default preset means new field defaults).
 
 ``adaptive`` (an AIMD pacer per server) beats stock pymongo by far in the fleet benchmarks, but
 it misses some of the goals the default must meet (attempts per operation in sparse fleets,

@@ -3,12 +3,26 @@ hedgeDelayMS and maxHedges.
 
 Theory of operation: the client classes take these options out of the URI and the keyword
 arguments before pymongo sees them, so pymongo < 4.17 never meets an option it does not know and
-pymongo >= 4.17 gets its own two options only in the form the adapter chooses.  As in pymongo, an
-invalid value in a URI is reported with a ``UserWarning`` and ignored (``warn=False`` raises
-instead), while an invalid keyword argument raises :class:`~backpressure.InvalidPolicyError`
-naming the option and the allowed values.  Booleans follow pymongo's rule in keywords and URIs
-alike (a bool, or exactly ``'true'``/``'false'``); a numeric keyword takes an int, since the
-string form (``"3"``) belongs to the URI, where every value is a string.
+pymongo >= 4.17 gets its own two options only in the form the adapter chooses.
+
+Values are read as stock pymongo (4.17+) reads its own options, on every pymongo era, so that
+``backpressure.MongoClient`` is a drop-in for ``pymongo.MongoClient``:
+
+- the integer options (``maxAdaptiveRetries`` >= 0, ``hedgeDelayMS`` 0..3600000, ``maxHedges``
+  1..4) take an ``int`` or a string that Python's ``int()`` reads (``"7"``, ``" 7 "``,
+  ``"+7"``), in keywords and URIs alike, as pymongo's ``maxPoolSize="7"``; a ``bool`` is an int
+  there too (``True`` is 1), as in pymongo; a float, ``None`` or ``"7.0"`` is refused;
+- the booleans (``enableOverloadRetargeting``, and ``backpressure`` besides its presets) take a
+  ``bool`` or exactly ``"true"``/``"false"``;
+- keywords are case-insensitive and have a snake_case spelling (``max_adaptive_retries``), which
+  wins over the camelCase one when both are given; in a URI only the camelCase names, in any
+  case, are options (``max_adaptive_retries=3`` in a URI is an unknown option, left to pymongo,
+  which warns).
+
+An invalid value in a URI is reported with a ``UserWarning`` and ignored (``warn=False`` raises
+instead), as pymongo does; an invalid keyword raises :class:`InvalidOptionValue` (a
+``ValueError`` too) or :class:`InvalidOptionType` (a ``TypeError`` too), the kinds pymongo raises,
+both :class:`~backpressure.InvalidPolicyError`, naming the option and the allowed values.
 ``maxAdaptiveRetries`` overrides ``Policy.max_retries`` and ``enableOverloadRetargeting``
 overrides ``Policy.retarget``; ``hedgeDelayMS`` (milliseconds) sets ``Policy.hedge_delay``
 (seconds) and ``maxHedges`` sets ``Policy.max_hedges``, which without ``hedgeDelayMS`` (and a
@@ -26,12 +40,12 @@ from typing import Any, Optional, Union
 from urllib.parse import unquote_plus
 
 from backpressure.core.policy import (
-    _MAX_RETRIES_LIMIT,
     HEDGE_DELAY_LIMIT,
     MAX_HEDGES_LIMIT,
     InvalidPolicyError,
     Policy,
     resolve_policy,
+    short_repr,
 )
 
 __all__ = [
@@ -39,10 +53,11 @@ __all__ = [
     "ENABLE_OVERLOAD_RETARGETING",
     "HEDGE_DELAY_MS",
     "MAX_ADAPTIVE_RETRIES",
-    "MAX_ADAPTIVE_RETRIES_LIMIT",
     "MAX_HEDGES",
     "OPTION_NAMES",
     "InertOptionWarning",
+    "InvalidOptionType",
+    "InvalidOptionValue",
     "apply_overrides",
     "parse_backpressure_options",
     "split_backpressure_kwargs",
@@ -74,22 +89,25 @@ OPTION_NAMES: tuple[str, ...] = (
 )
 """Canonical names of the options this module owns."""
 
-MAX_ADAPTIVE_RETRIES_LIMIT: int = _MAX_RETRIES_LIMIT
-"""Largest accepted ``maxAdaptiveRetries`` (the largest ``Policy.max_retries``)."""
-
-# Lower-cased spellings accepted for each option (pymongo also accepts snake_case keywords).
-_SPELLINGS: Mapping[str, str] = {
-    "backpressure": BACKPRESSURE,
-    "maxadaptiveretries": MAX_ADAPTIVE_RETRIES,
+# Lower-cased spellings of each option: the URI's (camelCase, any case) ...
+_URI_SPELLINGS: Mapping[str, str] = {name.lower(): name for name in OPTION_NAMES}
+# ... and the keywords', which add pymongo's snake_case forms.
+_SNAKE_SPELLINGS: Mapping[str, str] = {
     "max_adaptive_retries": MAX_ADAPTIVE_RETRIES,
-    "enableoverloadretargeting": ENABLE_OVERLOAD_RETARGETING,
     "enable_overload_retargeting": ENABLE_OVERLOAD_RETARGETING,
-    "hedgedelayms": HEDGE_DELAY_MS,
     "hedge_delay_ms": HEDGE_DELAY_MS,
-    "maxhedges": MAX_HEDGES,
     "max_hedges": MAX_HEDGES,
 }
+_SPELLINGS: Mapping[str, str] = {**_URI_SPELLINGS, **_SNAKE_SPELLINGS}
 _URI_BOOLEANS = {"true": True, "false": False}
+
+
+class InvalidOptionValue(InvalidPolicyError, ValueError):
+    """An option has a value of the right type that is not allowed (pymongo: ``ValueError``)."""
+
+
+class InvalidOptionType(InvalidPolicyError, TypeError):
+    """An option has a value of a type it never takes (pymongo: ``TypeError``)."""
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -110,55 +128,56 @@ def _user_stacklevel() -> int:
 
 
 def _canonical(key: str) -> Optional[str]:
-    """Return the canonical name of one of our options, or None for any other key."""
+    """Return the canonical name of one of our options (any keyword spelling), or None."""
     return _SPELLINGS.get(key.lower())
 
 
-def _invalid(option: str, allowed: str, value: object, *, from_uri: bool) -> InvalidPolicyError:
+def _invalid(
+    option: str, allowed: str, value: object, *, from_uri: bool, wrong_type: bool = False
+) -> InvalidPolicyError:
     """Build the error for an invalid value of ``option``, naming what is allowed."""
     where = "URI option" if from_uri else "option"
-    return InvalidPolicyError(f"The value of {where} {option} must be {allowed}, got {value!r}")
+    kind = InvalidOptionType if wrong_type else InvalidOptionValue
+    return kind(f"The value of {where} {option} must be {allowed}, got {short_repr(value)}")
 
 
-def _validate_max_adaptive_retries(value: object, *, from_uri: bool) -> int:
-    """Return ``value`` as an int in 0..100 or raise InvalidPolicyError."""
-    return _validate_int(
-        MAX_ADAPTIVE_RETRIES, value, 0, MAX_ADAPTIVE_RETRIES_LIMIT, from_uri=from_uri
-    )
+def _validate_int(
+    option: str, value: object, low: int, high: Optional[int], *, from_uri: bool
+) -> int:
+    """Return ``value`` as an int in ``low..high`` (no upper bound when None), or raise.
 
-
-def _validate_int(option: str, value: object, low: int, high: int, *, from_uri: bool) -> int:
-    """Return ``value`` as an int in ``low..high``, or raise.
-
-    A URI value is the string of an int; a keyword value is an int (not a bool, not a string).
+    pymongo's rule for its integer options: an int (a bool is one, as in Python), or a string
+    that ``int()`` reads; any other type is a type error.
     """
-    number: Optional[int] = None
-    if isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    elif isinstance(value, str) and from_uri:
+    allowed = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
+    allowed += " (an int, or a string of one)"
+    if isinstance(value, int):
+        number = int(value)
+    elif isinstance(value, str):
         try:
-            number = int(value.strip())
+            number = int(value)
         except ValueError:
-            number = None
-    if number is None or not low <= number <= high:
-        allowed = f"an integer from {low} to {high}"
-        if isinstance(value, str):  # a keyword: the string form is the URI's
-            allowed += " (an int: a string is read only in the URI)"
+            raise _invalid(option, allowed, value, from_uri=from_uri) from None
+    else:
+        raise _invalid(option, allowed, value, from_uri=from_uri, wrong_type=True)
+    if number < low or (high is not None and number > high):
         raise _invalid(option, allowed, value, from_uri=from_uri)
     return number
 
 
 def _validate_retargeting(value: object, *, from_uri: bool) -> bool:
-    """Return ``value`` as a bool or raise InvalidPolicyError.
+    """Return ``value`` as a bool or raise.
 
-    pymongo's URI rule, for keywords and URIs alike: a bool, or exactly ``'true'``/``'false'``.
+    pymongo's rule, for keywords and URIs alike: a bool, or exactly ``'true'``/``'false'``.
     """
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value in _URI_BOOLEANS:
-        return _URI_BOOLEANS[value]
-    allowed = "'true' or 'false'" if from_uri else "'true' or 'false' (or a bool)"
-    raise _invalid(ENABLE_OVERLOAD_RETARGETING, allowed, value, from_uri=from_uri)
+    allowed = "'true' or 'false'" if from_uri else "True, False, 'true' or 'false'"
+    if isinstance(value, str):
+        if value in _URI_BOOLEANS:
+            return _URI_BOOLEANS[value]
+        raise _invalid(ENABLE_OVERLOAD_RETARGETING, allowed, value, from_uri=from_uri)
+    raise _invalid(ENABLE_OVERLOAD_RETARGETING, allowed, value, from_uri=from_uri, wrong_type=True)
 
 
 def _validate_switch(value: object, *, from_uri: bool) -> Union[bool, Policy]:
@@ -181,7 +200,8 @@ def _validate_switch(value: object, *, from_uri: bool) -> Union[bool, Policy]:
         if from_uri
         else "a bool, 'true', 'false', a Policy, 'draft', 'current' or 'adaptive'"
     )
-    raise _invalid(BACKPRESSURE, allowed, value, from_uri=from_uri)
+    wrong_type = not isinstance(value, (str, bool, Policy))
+    raise _invalid(BACKPRESSURE, allowed, value, from_uri=from_uri, wrong_type=wrong_type)
 
 
 def validate_option(name: str, value: object, *, from_uri: bool = False) -> Any:
@@ -193,13 +213,14 @@ def validate_option(name: str, value: object, *, from_uri: bool = False) -> Any:
         from_uri: the value comes from a connection string (wording of the error).
 
     Raises:
-        InvalidPolicyError: the value is invalid; the message names the option and what is
-            allowed.
+        InvalidOptionValue: the value is not allowed (also a ``ValueError``); the message names
+            the option and what is allowed.
+        InvalidOptionType: the value's type is never allowed (also a ``TypeError``).
         KeyError: ``name`` is not one of our options.
     """
     canonical = _canonical(name)
     if canonical == MAX_ADAPTIVE_RETRIES:
-        return _validate_max_adaptive_retries(value, from_uri=from_uri)
+        return _validate_int(MAX_ADAPTIVE_RETRIES, value, 0, None, from_uri=from_uri)
     if canonical == ENABLE_OVERLOAD_RETARGETING:
         return _validate_retargeting(value, from_uri=from_uri)
     if canonical == BACKPRESSURE:
@@ -237,7 +258,7 @@ def parse_backpressure_options(uri: str, *, warn: bool = True) -> tuple[str, dic
     seen: set[str] = set()
     for item in re.split("[&;]", query):
         key, _, raw = item.partition("=")
-        canonical = _canonical(key)
+        canonical = _URI_SPELLINGS.get(unquote_plus(key).lower())
         if canonical is None:
             kept.append(item)
             continue
@@ -262,20 +283,28 @@ def parse_backpressure_options(uri: str, *, warn: bool = True) -> tuple[str, dic
 def split_backpressure_kwargs(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split keyword arguments into (pymongo's, ours validated by canonical name).
 
+    Every value is validated; an option given under several spellings takes, as in pymongo, the
+    snake_case one's value (``max_adaptive_retries`` over ``maxAdaptiveRetries``), else the last.
+
     Raises:
-        InvalidPolicyError: one of our options has an invalid value, or is given twice under
-            different spellings.
+        InvalidPolicyError: one of our options has an invalid value (``InvalidOptionValue`` or
+            ``InvalidOptionType``).
     """
     rest: dict[str, Any] = {}
     ours: dict[str, Any] = {}
+    from_snake: set[str] = set()
     for key, value in kwargs.items():
         canonical = _canonical(key)
         if canonical is None:
             rest[key] = value
             continue
-        if canonical in ours:
-            raise InvalidPolicyError(f"option {canonical} given more than once")
-        ours[canonical] = validate_option(canonical, value)
+        checked = validate_option(canonical, value)
+        snake = key.lower() in _SNAKE_SPELLINGS
+        if canonical in from_snake and not snake:
+            continue
+        ours[canonical] = checked
+        if snake:
+            from_snake.add(canonical)
     return rest, ours
 
 

@@ -55,7 +55,7 @@ def set_testing(
     Args:
         testing: True for test mode (no sleeping, seeded jitter), False for normal retries.
         seed: seed of the jitter generator (an int).
-        max_retries: cap on retries per operation, 0..100; None keeps every policy's count.
+        max_retries: cap on retries per operation, >= 0; None keeps every policy's count.
 
     Raises:
         TypeError: ``testing`` is not a bool or ``seed`` not an int.

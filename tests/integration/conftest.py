@@ -22,7 +22,6 @@ from backpressure.adapters import seams
 from backpressure.adapters.backport import NATIVE_BACKPRESSURE, NATIVE_REASON
 from backpressure.core.events import GiveUpEvent, RetryEvent
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
-from backpressure.core.policy import Policy
 
 T = TypeVar("T")
 
@@ -41,7 +40,7 @@ NATIVE_LOOP_ONLY = pytest.mark.skipif(
 BACKPORT_ONLY = pytest.mark.skipif(NATIVE_BACKPRESSURE, reason=NATIVE_REASON)
 """Marks tests of the backport (pymongo 4.9-4.16)."""
 
-FAST_BACKOFF = Policy(base_backoff=0.001, max_backoff=0.05)
+FAST_BACKOFF = backpressure.DRAFT.replace(base_backoff=0.001, max_backoff=0.05)
 """The draft's limits with millisecond backoffs, so retries take no noticeable time."""
 
 

@@ -15,7 +15,7 @@ import pytest
 from pymongo.errors import PyMongoError
 
 import backpressure
-from backpressure import CURRENT_SPEC, DRAFT, InvalidPolicyError, Policy
+from backpressure import CURRENT_SPEC, DRAFT, InvalidPolicyError
 from backpressure.adapters import seams
 from backpressure.core.backoff import backoff_ceiling
 from backpressure.core.policy import DEFAULT_POLICY
@@ -143,7 +143,7 @@ async def test_policy_object_and_listeners_keywords(
     retries: RetryRecorder,
 ) -> None:
     """A Policy and backpressure_listeners can be given to the client class."""
-    policy = Policy(max_retries=1, base_backoff=0.001)
+    policy = DRAFT.replace(max_retries=1, base_backoff=0.001)
     client = clients.backpressure(
         standalone_server.uri,
         backpressure=policy,
@@ -158,10 +158,9 @@ async def test_policy_object_and_listeners_keywords(
 @pytest.mark.parametrize(
     ("kwargs", "names"),
     [
-        ({"maxAdaptiveRetries": -1}, "maxAdaptiveRetries"),
-        ({"maxAdaptiveRetries": 101}, "0 to 100"),
+        ({"maxAdaptiveRetries": -1}, "maxAdaptiveRetries must be an integer >= 0"),
         ({"maxAdaptiveRetries": "many"}, "maxAdaptiveRetries"),
-        ({"maxAdaptiveRetries": True}, "maxAdaptiveRetries"),
+        ({"maxAdaptiveRetries": "-1"}, "maxAdaptiveRetries"),
         ({"enableOverloadRetargeting": "yes"}, "enableOverloadRetargeting"),
         ({"backpressure": "aggressive"}, "backpressure"),
         ({"backpressure": 3}, "backpressure"),
@@ -169,17 +168,16 @@ async def test_policy_object_and_listeners_keywords(
         ({"backpressure_listeners": [object()]}, r"backpressure_listeners\[0\]"),
         ({"enableOverloadRetargeting": "TRUE"}, "enableOverloadRetargeting"),
         ({"backpressure": "TRUE"}, "backpressure"),
-        ({"maxAdaptiveRetries": 1, "max_adaptive_retries": 2}, "more than once"),
+        ({"maxAdaptiveRetries": -1, "max_adaptive_retries": 2}, "maxAdaptiveRetries"),
         # a keyword of the wrong type names the option and the allowed type and range
-        ({"maxAdaptiveRetries": "3"}, "maxAdaptiveRetries must be an integer from 0 to 100"),
-        ({"max_adaptive_retries": 2.0}, "maxAdaptiveRetries must be an integer from 0 to 100"),
-        ({"maxAdaptiveRetries": None}, "maxAdaptiveRetries must be an integer from 0 to 100"),
-        ({"enableOverloadRetargeting": 1}, "enableOverloadRetargeting must be 'true' or 'false'"),
+        ({"max_adaptive_retries": 2.0}, "maxAdaptiveRetries must be an integer >= 0"),
+        ({"maxAdaptiveRetries": None}, "maxAdaptiveRetries must be an integer >= 0"),
+        ({"maxAdaptiveRetries": "3.0"}, "maxAdaptiveRetries must be an integer >= 0"),
+        ({"enableOverloadRetargeting": 1}, "enableOverloadRetargeting must be True, False"),
         ({"enableOverloadRetargeting": None}, "enableOverloadRetargeting must be"),
-        ({"hedgeDelayMS": "50"}, "hedgeDelayMS must be an integer from 0 to 3600000"),
+        ({"hedgeDelayMS": "-50"}, "hedgeDelayMS must be an integer from 0 to 3600000"),
         ({"hedge_delay_ms": 2.5}, "hedgeDelayMS must be an integer from 0 to 3600000"),
-        ({"hedgeDelayMS": True}, "hedgeDelayMS must be an integer"),
-        ({"maxHedges": "2"}, "maxHedges must be an integer from 1 to 4"),
+        ({"maxHedges": "5"}, "maxHedges must be an integer from 1 to 4"),
         ({"max_hedges": 2.0}, "maxHedges must be an integer from 1 to 4"),
         ({"backpressure": 1.0}, "backpressure must be a bool, 'true', 'false', a Policy"),
         ({"backpressure": ["current"]}, "backpressure must be a bool"),
@@ -277,7 +275,7 @@ async def test_budget_accessor_reports_tokens_and_refusals(
 ) -> None:
     """budget(client) exposes the live token bucket (tokens, refused)."""
     client = clients.plain(standalone_server.uri, event_listeners=[commands])
-    backpressure.enable(client, Policy(budget_capacity=1), random=lambda: 0.0)
+    backpressure.enable(client, DRAFT.replace(budget_capacity=1), random=lambda: 0.0)
     bucket = budget_of(client)
     assert bucket is not None
     assert bucket.tokens == 1
@@ -301,7 +299,7 @@ async def test_motor_client_retries_through_its_delegate(
     """Motor smoke test: two injected overloads on insert and find, both succeed."""
     client = backpressure.AsyncIOMotorClient(
         standalone_server.uri,
-        backpressure=Policy(base_backoff=0.001),
+        backpressure=DRAFT.replace(base_backoff=0.001),
         event_listeners=[commands],
         serverSelectionTimeoutMS=3000,
     )
@@ -329,7 +327,7 @@ async def test_enable_works_on_a_stock_motor_client(
         standalone_server.uri, event_listeners=[commands], serverSelectionTimeoutMS=3000
     )
     try:
-        backpressure.enable(client, Policy(base_backoff=0.001))
+        backpressure.enable(client, DRAFT.replace(base_backoff=0.001))
         assert backpressure.is_enabled(client.delegate)
         standalone_server.configure_fail_point(overload_fail_point(["ping"], times=2))
         await client.admin.command("ping")

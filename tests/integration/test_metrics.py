@@ -18,7 +18,7 @@ from pymongo.errors import PyMongoError
 import backpressure
 import backpressure.metrics
 import backpressure.switch.registry
-from backpressure import ADAPTIVE, LocalOverloadError, Policy
+from backpressure import ADAPTIVE, DRAFT, LocalOverloadError
 from backpressure.switch.client import budget as budget_of
 from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer
@@ -32,7 +32,7 @@ from tests.integration.conftest import (
 
 pytestmark = pytest.mark.timeout(60)
 
-FAST = Policy(max_retries=3, base_backoff=0.001)
+FAST = DRAFT.replace(max_retries=3, base_backoff=0.001)
 SIX = {
     "backpressure_retries",
     "backpressure_giveups",

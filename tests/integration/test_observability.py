@@ -11,7 +11,7 @@ import pytest
 from pymongo.errors import PyMongoError, ServerSelectionTimeoutError
 
 import backpressure
-from backpressure import ADAPTIVE, GiveUpEvent, LocalOverloadError, Policy, RetryEvent
+from backpressure import ADAPTIVE, DRAFT, GiveUpEvent, LocalOverloadError, RetryEvent
 from backpressure.core.decision import StopReason
 from backpressure.core.events import LISTENER_METHODS, InvalidListenerError, retry_summary
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
@@ -31,7 +31,7 @@ from tests.integration.conftest import (
 
 pytestmark = pytest.mark.timeout(60)
 
-POLICY = Policy(max_retries=3, base_backoff=0.001)
+POLICY = DRAFT.replace(max_retries=3, base_backoff=0.001)
 
 
 def _client(clients: ClientFactory, server: EmbeddedServer, *listeners: Any, **kw: Any) -> Any:

@@ -11,7 +11,7 @@ import tenacity
 from pymongo.errors import AutoReconnect, OperationFailure, PyMongoError
 
 import backpressure
-from backpressure import Policy
+from backpressure import DRAFT
 from backpressure.core.decision import StopReason
 from backpressure.core.events import RetrySummary, attach_summary
 from backpressure.core.labels import is_overload
@@ -21,7 +21,7 @@ from tests.integration.conftest import overload_fail_point
 
 pytestmark = pytest.mark.timeout(60)
 
-FAST = Policy(max_retries=3, base_backoff=0.001)
+FAST = DRAFT.replace(max_retries=3, base_backoff=0.001)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from pymongo.errors import PyMongoError
 
 import backpressure
-from backpressure import Policy
+from backpressure import DRAFT
 from backpressure.core.decision import StopReason
 from backpressure.core.events import OperationFinishedEvent, retry_summary
 from backpressure.core.policy import InvalidPolicyError
@@ -26,7 +26,7 @@ from tests.integration.conftest import (
 
 pytestmark = pytest.mark.timeout(60)
 
-FAST = Policy(max_retries=3, base_backoff=0.001)
+FAST = DRAFT.replace(max_retries=3, base_backoff=0.001)
 
 
 class FinishedRecorder(RetryRecorder):
@@ -227,7 +227,7 @@ async def test_test_mode_retries_without_sleeping_with_seeded_jitter(
     clients: ClientFactory, standalone_server: EmbeddedServer
 ) -> None:
     """set_testing(True): same attempts, no sleep, delays repeat for the same seed."""
-    slow = Policy(max_retries=3, base_backoff=50.0, max_backoff=100.0)
+    slow = DRAFT.replace(max_retries=3, base_backoff=50.0, max_backoff=100.0)
     runs = []
     for _ in range(2):
         recorder = RetryRecorder()
@@ -254,7 +254,7 @@ def test_set_testing_can_cap_retries_and_validates() -> None:
     with pytest.raises(TypeError, match="seed"):
         set_testing(True, seed=1.5)  # type: ignore[arg-type]
     with pytest.raises(InvalidPolicyError, match="max_retries"):
-        set_testing(True, max_retries=101)
+        set_testing(True, max_retries=-1)
     assert not backpressure.testing.testmode.is_testing()
 
 

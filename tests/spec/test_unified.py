@@ -1,7 +1,8 @@
 """The unified-format spec suites, one pytest item per test, for sync, async and Motor clients.
 
 Suites: the official ``client-backpressure``, ``transactions-backpressure`` and
-``sdam-backpressure`` files with our ``current`` preset (and with stock pymongo, preset ``none``,
+``sdam-backpressure`` files (found by :mod:`tests.spec.sources`: ``make spec-tests`` fetches them
+from pymongo's sdist) with our ``current`` preset (and with stock pymongo, preset ``none``,
 when pymongo has native backpressure, >= 4.17: the reference); the 2026-03 draft-era files with
 our ``draft`` preset; our own scenarios in ``spec-tests/`` with ``draft`` (a client entity may
 state its own policy with ``backpressurePolicy``); the runner's own feature scenarios in
@@ -9,7 +10,8 @@ state its own policy with ``backpressurePolicy``); the runner's own feature scen
 external suites (``PATH[=PRESET]`` entries separated by ``os.pathsep``, preset ``none`` by
 default), e.g. the official CRUD or transactions folders of a specifications checkout. Backoff
 jitter is pinned to 0 (``fast_backoff``): no sleeps, the same attempt counts. Unsupported
-features are reported as skips with the runner's reason.
+features are reported as skips with the runner's reason; an official suite found nowhere is one
+skipped item per flavour saying why.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from backpressure.testing.unified import (
     iter_spec_paths,
     load_spec_file,
 )
+from tests.spec.sources import Suite, locate
 
 DeploymentFor = Callable[..., Deployment]
 
@@ -42,9 +45,6 @@ DeploymentFor = Callable[..., Deployment]
 FLAVOURS = ("sync", "async") + (("motor",) if importlib.util.find_spec("motor") else ())
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED_SPEC_TESTS = Path(
-    os.environ.get("BACKPRESSURE_SHARED_SPEC_TESTS", REPO_ROOT / ".." / "shared" / "spec-tests")
-).resolve()
 OWN_SPEC_TESTS = REPO_ROOT / "spec-tests"
 RUNNER_SCENARIOS = Path(__file__).resolve().parent / "runner-scenarios"
 EXTERNAL_SUITES_VARIABLE = "BACKPRESSURE_UNIFIED_SUITES"
@@ -54,11 +54,7 @@ SHARED_SUITES = (
     ("transactions-backpressure", "current"),
     ("sdam-backpressure", "current"),
 )
-"""Shared official suites and the preset each targets (stock pymongo too where native)."""
-SHARED_MISSING = (
-    f"the shared spec tests are not at {SHARED_SPEC_TESTS} (../shared/spec-tests relative to "
-    "the repository root): the official client-backpressure suites are skipped"
-)
+"""Official suites and the preset each targets (stock pymongo too where native)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +65,9 @@ class Case:
     flavour: str
     test: Optional[SpecTest]
     missing: str = ""
+    """Why the suite is skipped when ``test`` is None."""
+    suite: str = ""
+    """The suite's name (the id of a skipped placeholder)."""
     topology: Optional[str] = None
     """Embedded topology to force (default: chosen from the file's requirements)."""
     server_version: Optional[str] = None
@@ -77,17 +76,17 @@ class Case:
     @property
     def id(self) -> str:
         """``<preset>-<flavour>[-<topology>]-<folder>/<file>::<description>``."""
-        name = self.test.test_id if self.test is not None else "shared-spec-tests-missing"
+        name = self.test.test_id if self.test is not None else f"{self.suite}-missing"
         where = f"-{self.topology}" if self.topology else ""
         return f"{self.preset}-{self.flavour}{where}-{name}"
 
 
-def _suites() -> list[tuple[Path, str]]:
-    """(folder, preset) pairs of the shared suites to run."""
-    suites = [(SHARED_SPEC_TESTS / name, preset) for name, preset in SHARED_SUITES]
+def _suites() -> list[tuple[Suite, str]]:
+    """(suite, preset) pairs of the official suites to run."""
+    suites = [(locate(name), preset) for name, preset in SHARED_SUITES]
     if seams.HAS_NATIVE_BACKPRESSURE:
         # Stock pymongo with native backpressure is the reference for the current spec.
-        suites += [(folder, "none") for folder, preset in suites if preset == "current"]
+        suites += [(suite, "none") for suite, preset in suites if preset == "current"]
     return suites
 
 
@@ -115,16 +114,18 @@ def _profile_needed(doc: Mapping[str, Any]) -> Optional[str]:
 
 
 def _cases() -> list[Case]:
-    """Every case, or one skipped placeholder per flavour when the shared files are absent."""
+    """Every case, and one skipped placeholder per flavour for each official suite not found."""
     cases: list[Case] = []
+    suites = _suites()
     for flavour in FLAVOURS:
-        if SHARED_SPEC_TESTS.is_dir():
-            for folder, preset in _suites():
-                for path in iter_spec_paths([folder]):
-                    spec = load_spec_file(path)
-                    cases.extend(Case(preset, flavour, t) for t in spec.tests)
-        else:
-            cases.append(Case("shared", flavour, None, SHARED_MISSING))
+        for suite, preset in suites:
+            if suite.path is None:
+                if preset != "none":  # one placeholder per suite, not one per preset
+                    cases.append(Case(preset, flavour, None, suite.missing, suite.name))
+                continue
+            for path in iter_spec_paths([suite.path]):
+                spec = load_spec_file(path, display_name=f"{suite.name}/{path.name}")
+                cases.extend(Case(preset, flavour, t) for t in spec.tests)
         if OWN_SPEC_TESTS.is_dir():
             for path in iter_spec_paths([OWN_SPEC_TESTS]):
                 spec = load_spec_file(path, display_name=f"spec-tests/{path.name}")
@@ -136,8 +137,9 @@ def _cases() -> list[Case]:
             for path in iter_spec_paths([folder]):
                 cases.extend(Case(preset, flavour, t) for t in load_spec_file(path).tests)
     # The current suite once more on the sharded embedded server (2 mongos), sync clients only.
-    if SHARED_SPEC_TESTS.is_dir() and not os.environ.get("MONGODB_URI"):
-        for path in iter_spec_paths([SHARED_SPEC_TESTS / "client-backpressure"]):
+    current = locate("client-backpressure").path
+    if current is not None and not os.environ.get("MONGODB_URI"):
+        for path in iter_spec_paths([current]):
             spec = load_spec_file(path)
             cases.extend(Case("current", "sync", t, topology="sharded") for t in spec.tests)
     return cases

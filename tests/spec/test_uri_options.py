@@ -1,7 +1,7 @@
 """The URI-options spec files (``valid``/``warning``/``hosts``/``auth``/``options``).
 
 Our options are parsed by ``backpressure.switch.uri_options.parse_backpressure_options`` (every
-pymongo era);
+pymongo era; the files are found by :mod:`tests.spec.sources`);
 when pymongo has native backpressure (>= 4.17) the same files are also checked against
 ``pymongo.uri_parser.parse_uri``, the reference. Hosts and auth, when a test gives them, are
 checked with pymongo's parser.
@@ -9,10 +9,8 @@ checked with pymongo's parser.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,23 +19,20 @@ from pymongo import uri_parser
 from backpressure.adapters import seams
 from backpressure.switch.uri_options import parse_backpressure_options
 from backpressure.testing.unified.loader import load_document
+from tests.spec.sources import locate
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED_SPEC_TESTS = Path(
-    os.environ.get("BACKPRESSURE_SHARED_SPEC_TESTS", REPO_ROOT / ".." / "shared" / "spec-tests")
-).resolve()
-URI_OPTIONS = SHARED_SPEC_TESTS / "uri-options"
+URI_OPTIONS = locate("uri-options")
 
 PARSERS = ["backpressure"] + (["pymongo"] if seams.HAS_NATIVE_BACKPRESSURE else [])
 
 
 def _cases() -> list[Any]:
     """One param per (file, test, parser), or one skipped placeholder without the files."""
-    if not URI_OPTIONS.is_dir():
-        reason = f"the shared spec tests are not at {URI_OPTIONS}: URI-options suite skipped"
+    if URI_OPTIONS.path is None:
+        reason = URI_OPTIONS.missing
         return [pytest.param(None, "", id="uri-options-missing", marks=pytest.mark.skip(reason))]
     cases = []
-    for path in sorted(URI_OPTIONS.glob("*.json")):
+    for path in sorted(URI_OPTIONS.path.glob("*.json")):
         for test in load_document(path)["tests"]:
             for parser in PARSERS:
                 case_id = f"{parser}-uri-options/{path.name}::{test['description']}"

@@ -9,7 +9,7 @@ from backpressure.core.adaptive import AdmissionControl, admission_for
 from backpressure.core.budget import A6Budget, NullBudget, RetryBudget, ServerBudgets, budget_for
 from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
-from backpressure.core.policy import ADAPTIVE, DRAFT, PRESETS, Policy, resolve_policy
+from backpressure.core.policy import ADAPTIVE, DRAFT, PRESETS, resolve_policy
 
 A = ("a", 27017)
 B = ("b", 27017)
@@ -171,5 +171,5 @@ def test_null_budget_is_its_own_server_budget() -> None:
 def test_every_mode_and_scope_builds(mode: str) -> None:
     """Each budget mode works in both scopes."""
     for scope in ("client", "server"):
-        policy = Policy(budget_mode=mode, budget_scope=scope)
+        policy = DRAFT.replace(budget_mode=mode, budget_scope=scope)
         assert budget_for(policy).for_server(A).try_acquire()

@@ -50,10 +50,10 @@ def test_max_backoff_caps() -> None:
 
 def test_huge_exponent_does_not_overflow() -> None:
     """A huge exponent or retry number returns max_backoff instead of overflowing."""
-    policy = Policy(first_retry_exponent=64, backoff_multiplier=1e10, max_backoff=5.0)
+    policy = DRAFT.replace(first_retry_exponent=64, backoff_multiplier=1e10, max_backoff=5.0)
     assert backoff_ceiling(policy, 100) == 5.0
     assert backoff_ceiling(DRAFT, 10**18) == 10.0
-    assert backoff_ceiling(Policy(base_backoff=5.0, backoff_multiplier=1e300), 3) == 10.0
+    assert backoff_ceiling(DRAFT.replace(base_backoff=5.0, backoff_multiplier=1e300), 3) == 10.0
 
 
 def test_jitter_clamped() -> None:
@@ -81,8 +81,8 @@ def test_server_base_ignored_when_not_honoured() -> None:
 
 def test_zero_base_and_flat_multiplier() -> None:
     """A zero base means no backoff; a multiplier of 1 keeps the base."""
-    assert backoff_ceiling(Policy(base_backoff=0.0), 4) == 0.0
-    assert backoff_ceiling(Policy(backoff_multiplier=1), 5) == pytest.approx(0.1)
+    assert backoff_ceiling(DRAFT.replace(base_backoff=0.0), 4) == 0.0
+    assert backoff_ceiling(DRAFT.replace(backoff_multiplier=1), 5) == pytest.approx(0.1)
 
 
 @given(

@@ -78,10 +78,25 @@ def test_frozen_and_replace() -> None:
         DRAFT.replace(max_retries=-1)
 
 
+def test_a_bare_policy_starts_from_the_default_preset() -> None:
+    """``Policy(...)`` keeps the default preset's value for every field not given: no budget, no
+    retargeting switched on by naming another field; the docstring says so."""
+    assert Policy() == DEFAULT_POLICY
+    assert Policy(name=DEFAULT_POLICY.name) == DEFAULT_POLICY
+    three = Policy(max_retries=3)
+    assert three == DEFAULT_POLICY.replace(max_retries=3)
+    assert not three.budget_enabled
+    assert not three.retarget
+    for field in dataclasses.fields(Policy):
+        if field.name != "name":
+            assert field.default == getattr(DEFAULT_POLICY, field.name), field.name
+    assert f"default preset, ``{DEFAULT_POLICY.name}``" in (Policy.__doc__ or "")
+
+
 def test_name_not_compared() -> None:
     """The name is a label: equal settings are equal policies with equal hashes."""
-    assert Policy() == DRAFT
-    assert hash(Policy()) == hash(DRAFT)
+    assert Policy() == CURRENT_SPEC
+    assert hash(Policy()) == hash(CURRENT_SPEC)
     assert DRAFT.replace(name="mine") == DRAFT
     assert CURRENT_SPEC != DRAFT
 
@@ -101,7 +116,7 @@ def test_error_is_configuration_error() -> None:
     ("field", "value"),
     [
         ("max_retries", -1),
-        ("max_retries", 101),
+        ("max_retries", -2),
         ("max_retries", 2.0),
         ("max_retries", True),
         ("max_retries", "2"),
@@ -151,7 +166,7 @@ def test_invalid_field(field: str, value: Any) -> None:
 def test_valid_edges() -> None:
     """Boundary values are accepted."""
     Policy(max_retries=0)
-    Policy(max_retries=100)
+    Policy(max_retries=10**6)  # no upper bound, as pymongo's maxAdaptiveRetries
     Policy(first_retry_exponent=64)
     Policy(base_backoff=0, max_backoff=0)
     Policy(backoff_multiplier=1)
@@ -248,20 +263,22 @@ def test_policies_still_copy_and_pickle() -> None:
 @pytest.mark.parametrize(
     ("policy", "expected"),
     [
-        (DRAFT, "Policy(name='draft')"),
+        (CURRENT_SPEC, "Policy(name='current')  # other fields as in preset 'current'"),
         (
-            CURRENT_SPEC,
-            "Policy(name='current', max_retries=2, first_retry_exponent=1, "
-            "budget_enabled=False, retarget=False)",
+            DRAFT,
+            "Policy(name='draft', max_retries=5, first_retry_exponent=0, "
+            "budget_enabled=True, retarget=True)  # other fields as in preset 'current'",
         ),
         (
             Policy(max_retries=1, hedge_delay=0.05),
-            "Policy(name='custom', max_retries=1, hedge_delay=0.05)",
+            "Policy(name='custom', max_retries=1, hedge_delay=0.05)  "
+            "# other fields as in preset 'current'",
         ),
     ],
 )
 def test_repr_shows_the_fields_that_differ_from_the_defaults(policy: Policy, expected: str) -> None:
-    """repr names the policy and only its non-default fields, and evaluates back to it."""
+    """repr names the policy, its fields that differ from the default preset and that preset,
+    and evaluates back to it."""
     assert repr(policy) == expected
     again = eval(repr(policy), {"Policy": Policy})
     assert again == policy
@@ -290,8 +307,8 @@ def test_repr_shows_the_fields_that_differ_from_the_defaults(policy: Policy, exp
             "current (modified): max_retries=1, base=100ms, max=1.5s, budget=off, retargeting=off",
         ),
         (
-            Policy(budget_enabled=False, hedge_delay=0.02, max_hedges=2),
-            "custom: max_retries=5, base=100ms, max=10s, budget=off, retargeting=on, "
+            Policy(hedge_delay=0.02, max_hedges=2),
+            "custom: max_retries=2, base=100ms, max=10s, budget=off, retargeting=off, "
             "hedging=20ms x2",
         ),
     ],

@@ -127,6 +127,11 @@ def test_invalid_after_valid_duplicate_drops_the_option() -> None:
         ("maxAdaptiveRetries", 0, 0),
         ("max_adaptive_retries", 7, 7),
         ("maxadaptiveretries", 100, 100),
+        ("maxAdaptiveRetries", "7", 7),
+        ("maxAdaptiveRetries", 10**6, 10**6),
+        ("maxAdaptiveRetries", True, 1),
+        ("hedgeDelayMS", "50", 50),
+        ("maxHedges", " 2 ", 2),
         ("enableOverloadRetargeting", True, True),
         ("enable_overload_retargeting", "false", False),
         ("backpressure", None, False),
@@ -142,10 +147,10 @@ def test_validate_option_accepts(name: str, value: Any, expected: Any) -> None:
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [
-        ("maxAdaptiveRetries", -1, "0 to 100"),
-        ("maxAdaptiveRetries", 101, "0 to 100"),
+        ("maxAdaptiveRetries", -1, "an integer >= 0"),
+        ("maxAdaptiveRetries", "-1", "an integer >= 0"),
         ("maxAdaptiveRetries", 1.5, "maxAdaptiveRetries"),
-        ("maxAdaptiveRetries", False, "maxAdaptiveRetries"),
+        ("maxAdaptiveRetries", "7.0", "maxAdaptiveRetries"),
         ("enableOverloadRetargeting", 1, "'true' or 'false'"),
         ("enableOverloadRetargeting", "True", "enableOverloadRetargeting"),
         ("backpressure", 1.0, "backpressure"),
@@ -171,10 +176,36 @@ def test_split_kwargs() -> None:
     )
     assert rest == {"w": 1, "appname": "x"}
     assert ours == {MAX_ADAPTIVE_RETRIES: 3, BACKPRESSURE: DRAFT}
-    with pytest.raises(InvalidPolicyError, match="more than once"):
+    with pytest.raises(InvalidPolicyError, match="enableOverloadRetargeting must be"):
         split_backpressure_kwargs(
             {"enableOverloadRetargeting": True, "ENABLEOVERLOADRETARGETING": 1}
         )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"maxAdaptiveRetries": 1, "max_adaptive_retries": 2}, 2),
+        ({"max_adaptive_retries": 2, "maxAdaptiveRetries": 1}, 2),
+        ({"maxAdaptiveRetries": 1, "MAXADAPTIVERETRIES": 3}, 3),
+        ({"MAXADAPTIVERETRIES": 3, "maxAdaptiveRetries": 1}, 1),
+    ],
+)
+def test_several_spellings_snake_case_wins_else_the_last(
+    kwargs: dict[str, Any], expected: int
+) -> None:
+    """As in pymongo: the snake_case keyword beats the camelCase one; else the last given wins."""
+    assert split_backpressure_kwargs(kwargs)[1] == {MAX_ADAPTIVE_RETRIES: expected}
+
+
+def test_snake_case_in_a_uri_is_no_option_of_ours() -> None:
+    """In a URI only the camelCase names (any case) are options, as in pymongo: a snake_case
+    name stays in the URI, for pymongo to report as unknown."""
+    uri = "mongodb://h/?max_adaptive_retries=3&MAXADAPTIVERETRIES=4&hedge_delay_ms=5"
+    assert parse_backpressure_options(uri) == (
+        "mongodb://h/?max_adaptive_retries=3&hedge_delay_ms=5",
+        {MAX_ADAPTIVE_RETRIES: 4},
+    )
 
 
 def test_apply_overrides() -> None:
