@@ -3,7 +3,9 @@ command lines the pages name hold: each CLI answers ``--help``, the server print
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import io
 import re
 import shlex
@@ -50,33 +52,48 @@ def _contains(*parts: str) -> Callable[[str], bool]:
 # A new block needs an entry here, so that its output is looked at when it is added.
 BLOCKS: dict[str, Optional[Callable[[str], bool]]] = {
     # quickstart.md
-    "print(backpressure.policy(client).name)": _lines("current"),
-    "print(backpressure.stats(client).retries)": _lines("2"),
+    'client.shop.command("ping")': _lines("current"),
+    "print(backpressure.stats(motor).operations)": _lines("current", "draft", "1"),
+    'with EmbeddedServer("replicaset", members=3) as server:\n    server.configure': _lines("2"),
+    'await client.db.coll.insert_one({"x": 1})\n            print(backpressure.stats': _lines("2"),
     # presets.md
     'backpressure="current", maxAdaptiveRetries=3': _lines("3", "1"),
+    'AsyncMongoClient(uri, backpressure="draft")': _lines("True", "True"),
     "named = backpressure.DRAFT.replace": _lines("draft 3", "True"),
     # adaptive.md
-    'backpressure="adaptive") as client': _lines("adaptive True server"),
+    'with backpressure.MongoClient(server.uri, backpressure="adaptive")': _lines(
+        "adaptive True server"
+    ),
+    'AsyncMongoClient(uri, backpressure="adaptive")': _lines("async adaptive"),
     # hedging.md
     "class PrintHedges": lambda out: out.splitlines()[-1] == "{'_id': 1}",
+    'print("async", await client.db.orders.find_one': _lines("async {'_id': 1}"),
     # observability.md
     "class Recorder": _lines("[('retried', 'insert', 1), ('finished', 2, True)]"),
+    "class OnRetry": _lines("retry 1 of insert", "1 1"),
     "print(stats.operations, stats.attempts, stats.retries)": _lines("1 2 1", "2"),
     "summary = retry_summary(exc)": _lines("462 3 attempts exhausted"),
-    "enable_prometheus(registry)": _contains(
-        "backpressure_retries_total", "backpressure_attempts_per_operation"
+    'print("async", exc.code, attempts)': _lines("async 462 3"),
+    "print(generate_latest(registry).decode())": _contains(
+        "backpressure_retries_total", "backpressure_client_operation_retries_count"
     ),
+    'print("backpressure_retries_total{" in scrape)': _lines("True"),
     "InMemoryMetricReader()": _lines("True"),
     # overrides.md
-    "with backpressure.overrides(max_retries=0):": _lines(),
+    "with backpressure.overrides(max_retries=0):\n            client": _lines(),
+    "with backpressure.overrides(max_retries=0):\n                await": _lines("1"),
     # testing.md
     "with set_testing(True, seed=7):": _lines(),
     'print("gave up:", exc.code)': _lines("gave up: 462", "3"),
+    'print("async gave up:", exc.code)': _lines("async gave up: 462"),
     "def test_retries_an_overloaded_insert(standalone_server):": _lines(),
+    "async def test_retries_an_overloaded_insert_async(standalone_server):": _lines(),
     # outer-loops.md
-    "def save_with_tenacity(doc):": _lines("2"),
+    "\ndef save_with_tenacity(doc):": _lines("2"),
+    "async def save_with_tenacity(doc):": _lines("async 2"),
     # embedded-server.md
     "server.set_rate_limit(100": _lines("{'received': 3, 'failed': 2, 'rejected': 0}"),
+    'print(server.stats()["commands"]["find"]["failed"])': _lines("1"),
     # simulator.md
     'backpressure.sim.run("bench-open-1.5x"': lambda out: out.splitlines()[0].startswith(
         "current "
@@ -117,6 +134,17 @@ def test_every_python_block_has_a_marker() -> None:
     assert set(BLOCKS) >= NEEDS_NATIVE_OPTIONS
 
 
+def test_every_sync_client_example_has_an_async_one() -> None:
+    """A page whose examples use a sync client shows an AsyncMongoClient or Motor one too."""
+    for page in _pages():
+        blocks = _blocks(page, "python")
+        sync = [b for b in blocks if re.search(r"(?<!Async)MongoClient\(", b)]
+        asynchronous = [b for b in blocks if "asyncio.run(" in b or "async def test_" in b]
+        assert not sync or asynchronous, f"{page.name}: sync client examples only"
+        for block in asynchronous:
+            assert re.search(r"AsyncMongoClient\(|AsyncIOMotorClient\(", block), block
+
+
 def _run(code: str, page: str, namespace: dict[str, Any]) -> str:
     """Execute ``code`` in ``namespace``; return what it printed."""
     out = io.StringIO()
@@ -144,7 +172,9 @@ def test_python_block_runs(
         out = _run(block.replace(LOCAL_URI, replicaset_server.uri), page, namespace)
         for name, value in list(namespace.items()):
             if name.startswith("test_") and callable(value):
-                value(standalone_server)
+                result = value(standalone_server)
+                if inspect.iscoroutine(result):  # an async def test, as pytest-asyncio runs it
+                    asyncio.run(result)
     finally:  # a block that failed half-way leaves no client open for a later test to report
         for value in namespace.values():
             if isinstance(value, pymongo.MongoClient):
