@@ -94,6 +94,18 @@ BLOCKS: dict[str, Optional[Callable[[str], bool]]] = {
     # embedded-server.md
     "server.set_rate_limit(100": _lines("{'received': 3, 'failed': 2, 'rejected': 0}"),
     'print(server.stats()["commands"]["find"]["failed"])': _lines("1"),
+    # production.md
+    "uri, timeoutMS=2000) as client:\n        client": _lines("{'_id': 1}"),
+    'print("async", found)': _lines("async {'_id': 1}"),
+    "logging.config.dictConfig(": _lines("30"),
+    # troubleshooting.md
+    "print(stats.operations, stats.retries, 0 < slept <= 0.2)": _lines("1 1 True"),
+    'print("async", stats.operations, stats.retries)': _lines("async 1 0"),
+    "category=backpressure.UntestedPymongoWarning": _lines("True"),
+    # migration.md
+    "print(policy.name, policy.max_retries, policy.retarget)": _lines("current 3 True"),
+    'print("async", backpressure.policy(client).max_retries)': _lines("async 3"),
+    "def overloaded(exc):": _lines("commands: 9 then 3"),
     # simulator.md
     'backpressure.sim.run("bench-open-1.5x"': lambda out: out.splitlines()[0].startswith(
         "current "
@@ -141,11 +153,17 @@ wide and a character of its 13 px monospace font 7.8 px, so 90 characters."""
 
 
 def test_code_lines_fit_the_code_block() -> None:
-    """No line of a fenced code block is longer than CODE_LINE_LIMIT (comments go above)."""
+    """No line of a fenced code block, or of a file a page includes as code, is longer than
+    CODE_LINE_LIMIT (comments go above)."""
+    blocks = []
+    for page in _pages():
+        text = page.read_text("utf-8")
+        blocks += [(page.name, b) for b in re.findall(r"```[\w-]+\n(.*?)```", text, flags=re.S)]
+        for included in re.findall(r"```\{literalinclude\} (\S+)", text):
+            blocks.append((included, (DOCS / included).read_text("utf-8")))
     long = [
-        f"{page.name}: {line}"
-        for page in _pages()
-        for block in re.findall(r"```[\w{}-]+\n(.*?)```", page.read_text("utf-8"), flags=re.S)
+        f"{name}: {line}"
+        for name, block in blocks
         for line in block.splitlines()
         if len(line) > CODE_LINE_LIMIT
     ]
