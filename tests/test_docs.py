@@ -218,6 +218,37 @@ def test_python_block_runs(
     assert check is None or check(out), out
 
 
+def _fleet_summary(report: dict[str, Any]) -> str:
+    """The benchmarks page's summary table, rendered from the committed fleet results."""
+    from backpressure.workload.policies import policy_label
+
+    plans = report["fleet"]
+    shapes = [f"{p['plan']['processes']}x{p['plan']['threads']}" for p in plans]
+    runs = {(r["shape"], r["policy"]): r for p in plans for r in p["runs"]}
+    head = ["policy"] + [f"{what} {s}" for what in ("errors", "attempts/op", "p99") for s in shapes]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for policy in [r["policy"] for r in plans[0]["runs"]]:
+        cells = [policy_label(policy)]
+        cells += [f"{runs[(s, policy)]['error_fraction'] * 100:.1f} %" for s in shapes]
+        cells += [f"{runs[(s, policy)]['attempts_per_op']:.2f}" for s in shapes]
+        cells += [f"{runs[(s, policy)]['p99_ms']:.0f} ms" for s in shapes]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_benchmarks_page_leads_with_the_fleet_summary() -> None:
+    """The summary table at the top of the benchmarks page is the committed fleet run's, every
+    policy with the default's row first, before any included (wide) results table."""
+    import json
+
+    report = json.loads((ROOT / "bench" / "results" / "fleet.json").read_text("utf-8"))
+    page = (DOCS / "benchmarks.md").read_text("utf-8")
+    table = _fleet_summary(report)
+    assert table in page
+    assert page.index(table) < page.index("```{include}")
+    assert table.splitlines()[2].startswith("| default (")
+
+
 def _modules_named() -> list[str]:
     """Every ``python -m MODULE`` the pages name (prose and shell blocks alike)."""
     text = "\n".join(page.read_text(encoding="utf-8") for page in _pages())
