@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-EXTRAS := test,dev,demo,motor,server
+EXTRAS := test,dev,demo,motor,server,odm
 # pymongo eras exercised by `make test-compat`: oldest supported, middle, last without native
 # backpressure, first with it, the last 4.20 without conn_mgr, newest.
 COMPAT_VERSIONS ?= 4.9.2 4.13.2 4.16.0 4.17.0 4.20.0 4.20.1

@@ -4,9 +4,10 @@ Quick start::
 
     import backpressure
 
-    client = backpressure.MongoClient("mongodb://localhost/")   # the default preset, "current"
-    backpressure.enable(pymongo_client)                          # or an existing client
-    backpressure.policy(client)                                  # the policy it retries with
+    # the default preset, "current"
+    client = backpressure.MongoClient("mongodb://localhost/")
+    backpressure.enable(pymongo_client)  # or an existing client
+    backpressure.policy(client)          # the policy it retries with
 
 The names below are the public API; everything else is importable from its own module
 (``backpressure.core.*``, ``backpressure.switch.*``) but not re-exported here.  The subpackages

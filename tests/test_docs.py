@@ -3,7 +3,9 @@ command lines the pages name hold: each CLI answers ``--help``, the server print
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import io
 import re
 import shlex
@@ -50,33 +52,60 @@ def _contains(*parts: str) -> Callable[[str], bool]:
 # A new block needs an entry here, so that its output is looked at when it is added.
 BLOCKS: dict[str, Optional[Callable[[str], bool]]] = {
     # quickstart.md
-    "print(backpressure.policy(client).name)": _lines("current"),
-    "print(backpressure.stats(client).retries)": _lines("2"),
+    'client.shop.command("ping")': _lines("current"),
+    "print(backpressure.stats(motor).operations)": _lines("current", "draft", "1"),
+    'with EmbeddedServer("replicaset", members=3) as server:\n    server.configure': _lines("2"),
+    'await client.db.coll.insert_one({"x": 1})\n            print(backpressure.stats': _lines("2"),
     # presets.md
     'backpressure="current", maxAdaptiveRetries=3': _lines("3", "1"),
+    'AsyncMongoClient(uri, backpressure="draft")': _lines("True", "True"),
     "named = backpressure.DRAFT.replace": _lines("draft 3", "True"),
     # adaptive.md
-    'backpressure="adaptive") as client': _lines("adaptive True server"),
+    'with backpressure.MongoClient(server.uri, backpressure="adaptive")': _lines(
+        "adaptive True server"
+    ),
+    'AsyncMongoClient(uri, backpressure="adaptive")': _lines("async adaptive"),
     # hedging.md
     "class PrintHedges": lambda out: out.splitlines()[-1] == "{'_id': 1}",
+    'print("async", await client.db.orders.find_one': _lines("async {'_id': 1}"),
     # observability.md
     "class Recorder": _lines("[('retried', 'insert', 1), ('finished', 2, True)]"),
+    "class OnRetry": _lines("retry 1 of insert", "1 1"),
     "print(stats.operations, stats.attempts, stats.retries)": _lines("1 2 1", "2"),
     "summary = retry_summary(exc)": _lines("462 3 attempts exhausted"),
-    "enable_prometheus(registry)": _contains(
-        "backpressure_retries_total", "backpressure_attempts_per_operation"
+    'print("async", exc.code, attempts)': _lines("async 462 3"),
+    "print(generate_latest(registry).decode())": _contains(
+        "backpressure_retries_total", "backpressure_client_operation_retries_count"
     ),
+    'print("backpressure_retries_total{" in scrape)': _lines("True"),
     "InMemoryMetricReader()": _lines("True"),
     # overrides.md
-    "with backpressure.overrides(max_retries=0):": _lines(),
+    "with backpressure.overrides(max_retries=0):\n            client": _lines(),
+    "with backpressure.overrides(max_retries=0):\n                await": _lines("1"),
     # testing.md
     "with set_testing(True, seed=7):": _lines(),
     'print("gave up:", exc.code)': _lines("gave up: 462", "3"),
+    'print("async gave up:", exc.code)': _lines("async gave up: 462"),
     "def test_retries_an_overloaded_insert(standalone_server):": _lines(),
+    "async def test_retries_an_overloaded_insert_async(standalone_server):": _lines(),
     # outer-loops.md
-    "def save_with_tenacity(doc):": _lines("2"),
+    "\ndef save_with_tenacity(doc):": _lines("2"),
+    "async def save_with_tenacity(doc):": _lines("async 2"),
     # embedded-server.md
     "server.set_rate_limit(100": _lines("{'received': 3, 'failed': 2, 'rejected': 0}"),
+    'print(server.stats()["commands"]["find"]["failed"])': _lines("1"),
+    # production.md
+    "uri, timeoutMS=2000) as client:\n        client": _lines("{'_id': 1}"),
+    'print("async", found)': _lines("async {'_id': 1}"),
+    "logging.config.dictConfig(": _lines("30"),
+    # troubleshooting.md
+    "print(stats.operations, stats.retries, 0 < slept <= 0.2)": _lines("1 1 True"),
+    'print("async", stats.operations, stats.retries)': _lines("async 1 0"),
+    "category=backpressure.UntestedPymongoWarning": _lines("True"),
+    # migration.md
+    "print(policy.name, policy.max_retries, policy.retarget)": _lines("current 3 True"),
+    'print("async", backpressure.policy(client).max_retries)': _lines("async 3"),
+    "def overloaded(exc):": _lines("commands: 9 then 3"),
     # simulator.md
     'backpressure.sim.run("bench-open-1.5x"': lambda out: out.splitlines()[0].startswith(
         "current "
@@ -117,6 +146,41 @@ def test_every_python_block_has_a_marker() -> None:
     assert set(BLOCKS) >= NEEDS_NATIVE_OPTIONS
 
 
+CODE_LINE_LIMIT = 90
+"""Characters of a code line that fit a docs code block without scrolling sideways: measured in
+headless Chromium at a 1280 px window on the built site (furo): the block's text box is 708 px
+wide and a character of its 13 px monospace font 7.8 px, so 90 characters."""
+
+
+def test_code_lines_fit_the_code_block() -> None:
+    """No line of a fenced code block, or of a file a page includes as code, is longer than
+    CODE_LINE_LIMIT (comments go above)."""
+    blocks = []
+    for page in _pages():
+        text = page.read_text("utf-8")
+        blocks += [(page.name, b) for b in re.findall(r"```[\w-]+\n(.*?)```", text, flags=re.S)]
+        for included in re.findall(r"```\{literalinclude\} (\S+)", text):
+            blocks.append((included, (DOCS / included).read_text("utf-8")))
+    long = [
+        f"{name}: {line}"
+        for name, block in blocks
+        for line in block.splitlines()
+        if len(line) > CODE_LINE_LIMIT
+    ]
+    assert long == []
+
+
+def test_every_sync_client_example_has_an_async_one() -> None:
+    """A page whose examples use a sync client shows an AsyncMongoClient or Motor one too."""
+    for page in _pages():
+        blocks = _blocks(page, "python")
+        sync = [b for b in blocks if re.search(r"(?<!Async)MongoClient\(", b)]
+        asynchronous = [b for b in blocks if "asyncio.run(" in b or "async def test_" in b]
+        assert not sync or asynchronous, f"{page.name}: sync client examples only"
+        for block in asynchronous:
+            assert re.search(r"AsyncMongoClient\(|AsyncIOMotorClient\(", block), block
+
+
 def _run(code: str, page: str, namespace: dict[str, Any]) -> str:
     """Execute ``code`` in ``namespace``; return what it printed."""
     out = io.StringIO()
@@ -144,12 +208,45 @@ def test_python_block_runs(
         out = _run(block.replace(LOCAL_URI, replicaset_server.uri), page, namespace)
         for name, value in list(namespace.items()):
             if name.startswith("test_") and callable(value):
-                value(standalone_server)
+                result = value(standalone_server)
+                if inspect.iscoroutine(result):  # an async def test, as pytest-asyncio runs it
+                    asyncio.run(result)
     finally:  # a block that failed half-way leaves no client open for a later test to report
         for value in namespace.values():
             if isinstance(value, pymongo.MongoClient):
                 value.close()
     assert check is None or check(out), out
+
+
+def _fleet_summary(report: dict[str, Any]) -> str:
+    """The benchmarks page's summary table, rendered from the committed fleet results."""
+    from backpressure.workload.policies import policy_label
+
+    plans = report["fleet"]
+    shapes = [f"{p['plan']['processes']}x{p['plan']['threads']}" for p in plans]
+    runs = {(r["shape"], r["policy"]): r for p in plans for r in p["runs"]}
+    head = ["policy"] + [f"{what} {s}" for what in ("errors", "attempts/op", "p99") for s in shapes]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for policy in [r["policy"] for r in plans[0]["runs"]]:
+        cells = [policy_label(policy)]
+        cells += [f"{runs[(s, policy)]['error_fraction'] * 100:.1f} %" for s in shapes]
+        cells += [f"{runs[(s, policy)]['attempts_per_op']:.2f}" for s in shapes]
+        cells += [f"{runs[(s, policy)]['p99_ms']:.0f} ms" for s in shapes]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_benchmarks_page_leads_with_the_fleet_summary() -> None:
+    """The summary table at the top of the benchmarks page is the committed fleet run's, every
+    policy with the default's row first, before any included (wide) results table."""
+    import json
+
+    report = json.loads((ROOT / "bench" / "results" / "fleet.json").read_text("utf-8"))
+    page = (DOCS / "benchmarks.md").read_text("utf-8")
+    table = _fleet_summary(report)
+    assert table in page
+    assert page.index(table) < page.index("```{include}")
+    assert table.splitlines()[2].startswith("| default (")
 
 
 def _modules_named() -> list[str]:
@@ -228,7 +325,7 @@ def test_server_command_prints_ready_with_ephemeral_ports() -> None:
     assert re.fullmatch(
         r"READY mongodb://127\.0\.0\.1:\d+,127\.0\.0\.1:\d+,127\.0\.0\.1:\d+/\?replicaSet=rs0", line
     ), line
-    shown = re.search(r"e\.g\.\s+(READY \S+)", block)
+    shown = re.search(r"e\.g\.[\s#]+(READY \S+)", block)
     assert shown is not None
     assert re.fullmatch(r"READY mongodb://(127\.0\.0\.1:\d+,?){3}/\?replicaSet=rs0", shown[1])
 
@@ -236,7 +333,7 @@ def test_server_command_prints_ready_with_ephemeral_ports() -> None:
 def _runner_commands() -> list[list[str]]:
     """The unified-runner page's command lines, split into arguments."""
     (block,) = _blocks(DOCS / "unified-runner.md", "bash")
-    return [shlex.split(line) for line in block.strip().splitlines()]
+    return [shlex.split(line) for line in block.replace("\\\n", " ").strip().splitlines()]
 
 
 def test_runner_presets_are_accepted() -> None:

@@ -15,7 +15,8 @@ import math
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Union
 
 from backpressure.core.adaptive import LocalRefusalEvent, LocalWaitEvent
@@ -31,16 +32,34 @@ from backpressure.switch import registry
 from backpressure.switch.client import state as client_state
 
 __all__ = [
-    "ATTEMPT_BUCKETS",
+    "AMPLIFICATION",
     "BACKOFF_BUCKETS",
+    "BUDGET_TOKENS",
+    "GIVEUPS",
+    "HEDGES",
+    "LOCAL_REFUSALS",
+    "LOCAL_WAITS",
+    "LOCAL_WAIT_DURATION",
+    "METRICS",
+    "OPERATIONS",
+    "OPERATION_RETRIES",
+    "OPERATION_RETRY_DELAY",
+    "RETRIES",
+    "RETRY_BUCKETS",
     "AmplificationWindow",
+    "AttributeValue",
+    "MetricSpec",
     "MetricsBackend",
     "MetricsListener",
-    "format_server",
+    "server_attributes",
 ]
 
-ATTEMPT_BUCKETS: tuple[float, ...] = (1, 2, 3, 4, 5, 6, 8, 11, 16, 21, 51, 101)
-"""Histogram bounds of attempts per operation (1 = no retry; a policy allows at most 101)."""
+AttributeValue = Union[str, int]
+"""The value of a metric attribute (an OpenTelemetry attribute, a Prometheus label)."""
+
+RETRY_BUCKETS: tuple[float, ...] = (1, 2, 3, 4, 5, 7, 10, 15, 20, 50, 100)
+"""Histogram bounds of retries per retried operation (gRPC A96 advises 1-5; a policy allows
+up to 100)."""
 
 BACKOFF_BUCKETS: tuple[float, ...] = (
     0.001,
@@ -56,13 +75,160 @@ BACKOFF_BUCKETS: tuple[float, ...] = (
     2.5,
     5.0,
     10.0,
+    25.0,
 )
-"""Histogram bounds of backoff delays and local waits in seconds (the default ceiling is 10 s)."""
+"""Histogram bounds of backoff delays and local waits in seconds (one retry's ceiling is 10 s
+by default; an operation's total may be several)."""
+
+DB_SYSTEM = "mongodb"
+"""The value of ``db.system.name`` (OpenTelemetry's well-known name for MongoDB)."""
+
+_PROMETHEUS_UNITS = {"s": "seconds"}
+"""OpenTelemetry units with a Prometheus suffix (``{annotations}`` get none; ``1`` on a gauge
+is ``ratio``)."""
 
 
-def format_server(server: Optional[Address]) -> str:
-    """Format a server address as ``host:port`` ("unknown" when None)."""
-    return "unknown" if server is None else f"{server[0]}:{server[1]}"
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric as both exporters name it: an OpenTelemetry instrument and its attributes.
+
+    The Prometheus names follow OpenTelemetry's mapping to Prometheus: dots become
+    underscores, the unit ``s`` adds ``_seconds``, a gauge of unit ``1`` adds ``_ratio``, a
+    counter's samples end in ``_total`` (prometheus-client adds it) and a ``{annotation}``
+    unit adds nothing.
+    """
+
+    name: str
+    kind: str
+    unit: str
+    description: str
+    attributes: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+
+    @property
+    def prometheus_name(self) -> str:
+        """The Prometheus family name (a counter's samples add ``_total``)."""
+        name = self.name.replace(".", "_")
+        suffix = _PROMETHEUS_UNITS.get(self.unit)
+        if suffix is None and self.unit == "1" and self.kind == "gauge":
+            suffix = "ratio"
+        return name if suffix is None else f"{name}_{suffix}"
+
+    @property
+    def prometheus_labels(self) -> tuple[str, ...]:
+        """The Prometheus label names (the attributes with underscores for dots)."""
+        return tuple(attribute.replace(".", "_") for attribute in self.attributes)
+
+
+_OPERATION = ("db.system.name", "db.operation.name")
+_SERVER = ("server.address", "server.port")
+
+OPERATIONS = MetricSpec(
+    "backpressure.client.operations",
+    "counter",
+    "{operation}",
+    "Operations finished, by outcome (succeeded or failed).",
+    ("db.system.name", "backpressure.outcome"),
+)
+OPERATION_RETRIES = MetricSpec(
+    "backpressure.client.operation.retries",
+    "histogram",
+    "{retry}",
+    "Retries of each retried operation (an operation without retries records nothing).",
+    _OPERATION,
+    RETRY_BUCKETS,
+)
+OPERATION_RETRY_DELAY = MetricSpec(
+    "backpressure.client.operation.retry_delay",
+    "histogram",
+    "s",
+    "Total backoff of each retried operation (the time without an attempt in flight).",
+    _OPERATION,
+    BACKOFF_BUCKETS,
+)
+RETRIES = MetricSpec(
+    "backpressure.retries",
+    "counter",
+    "{retry}",
+    "Overload retries, by server, error code and retry number.",
+    (*_OPERATION, *_SERVER, "db.response.status_code", "backpressure.retry.number"),
+)
+GIVEUPS = MetricSpec(
+    "backpressure.giveups",
+    "counter",
+    "{giveup}",
+    "Operations that stopped retrying an overload error, by reason.",
+    ("backpressure.reason",),
+)
+BUDGET_TOKENS = MetricSpec(
+    "backpressure.budget.tokens",
+    "gauge",
+    "{token}",
+    "Tokens in the retry budget.",
+    ("backpressure.client",),
+)
+AMPLIFICATION = MetricSpec(
+    "backpressure.amplification",
+    "gauge",
+    "1",
+    "Attempts over operations finished in the sliding window.",
+)
+LOCAL_WAITS = MetricSpec(
+    "backpressure.local.waits",
+    "counter",
+    "{wait}",
+    "Attempts the adaptive policy held locally before sending them.",
+    _SERVER,
+)
+LOCAL_WAIT_DURATION = MetricSpec(
+    "backpressure.local.wait.duration",
+    "histogram",
+    "s",
+    "Local wait of each attempt held by the adaptive policy.",
+    (),
+    BACKOFF_BUCKETS,
+)
+LOCAL_REFUSALS = MetricSpec(
+    "backpressure.local.refusals",
+    "counter",
+    "{refusal}",
+    "Attempts the adaptive policy refused locally (not sent).",
+    ("backpressure.reason",),
+)
+HEDGES = MetricSpec(
+    "backpressure.hedges",
+    "counter",
+    "{hedge}",
+    "Hedged reads sent, by the server they went to.",
+    _SERVER,
+)
+
+METRICS: tuple[MetricSpec, ...] = (
+    OPERATIONS,
+    OPERATION_RETRIES,
+    OPERATION_RETRY_DELAY,
+    RETRIES,
+    GIVEUPS,
+    BUDGET_TOKENS,
+    AMPLIFICATION,
+    LOCAL_WAITS,
+    LOCAL_WAIT_DURATION,
+    LOCAL_REFUSALS,
+    HEDGES,
+)
+"""Every metric both exporters serve, in the order they list them."""
+
+
+def server_attributes(server: Optional[Address]) -> dict[str, AttributeValue]:
+    """``server.address`` and ``server.port`` of ``server`` (none when it is unknown)."""
+    return {} if server is None else {"server.address": server[0], "server.port": server[1]}
+
+
+_SUCCEEDED: dict[str, AttributeValue] = {
+    "db.system.name": DB_SYSTEM,
+    "backpressure.outcome": "succeeded",
+}
+_FAILED: dict[str, AttributeValue] = {"db.system.name": DB_SYSTEM, "backpressure.outcome": "failed"}
 
 
 class AmplificationWindow:
@@ -121,25 +287,10 @@ class AmplificationWindow:
 class MetricsBackend(Protocol):
     """Where ``MetricsListener`` sends what happened."""
 
-    def retry(
-        self, operation: str, server: str, retry_number: int, error_code: str, delay: float
+    def record(
+        self, metric: MetricSpec, value: float, attributes: Mapping[str, AttributeValue]
     ) -> None:
-        """Count one retry and record its backoff."""
-
-    def give_up(self, reason: str) -> None:
-        """Count one give-up."""
-
-    def operation(self, attempts: int) -> None:
-        """Record the attempts of one finished operation."""
-
-    def local_wait(self, server: str, wait: float) -> None:
-        """Count one local wait of the adaptive policy and record its seconds."""
-
-    def local_refusal(self, reason: str) -> None:
-        """Count one attempt the adaptive policy refused locally."""
-
-    def hedge(self, server: str) -> None:
-        """Count one hedged read sent to ``server``."""
+        """Add ``value`` to a counter, or observe it in a histogram, under ``attributes``."""
 
 
 def _reason_label(event: Union[GiveUpEvent, LocalRefusalEvent]) -> str:
@@ -227,41 +378,56 @@ class MetricsListener:
         return self._amplification.ratio()
 
     def retried(self, event: RetryEvent) -> None:
-        """Count a retry and its backoff."""
+        """Count a retry by operation, server, error code and retry number."""
         if self._closed:
             return
         code = "none" if event.error_code is None else str(event.error_code)
-        self._backend.retry(
-            event.operation, format_server(event.server), event.attempt, code, event.delay
-        )
+        attributes: dict[str, AttributeValue] = {
+            "db.system.name": DB_SYSTEM,
+            "db.operation.name": event.operation,
+            **server_attributes(event.server),
+            "db.response.status_code": code,
+            "backpressure.retry.number": event.attempt,
+        }
+        self._backend.record(RETRIES, 1, attributes)
 
     def gave_up(self, event: GiveUpEvent) -> None:
         """Count a give-up by reason."""
         if not self._closed:
-            self._backend.give_up(_reason_label(event))
+            self._backend.record(GIVEUPS, 1, {"backpressure.reason": _reason_label(event)})
 
     def operation_finished(self, event: OperationFinishedEvent) -> None:
-        """Record the attempts of a finished operation."""
+        """Count a finished operation; for a retried one, record its retries and backoff."""
         if self._closed:
             return
-        attempts = event.attempts
-        self._backend.operation(attempts)
-        self._amplification.add(attempts)
+        backend = self._backend
+        backend.record(OPERATIONS, 1, _SUCCEEDED if event.succeeded else _FAILED)
+        retries = event.retries
+        if retries:
+            attributes: dict[str, AttributeValue] = {
+                "db.system.name": DB_SYSTEM,
+                "db.operation.name": event.operation or "unknown",
+            }
+            backend.record(OPERATION_RETRIES, retries, attributes)
+            backend.record(OPERATION_RETRY_DELAY, event.total_backoff, attributes)
+        self._amplification.add(event.attempts)
 
     def waited(self, event: LocalWaitEvent) -> None:
-        """Count a local wait of the adaptive policy and its seconds."""
+        """Count a local wait of the adaptive policy and record its seconds."""
         if not self._closed:
-            self._backend.local_wait(format_server(event.server), event.wait)
+            self._backend.record(LOCAL_WAITS, 1, server_attributes(event.server))
+            self._backend.record(LOCAL_WAIT_DURATION, event.wait, {})
 
     def refused(self, event: LocalRefusalEvent) -> None:
         """Count a local refusal of the adaptive policy by reason."""
         if not self._closed:
-            self._backend.local_refusal(_reason_label(event))
+            reason = _reason_label(event)
+            self._backend.record(LOCAL_REFUSALS, 1, {"backpressure.reason": reason})
 
     def hedged(self, event: HedgeEvent) -> None:
         """Count a hedged read by the server it was sent to."""
         if not self._closed:
-            self._backend.hedge(format_server(event.server))
+            self._backend.record(HEDGES, 1, server_attributes(event.server))
 
     def close(self) -> None:
         """Stop recording and detach from every client (their metrics stop changing)."""

@@ -1,21 +1,14 @@
 """Prometheus exposition of the retry metrics (needs the ``prometheus`` extra).
 
-One custom collector per registry serves, at scrape time:
-
-========================================  =========  =========================================
-name                                      type       labels
-========================================  =========  =========================================
-``backpressure_retries_total``            counter    operation, server, retry_number, error_code
-``backpressure_giveups_total``            counter    reason
-``backpressure_attempts_per_operation``   histogram  (none)
-``backpressure_backoff_seconds``          histogram  (none)
-``backpressure_budget_tokens``            gauge      client
-``backpressure_amplification_ratio``      gauge      (none)
-``backpressure_local_waits_total``        counter    server
-``backpressure_local_wait_seconds``       histogram  (none)
-``backpressure_local_refusals_total``     counter    reason
-``backpressure_hedges_total``             counter    server
-========================================  =========  =========================================
+One custom collector per registry serves, at scrape time, every metric of
+``backpressure.metrics._recorder.METRICS`` under its OpenTelemetry name mapped to Prometheus
+(``MetricSpec.prometheus_name``; the labels are the attributes with underscores for dots):
+``backpressure_client_operations_total``, ``backpressure_client_operation_retries`` and
+``backpressure_client_operation_retry_delay_seconds`` (histograms), ``backpressure_retries_total``,
+``backpressure_giveups_total``, ``backpressure_budget_tokens`` and
+``backpressure_amplification_ratio`` (gauges), ``backpressure_local_waits_total``,
+``backpressure_local_wait_duration_seconds`` (histogram), ``backpressure_local_refusals_total``
+and ``backpressure_hedges_total``.
 """
 
 from __future__ import annotations
@@ -23,19 +16,20 @@ from __future__ import annotations
 import bisect
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional
 
 from backpressure.core.extras import require
-from backpressure.metrics._recorder import ATTEMPT_BUCKETS, BACKOFF_BUCKETS, MetricsListener
+from backpressure.metrics._recorder import (
+    AMPLIFICATION,
+    BUDGET_TOKENS,
+    METRICS,
+    AttributeValue,
+    MetricsListener,
+    MetricSpec,
+)
 
 __all__ = ["PrometheusMetrics"]
-
-_RETRY_LABELS = ("operation", "server", "retry_number", "error_code")
-_LOCAL_WAITS_HELP = "Attempts the adaptive policy held locally before sending them."
-_LOCAL_WAIT_SECONDS_HELP = "Local wait of each attempt held by the adaptive policy."
-_LOCAL_REFUSALS_HELP = "Attempts the adaptive policy refused locally (not sent)."
-_HEDGES_HELP = "Hedged reads sent, by the server they went to."
 
 
 class _Histogram:
@@ -62,59 +56,52 @@ class _Histogram:
         return pairs
 
 
+_Labels = tuple[str, ...]
+
+
 class _Aggregates:
     """The counters and histograms the listener fills and the collector reads."""
 
     def __init__(self) -> None:
         """Start empty."""
         self.lock = threading.Lock()
-        self.retries: dict[tuple[str, str, str, str], int] = {}
-        self.give_ups: dict[str, int] = {}
-        self.attempts = _Histogram(ATTEMPT_BUCKETS)
-        self.backoff = _Histogram(BACKOFF_BUCKETS)
-        self.local_waits: dict[str, int] = {}
-        self.local_wait_seconds = _Histogram(BACKOFF_BUCKETS)
-        self.local_refusals: dict[str, int] = {}
-        self.hedges: dict[str, int] = {}
+        self.counters: dict[MetricSpec, dict[_Labels, float]] = {}
+        self.histograms: dict[MetricSpec, dict[_Labels, _Histogram]] = {}
 
-    def retry(
-        self, operation: str, server: str, retry_number: int, error_code: str, delay: float
+    def record(
+        self, metric: MetricSpec, value: float, attributes: Mapping[str, AttributeValue]
     ) -> None:
-        """Count one retry and record its backoff."""
-        key = (operation, server, str(retry_number), error_code)
+        """Add ``value`` to a counter, or observe it in a histogram (absent labels are "")."""
+        labels = tuple(str(attributes.get(name, "")) for name in metric.attributes)
         with self.lock:
-            self.retries[key] = self.retries.get(key, 0) + 1
-            self.backoff.observe(delay)
+            if metric.kind == "histogram":
+                series = self.histograms.setdefault(metric, {})
+                histogram = series.get(labels)
+                if histogram is None:
+                    histogram = series[labels] = _Histogram(metric.buckets)
+                histogram.observe(value)
+            else:
+                counts = self.counters.setdefault(metric, {})
+                counts[labels] = counts.get(labels, 0) + value
 
-    def give_up(self, reason: str) -> None:
-        """Count one give-up."""
+    def snapshot(
+        self,
+    ) -> tuple[
+        dict[MetricSpec, dict[_Labels, float]],
+        dict[MetricSpec, dict[_Labels, tuple[list[tuple[str, float]], float]]],
+    ]:
+        """Copy the counters and the histograms' cumulative buckets and sums."""
         with self.lock:
-            self.give_ups[reason] = self.give_ups.get(reason, 0) + 1
-
-    def operation(self, attempts: int) -> None:
-        """Record the attempts of one finished operation."""
-        with self.lock:
-            self.attempts.observe(attempts)
-
-    def local_wait(self, server: str, wait: float) -> None:
-        """Count one local wait of the adaptive policy and record its seconds."""
-        with self.lock:
-            self.local_waits[server] = self.local_waits.get(server, 0) + 1
-            self.local_wait_seconds.observe(wait)
-
-    def local_refusal(self, reason: str) -> None:
-        """Count one attempt the adaptive policy refused locally."""
-        with self.lock:
-            self.local_refusals[reason] = self.local_refusals.get(reason, 0) + 1
-
-    def hedge(self, server: str) -> None:
-        """Count one hedged read sent to ``server``."""
-        with self.lock:
-            self.hedges[server] = self.hedges.get(server, 0) + 1
+            counters = {metric: dict(series) for metric, series in self.counters.items()}
+            histograms = {
+                metric: {labels: (h.buckets(), h.total) for labels, h in series.items()}
+                for metric, series in self.histograms.items()
+            }
+        return counters, histograms
 
 
 class _Collector:
-    """The prometheus-client collector serving the ten metric families."""
+    """The prometheus-client collector serving every metric family of ``METRICS``."""
 
     def __init__(self, aggregates: _Aggregates, listener: MetricsListener) -> None:
         """Serve ``aggregates`` and the gauges of ``listener``."""
@@ -122,114 +109,44 @@ class _Collector:
         self._listener = listener
         self._core = require("prometheus_client.core", "prometheus", "Prometheus metrics")
 
+    def _family(self, metric: MetricSpec) -> Any:
+        """An empty family of ``metric`` (its type, name, help and labels)."""
+        core = self._core
+        kinds = {
+            "counter": core.CounterMetricFamily,
+            "histogram": core.HistogramMetricFamily,
+            "gauge": core.GaugeMetricFamily,
+        }
+        unit = "seconds" if metric.unit == "s" else ""
+        return kinds[metric.kind](
+            metric.prometheus_name,
+            metric.description,
+            labels=metric.prometheus_labels,
+            unit=unit,
+        )
+
     def describe(self) -> Iterator[Any]:
         """Yield the families without samples (lets the registry detect name clashes)."""
-        core = self._core
-        yield core.CounterMetricFamily(
-            "backpressure_retries", "Overload retries.", labels=_RETRY_LABELS
-        )
-        yield core.CounterMetricFamily(
-            "backpressure_giveups", "Operations that stopped retrying.", labels=("reason",)
-        )
-        yield core.HistogramMetricFamily(
-            "backpressure_attempts_per_operation", "Attempts sent per finished operation."
-        )
-        yield core.HistogramMetricFamily(
-            "backpressure_backoff_seconds", "Backoff granted before each retry.", unit="seconds"
-        )
-        yield core.GaugeMetricFamily(
-            "backpressure_budget_tokens", "Tokens in the retry budget.", labels=("client",)
-        )
-        yield core.GaugeMetricFamily(
-            "backpressure_amplification_ratio",
-            "Attempts over operations finished in the sliding window.",
-        )
-        yield core.CounterMetricFamily(
-            "backpressure_local_waits", _LOCAL_WAITS_HELP, labels=("server",)
-        )
-        yield core.HistogramMetricFamily(
-            "backpressure_local_wait_seconds", _LOCAL_WAIT_SECONDS_HELP, unit="seconds"
-        )
-        yield core.CounterMetricFamily(
-            "backpressure_local_refusals", _LOCAL_REFUSALS_HELP, labels=("reason",)
-        )
-        yield core.CounterMetricFamily("backpressure_hedges", _HEDGES_HELP, labels=("server",))
+        for metric in METRICS:
+            yield self._family(metric)
 
     def collect(self) -> Iterator[Any]:
-        """Yield the ten metric families with their current values."""
-        core = self._core
-        aggregates = self._aggregates
-        with aggregates.lock:
-            retries = dict(aggregates.retries)
-            give_ups = dict(aggregates.give_ups)
-            attempts = (aggregates.attempts.buckets(), aggregates.attempts.total)
-            backoff = (aggregates.backoff.buckets(), aggregates.backoff.total)
-            local_waits = dict(aggregates.local_waits)
-            local_wait_seconds = (
-                aggregates.local_wait_seconds.buckets(),
-                aggregates.local_wait_seconds.total,
-            )
-            local_refusals = dict(aggregates.local_refusals)
-            hedges = dict(aggregates.hedges)
-        family = core.CounterMetricFamily(
-            "backpressure_retries", "Overload retries.", labels=_RETRY_LABELS
-        )
-        for key, count in sorted(retries.items()):
-            family.add_metric(list(key), count)
-        yield family
-        family = core.CounterMetricFamily(
-            "backpressure_giveups", "Operations that stopped retrying.", labels=("reason",)
-        )
-        for reason, count in sorted(give_ups.items()):
-            family.add_metric([reason], count)
-        yield family
-        yield core.HistogramMetricFamily(
-            "backpressure_attempts_per_operation",
-            "Attempts sent per finished operation.",
-            buckets=attempts[0],
-            sum_value=attempts[1],
-        )
-        yield core.HistogramMetricFamily(
-            "backpressure_backoff_seconds",
-            "Backoff granted before each retry.",
-            buckets=backoff[0],
-            sum_value=backoff[1],
-            unit="seconds",
-        )
-        gauge = core.GaugeMetricFamily(
-            "backpressure_budget_tokens", "Tokens in the retry budget.", labels=("client",)
-        )
-        for label, tokens in self._listener.budget_tokens():
-            gauge.add_metric([label], tokens)
-        yield gauge
-        yield core.GaugeMetricFamily(
-            "backpressure_amplification_ratio",
-            "Attempts over operations finished in the sliding window.",
-            value=self._listener.amplification(),
-        )
-        family = core.CounterMetricFamily(
-            "backpressure_local_waits", _LOCAL_WAITS_HELP, labels=("server",)
-        )
-        for server, count in sorted(local_waits.items()):
-            family.add_metric([server], count)
-        yield family
-        yield core.HistogramMetricFamily(
-            "backpressure_local_wait_seconds",
-            _LOCAL_WAIT_SECONDS_HELP,
-            buckets=local_wait_seconds[0],
-            sum_value=local_wait_seconds[1],
-            unit="seconds",
-        )
-        family = core.CounterMetricFamily(
-            "backpressure_local_refusals", _LOCAL_REFUSALS_HELP, labels=("reason",)
-        )
-        for reason, count in sorted(local_refusals.items()):
-            family.add_metric([reason], count)
-        yield family
-        family = core.CounterMetricFamily("backpressure_hedges", _HEDGES_HELP, labels=("server",))
-        for server, count in sorted(hedges.items()):
-            family.add_metric([server], count)
-        yield family
+        """Yield every metric family with its current values."""
+        counters, histograms = self._aggregates.snapshot()
+        for metric in METRICS:
+            family = self._family(metric)
+            if metric is BUDGET_TOKENS:
+                for label, tokens in self._listener.budget_tokens():
+                    family.add_metric([label], tokens)
+            elif metric is AMPLIFICATION:
+                family.add_metric([], self._listener.amplification())
+            elif metric.kind == "histogram":
+                for labels, (buckets, total) in sorted(histograms.get(metric, {}).items()):
+                    family.add_metric(list(labels), buckets, total)
+            else:
+                for labels, count in sorted(counters.get(metric, {}).items()):
+                    family.add_metric(list(labels), count)
+            yield family
 
 
 class PrometheusMetrics:

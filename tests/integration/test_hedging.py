@@ -372,11 +372,13 @@ async def test_hedges_are_counted_in_prometheus_and_opentelemetry(
         assert from_slow(hedges, slow), "no read went to the slow member first"
         expected: dict[str, int] = {}
         for event in hedges.events:
-            target = "{}:{}".format(*event.server)
-            expected[target] = expected.get(target, 0) + 1
+            expected[event.server] = expected.get(event.server, 0) + 1
         text = generate_latest(registry).decode()
         families = {f.name: f.samples for f in text_string_to_metric_families(text)}
-        counted = {s.labels["server"]: s.value for s in families["backpressure_hedges"]}
+        counted = {
+            (s.labels["server_address"], int(s.labels["server_port"])): s.value
+            for s in families["backpressure_hedges"]
+        }
         assert counted == expected
         assert {s.name for s in families["backpressure_hedges"]} == {"backpressure_hedges_total"}
         data = reader.get_metrics_data()
@@ -389,7 +391,10 @@ async def test_hedges_are_counted_in_prometheus_and_opentelemetry(
             if metric.name == "backpressure.hedges"
             for point in metric.data.data_points
         ]
-        assert {attributes["server.address"]: value for attributes, value in points} == expected
+        assert {
+            (attributes["server.address"], attributes["server.port"]): value
+            for attributes, value in points
+        } == expected
         await wait_for(lambda: finished_at(commands, "find", slow), "the slow member's reply")
     finally:
         backpressure.metrics.disable_metrics()

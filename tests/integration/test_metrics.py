@@ -19,6 +19,7 @@ import backpressure
 import backpressure.metrics
 import backpressure.switch.registry
 from backpressure import ADAPTIVE, DRAFT, LocalOverloadError
+from backpressure.metrics._recorder import METRICS
 from backpressure.switch.client import budget as budget_of
 from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer
@@ -33,17 +34,11 @@ from tests.integration.conftest import (
 pytestmark = pytest.mark.timeout(60)
 
 FAST = DRAFT.replace(max_retries=3, base_backoff=0.001)
-SIX = {
-    "backpressure_retries",
-    "backpressure_giveups",
-    "backpressure_attempts_per_operation",
-    "backpressure_backoff_seconds",
-    "backpressure_budget_tokens",
-    "backpressure_amplification_ratio",
-}
+FAMILIES = {metric.prometheus_name for metric in METRICS}
+"""Every family the Prometheus exporter serves (counters without their ``_total``)."""
 LOCAL = {
     "backpressure_local_waits",
-    "backpressure_local_wait_seconds",
+    "backpressure_local_wait_duration_seconds",
     "backpressure_local_refusals",
 }
 WAITING = ADAPTIVE.replace(adaptive_min_rate=2.0, adaptive_window=60.0, max_local_wait=30.0)
@@ -132,10 +127,10 @@ def registry() -> Iterator[CollectorRegistry]:
     backpressure.metrics.disable_metrics()
 
 
-async def test_prometheus_six_metrics_after_one_call(
+async def test_prometheus_every_metric_after_one_call(
     clients: ClientFactory, standalone_server: EmbeddedServer, registry: CollectorRegistry
 ) -> None:
-    """enable_prometheus(registry), then an HTTP scrape shows the six metrics with their values."""
+    """enable_prometheus(registry), then an HTTP scrape shows every family with its values."""
     before = enabled_client(clients, standalone_server.uri, FAST, backpressure_class=False)
     backpressure.metrics.enable_prometheus(registry)
     after = enabled_client(clients, standalone_server.uri, FAST, backpressure_class=False)
@@ -143,26 +138,60 @@ async def test_prometheus_six_metrics_after_one_call(
     await _retry_twice_then_give_up(before, standalone_server)
     await resolve(after.db.coll.find_one({}))
     families = _scrape_over_http(registry)
-    assert set(families) >= SIX
+    assert set(families) == FAMILIES
+    operations = families["backpressure_client_operations"]
+    name = "backpressure_client_operations_total"
+    assert _value(operations, name, backpressure_outcome="succeeded") == 2
+    assert _value(operations, name, backpressure_outcome="failed", db_system_name="mongodb") == 1
     retries = families["backpressure_retries"]
-    first = {"operation": "insert", "server": f"{host}:{port}", "error_code": "462"}
-    assert _value(retries, "backpressure_retries_total", retry_number="1", **first) == 2
-    assert _value(retries, "backpressure_retries_total", retry_number="3", **first) == 1
+    first = {
+        "db_system_name": "mongodb",
+        "db_operation_name": "insert",
+        "server_address": host,
+        "server_port": str(port),
+        "db_response_status_code": "462",
+    }
+    name = "backpressure_retries_total"
+    assert _value(retries, name, backpressure_retry_number="1", **first) == 2
+    assert _value(retries, name, backpressure_retry_number="3", **first) == 1
     giveups = families["backpressure_giveups"]
-    assert _value(giveups, "backpressure_giveups_total", reason="attempts_exhausted") == 1
-    attempts = families["backpressure_attempts_per_operation"]
-    assert _value(attempts, "backpressure_attempts_per_operation_count") == 3
-    assert _value(attempts, "backpressure_attempts_per_operation_sum") == 3 + 4 + 1
-    assert _value(attempts, "backpressure_attempts_per_operation_bucket", le="1.0") == 1
-    assert _value(attempts, "backpressure_attempts_per_operation_bucket", le="3.0") == 2
-    backoff = families["backpressure_backoff_seconds"]
-    assert _value(backoff, "backpressure_backoff_seconds_count") == 5
+    reason = "attempts_exhausted"
+    assert _value(giveups, "backpressure_giveups_total", backpressure_reason=reason) == 1
+    # Per retried operation (gRPC A96): 2 then 3 retries; the first-attempt find records none.
+    per_op = families["backpressure_client_operation_retries"]
+    name = "backpressure_client_operation_retries"
+    insert = {"db_operation_name": "insert", "db_system_name": "mongodb"}
+    assert _value(per_op, f"{name}_count", **insert) == 2
+    assert _value(per_op, f"{name}_sum", **insert) == 2 + 3
+    assert _value(per_op, f"{name}_bucket", le="2.0", **insert) == 1
+    assert _value(per_op, f"{name}_bucket", le="3.0", **insert) == 2
+    assert {s.labels["db_operation_name"] for s in per_op} == {"insert"}
+    delay = families["backpressure_client_operation_retry_delay_seconds"]
+    name = "backpressure_client_operation_retry_delay_seconds"
+    assert _value(delay, f"{name}_count", **insert) == 2
+    slept = backpressure.stats(before).backoff_seconds
+    assert _value(delay, f"{name}_sum", **insert) == pytest.approx(slept)
     tokens = families["backpressure_budget_tokens"]
     expected = sorted(budget_of(c).tokens for c in (before, after))  # type: ignore[union-attr]
     assert sorted(s.value for s in tokens) == expected
     assert expected[0] < 1000.0
     ratio = families["backpressure_amplification_ratio"]
     assert _value(ratio, "backpressure_amplification_ratio") == pytest.approx(8 / 3)
+
+
+def test_prometheus_names_are_the_opentelemetry_names_mapped() -> None:
+    """Each family is its instrument's name under OpenTelemetry's Prometheus mapping."""
+    mapped = {metric.name: metric.prometheus_name for metric in METRICS}
+    assert mapped["backpressure.client.operation.retry_delay"] == (
+        "backpressure_client_operation_retry_delay_seconds"
+    )
+    assert mapped["backpressure.client.operation.retries"] == (
+        "backpressure_client_operation_retries"
+    )
+    assert mapped["backpressure.amplification"] == "backpressure_amplification_ratio"
+    assert mapped["backpressure.budget.tokens"] == "backpressure_budget_tokens"
+    for metric in METRICS:
+        assert metric.prometheus_labels == tuple(a.replace(".", "_") for a in metric.attributes)
 
 
 async def test_prometheus_covers_only_the_clients_passed(
@@ -175,6 +204,7 @@ async def test_prometheus_covers_only_the_clients_passed(
     try:
         await _retry_twice_then_give_up(b, standalone_server)
         assert _scrape(registry)["backpressure_retries"] == []
+        assert _scrape(registry)["backpressure_client_operations"] == []
         await _retry_twice_then_give_up(a, standalone_server)
         assert len(_scrape(registry)["backpressure_retries"]) == 3
         assert len(_scrape(registry)["backpressure_budget_tokens"]) == 1
@@ -203,21 +233,23 @@ async def test_prometheus_counts_local_waits_and_refusals(
     await _refuse_locally_once(refusing, standalone_server)
     families = _scrape(registry)
     local_waits = families["backpressure_local_waits"]
-    assert _value(local_waits, "backpressure_local_waits_total", server=f"{host}:{port}") == 1
+    where = {"server_address": host, "server_port": str(port)}
+    assert _value(local_waits, "backpressure_local_waits_total", **where) == 1
     assert [s.name for s in local_waits] == ["backpressure_local_waits_total"]
-    seconds = families["backpressure_local_wait_seconds"]
-    assert _value(seconds, "backpressure_local_wait_seconds_count") == 1
-    assert 0.0 < _value(seconds, "backpressure_local_wait_seconds_sum") <= 0.5
-    assert _value(seconds, "backpressure_local_wait_seconds_bucket", le="0.5") == 1
-    assert _value(seconds, "backpressure_local_wait_seconds_bucket", le="+Inf") == 1
+    seconds = families["backpressure_local_wait_duration_seconds"]
+    name = "backpressure_local_wait_duration_seconds"
+    assert _value(seconds, f"{name}_count") == 1
+    assert 0.0 < _value(seconds, f"{name}_sum") <= 0.5
+    assert _value(seconds, f"{name}_bucket", le="0.5") == 1
+    assert _value(seconds, f"{name}_bucket", le="+Inf") == 1
     refusals = families["backpressure_local_refusals"]
     assert [(s.name, s.labels, s.value) for s in refusals] == [
-        ("backpressure_local_refusals_total", {"reason": "local_wait_limit"}, 1.0)
+        ("backpressure_local_refusals_total", {"backpressure_reason": "local_wait_limit"}, 1.0)
     ]
     # The refused insert was a first attempt: it gave up too, and the give-ups count it.
     giveups = families["backpressure_giveups"]
     assert [(s.name, s.labels, s.value) for s in giveups] == [
-        ("backpressure_giveups_total", {"reason": "local_wait_limit"}, 1.0)
+        ("backpressure_giveups_total", {"backpressure_reason": "local_wait_limit"}, 1.0)
     ]
 
 
@@ -280,10 +312,11 @@ async def test_opentelemetry_instruments_with_units(
     await _retry_twice_then_give_up(client, standalone_server)
     points = _otel_points(reader)
     assert {name: unit for name, (unit, _) in points.items()} == {
+        "backpressure.client.operations": "{operation}",
+        "backpressure.client.operation.retries": "{retry}",
+        "backpressure.client.operation.retry_delay": "s",
         "backpressure.retries": "{retry}",
         "backpressure.giveups": "{giveup}",
-        "backpressure.operation.attempts": "{attempt}",
-        "backpressure.backoff.duration": "s",
         "backpressure.budget.tokens": "{token}",
         "backpressure.amplification": "1",
     }
@@ -292,19 +325,29 @@ async def test_opentelemetry_instruments_with_units(
         for p in points["backpressure.retries"][1]
     }
     assert retries == {1: 2, 2: 2, 3: 1}
-    sample = points["backpressure.retries"][1][0].attributes
-    assert sample["db.operation.name"] == "insert"
-    assert sample["server.address"] == f"{host}:{port}"
-    assert sample["db.response.status_code"] == "462"
+    assert dict(points["backpressure.retries"][1][0].attributes) == {
+        "db.system.name": "mongodb",
+        "db.operation.name": "insert",
+        "server.address": host,
+        "server.port": port,
+        "db.response.status_code": "462",
+        "backpressure.retry.number": 1,
+    }
     (giveup,) = points["backpressure.giveups"][1]
     assert (dict(giveup.attributes), giveup.value) == (
         {"backpressure.reason": "attempts_exhausted"},
         1,
     )
-    (attempts,) = points["backpressure.operation.attempts"][1]
-    assert (attempts.count, attempts.sum) == (2, 7)
-    (backoff,) = points["backpressure.backoff.duration"][1]
-    assert backoff.count == 5
+    outcomes = {
+        p.attributes["backpressure.outcome"]: (p.attributes["db.system.name"], p.value)
+        for p in points["backpressure.client.operations"][1]
+    }
+    assert outcomes == {"succeeded": ("mongodb", 1), "failed": ("mongodb", 1)}
+    (per_op,) = points["backpressure.client.operation.retries"][1]
+    assert dict(per_op.attributes) == {"db.system.name": "mongodb", "db.operation.name": "insert"}
+    assert (per_op.count, per_op.sum) == (2, 2 + 3)
+    (delay,) = points["backpressure.client.operation.retry_delay"][1]
+    assert delay.count == 2
     (tokens,) = points["backpressure.budget.tokens"][1]
     assert tokens.value == budget_of(client).tokens  # type: ignore[union-attr]
     assert tokens.value < 1000.0
@@ -336,7 +379,7 @@ async def test_opentelemetry_counts_local_waits_and_refusals(
     assert units["backpressure.local.wait.duration"] == "s"
     assert units["backpressure.local.refusals"] == "{refusal}"
     (wait,) = points["backpressure.local.waits"][1]
-    assert (dict(wait.attributes), wait.value) == ({"server.address": f"{host}:{port}"}, 1)
+    assert (dict(wait.attributes), wait.value) == ({"server.address": host, "server.port": port}, 1)
     (duration,) = points["backpressure.local.wait.duration"][1]
     assert duration.count == 1
     assert 0.0 < duration.sum <= 0.5
