@@ -29,6 +29,7 @@ writes, transaction fix-ups) stay in the executors; they reach the record throug
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
@@ -155,6 +156,10 @@ class AttemptCycle:
         if not isinstance(name, str):
             name = self._name = name()
         return name
+
+    def attempted(self) -> bool:
+        """Whether an attempt was started (a server was selected for it)."""
+        return self.retries is not None or self.first is not _NONE
 
     def record(self) -> OperationRetries:
         """Return the operation's record (attempts, retries, ledger), creating it on first need."""
@@ -339,11 +344,6 @@ class AttemptCycle:
         retries = self.record()
         summary = retries.summary()
         if summary.stop_reason is None and reason is not None:
-            summary = summary.__class__(
-                attempts=summary.attempts,
-                total_backoff=summary.total_backoff,
-                servers=summary.servers,
-                stop_reason=reason,
-            )
+            summary = dataclasses.replace(summary, stop_reason=reason)
         attach_summary(error, summary)
         retries.ended()

@@ -265,3 +265,35 @@ def test_an_attempt_started_while_the_last_is_open_is_a_classic_retry() -> None:
     assert retries is not None
     assert retries.servers == (A, B)
     assert retries.attempts == 2
+
+
+def test_hedged_race_one_rule_for_who_wins_and_when_to_raise() -> None:
+    """The race both hedging executors follow: a success wins once; a fatal failure of the
+    first attempt ends the read at once; a non-fatal one waits for the hedges, and when every
+    attempt failed the first attempt's error is raised."""
+    from pymongo.errors import AutoReconnect, OperationFailure
+
+    from backpressure.adapters.hedging import _Attempt, _Race
+
+    race = _Race()
+    first, hedge = _Attempt(race, None, 0), _Attempt(race, A, 1)
+    race.launched()
+    race.launched()
+    network = AutoReconnect("first attempt's connection closed")
+    assert race.failed(first, network) is None  # non-fatal: the hedge may still answer
+    assert race.failed(hedge, overload()) is network  # every attempt failed: the first's error
+
+    race = _Race()
+    first, hedge = _Attempt(race, None, 0), _Attempt(race, A, 1)
+    race.launched()
+    race.launched()
+    assert race.failed(hedge, overload()) is None  # the first attempt is still running
+    assert race.claim(first)
+    assert not race.claim(hedge)  # one winner
+
+    race = _Race()
+    first = _Attempt(race, None, 0)
+    race.launched()
+    race.launched()
+    bad_query = OperationFailure("bad query", code=2)
+    assert race.failed(first, bad_query) is bad_query  # fatal: no member could answer
