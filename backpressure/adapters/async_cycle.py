@@ -13,15 +13,15 @@ Both sleep through the client's sleep (``ClientState.sleep``: the private hook t
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Optional
+from typing import Any
 
 from backpressure.core.client_state import ClientState
-from backpressure.core.cycle import AttemptCycle, Stop, Wait
+from backpressure.core.cycle import AttemptCycle, Deadline, Stop, Wait
 
 __all__ = ["admitted", "pause"]
 
 
-async def admitted(cycle: AttemptCycle, server: Any, deadline: Optional[float]) -> None:
+async def admitted(cycle: AttemptCycle, server: Any, deadline: Deadline) -> None:
     """Return once the attempt to ``server`` may be sent; raise the cycle's refusal.
 
     The executors' one admit-wait-recheck loop: a retry going ahead of the pacing queue may move

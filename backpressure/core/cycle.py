@@ -40,7 +40,7 @@ from backpressure.core.events import Address, attach_summary
 from backpressure.core.operation import OperationRetries
 from backpressure.core.overrides import Criticality
 
-__all__ = ["SEND", "AttemptCycle", "Backoff", "Send", "Step", "Stop", "Wait"]
+__all__ = ["SEND", "AttemptCycle", "Backoff", "Deadline", "Send", "Step", "Stop", "Wait"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,10 @@ class Stop:
 
 Step = Union[Send, Wait, Backoff, Stop]
 """What the cycle answers."""
+
+Deadline = Union[None, float, Callable[[], Optional[float]]]
+"""An operation's deadline on the client's clock (None: none), or the query that returns it
+(called only when the pacing needs it: the adapters pass pymongo's CSOT query)."""
 
 _NONE: Any = object()  # no attempt has started yet
 
@@ -187,11 +191,12 @@ class AttemptCycle:
         gate = self.gate
         return gate.is_paced if gate is not None and gate.engaged else None
 
-    def admit(self, server: Any, deadline: Optional[float]) -> Step:
+    def admit(self, server: Any, deadline: Deadline = None) -> Step:
         """Ask the pacing about an attempt to ``server``: :data:`SEND`, :class:`Wait` or
         :class:`Stop` (refused).
 
-        ``deadline`` is the operation's deadline on the client's clock (None: none).
+        ``deadline`` is the operation's deadline on the client's clock (None: none), or the
+        query returning it.
         """
         self.server = server
         self.admission = None
@@ -200,6 +205,8 @@ class AttemptCycle:
             self.address = None  # read from ``server`` only if the pacing needs it
             return SEND
         address = self.address = self._address_of(server)
+        if callable(deadline):
+            deadline = deadline()
         state = self.state
         criticality = self._criticality
         sheddable = (

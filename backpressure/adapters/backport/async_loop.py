@@ -192,7 +192,7 @@ class _AsyncRetryLoop:
             operation_id=self._operation_id,
         )
         server = self._server
-        await admitted(self._cycle, server, _shared.csot_deadline())
+        await admitted(self._cycle, server, _shared.csot_deadline)
         self._cycle.started(server)
         return server
 

@@ -192,7 +192,7 @@ class _SyncRetryLoop:
             operation_id=self._operation_id,
         )
         server = self._server
-        admitted(self._cycle, server, _shared.csot_deadline())
+        admitted(self._cycle, server, _shared.csot_deadline)
         self._cycle.started(server)
         return server
 

@@ -58,8 +58,8 @@ class Installation(Protocol):
         ...
 
 
-class TrackedOperation:
-    """One call of the native loop on one client: its :class:`AttemptCycle` and the pymongo
+class TrackedOperation(AttemptCycle):
+    """One call of the native loop on one client: its :class:`AttemptCycle`, plus the pymongo
     specifics around it (the session's transaction, its pinned mongos, the commit counter).
 
     The cycle's per-operation record is created only when something other than a first-attempt
@@ -72,14 +72,12 @@ class TrackedOperation:
         "args",
         "backoff",
         "commit_attempt",
-        "cycle",
         "decision",
         "in_transaction",
         "installation",
         "kwargs",
         "pinned",
         "session",
-        "state",
     )
 
     def __init__(
@@ -87,7 +85,6 @@ class TrackedOperation:
     ) -> None:
         """Track one ``_retry_internal(*args, **kwargs)`` call on ``installation``'s client."""
         self.installation = installation
-        self.state = installation.state
         self.args = args
         self.kwargs = kwargs
         self.decision: Optional[Decision] = None
@@ -103,13 +100,12 @@ class TrackedOperation:
         """The session argument of the ``_retry_internal`` call (None when absent)."""
         state = None if session is None else session._transaction.state
         self.in_transaction = state in seams.ACTIVE_TRANSACTION_STATES
-        self.cycle = AttemptCycle(
-            self.state,
-            self.name,
+        super().__init__(
+            installation.state,
+            "",  # see ``name``
             address_of=seams.server_address,
             opens_transaction=state in seams.STARTING_TRANSACTION_STATES,
         )
-        """The operation's attempt cycle (every decision about it)."""
         # In a transaction: the mongos it was pinned to when the attempt started.
         self.pinned: Optional[tuple[str, int]] = None
         # For commitTransaction: the session's commit attempt counter when the attempt started
@@ -124,16 +120,12 @@ class TrackedOperation:
         operation = cls(installation, cell[1], cell[2])
         first = cell[0]
         if first is not None:
-            operation.cycle.started(first)
+            operation.started(first)
         return operation
 
-    @property
-    def opens_transaction(self) -> bool:
-        """Whether the operation is the first statement of a transaction."""
-        return self.cycle.opens_transaction
-
     def name(self) -> str:
-        """The operation's name, for the pacing's events and the retry bookkeeping."""
+        """The operation's name, for the pacing's events and the retry bookkeeping (read from
+        the call's arguments only when needed)."""
         return seams.operation_name(
             seams.retry_internal_argument(self.args, self.kwargs, "operation")
         )
@@ -145,12 +137,12 @@ class TrackedOperation:
             self.pinned = seams.pinned_address(session)
             if self.commit_attempt is not None:
                 self.commit_attempt = seams.commit_attempt(session)
-        self.cycle.started(server)
+        self.started(server)
 
     def reply_received(self, reply: Any, session: Any) -> None:
         """Note a reply to the statement that opens a transaction (the transaction began)."""
-        if self.cycle.opens_transaction and session is self.session and seams.reply_ok(reply):
-            self.cycle.transaction_began()
+        if self.opens_transaction and session is self.session and seams.reply_ok(reply):
+            self.transaction_began()
 
     def decide(self, error: BaseException) -> float:
         """Ask the cycle about an overload failure pymongo would retry; return the delay.
@@ -160,15 +152,14 @@ class TrackedOperation:
         cycle grants the retry of a statement whose transaction the server already began,
         pymongo's own revert to "starting" is undone (it would send ``startTransaction`` twice).
         """
-        cycle = self.cycle
         deadline = seams.csot_deadline()
         now = time.monotonic() if deadline is not None else None
-        step = cycle.failed(error, deadline=deadline, now=now, classic_retryable=True)
+        step = self.failed(error, deadline=deadline, now=now, classic_retryable=True)
         if not isinstance(step, Backoff):
             self.decision = GiveUp(step.reason or StopReason.NOT_RETRYABLE)
             return 0.0
         self.decision = step.decision
-        ledger = cycle.record().ledger
+        ledger = self.record().ledger
         if ledger.opens_transaction and not ledger.restarts_transaction():
             seams.resume_transaction(self.session)
         if self.pinned is not None and ledger.keeps_pinned_server():
@@ -192,15 +183,11 @@ class TrackedOperation:
         decision, self.decision = self.decision, None
         return decision
 
-    def succeeded(self) -> None:
-        """Record success (the cycle's success accounting)."""
-        self.cycle.succeeded()
-
-    def failed(self, exc: BaseException) -> None:
+    def raised(self, exc: BaseException) -> None:
         """Account for the error the loop raised and attach the retry summary to it."""
         if not isinstance(exc, Exception) or isinstance(exc, LocalOverloadError):
             return  # cancellation, or a refusal the cycle accounted for when it answered it
-        cycle = self.cycle
+        cycle = self
         if not cycle.attempted():
             return  # no server was ever selected: nothing to account for
         if cycle.record().attempts == 0:

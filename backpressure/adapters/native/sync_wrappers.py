@@ -75,7 +75,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
                 return  # no server was ever selected: nothing to account for
             value = installation.operation()
         if value is not None:
-            value.failed(exc)
+            value.raised(exc)
 
     def _retry_internal(
         func: Any,
@@ -166,12 +166,11 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
             tracked = installation.operation()
         if tracked is None:  # not within an operation of ours
             return select_server(ref(), *args, **kwargs)
-        cycle = tracked.cycle
         if tracked.backoff:  # a backoff the client's sleep hook sleeps (see TrackedOperation)
             seconds, tracked.backoff = tracked.backoff, 0.0
             pause(tracked.state, seconds)
-        server = select_server(ref(), *args, **avoid_paced(ref(), cycle, args, kwargs))
-        admitted(cycle, server, seams.csot_deadline())
+        server = select_server(ref(), *args, **avoid_paced(ref(), tracked, args, kwargs))
+        admitted(tracked, server, seams.csot_deadline)
         tracked.attempt_started(server)
         return server
 
@@ -204,7 +203,7 @@ def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Ca
 
     def failed(token: Token[Any], exc: BaseException) -> None:
         try:
-            current.get().failed(exc)
+            current.get().raised(exc)
         finally:
             current.reset(token)
 
@@ -227,12 +226,11 @@ def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Ca
         tracked = current.get()
         if type(tracked) is not TrackedOperation:
             return select_server(ref(), *args, **kwargs)
-        cycle = tracked.cycle
         if tracked.backoff:  # a backoff the client's sleep hook sleeps (see TrackedOperation)
             seconds, tracked.backoff = tracked.backoff, 0.0
             pause(tracked.state, seconds)
-        server = select_server(ref(), *args, **avoid_paced(ref(), cycle, args, kwargs))
-        admitted(cycle, server, seams.csot_deadline())
+        server = select_server(ref(), *args, **avoid_paced(ref(), tracked, args, kwargs))
+        admitted(tracked, server, seams.csot_deadline)
         tracked.attempt_started(server)
         return server
 
