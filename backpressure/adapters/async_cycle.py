@@ -4,8 +4,9 @@ The sync twin ``adapters/sync_cycle.py`` is generated from ``adapters/async_cycl
 ``scripts/unasync.py``: edit the async file, then run ``python scripts/unasync.py``.
 
 The decisions are the cycle's (:class:`~backpressure.core.cycle.AttemptCycle`); these functions
-only carry them out: :func:`admitted` waits as long as the cycle says before an attempt is sent
-(asking again when each wait is over) and raises its refusal, :func:`pause` sleeps a backoff.
+only carry them out: :func:`carry_out` waits as long as the cycle says before an attempt is
+sent (asking again when each wait is over) and raises its refusal, :func:`pause` sleeps a
+backoff.
 Both sleep through the client's sleep (``ClientState.sleep``: the private hook tests set, see
 ``backpressure.switch.client.set_timing``), else ``asyncio.sleep``.
 """
@@ -13,21 +14,21 @@ Both sleep through the client's sleep (``ClientState.sleep``: the private hook t
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from backpressure.core.client_state import ClientState
-from backpressure.core.cycle import AttemptCycle, Deadline, Stop, Wait
+from backpressure.core.cycle import AttemptCycle, Step, Stop, Wait
 
-__all__ = ["admitted", "pause"]
+__all__ = ["carry_out", "pause"]
 
 
-async def admitted(cycle: AttemptCycle, server: Any, deadline: Deadline) -> None:
-    """Return once the attempt to ``server`` may be sent; raise the cycle's refusal.
+async def carry_out(cycle: AttemptCycle, step: Step) -> None:
+    """Carry out the cycle's answer to ``admit`` (a :class:`Wait` or a :class:`Stop`).
 
-    The executors' one admit-wait-recheck loop: a retry going ahead of the pacing queue may move
-    the slot later (another wait) or past the attempt's bound (a ``LocalOverloadError``).
+    The executors' one wait-and-recheck loop: wait, ask again when each wait is over (a retry
+    going ahead of the pacing queue may move the slot later, or past the attempt's bound), and
+    raise the refusal (a ``LocalOverloadError``).  The executors ask ``cycle.admit`` themselves
+    and come here only when the answer is not ``SEND`` (the success path costs no call).
     """
-    step = cycle.admit(server, deadline)
     if type(step) is Wait:
         sleep = cycle.state.sleep or asyncio.sleep
         while type(step) is Wait:

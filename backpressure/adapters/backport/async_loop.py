@@ -40,7 +40,7 @@ from backpressure.adapters import seams
 from backpressure.adapters.backport import shared as _shared
 from backpressure.core.adaptive import LocalOverloadError
 from backpressure.core.client_state import STATE_ATTRIBUTE, ClientState
-from backpressure.core.cycle import AttemptCycle, Stop
+from backpressure.core.cycle import SEND, AttemptCycle, Stop
 from backpressure.core.events import retry_summary
 from backpressure.core.labels import has_no_writes_performed, is_overload, is_retryable_overload
 from backpressure.core.ledger import AttemptLedger, AttemptOutcome
@@ -54,7 +54,7 @@ from pymongo.asynchronous.pool import AsyncConnection as _Connection
 from pymongo.asynchronous.pool import Pool as _Pool
 from pymongo.asynchronous.topology import Topology as _Topology
 
-from backpressure.adapters.async_cycle import admitted, pause
+from backpressure.adapters.async_cycle import carry_out, pause
 
 __all__ = [
     "AsyncBackpressurePool",
@@ -192,7 +192,9 @@ class _AsyncRetryLoop:
             operation_id=self._operation_id,
         )
         server = self._server
-        await admitted(self._cycle, server, _shared.csot_deadline)
+        step = self._cycle.admit(server, _shared.csot_deadline)
+        if step is not SEND:
+            await carry_out(self._cycle, step)
         self._cycle.started(server)
         return server
 

@@ -23,10 +23,11 @@ from backpressure.adapters.native.operation import (
     TrackedOperation,
     avoid_paced,
 )
+from backpressure.core.cycle import SEND
 
 # isort: split
 # The flavour's own module (sync_cycle in the generated twin).
-from backpressure.adapters.async_cycle import admitted, pause
+from backpressure.adapters.async_cycle import carry_out, pause
 
 __all__ = ["forwarding_wrappers", "lean_wrappers"]
 
@@ -47,7 +48,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     paced (``AdmissionGate.engaged`` is False; its successes are counted for the pacing in
     batches, see ``ClientState.count_first_attempt``), and tracks every operation with a
     ``TrackedOperation`` (its ``AttemptCycle``) from its start while one is: the cycle answers
-    at ``_select_server`` (send, or wait and ask again, or refuse: ``admitted``),
+    at ``_select_server`` (send, or wait and ask again, or refuse: ``carry_out``),
     at our policy's ``backoff`` and at the end of ``_retry_internal``.  A failure is recorded
     while the operation is still current, a success after it stopped being current.
     ``_process_response`` sees every reply before pymongo builds an error from it: hostile
@@ -59,6 +60,8 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     process_response = installation.delegate(client, "_process_response")
     current = installation.current
     current_get, current_set, current_reset = current.get, current.set, current.reset
+    csot_deadline = seams.csot_deadline
+    send = SEND
     active_states = seams.ACTIVE_TRANSACTION_STATES
     server_address = seams.server_address
     operation_class = TrackedOperation
@@ -169,8 +172,13 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
         if tracked.backoff:  # a backoff the client's sleep hook sleeps (see TrackedOperation)
             seconds, tracked.backoff = tracked.backoff, 0.0
             await pause(tracked.state, seconds)
-        server = await select_server(ref(), *args, **avoid_paced(ref(), tracked, args, kwargs))
-        await admitted(tracked, server, seams.csot_deadline)
+        paced = tracked.paced()
+        if paced is not None:
+            kwargs = avoid_paced(ref(), paced, args, kwargs)
+        server = await select_server(ref(), *args, **kwargs)
+        step = tracked.admit(server, csot_deadline)
+        if step is not send:
+            await carry_out(tracked, step)
         tracked.attempt_started(server)
         return server
 
@@ -200,6 +208,8 @@ def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Ca
     retry_internal = installation.delegate(client, "_retry_internal")
     select_server = installation.delegate(client, "_select_server")
     current = installation.current
+    csot_deadline = seams.csot_deadline
+    send = SEND
 
     def failed(token: Token[Any], exc: BaseException) -> None:
         try:
@@ -229,8 +239,13 @@ def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Ca
         if tracked.backoff:  # a backoff the client's sleep hook sleeps (see TrackedOperation)
             seconds, tracked.backoff = tracked.backoff, 0.0
             await pause(tracked.state, seconds)
-        server = await select_server(ref(), *args, **avoid_paced(ref(), tracked, args, kwargs))
-        await admitted(tracked, server, seams.csot_deadline)
+        paced = tracked.paced()
+        if paced is not None:
+            kwargs = avoid_paced(ref(), paced, args, kwargs)
+        server = await select_server(ref(), *args, **kwargs)
+        step = tracked.admit(server, csot_deadline)
+        if step is not send:
+            await carry_out(tracked, step)
         tracked.attempt_started(server)
         return server
 

@@ -217,20 +217,24 @@ error raised by the loop) promotes it to a :class:`TrackedOperation` with the sa
 
 
 def avoid_paced(
-    client: Any, cycle: AttemptCycle, args: tuple[Any, ...], kwargs: dict[str, Any]
+    client: Any,
+    paced: Callable[[tuple[str, int]], bool],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> dict[str, Any]:
-    """Add the servers that are paced (pushing back) to the deprioritized servers.
+    """Add the servers that are ``paced`` (pushing back) to the deprioritized servers.
+
+    Called only while some server is paced (``AttemptCycle.paced``).
 
     pymongo then selects another eligible server when the read preference allows one, and the
     paced server otherwise (a transaction keeps its pinned server: pymongo selects it by
-    address).  Inert until some server of the client is paced, and for selections that have no
+    address).  Inert for selections that have no
     choice: writes and primary reads outside a sharded cluster (``seams.selection_has_choice``),
     and selections by address.  pymongo would leave the filtered candidate list on the
     topology's shared description (``client.primary`` would find no primary): the topology puts
     it back before its lock is released (``seams.keep_candidate_servers``).
     """
-    paced = cycle.paced()
-    if paced is None or len(args) > 4:
+    if len(args) > 4:
         return kwargs  # ``len(args) > 4``: deprioritized_servers passed positionally; leave it
     selector = args[0] if args else kwargs.get("server_selector")
     if kwargs.get("address") is not None or not seams.selection_has_choice(client, selector):
