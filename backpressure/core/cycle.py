@@ -102,6 +102,7 @@ class AttemptCycle:
         "_name",
         "address",
         "admission",
+        "asked",
         "attempt_open",
         "first",
         "gate",
@@ -145,6 +146,8 @@ class AttemptCycle:
         """Its address, when the pacing asked for it."""
         self.admission: Optional[Admission] = None
         """The pacing's admission of the current attempt (None: sent unpaced)."""
+        self.asked = False
+        """``admit`` was asked about the attempt about to start."""
         self.attempt_open = False
         """An attempt was sent and its outcome is not known yet."""
         self.pushed_back = False
@@ -187,7 +190,11 @@ class AttemptCycle:
     # -- before sending -----------------------------------------------------------------------
 
     def paced(self) -> Optional[Callable[[Address], bool]]:
-        """The servers a selection with a choice avoids now (None: no server is paced)."""
+        """The servers a selection with a choice avoids now.
+
+        None: no server is paced, so nothing would wait: an executor may then send without
+        asking :meth:`admit` (which would answer :data:`SEND`).
+        """
         gate = self.gate
         return gate.is_paced if gate is not None and gate.engaged else None
 
@@ -200,6 +207,7 @@ class AttemptCycle:
         """
         self.server = server
         self.admission = None
+        self.asked = True
         gate = self.gate
         if gate is None or not gate.engaged:
             self.address = None  # read from ``server`` only if the pacing needs it
@@ -256,6 +264,12 @@ class AttemptCycle:
         An attempt still open here failed without the executor reporting it (pymongo's own loop
         retried an error its classic rules retry): it is recorded as such.
         """
+        if self.asked:
+            self.asked = False
+        else:  # sent without asking admit: nothing was paced
+            self.server = server
+            self.admission = None
+            self.address = None
         retries = self.retries
         if retries is None:
             if self.first is _NONE:

@@ -297,3 +297,20 @@ def test_hedged_race_one_rule_for_who_wins_and_when_to_raise() -> None:
     race.launched()
     bad_query = OperationFailure("bad query", code=2)
     assert race.failed(first, bad_query) is bad_query  # fatal: no member could answer
+
+
+def test_an_attempt_sent_without_asking_admit_carries_no_earlier_admission() -> None:
+    """While nothing is paced an executor sends without asking ``admit``: the attempt is
+    recorded unpaced, whatever an earlier attempt of the operation was admitted with."""
+    clock = FakeClock()
+    state = client(ADAPTIVE.replace(adaptive_min_rate=2.0, max_local_wait=30.0), clock)
+    close_pacing(state, clock)
+    cycle = AttemptCycle(state, "find")
+    step = cycle.admit(A, None)
+    assert step is SEND or isinstance(step, Wait)
+    assert cycle.admission is not None
+    cycle.started(A)
+    assert type(cycle.failed(NetworkTimeout("slow"), classic_retryable=True)) is Stop
+    cycle.started(B)  # no admit: sent unpaced
+    assert cycle.admission is None
+    assert cycle.address is None

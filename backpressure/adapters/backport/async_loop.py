@@ -192,10 +192,12 @@ class _AsyncRetryLoop:
             operation_id=self._operation_id,
         )
         server = self._server
-        step = self._cycle.admit(server, _shared.csot_deadline)
-        if step is not SEND:
-            await carry_out(self._cycle, step)
-        self._cycle.started(server)
+        cycle = self._cycle
+        if cycle.paced() is not None:  # else nothing is paced: send without asking
+            step = cycle.admit(server, _shared.csot_deadline)
+            if step is not SEND:
+                await carry_out(cycle, step)
+        cycle.started(server)
         return server
 
     def _avoided(self) -> list[Any]:

@@ -173,12 +173,13 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
             seconds, tracked.backoff = tracked.backoff, 0.0
             pause(tracked.state, seconds)
         paced = tracked.paced()
-        if paced is not None:
-            kwargs = avoid_paced(ref(), paced, args, kwargs)
-        server = select_server(ref(), *args, **kwargs)
-        step = tracked.admit(server, csot_deadline)
-        if step is not send:
-            carry_out(tracked, step)
+        if paced is None:  # nothing is paced: select and send without asking
+            server = select_server(ref(), *args, **kwargs)
+        else:
+            server = select_server(ref(), *args, **avoid_paced(ref(), paced, args, kwargs))
+            step = tracked.admit(server, csot_deadline)
+            if step is not send:
+                carry_out(tracked, step)
         tracked.attempt_started(server)
         return server
 
@@ -240,12 +241,13 @@ def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Ca
             seconds, tracked.backoff = tracked.backoff, 0.0
             pause(tracked.state, seconds)
         paced = tracked.paced()
-        if paced is not None:
-            kwargs = avoid_paced(ref(), paced, args, kwargs)
-        server = select_server(ref(), *args, **kwargs)
-        step = tracked.admit(server, csot_deadline)
-        if step is not send:
-            carry_out(tracked, step)
+        if paced is None:  # nothing is paced: select and send without asking
+            server = select_server(ref(), *args, **kwargs)
+        else:
+            server = select_server(ref(), *args, **avoid_paced(ref(), paced, args, kwargs))
+            step = tracked.admit(server, csot_deadline)
+            if step is not send:
+                carry_out(tracked, step)
         tracked.attempt_started(server)
         return server
 
