@@ -180,7 +180,9 @@ class _AsyncRetryLoop:
     async def _select(self) -> Any:
         """Select the server for the next attempt, avoiding the deprioritized ones."""
         self._server = None
-        avoided = self._avoided()
+        cycle = self._cycle
+        paced = cycle.paced()
+        avoided = self._deprioritized if paced is None else self._avoided(paced)
         if avoided:
             seams.keep_candidate_servers(self._client)  # the filter steers this selection only
         self._server = await self._client._select_server(
@@ -192,25 +194,21 @@ class _AsyncRetryLoop:
             operation_id=self._operation_id,
         )
         server = self._server
-        cycle = self._cycle
-        if cycle.paced() is not None:  # else nothing is paced: send without asking
+        if paced is not None:  # else nothing is paced: send without asking
             step = cycle.admit(server, _shared.csot_deadline)
             if step is not SEND:
                 await carry_out(cycle, step)
         cycle.started(server)
         return server
 
-    def _avoided(self) -> list[Any]:
-        """The deprioritized servers plus, while some server pushes back, the paced servers.
+    def _avoided(self, paced: Callable[[tuple[str, int]], bool]) -> list[Any]:
+        """The deprioritized servers plus the ``paced`` ones (some server pushes back).
 
         Paced servers are not added when the selection has no choice (a write or a primary
         read outside a sharded cluster, or a selection by address).
         """
-        paced = self._cycle.paced()
-        if (
-            paced is None
-            or self._address is not None
-            or not seams.selection_has_choice(self._client, self._selector)
+        if self._address is not None or not seams.selection_has_choice(
+            self._client, self._selector
         ):
             return self._deprioritized
         busy = seams.servers_where(self._client, paced)
