@@ -194,7 +194,9 @@ class _SyncRetryLoop:
             operation_id=self._operation_id,
         )
         server = self._server
-        if paced is not None:  # else nothing is paced: send without asking
+        # Asked again after the selection (which may have waited): a server pushing back
+        # meanwhile paces this attempt too.  Nothing paced: send without asking.
+        if paced is not None or cycle.paced() is not None:
             step = cycle.admit(server, _shared.csot_deadline)
             if step is not SEND:
                 carry_out(cycle, step)
