@@ -19,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 FILES = {
+    "backpressure/adapters/async_cycle.py": "backpressure/adapters/sync_cycle.py",
     "backpressure/adapters/backport/async_loop.py": "backpressure/adapters/backport/sync_loop.py",
     "backpressure/adapters/native/async_wrappers.py": (
         "backpressure/adapters/native/sync_wrappers.py"
@@ -33,6 +34,7 @@ SUBS = [
     (r"^import asyncio$", "import time"),
     (r"\basyncio\.sleep\b", "time.sleep"),
     (r"\bpymongo\.asynchronous\b", "pymongo.synchronous"),
+    (r"\bbackpressure\.adapters\.async_cycle\b", "backpressure.adapters.sync_cycle"),
     (r"\bAsyncMongoClient\b", "MongoClient"),
     (r"\bAsyncCollection\b", "Collection"),
     (r"\bAsyncDatabase\b", "Database"),

@@ -107,9 +107,15 @@ class HedgeCancelled(PyMongoError):
 
 
 class _Race:
-    """The attempts of one hedged read: who won, and the members tried."""
+    """The attempts of one hedged read: who won, when to raise, and the members tried.
 
-    __slots__ = ("closed", "lock", "servers", "winner")
+    The one rule both executors (threads for sync clients, tasks for async ones) follow: the
+    first attempt to succeed wins (:meth:`claim`); a failure ends the read when it is the first
+    attempt's and fatal (not ``is_non_fatal``), or when no attempt is left running, and the
+    error raised is then the first attempt's (:meth:`failed`).
+    """
+
+    __slots__ = ("closed", "first_error", "lock", "running", "servers", "winner")
 
     def __init__(self) -> None:
         """Start a race with no attempt."""
@@ -117,6 +123,24 @@ class _Race:
         self.closed = False
         self.winner: Optional[_Attempt] = None
         self.servers: list[Address] = []
+        self.running = 0
+        """Attempts launched whose outcome the executor has not handed to the race yet."""
+        self.first_error: Optional[BaseException] = None
+        """The first attempt's error, once it failed."""
+
+    def launched(self) -> None:
+        """Count an attempt the executor started."""
+        self.running += 1
+
+    def failed(self, attempt: _Attempt, error: BaseException) -> Optional[BaseException]:
+        """Hand over a failed attempt; return the error to raise now (None: wait for others)."""
+        self.running -= 1
+        first = attempt.target is None
+        if first:
+            self.first_error = error
+        if self.running == 0 or (first and not is_non_fatal(error)):
+            return self.first_error if self.first_error is not None else error
+        return None
 
     def claim(self, attempt: _Attempt) -> bool:
         """Make ``attempt`` the winner if the race is still open; return whether it won."""
@@ -538,11 +562,11 @@ def _race_sync(
             else:
                 installation.loser(method, result)
 
+        race.launched()
         _WORKERS.run(functools.partial(context.run, body))
 
     launch(_Attempt(race, None, 0), lambda: delegate(*args, **kwargs))
-    pending, number = 1, 0
-    first_error: Optional[BaseException] = None
+    number = 0
     try:
         while True:
             timeout: Optional[float] = None
@@ -557,15 +581,12 @@ def _race_sync(
                     if number == 1 and session is not None:
                         _discard_when_done(session)
                     launch(hedge, installation.hedge_call(method, delegate, args, kwargs))
-                    pending += 1
                 continue
-            pending -= 1
             if ok:
                 return value
-            if attempt.target is None:
-                first_error = value
-            if pending == 0 or (attempt.target is None and not is_non_fatal(value)):
-                raise first_error if first_error is not None else value
+            error = race.failed(attempt, value)
+            if error is not None:
+                raise error
     finally:
         race.close()
 
@@ -664,6 +685,7 @@ async def _race_async(
             _CURRENT.set(attempt)  # the task runs in a copy of the caller's context
             return await call()
 
+        race.launched()
         tasks[asyncio.ensure_future(body())] = attempt
 
     def settle_loser(task: asyncio.Future[Any], attempt: _Attempt) -> None:
@@ -675,7 +697,6 @@ async def _race_async(
 
     launch(_Attempt(race, None, 0), lambda: delegate(*args, **kwargs))
     number = 0
-    first_error: Optional[BaseException] = None
     try:
         while True:
             timeout: Optional[float] = None
@@ -703,17 +724,11 @@ async def _race_async(
                     else:
                         installation.loser(method, task.result())
                     continue
-                if attempt.target is None:
-                    first_error = error
-                if attempt.target is None and not is_non_fatal(error):
-                    failure = error
+                failure = race.failed(attempt, error) or failure
             if winner is not _ABSENT:
-                return winner
+                return winner  # a success beats a failure that ended at the same time
             if failure is not None:
                 raise failure
-            if not tasks:  # every attempt failed, the first one included
-                assert first_error is not None
-                raise first_error
     finally:
         race.close()
         for task in tasks:

@@ -105,6 +105,10 @@ class ClientState:
     settings: Optional[Callable[[], Optional[OperationSettings]]] = None
     label: str = ""
     """How metrics name this client (its seed list by default)."""
+    sleep: Optional[Callable[[float], Any]] = None
+    """What the executors sleep local waits and backoffs with, of the client's flavour (a
+    coroutine function for an async client); None: ``time.sleep`` or ``asyncio.sleep``.  A
+    private hook for tests (``backpressure.switch.client.set_timing``)."""
     budget_warnings: BudgetWarnings = field(init=False, repr=False, compare=False)
     """The client's rate limit of budget-empty WARNINGs (on the controller's clock)."""
     stats: StatsRecorder = field(init=False, repr=False, compare=False)

@@ -6,16 +6,18 @@ open-loop arrival stream).  An operation:
 1. selects a server as pymongo does (writes to the primary or any mongos, reads by read
    preference; among the eligible ones, two at random and the one with fewer operations in
    flight; servers the policy deprioritized are avoided while others remain);
-2. for an adaptive policy, asks the package's admission control whether to wait locally, or
-   whether the attempt is refused;
+2. asks the package's attempt cycle (:class:`~backpressure.core.cycle.AttemptCycle`, the one
+   the pymongo adapters run) whether to send now, wait locally (and ask again), or not send;
 3. checks a connection out of the client's pool to that server (a new connection goes through
    the server's connection-establishment limiter; at most ``max_connecting`` are established
    at once);
 4. spends the client's CPU for the attempt (one FIFO processor per client: one GIL), sends, and
    the server answers at once by arithmetic (see :mod:`backpressure.sim.server`); the operation
    waits for the reply, or until its CSOT deadline;
-5. on an overload error, hands the error to the package's ``OperationRetries`` (the same
-   bookkeeping the pymongo adapters use) and sleeps the delay it grants, or gives up.
+5. hands the reply or the error to the cycle (the success accounting, the pacing's record, the
+   retry rules) and sleeps the backoff it answers, or gives up.
+
+The executor has no retry or admission logic of its own: it selects, sleeps, sends and counts.
 
 The clock and random source given to the package's objects are SimPy's ``env.now`` and a seeded
 ``random.Random``, so a run is deterministic under its seed.  Arrivals and operation kinds come
@@ -37,19 +39,10 @@ from typing import Any, Callable, Optional
 import simpy
 from pymongo.errors import NetworkTimeout
 
-from backpressure.core.client_state import ClientState
-from backpressure.core.decision import GiveUp
-from backpressure.core.overrides import Criticality
+from backpressure.core.cycle import Backoff, Stop, Wait
 from backpressure.sim.model import ClientGroup, ClosedLoop, OpenLoop, Scenario
 from backpressure.sim.oracle import Capacity, physical_limit
-from backpressure.sim.policies import (
-    Admission,
-    SimPolicy,
-    admit_takes_retry,
-    admit_takes_sheddable,
-    make_controller,
-    record_takes_admission,
-)
+from backpressure.sim.policies import CycleFactory, SimPolicy, cycle_factory
 from backpressure.sim.server import SimServer
 
 __all__ = ["OperationLog", "RunData", "simulate"]
@@ -158,30 +151,24 @@ class _Client:
     """One simulated application process with one pymongo client."""
 
     __slots__ = (
-        "admission",
         "cpu_free",
         "free_threads",
         "group",
         "index",
         "inflight",
+        "new_cycle",
         "pending",
         "pools",
-        "state",
     )
 
     def __init__(
-        self,
-        group: ClientGroup,
-        servers: int,
-        state: Optional[ClientState],
-        admission: Optional[Admission],
-        index: int = 0,
+        self, group: ClientGroup, servers: int, new_cycle: CycleFactory, index: int = 0
     ) -> None:
         """A client with empty pools (``index``: its place among every client of the run)."""
         self.index = index
         self.group = group
-        self.state = state
-        self.admission = admission
+        self.new_cycle = new_cycle
+        """Builds the attempt cycle of each operation (the policy's, on the run's clock)."""
         self.pools = [_Pool() for _ in range(servers)]
         self.inflight = [0] * servers
         self.cpu_free = 0.0
@@ -219,10 +206,6 @@ class _Run:
         self.running = 0
         self._eligible_index: dict[tuple[int, ...], int] = {}
         self._overheads: list[float] = []
-        self._record_answer: Optional[bool] = None
-        self._admit_retry = False  # whether admit is told that an attempt retries a pushback
-        self._recheck = False  # whether a waiting attempt asks again when its wait is over
-        self._admit_sheddable = False  # whether admit takes ``sheddable``
         # Which operations are sheddable: a stream of its own, drawn only for groups that mark
         # some (the other scenarios' streams are unchanged).
         self._criticality = random.Random(f"{seed}:criticality").random
@@ -235,20 +218,11 @@ class _Run:
         self._write_set = self._write_candidates()
 
     def _new_client(self, group: ClientGroup) -> _Client:
-        """A client with its own controller (own budget) when the policy is a core policy."""
-        state: Optional[ClientState] = None
-        admission: Optional[Admission] = None
-        if self.policy.policy is not None:
-            controller, admission = make_controller(self.policy.policy, self.jitter, self.clock)
-            state = ClientState(controller, logger=_QUIET)
-            if admission is not None and self._record_answer is None:
-                self._record_answer = record_takes_admission(admission)
-                self._admit_retry = admit_takes_retry(admission)
-                self._recheck = callable(getattr(admission, "recheck", None))
-                self._admit_sheddable = admit_takes_sheddable(admission)
+        """A client with its own state (own budget and pacing) when the policy is a core policy."""
+        new_cycle, _state = cycle_factory(self.policy, self.jitter, self.clock, _QUIET)
         self.data.client_successes.append(0)
         index = len(self.data.client_successes) - 1
-        return _Client(group, len(self.servers), state, admission, index)
+        return _Client(group, len(self.servers), new_cycle, index)
 
     # -- topology ------------------------------------------------------------------------------
 
@@ -279,19 +253,19 @@ class _Run:
         client: _Client,
         candidates: tuple[int, ...],
         avoid: int,
-        admission: Optional[Admission] = None,
+        paced: Optional[Callable[[tuple[str, int]], bool]] = None,
     ) -> SimServer:
         """pymongo's choice: two at random, fewer operations in flight (avoiding ``avoid``).
 
-        With an adaptive policy's admission control, reads avoid the members it paces (those
-        pushing back), as the package's adapters do.
+        With an adaptive policy, reads avoid the members it paces (``paced``: those pushing
+        back), as the package's adapters do.
         """
         count = len(candidates)
         if avoid >= 0 and count > 1:
             candidates = tuple(i for i in candidates if i != avoid)
             count -= 1
-        if admission is not None and count > 1:
-            free = tuple(i for i in candidates if not admission.is_paced(self.servers[i].address))
+        if paced is not None and count > 1:
+            free = tuple(i for i in candidates if not paced(self.servers[i].address))
             if free:
                 candidates, count = free, len(free)
         if count == 1:
@@ -382,64 +356,31 @@ class _Run:
         jitter = self._wake_jitter[group_index]
         if jitter > 0:
             yield env.timeout(self.wake.expovariate(1.0 / jitter))
-        policy = self.policy
-        kind = policy.kind
-        operation = None
-        if client.state is not None:
-            operation = client.state.new_operation(
-                "find" if is_read else "insert",
-                criticality=Criticality.SHEDDABLE if sheddable else None,
-            )
-        admission = client.admission
+        cycle = client.new_cycle("find" if is_read else "insert", sheddable)
         csot = deadline if deadline != math.inf else None
         cpu_half = group.cpu_ms_per_attempt / 2000.0
         avoid = -1
-        attempts = 0
-        answer: Any = None
         ok = False
         reason = OVERLOAD
-        pushed_back = False  # the server pushed the last attempt back
         while True:
-            server = self._select(client, candidates, avoid, admission if is_read else None)
+            server = self._select(client, candidates, avoid, cycle.paced() if is_read else None)
             address = server.address
-            if admission is not None:
-                if sheddable and self._admit_sheddable:
-                    answer = admission.admit(address, csot, retry=pushed_back, sheddable=True)
-                elif pushed_back and self._admit_retry:
-                    answer = admission.admit(address, csot, retry=True)
-                else:
-                    answer = admission.admit(address, csot)
-                refusal = getattr(answer, "reason", None)
-                wait = 0.0 if refusal is not None else float(answer.wait)
-                if wait > 0:
-                    data.local_waits += 1
-                while wait > 0:
-                    yield env.timeout(wait)
-                    wait = 0.0
-                    if self._recheck:
-                        # A retry going ahead may have moved the slot (or past the deadline).
-                        again = admission.recheck(address, answer)
-                        refusal = getattr(again, "reason", None)
-                        if refusal is None:
-                            wait = float(again)
-                if refusal is not None:
-                    reason = REFUSED
-                    if operation is not None:
-                        stopped = getattr(operation, "stopped", None)
-                        if callable(stopped):
-                            stopped(refusal)
-                        else:
-                            operation.ended()
-                    # Refusing still costs the client an attempt's bookkeeping, and it moves
-                    # time on: a closed-loop worker's next operation never starts at the same
-                    # instant (it would loop without ever yielding).
-                    begin = client.cpu_free if client.cpu_free > env.now else env.now
-                    client.cpu_free = begin + max(cpu_half, REFUSAL_MIN_COST_S)
-                    yield env.timeout(client.cpu_free - env.now)
-                    break
-            attempts += 1
-            if operation is not None:
-                operation.attempt_started(address)
+            step = cycle.admit(address, csot)
+            if type(step) is Wait:
+                data.local_waits += 1
+                while type(step) is Wait:
+                    yield env.timeout(step.seconds)
+                    step = cycle.waited()
+            if type(step) is Stop:
+                reason = REFUSED
+                # Refusing still costs the client an attempt's bookkeeping, and it moves time
+                # on: a closed-loop worker's next operation never starts at the same instant (it
+                # would loop without ever yielding).
+                begin = client.cpu_free if client.cpu_free > env.now else env.now
+                client.cpu_free = begin + max(cpu_half, REFUSAL_MIN_COST_S)
+                yield env.timeout(client.cpu_free - env.now)
+                break
+            cycle.started(address)
             index = server.index
             pool = client.pools[index]
             if pool.idle > 0:
@@ -451,8 +392,7 @@ class _Run:
                 client.inflight[index] -= 1
                 if connected is None:
                     reason = TIMEOUT
-                    if operation is not None:
-                        operation.failed(_TIMEOUT_ERROR, deadline=csot, now=env.now)
+                    cycle.failed(_TIMEOUT_ERROR, deadline=csot, now=env.now)
                     break
             if connected:
                 client.inflight[index] += 1
@@ -473,8 +413,7 @@ class _Run:
                     if pool.waiters:
                         self._wake(pool)
                     reason = TIMEOUT
-                    if operation is not None:
-                        operation.failed(_TIMEOUT_ERROR, deadline=csot, now=env.now)
+                    cycle.failed(_TIMEOUT_ERROR, deadline=csot, now=env.now)
                     break
                 yield env.timeout(reply - now)
                 if cpu_half > 0:  # reading the reply: the thread holds its connection meanwhile
@@ -486,33 +425,21 @@ class _Run:
                 if pool.waiters:
                     self._wake(pool)
                 if admitted:
-                    if operation is not None:
-                        operation.succeeded()
-                    if admission is not None:
-                        self._record(admission, address, False, answer)
+                    cycle.succeeded()
                     ok = True
                     break
                 data.timeline_rejected[bucket] += 1
                 error: BaseException = server.error
             else:
                 error = server.connection_error
-            if admission is not None:
-                self._record(admission, address, True, answer)
-                pushed_back = True
-            if kind == "none":
+            step = cycle.failed(error, deadline=csot, now=env.now)
+            if type(step) is Stop:
                 break
-            if kind == "storm":
-                if attempts > policy.storm_retries or env.now >= deadline:
-                    break
-                continue
-            assert operation is not None
-            decision = operation.failed(error, deadline=csot, now=env.now)
-            if isinstance(decision, GiveUp):
-                break
-            if decision.retarget:
+            assert type(step) is Backoff
+            if step.retarget:
                 avoid = index
-            if decision.delay > 0:
-                yield env.timeout(decision.delay)
+            if step.seconds > 0:
+                yield env.timeout(step.seconds)
         self.running -= 1
         if sheddable:
             self._running_sheddable -= 1
@@ -561,15 +488,6 @@ class _Run:
             if woken is _EXPIRED:
                 pool.waiters.remove(waiter)
                 return None
-
-    def _record(
-        self, admission: Admission, address: tuple[str, int], overloaded: bool, answer: Any
-    ) -> None:
-        """Report an attempt's reply to the admission control (with its answer when it wants)."""
-        if self._record_answer:
-            admission.record(address, overloaded=overloaded, admission=answer)
-        else:
-            admission.record(address, overloaded=overloaded)
 
     def _wake(self, pool: _Pool) -> None:
         """Let the first waiter of ``pool`` try again."""

@@ -11,35 +11,39 @@
 
 Any :class:`~backpressure.core.policy.Policy` can be simulated too: :func:`resolve` accepts one.
 For the core policies, every decision (retry or not, the delay, the budget, retargeting and,
-for adaptive policies, the per-server pacing) is made by the package's own objects, built with
-the simulator's clock and random source; nothing of the policy is re-implemented here.
+for adaptive policies, the per-server pacing and its waits) is made by the package's own attempt
+cycle (:class:`~backpressure.core.cycle.AttemptCycle`, the one the pymongo adapters run), built
+with the simulator's clock and random source; nothing of the policy is re-implemented here.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol, Union
+from typing import Callable, Optional, Protocol, Union
 
 import backpressure
+from backpressure.core.adaptive import admission_for
+from backpressure.core.client_state import ClientState
+from backpressure.core.cycle import SEND, AttemptCycle, Backoff, Step, Stop
 from backpressure.core.decision import RetryController
+from backpressure.core.overrides import Criticality
 from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
 from backpressure.workload.policies import default_first
 from backpressure.workload.policies import default_policy_name as default_name
 from backpressure.workload.policies import policy_label as display_name
 
 __all__ = [
-    "ADMISSION_AVAILABLE",
     "POLICY_NAMES",
-    "Admission",
+    "Cycle",
+    "CycleFactory",
     "SimPolicy",
     "available_policies",
+    "cycle_factory",
     "default_first",
     "default_name",
     "display_name",
-    "make_admission",
     "resolve",
 ]
 
@@ -124,93 +128,127 @@ def resolve_all(values: Sequence[Union[str, Policy, SimPolicy]]) -> list[SimPoli
     return policies
 
 
-class Admission(Protocol):
-    """The per-server admission state of an adaptive policy, as the simulator drives it."""
+class Cycle(Protocol):
+    """What the simulator's executor asks for each operation (:class:`AttemptCycle`'s calls).
 
-    def admit(
-        self, server: Optional[tuple[str, int]], deadline: Optional[float] = None, **extra: Any
-    ) -> Any:
-        """Return an object with ``wait`` (seconds), and ``reason`` when the attempt is refused."""
-        ...
-
-    def recheck(self, server: Optional[tuple[str, int]], admission: Any) -> Any:
-        """Once a wait is over: the further wait (seconds), or an object with ``reason``."""
-        ...
-
-    def record(self, server: Optional[tuple[str, int]], *, overloaded: bool, **extra: Any) -> None:
-        """Account for the reply of an attempt."""
-        ...
-
-    def is_paced(self, server: tuple[str, int]) -> bool:
-        """Whether attempts to ``server`` are paced now (reads avoid it)."""
-        ...
-
-
-def _admission_factory() -> Optional[Callable[..., Optional[Admission]]]:
-    """The package's builder of per-server admission control, when the package has one."""
-    try:
-        module = importlib.import_module("backpressure.core.adaptive")
-    except ImportError:
-        return None
-    for name in ("admission_for", "AdmissionControl"):
-        factory = getattr(module, name, None)
-        if callable(factory):
-            return factory  # type: ignore[no-any-return]
-    return None
-
-
-ADMISSION_AVAILABLE: bool = _admission_factory() is not None
-"""Whether the installed package has per-server admission control (the adaptive policy)."""
-
-
-def make_admission(policy: Policy, clock: Callable[[], float]) -> Optional[Admission]:
-    """Build the package's admission control for an adaptive ``policy`` (None otherwise)."""
-    if not getattr(policy, "adaptive", False):
-        return None
-    factory = _admission_factory()
-    if factory is None:
-        return None
-    return factory(policy, clock=clock)
-
-
-def _accepts(function: Callable[..., Any], name: str) -> bool:
-    """Whether ``function`` takes a keyword argument called ``name``."""
-    try:
-        return name in inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def make_controller(
-    policy: Policy, random: Callable[[], float], clock: Callable[[], float]
-) -> tuple[RetryController, Optional[Admission]]:
-    """Build a client's controller as the package's switch does, with its admission control.
-
-    The admission control (adaptive policies only) is handed to the controller when the
-    controller takes one, so the package's own wiring is what the simulator runs.
+    The core policies run the package's own :class:`~backpressure.core.cycle.AttemptCycle`;
+    ``no-retries`` and ``retry-storm`` are hand-written application loops, given the same shape
+    so that one executor runs every arm.
     """
-    admission = make_admission(policy, clock)
-    if admission is not None and _accepts(RetryController.__init__, "admission"):
-        wiring: dict[str, Any] = {"admission": admission}
-        controller = RetryController(policy, random=random, clock=clock, **wiring)
-    else:
-        controller = RetryController(policy, random=random, clock=clock)
-    return controller, admission
+
+    def paced(self) -> Optional[Callable[[tuple[str, int]], bool]]:
+        """The servers a selection with a choice avoids now (None: none)."""
+        ...
+
+    def admit(self, server: tuple[str, int], deadline: Optional[float]) -> Step:
+        """Send, wait, or stop (refused) before an attempt to ``server``."""
+        ...
+
+    def waited(self) -> Step:
+        """Send, wait again, or stop, once a wait is over."""
+        ...
+
+    def started(self, server: tuple[str, int]) -> None:
+        """An attempt was sent to ``server``."""
+        ...
+
+    def succeeded(self) -> None:
+        """The attempt succeeded."""
+        ...
+
+    def failed(
+        self, error: BaseException, *, deadline: Optional[float] = None, now: Optional[float] = None
+    ) -> Union[Backoff, Stop]:
+        """The attempt failed with ``error``: back off and try again, or stop."""
+        ...
 
 
-def record_takes_admission(admission: Admission) -> bool:
-    """Whether ``admission.record`` wants the answer ``admit`` gave for the attempt."""
-    return _accepts(admission.record, "admission")
+CycleFactory = Callable[[str, bool], Cycle]
+"""Builds the cycle of one operation: ``(name, sheddable)``."""
 
 
-def admit_takes_retry(admission: Admission) -> bool:
-    """Whether ``admission.admit`` takes ``retry`` (a retry of a pushed-back attempt)."""
-    return _accepts(admission.admit, "retry")
+class _OneAttempt:
+    """``no-retries``: one attempt, whatever happens."""
+
+    __slots__ = ()
+
+    def paced(self) -> Optional[Callable[[tuple[str, int]], bool]]:
+        """Nothing is paced."""
+        return None
+
+    def admit(self, server: tuple[str, int], deadline: Optional[float]) -> Step:
+        """Send at once."""
+        return SEND
+
+    def waited(self) -> Step:  # pragma: no cover - admit never answers Wait
+        """Send at once."""
+        return SEND
+
+    def started(self, server: tuple[str, int]) -> None:
+        """Nothing to record."""
+
+    def succeeded(self) -> None:
+        """Nothing to record."""
+
+    def failed(
+        self, error: BaseException, *, deadline: Optional[float] = None, now: Optional[float] = None
+    ) -> Union[Backoff, Stop]:
+        """Give up."""
+        return Stop(error, None)
 
 
-def admit_takes_sheddable(admission: Admission) -> bool:
-    """Whether ``admission.admit`` takes ``sheddable`` (the operation may be shed first)."""
-    return _accepts(admission.admit, "sheddable")
+class _Storm(_OneAttempt):
+    """``retry-storm``: ``retries`` immediate retries of any error, until the deadline."""
+
+    __slots__ = ("attempts", "retries")
+
+    def __init__(self, retries: int) -> None:
+        """Allow ``retries`` immediate retries."""
+        self.retries = retries
+        self.attempts = 0
+
+    def started(self, server: tuple[str, int]) -> None:
+        """Count the attempt."""
+        self.attempts += 1
+
+    def failed(
+        self, error: BaseException, *, deadline: Optional[float] = None, now: Optional[float] = None
+    ) -> Union[Backoff, Stop]:
+        """Retry at once while retries remain and the deadline has not passed."""
+        expired = deadline is not None and now is not None and now >= deadline
+        if self.attempts > self.retries or expired:
+            return Stop(error, None)
+        return Backoff(0.0, False, None)
+
+
+def cycle_factory(
+    policy: SimPolicy,
+    random: Callable[[], float],
+    clock: Callable[[], float],
+    logger: logging.Logger,
+) -> tuple[CycleFactory, Optional[ClientState]]:
+    """Build one client's cycle factory (and its state, for the core policies).
+
+    A core policy's client is wired as the package's switch wires an enabled client: a
+    ``RetryController`` with the policy's pacing (``admission_for``), a ``ClientState``, and
+    one ``AttemptCycle`` per operation, on the simulator's clock and random source.
+    """
+    if policy.policy is None:
+        if policy.kind == "storm":
+            retries = policy.storm_retries
+            return (lambda _name, _sheddable: _Storm(retries)), None
+        one = _OneAttempt()
+        return (lambda _name, _sheddable: one), None
+    core = policy.policy
+    controller = RetryController(
+        core, random=random, clock=clock, admission=admission_for(core, clock=clock)
+    )
+    state = ClientState(controller, logger=logger)
+
+    def new_cycle(name: str, sheddable: bool) -> Cycle:
+        return AttemptCycle(state, name, criticality=Criticality.SHEDDABLE if sheddable else None)
+
+    return new_cycle, state
 
 
 def describe(policies: Mapping[str, SimPolicy]) -> list[tuple[str, str]]:

@@ -19,9 +19,11 @@ INFO line on the ``backpressure`` logger naming the client and that policy.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random as _random
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -202,6 +204,18 @@ def enable(
         settings=current_settings,
         label=_client_label(target),
     )
+    _install(target, new_state)
+    LOGGER.info(
+        "backpressure enabled on %s(%s) with policy %s",
+        type(client).__name__,
+        new_state.label,
+        resolved.describe(),
+    )
+    return client
+
+
+def _install(target: Any, new_state: ClientState) -> None:
+    """Put ``new_state`` on the pymongo client ``target`` through its era's adapter."""
     adapter = _adapter(target)
     # Every seam is probed before anything is changed: a mismatch leaves the client untouched.
     seams.guard(target, adapter.seam_problems(target))
@@ -210,13 +224,41 @@ def enable(
     hedging.install(target, new_state)  # a no-op unless the policy sets hedge_delay
     setattr(target, STATE_ATTRIBUTE, new_state)
     registry.track(target, new_state)
-    LOGGER.info(
-        "backpressure enabled on %s(%s) with policy %s",
-        type(client).__name__,
-        new_state.label,
-        resolved.describe(),
+
+
+def set_timing(
+    client: Any,
+    *,
+    clock: Optional[Callable[[], float]] = None,
+    sleep: Optional[Callable[[float], Any]] = None,
+) -> None:
+    """Run an enabled client's pacing on ``clock`` and its sleeps on ``sleep`` (a private hook
+    for tests).
+
+    The client starts afresh (new budget, pacing and statistics; same policy, listeners and
+    jitter source) with its adaptive pacing on ``clock`` (a monotonic clock; None:
+    ``time.monotonic``), and every local wait and backoff slept with ``sleep`` (of the client's
+    flavour: a coroutine function for an async client; None: ``time.sleep`` or
+    ``asyncio.sleep``).  On pymongo >= 4.17, whose own loop sleeps a backoff with
+    ``time.sleep`` or ``asyncio.sleep``, a client with a ``sleep`` hands pymongo a delay of 0
+    and sleeps the backoff with ``sleep`` at its next server selection instead.  Deadlines
+    (CSOT) stay on pymongo's clock, ``time.monotonic``, and so does the retry rules' clock.
+
+    Raises:
+        InvalidOperation: ``client`` is not enabled.
+    """
+    current = state(client)
+    if current is None:
+        raise InvalidOperation("set_timing needs a client with backpressure enabled")
+    old = current.controller
+    policy = old.policy
+    controller = RetryController(
+        policy,
+        random=old.random,
+        admission=admission_for(policy, clock=time.monotonic if clock is None else clock),
     )
-    return client
+    new_state = dataclasses.replace(current, controller=controller, sleep=sleep)
+    _install(_pymongo_client(client), new_state)
 
 
 def _is_closed(target: Any) -> bool:

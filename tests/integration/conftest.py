@@ -97,37 +97,44 @@ pacing reopened after 1 s: a test slow to send its next operation (a loaded mach
 client's jittered backoff) saw it admitted instead of refused."""
 
 
-SLEEPING_ADAPTERS = (
-    "backpressure.adapters.native.sync_wrappers",
-    "backpressure.adapters.native.async_wrappers",
-    "backpressure.adapters.backport.sync_loop",
-    "backpressure.adapters.backport.async_loop",
-)
-"""The adapter modules whose local waits and backoffs sleep (``time.sleep``, ``asyncio.sleep``)."""
-
-
-PYMONGO_RETRY_LOOPS = ("pymongo.synchronous.mongo_client", "pymongo.asynchronous.mongo_client")
-"""pymongo's client modules: from 4.17 their own retry loop sleeps an overload retry's backoff
-(the delay our policy returned); earlier eras have no sleep there."""
-
-
-def patch_adapter_sleeps(
-    monkeypatch: pytest.MonkeyPatch,
-    replacement: Callable[[str, Any], Any],
-    modules: Sequence[str] = SLEEPING_ADAPTERS,
+def run_on_clock(
+    client: Any,
+    clock: Callable[[], float],
+    advance: Callable[[float], None],
+    waits: Optional[list[float]] = None,
 ) -> None:
-    """Give every loaded module of ``modules`` (the adapters by default)
-    ``replacement(attribute, real)`` in place of its ``time`` or ``asyncio`` module
-    (``attribute`` is the name, ``real`` the module), so that a test's clock decides how long a
-    local wait lasts.  Enable a client first: that loads its era's adapter."""
-    import sys
+    """Give an enabled client ``clock`` for its pacing and a sleep that moves it on
+    (``advance(seconds)``) instead of sleeping, through the client's private timing hook
+    (``backpressure.switch.client.set_timing``); each sleep is appended to ``waits``.
 
-    for name in modules:
-        module = sys.modules.get(name)
-        for attribute in ("time", "asyncio"):
-            real = getattr(module, attribute, None) if module is not None else None
-            if real is not None:
-                monkeypatch.setattr(module, attribute, replacement(attribute, real))
+    The sleep still yields (``time.sleep(0)`` or ``asyncio.sleep(0)``), so the event loop or
+    the other threads run.  The client starts afresh: call this before the test's operations.
+    """
+    import time
+
+    from backpressure.adapters import seams
+    from backpressure.switch.client import _pymongo_client, set_timing
+
+    taken = [] if waits is None else waits
+
+    def step(seconds: float) -> None:
+        taken.append(seconds)
+        advance(seconds)
+
+    if seams.is_async_client(_pymongo_client(client)):
+
+        async def sleep_async(seconds: float) -> None:
+            step(seconds)
+            await asyncio.sleep(0)
+
+        set_timing(client, clock=clock, sleep=sleep_async)
+    else:
+
+        def sleep(seconds: float) -> None:
+            step(seconds)
+            time.sleep(0)
+
+        set_timing(client, clock=clock, sleep=sleep)
 
 
 async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:

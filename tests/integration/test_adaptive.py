@@ -23,6 +23,7 @@ from backpressure.core.decision import StopReason
 from backpressure.core.events import retry_summary
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
 from backpressure.switch.client import budget as budget_of
+from backpressure.switch.client import set_timing
 from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration import conftest
@@ -143,10 +144,7 @@ async def test_a_paced_server_makes_the_next_operation_wait_locally(
     policy = ADAPTIVE.replace(adaptive_min_rate=2.0, max_local_wait=30.0)
     client = adaptive_client(clients, standalone_server, commands, recorder, policy)
     clock = SteppedClock()
-    pace_on(client, clock)
-    conftest.patch_adapter_sleeps(
-        monkeypatch, lambda _attribute, real: _SteppedSleep(clock, real.sleep, [])
-    )
+    step_on(client, clock)
     await close_pacing(client, standalone_server, commands)
     assert await resolve(client.db.coll.find_one({"closing": True})) is not None
     assert len(commands.started_commands("find")) == 1
@@ -294,12 +292,18 @@ class SteppedClock:
 
 
 def pace_on(client: Any, clock: SteppedClock) -> None:
-    """Run the client's pacing on ``clock`` (adapters still sleep the waits it answers)."""
-    state = state_of(client)
-    assert state is not None
-    control = state.controller.admission
-    assert control is not None
-    control._clock = clock  # type: ignore[attr-defined]  # the control's injected clock
+    """Run the client's pacing on ``clock`` (the client still sleeps the waits it answers)."""
+    set_timing(client, clock=clock)
+
+
+def step_on(client: Any, clock: SteppedClock, waits: Optional[list[float]] = None) -> None:
+    """Run the client's pacing on ``clock``; its local waits and backoffs move the clock on
+    (appended to ``waits``) instead of sleeping (the client's private timing hook)."""
+
+    def advance(seconds: float) -> None:
+        clock.now += seconds
+
+    conftest.run_on_clock(client, clock, advance, waits)
 
 
 class Background:
@@ -388,19 +392,6 @@ async def test_a_retry_goes_ahead_and_the_first_attempt_it_displaced_waits_on(
     assert recorder.refusals == []
 
 
-class _SteppedSleep:
-    """Stands in for ``time`` / ``asyncio`` in the adapters: a local wait moves the stepped
-    clock on instead of sleeping (and yields, so the loop or other threads run)."""
-
-    def __init__(self, clock: SteppedClock, real: Any, waits: list[float]) -> None:
-        self._clock, self._real, self._waits = clock, real, waits
-
-    def sleep(self, seconds: float) -> Any:
-        self._waits.append(seconds)
-        self._clock.now += seconds
-        return self._real(0)
-
-
 @pytest.mark.parametrize("rejections", [1, 3])
 async def test_a_transient_costs_only_the_attempts_it_rejected(
     clients: ClientFactory,
@@ -451,11 +442,8 @@ async def _transient(
     """Run the transient yardstick with ``client`` (an enabled adaptive client of any flavour)."""
     await resolve(client.db.coll.insert_one({"_id": 1}))
     clock = SteppedClock()
-    pace_on(client, clock)
     waits: list[float] = []
-    conftest.patch_adapter_sleeps(
-        monkeypatch, lambda _attribute, real: _SteppedSleep(clock, real.sleep, waits)
-    )
+    step_on(client, clock, waits)
     for _ in range(100):  # a second of steady demand at 100/s
         clock.now += 0.01
         assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}

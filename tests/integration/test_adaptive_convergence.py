@@ -33,6 +33,8 @@ import pytest
 from pymongo.errors import PyMongoError
 
 import backpressure
+from backpressure.adapters import seams
+from backpressure.switch.client import _pymongo_client, set_timing
 from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration import conftest
@@ -126,18 +128,6 @@ class EventClock:
                     heapq.heappop(self._sleepers)[2]()
 
 
-class _SleepOnClock:
-    """Stands in for ``time`` or ``asyncio`` in the adapters and in pymongo's client modules:
-    ``sleep`` is the clock's, everything else the real module's."""
-
-    def __init__(self, real: Any, sleep: Callable[..., Any]) -> None:
-        self._real = real
-        self.sleep = sleep
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-
 @dataclass
 class ClientRun:
     """One client's outcomes: the issue time of every success and failure."""
@@ -175,18 +165,16 @@ async def _converge(
         for _ in range(2):
             commands = CommandRecorder()
             client = make_client(server.uri, commands)
+            # The pacing on the scenario's clock, and every local wait and backoff (pymongo's
+            # own loop's included) slept on it: the client's private timing hook.
+            async_client = seams.is_async_client(_pymongo_client(client))
+            set_timing(
+                client, clock=clock, sleep=clock.sleep_async if async_client else clock.sleep
+            )
             state = state_of(client)
             assert state is not None
             assert state.controller.admission is not None
-            state.controller.admission._clock = clock  # type: ignore[attr-defined]
             runs.append((client, ClientRun(commands)))
-        conftest.patch_adapter_sleeps(
-            monkeypatch,
-            lambda attribute, real: _SleepOnClock(
-                real, clock.sleep if attribute == "time" else clock.sleep_async
-            ),
-            conftest.SLEEPING_ADAPTERS + conftest.PYMONGO_RETRY_LOOPS,
-        )
         interval = WORKERS / DEMAND
 
         def plan(index: int, worker: int) -> tuple[float, ClientRun, Any]:

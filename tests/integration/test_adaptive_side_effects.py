@@ -15,10 +15,11 @@ embedded server, on the native adapter (pymongo >= 4.17) or the backport below i
 
 from __future__ import annotations
 
-import sys
+import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator
-from typing import Any, Callable
+from typing import Any
 
 import pymongo
 import pytest
@@ -26,7 +27,9 @@ from pymongo.errors import OperationFailure
 
 import backpressure
 from backpressure import ADAPTIVE, LocalOverloadError
+from backpressure.adapters import seams
 from backpressure.core.adaptive import LocalRefusalEvent, LocalWaitEvent
+from backpressure.switch.client import _pymongo_client, set_timing
 from backpressure.switch.client import state as state_of
 from backpressure.testing import set_testing
 from backpressure.testing.server.embedded import EmbeddedServer
@@ -55,14 +58,6 @@ DEADLINE = 0.5
 """The operations' ``pymongo.timeout`` in the test-mode tests: shorter than the 1 s slot the
 adaptive preset's pacing gives a freshly paced server (``adaptive_min_rate``), so a held attempt
 would be refused at once, and long enough for a few round trips on a loaded machine."""
-
-SLEEPING_MODULES = (
-    "backpressure.adapters.native.sync_wrappers",
-    "backpressure.adapters.native.async_wrappers",
-    "backpressure.adapters.backport.sync_loop",
-    "backpressure.adapters.backport.async_loop",
-)
-"""The adapters that sleep the pacing's local waits (``time.sleep`` / ``asyncio.sleep``)."""
 
 
 class Clients:
@@ -119,31 +114,24 @@ class PacingRecorder:
             self.refusals.append(event)
 
 
-class SleepRecorder:
-    """Stands in for ``time`` / ``asyncio`` in the adapters: records every sleep, then sleeps."""
-
-    def __init__(self, calls: list[float], real: Callable[[float], Any]) -> None:
-        """Append to ``calls``; sleep with ``real``."""
-        self._calls = calls
-        self._real = real
-
-    def sleep(self, seconds: float) -> Any:
-        """Record ``seconds``, then sleep (or return the coroutine that sleeps) for real."""
-        self._calls.append(seconds)
-        return self._real(seconds)
-
-
-def record_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Make the loaded adapters record their sleeps; return the list they append to."""
+def record_sleeps(client: Any) -> list[float]:
+    """Make the client sleep through a recorder (its private timing hook); return the list of
+    the seconds it was asked to sleep (it still sleeps them)."""
     calls: list[float] = []
-    for name in SLEEPING_MODULES:
-        module = sys.modules.get(name)
-        if module is None:
-            continue
-        for attribute in ("time", "asyncio"):
-            real = getattr(module, attribute, None)
-            if real is not None:
-                monkeypatch.setattr(module, attribute, SleepRecorder(calls, real.sleep))
+    if seams.is_async_client(_pymongo_client(client)):
+
+        async def sleep_async(seconds: float) -> None:
+            calls.append(seconds)
+            await asyncio.sleep(seconds)
+
+        set_timing(client, sleep=sleep_async)
+    else:
+
+        def sleep(seconds: float) -> None:
+            calls.append(seconds)
+            time.sleep(seconds)
+
+        set_timing(client, sleep=sleep)
     return calls
 
 
@@ -201,10 +189,10 @@ async def test_test_mode_never_holds_an_attempt_for_the_pacing(
     commands = CommandRecorder()
     recorder = PacingRecorder()
     client = clients.make(standalone_server.uri, TEST_MODE_POLICY, event_listeners=[commands])
+    sleeps = record_sleeps(client)
     state = state_of(client)
     assert state is not None
     state.add_listener(recorder)
-    sleeps = record_sleeps(monkeypatch)
     address = standalone_server.addresses[0]
     standalone_server.configure_fail_point(overload_fail_point(["insert"], times=overloads))
     with set_testing(True):

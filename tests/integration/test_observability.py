@@ -286,14 +286,8 @@ async def test_admission_listeners_get_waits_and_refusals_on_both_paths(
     The pacing runs on a clock the test steps (a local wait moves it on), so that the find
     meets the closed pacing however slowly the machine runs the test.
     """
-    from tests.integration import conftest
     from tests.integration.conftest import NEVER_WAIT_TWICE
-    from tests.integration.test_adaptive import (
-        SteppedClock,
-        _SteppedSleep,
-        close_pacing,
-        pace_on,
-    )
+    from tests.integration.test_adaptive import SteppedClock, close_pacing, step_on
 
     by_register = registered(Only(event))
     by_keyword = Only(event)
@@ -309,10 +303,7 @@ async def test_admission_listeners_get_waits_and_refusals_on_both_paths(
         **kwargs,
     )
     clock = SteppedClock()
-    pace_on(client, clock)
-    conftest.patch_adapter_sleeps(
-        monkeypatch, lambda _attribute, real: _SteppedSleep(clock, real.sleep, [])
-    )
+    step_on(client, clock)
     with patch("random.random", return_value=0.0):  # no backoff: the pushbacks come together
         await close_pacing(client, standalone_server, commands)
     if event == "waited":

@@ -59,8 +59,8 @@ async def test_newer_pymongo_whose_seams_match_is_enabled_with_one_warning(
     clients: ClientFactory, standalone_server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A pymongo newer than the tested range whose seams all match: one warning, then enabled."""
-    monkeypatch.setattr(seams, "PYMONGO_VERSION", (seams.TESTED_RANGE[1][0], 99, 0))
-    monkeypatch.setattr(seams, "_WARNED", [])
+    monkeypatch.setattr(seams.versions, "PYMONGO_VERSION", (seams.TESTED_RANGE[1][0], 99, 0))
+    monkeypatch.setattr(seams.versions, "_WARNED", [])
     first = clients.plain(standalone_server.uri)
     with pytest.warns(seams.UntestedPymongoWarning, match="newer"):
         backpressure.enable(first, DRAFT.replace(base_backoff=0.001), random=lambda: 0.0)

@@ -7,8 +7,9 @@ Theory of operation:
 
 * ``client._retry_internal`` (the loop every retryable read and write passes through) is replaced
   on the client instance by ``_AsyncRetryLoop``: the classic retryable read/write rules of
-  pymongo 4.9-4.16, unchanged, plus an overload branch driven by the core
-  (``OperationRetries.failed`` answers ``Retry`` or ``GiveUp``; this module sleeps).  The
+  pymongo 4.9-4.16, unchanged, plus an overload branch driven by the operation's attempt cycle
+  (``AttemptCycle``: it admits each attempt, records it and answers ``Backoff`` or ``Stop``;
+  this module selects, sends and sleeps, through ``async_cycle``).  The
   txnNumber is taken once before the first attempt; bulk writes retry batch by batch through
   ``bulk.retrying``.
 * Methods that bypass ``_retry_internal`` before 4.17 (runCommand and DDL) get class-level
@@ -37,24 +38,23 @@ from pymongo.server_selectors import writable_server_selector
 
 from backpressure.adapters import seams
 from backpressure.adapters.backport import shared as _shared
-from backpressure.core.adaptive import Admission, AdmissionGate, LocalOverloadError
+from backpressure.core.adaptive import LocalOverloadError
 from backpressure.core.client_state import STATE_ATTRIBUTE, ClientState
-from backpressure.core.decision import GiveUp
-from backpressure.core.events import attach_summary, retry_summary
+from backpressure.core.cycle import SEND, AttemptCycle, Stop
+from backpressure.core.events import retry_summary
 from backpressure.core.labels import has_no_writes_performed, is_overload, is_retryable_overload
 from backpressure.core.ledger import AttemptLedger, AttemptOutcome
-from backpressure.core.operation import OperationRetries
 
 # isort: split
-# The flavour's own modules (time and pymongo.synchronous in the generated twin).
-import asyncio
-
+# The flavour's own modules (sync_cycle and pymongo.synchronous in the generated twin).
 from pymongo.asynchronous import mongo_client as _mongo_client
 from pymongo.asynchronous.collection import AsyncCollection as _Collection
 from pymongo.asynchronous.database import AsyncDatabase as _Database
 from pymongo.asynchronous.pool import AsyncConnection as _Connection
 from pymongo.asynchronous.pool import Pool as _Pool
 from pymongo.asynchronous.topology import Topology as _Topology
+
+from backpressure.adapters.async_cycle import carry_out, pause
 
 __all__ = [
     "AsyncBackpressurePool",
@@ -67,8 +67,6 @@ __all__ = [
 # pymongo >= 4.17 moved some of these names; the backport only runs on 4.9-4.16.
 _CLIENT_MODULE: Any = _mongo_client
 _CLIENT_CLASS: Any = _CLIENT_MODULE.AsyncMongoClient
-
-_NO_ATTEMPT: Any = object()  # no attempt has started yet
 
 
 class _AsyncRetryLoop:
@@ -102,23 +100,22 @@ class _AsyncRetryLoop:
         self._selector = read_pref if is_read else writable_server_selector
         self._retryable = retryable
         self._operation_id = operation_id
-        # The success path stays cheap: the OperationRetries is created only when an attempt
-        # fails or a second one starts; until then only the first attempt's address is kept.
-        self._ops: Optional[OperationRetries] = None
-        self._first_server: Any = _NO_ATTEMPT  # a pymongo Server: its address is read lazily
         self._server: Any = None
         self._deprioritized: list[Any] = []
         self._last_error: Optional[PyMongoError] = None
         self._retrying = False
         self._after_overload = False
-        self._opens_transaction = not seams.outside_transaction(
-            session
-        ) and seams.transaction_starting(session)
         self._commit_attempt: Optional[int] = None  # the session's counter before this attempt
-        self._gate = state.gate
-        self._admission: Optional[Admission] = None
-        self._attempt_address: Optional[tuple[str, int]] = None
-        self._pushed_back = False  # a server pushed the last attempt back (its retry goes first)
+        # Every decision about the operation: admit, wait, record, retry or give up.  Its
+        # record (OperationRetries) is created only when an attempt fails or a second one
+        # starts, so the success path stays cheap.
+        self._cycle = AttemptCycle(
+            state,
+            self._operation_name,
+            address_of=seams.server_address,
+            opens_transaction=not seams.outside_transaction(session)
+            and seams.transaction_starting(session),
+        )
 
     def _operation_name(self) -> str:
         """The operation's name for logs, events and the retry options (resolved once)."""
@@ -126,17 +123,6 @@ class _AsyncRetryLoop:
         if name is None:
             name = self._name = seams.operation_name(self._operation, self._func)
         return name
-
-    def _tracked(self) -> OperationRetries:
-        """Return the operation's ``OperationRetries``, creating it on first need."""
-        ops = self._ops
-        if ops is None:
-            ops = self._ops = self._state.new_operation(
-                self._operation_name(), opens_transaction=self._opens_transaction
-            )
-            if self._first_server is not _NO_ATTEMPT:
-                ops.attempt_started(seams.server_address(self._first_server))
-        return ops
 
     async def run(self) -> Any:
         """Run attempts until one succeeds or the error must be raised."""
@@ -149,31 +135,18 @@ class _AsyncRetryLoop:
             try:
                 result = await self._read_once() if self._is_read else await self._write_once()
             except LocalOverloadError as exc:
-                self._tracked().stopped(exc.reason)
-                self._raise(exc, self._last_error)
+                # Refused by the pacing: the cycle has accounted for it and attached the summary.
+                if self._last_error is not None:
+                    raise exc from self._last_error
+                raise
             except ServerSelectionTimeoutError as exc:
-                self._tracked().failed(exc)
+                self._cycle.record().failed(exc)
                 # A retry that finds no server reports the error of the attempt before it.
                 self._raise(self._last_error if self._is_retrying() else exc, exc)
             except PyMongoError as exc:
-                delay = await self._after_failure(exc)
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                await pause(self._state, await self._after_failure(exc))
                 continue
-            ops = self._ops
-            gate = self._gate
-            counted = gate is not None and (self._admission is not None or ops is not None)
-            if gate is not None and counted:
-                gate.record(self._attempt_server(), self._admission, None)
-            if ops is None:  # a first-attempt success: a lock-free count (see ClientState)
-                first = self._first_server
-                self._state.count_first_attempt(
-                    None if first is _NO_ATTEMPT else first,
-                    seams.server_address,
-                    paced_counted=counted,
-                )
-            else:
-                ops.succeeded()
+            self._cycle.succeeded()
             return result
 
     def _start_retryable_write(self, session: Any) -> None:
@@ -189,7 +162,7 @@ class _AsyncRetryLoop:
         assert error is not None
         if is_retryable_overload(_shared.error_to_check(error)):
             # Let the core record the stop (reason DEADLINE), as if asked before sleeping.
-            self._tracked().failed(error, deadline=_shared.csot_deadline())
+            self._cycle.record().failed(error, deadline=_shared.csot_deadline())
         self._raise(error)
 
     def _is_retrying(self) -> bool:
@@ -199,9 +172,7 @@ class _AsyncRetryLoop:
     def _raise(self, error: Optional[BaseException], cause: Optional[BaseException] = None) -> Any:
         """Raise ``error`` with the operation's retry summary attached."""
         assert error is not None
-        ops = self._tracked()
-        attach_summary(error, ops.summary())
-        ops.ended()
+        self._cycle.ended(error)
         if cause is not None and cause is not error:
             raise error from cause
         raise error
@@ -209,7 +180,9 @@ class _AsyncRetryLoop:
     async def _select(self) -> Any:
         """Select the server for the next attempt, avoiding the deprioritized ones."""
         self._server = None
-        avoided = self._avoided()
+        cycle = self._cycle
+        paced = cycle.paced()
+        avoided = self._deprioritized if paced is None else self._avoided(paced)
         if avoided:
             seams.keep_candidate_servers(self._client)  # the filter steers this selection only
         self._server = await self._client._select_server(
@@ -221,65 +194,27 @@ class _AsyncRetryLoop:
             operation_id=self._operation_id,
         )
         server = self._server
-        gate = self._gate
-        if gate is not None:
-            if gate.engaged:
-                await self._admit(gate, seams.server_address(server))
-            else:  # no server is paced: nothing would wait (the address is read on failure)
-                self._attempt_address = None
-                self._admission = None
-        if self._ops is None and self._first_server is _NO_ATTEMPT:
-            self._first_server = server
-        else:
-            self._tracked().attempt_started(seams.server_address(server))
+        # Asked again after the selection (which may have waited): a server pushing back
+        # meanwhile paces this attempt too.  Nothing paced: send without asking.
+        if paced is not None or cycle.paced() is not None:
+            step = cycle.admit(server, _shared.csot_deadline)
+            if step is not SEND:
+                await carry_out(cycle, step)
+        cycle.started(server)
         return server
 
-    def _avoided(self) -> list[Any]:
-        """The deprioritized servers plus, while some server pushes back, the paced servers.
+    def _avoided(self, paced: Callable[[tuple[str, int]], bool]) -> list[Any]:
+        """The deprioritized servers plus the ``paced`` ones (some server pushes back).
 
         Paced servers are not added when the selection has no choice (a write or a primary
         read outside a sharded cluster, or a selection by address).
         """
-        gate = self._gate
-        if (
-            gate is None
-            or not gate.engaged
-            or self._address is not None
-            or not seams.selection_has_choice(self._client, self._selector)
+        if self._address is not None or not seams.selection_has_choice(
+            self._client, self._selector
         ):
             return self._deprioritized
-        busy = seams.servers_where(self._client, gate.is_paced)
+        busy = seams.servers_where(self._client, paced)
         return [*self._deprioritized, *(s for s in busy if s not in self._deprioritized)]
-
-    def _attempt_server(self) -> Optional[tuple[str, int]]:
-        """The address the last attempt was for (None: no server was selected)."""
-        if self._attempt_address is not None:
-            return self._attempt_address
-        server = self._server
-        return None if server is None else seams.server_address(server)
-
-    async def _admit(self, gate: AdmissionGate, address: Any) -> None:
-        """Wait locally for the pacing of ``address``, or raise LocalOverloadError."""
-        self._attempt_address = address
-        self._admission = None
-        name = self._operation_name()
-        admission = gate.admit(
-            name,
-            address,
-            _shared.csot_deadline(),
-            retry=self._pushed_back,
-            hold=self._state.holds_locally(),
-            sheddable=self._state.sheddable(),
-        )
-        self._admission = admission
-        wait = admission.wait
-        while wait > 0.0:
-            await asyncio.sleep(wait)
-            try:
-                wait = gate.recheck(name, address, admission)
-            except LocalOverloadError:
-                self._admission = None
-                raise
 
     async def _write_once(self) -> Any:
         """One write attempt on a freshly selected server and connection."""
@@ -300,7 +235,7 @@ class _AsyncRetryLoop:
                     if self._is_retrying() and not self._after_overload:
                         # pymongo's own retry needs sessions: report the error retried.
                         self._raise(self._last_error)
-                watch = self._bulk is not None and self._opens_transaction
+                watch = self._bulk is not None and self._cycle.opens_transaction
                 if watch:
                     self._watch_batches(conn)
                 session = self._session
@@ -329,7 +264,7 @@ class _AsyncRetryLoop:
 
         async def watched(*args: Any, **kwargs: Any) -> Any:
             reply = await write_command(*args, **kwargs)
-            self._tracked().command_processed()
+            self._cycle.record().command_processed()
             return reply
 
         conn.write_command = watched
@@ -346,8 +281,7 @@ class _AsyncRetryLoop:
     async def _after_failure(self, exc: PyMongoError) -> float:
         """Decide what follows a failed attempt: return the delay before the next, or raise."""
         error = _shared.error_to_check(exc)
-        if self._gate is not None:
-            self._pushed_back = self._gate.record(self._attempt_server(), self._admission, error)
+        self._cycle.settle(error)  # the attempt's outcome, for the pacing
         if is_overload(error):
             return await self._after_overload_error(exc, error)
         await self._after_classic_error(exc, error)
@@ -380,20 +314,20 @@ class _AsyncRetryLoop:
         pymongo's own rules retry it; the core caps all retries together once an overload error
         has been seen, and the ledger decides the transaction rules.
         """
-        ops = self._tracked()
-        decision = ops.failed(
+        step = self._cycle.failed(
             exc,
             deadline=_shared.csot_deadline(),
             retries_allowed=self._overload_retries_allowed(),
             classic_retryable=self._classic_eligible(exc, error),
         )
-        if isinstance(decision, GiveUp):
+        if isinstance(step, Stop):
             if has_no_writes_performed(error) and self._last_error is not None:
                 self._raise(self._last_error, exc)
             raise exc
         self._note_retry(exc, error)
         _shared.forget_client_bulk_error(self._func, exc)
         self._after_overload = True
+        ops = self._cycle.record()
         session = self._session
         if session is not None and session.in_transaction:
             if ops.ledger.restarts_transaction():
@@ -413,16 +347,16 @@ class _AsyncRetryLoop:
             ):
                 # Overload errors only so far: the retry keeps the failed attempt's write concern.
                 seams.set_commit_attempt(session, self._commit_attempt)
-        if self._server is not None and (decision.retarget or _shared.is_sharded(self._client)):
+        if self._server is not None and (step.retarget or _shared.is_sharded(self._client)):
             self._deprioritized.append(self._server)
-        return decision.sleep_seconds
+        return step.seconds
 
     async def _after_classic_error(self, exc: PyMongoError, error: PyMongoError) -> None:
         """Apply pymongo's own retryable read/write rules to an error that is no overload."""
         eligible = self._classic_eligible(exc, error)
         if eligible and not self._is_read and self._session is not None:
             await self._session._unpin()
-        ops = self._tracked()
+        ops = self._cycle.record()
         if eligible:
             ops.ledger.finished(AttemptOutcome.CLASSIC_RETRYABLE)
         if not eligible or self._classic_retries_exhausted(ops.ledger):
@@ -524,7 +458,7 @@ class _AsyncMethodRetry:
         self._client = client
         self._state = state
         self._run_command = run_command
-        self._ops = state.new_operation(name)
+        self._cycle = AttemptCycle(state, name)
 
     def _retries_allowed(self) -> bool:
         """runCommand needs retryReads and retryWrites; DDL needs retryWrites."""
@@ -545,26 +479,31 @@ class _AsyncMethodRetry:
                 try:
                     result = await method(*args, **kwargs)
                 except PyMongoError as exc:
-                    self._ops.attempt_started(attempt.address())
+                    cycle = self._cycle
+                    record = cycle.record()
+                    record.attempt_started(attempt.address())
                     if retry_summary(exc) is not None:
                         # An inner retry loop already decided about this error.
-                        self._ops.controller.record_failure(exc, retried=self._ops.retries > 0)
+                        record.controller.record_failure(exc, retried=record.retries > 0)
                         raise
-                    decision = self._ops.failed(
+                    step = cycle.step(
                         exc,
-                        deadline=_shared.csot_deadline(),
-                        retries_allowed=self._retries_allowed(),
+                        record.failed(
+                            exc,
+                            deadline=_shared.csot_deadline(),
+                            retries_allowed=self._retries_allowed(),
+                        ),
                     )
-                    if isinstance(decision, GiveUp):
+                    if isinstance(step, Stop):
                         raise
                     if attempt.server is not None and (
-                        decision.retarget or _shared.is_sharded(self._client)
+                        step.retarget or _shared.is_sharded(self._client)
                     ):
                         attempt.deprioritized.append(attempt.server)
-                    await asyncio.sleep(decision.sleep_seconds)
+                    await pause(self._state, step.seconds)
                     continue
-                self._ops.attempt_started(attempt.address())
-                self._ops.succeeded()
+                self._cycle.record().attempt_started(attempt.address())
+                self._cycle.record().succeeded()
                 return result
         finally:
             _shared.METHOD_ATTEMPT.reset(token)

@@ -7,22 +7,23 @@ add a second loop around it (that would take a new txnNumber per outer try).  In
 client:
 
 * ``client._retry_policy`` is replaced by a :class:`NativeRetryPolicy`.  Its ``backoff`` asks
-  the shared core (``OperationRetries.failed``) about the error being handled (``sys.exc_info()``:
-  the loop calls it inside its ``except`` block) and returns the core's delay; ``should_retry``
-  returns that same decision.  The core's attempt ledger counts every failed attempt of the
-  operation, classic ones included, so the exponent and the attempt cap follow our policy
-  whatever number pymongo passes in.
+  the operation's attempt cycle (``AttemptCycle.failed``) about the error being handled
+  (``sys.exc_info()``: the loop calls it inside its ``except`` block) and returns the cycle's
+  backoff; ``should_retry`` returns that same decision.  The core's attempt ledger counts
+  every failed attempt of the operation, classic ones included, so the exponent and the
+  attempt cap follow our policy whatever number pymongo passes in.
   ``should_retry`` is ``async def`` only where the loop awaits it (4.17 async).
 * ``client._retry_internal`` is wrapped on the instance (a pass-through around the original,
   ``@_csot.apply`` included): it makes the operation current in a context variable of the
   installation (thread- and task-local), records success (token deposits, statistics) and
   attaches the retry summary to the raised error.  Until something other than a first-attempt
   success outside a transaction happens, the operation is only a three-item list (the lean
-  path, see ``operation.LeanCell``); it is then promoted to a ``TrackedOperation`` with
-  the same history, and its ``OperationRetries`` is created only when the core must decide
-  something.  The wrappers are in ``async_wrappers`` (and its generated sync twin), the
-  operation's bookkeeping in ``operation``.
-* ``client._select_server`` is wrapped on the instance to record the server of each attempt.
+  path, see ``operation.LeanCell``); it is then promoted to a ``TrackedOperation`` (an
+  ``AttemptCycle``) with the same history, whose record (``OperationRetries``) is created only
+  when the core must decide something.  The wrappers are in ``async_wrappers`` (and its
+  generated sync twin), the operation's bookkeeping in ``operation``.
+* ``client._select_server`` is wrapped on the instance: the cycle admits each attempt there
+  (send now, or wait locally and ask again, or refuse) and records its server.
   An attempt that started while the previous one never reached our policy means pymongo retried
   a classic (non-overload) error; such a failed retry refunds a token as the spec asks.
 * ``client.options.max_adaptive_retries`` and ``enable_overload_retargeting`` are set to the

@@ -13,7 +13,6 @@ the retry policy object in :mod:`backpressure.adapters.native`.
 
 from __future__ import annotations
 
-import time
 from contextvars import Token
 from typing import Any, Callable, Optional
 
@@ -24,23 +23,13 @@ from backpressure.adapters.native.operation import (
     TrackedOperation,
     avoid_paced,
 )
-from backpressure.core.adaptive import AdmissionGate
-from backpressure.core.client_state import LEAN_BATCH
+from backpressure.core.cycle import SEND
 
-__all__ = ["forwarding_wrappers", "lean_wrappers", "wait_for_admission"]
+# isort: split
+# The flavour's own module (sync_cycle in the generated twin).
+from backpressure.adapters.sync_cycle import carry_out, pause
 
-
-def wait_for_admission(tracked: TrackedOperation, gate: AdmissionGate, server: Any) -> None:
-    """Admit the attempt to ``server``: wait locally, asking again when each wait is over.
-
-    The one "admit, wait, recheck" loop of the native adapter.  A retry going ahead of the
-    queue may move the slot later (another wait) or past the attempt's bound
-    (``LocalOverloadError``, raised by the recheck).
-    """
-    wait = tracked.admit(gate, server)
-    while wait > 0.0:
-        time.sleep(wait)
-        wait = tracked.recheck(gate)
+__all__ = ["forwarding_wrappers", "lean_wrappers"]
 
 
 def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable[..., Any]]:
@@ -49,18 +38,21 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     The success path is the lean one (see ``native.LeanCell``): per operation a three-item list
     made current with ``ContextVar.set`` and ``reset``, per attempt one store of the selected
     server, per reply two key lookups, and a lock-free success count
-    (``ClientState.count_first_attempt``).  ``_retry_internal`` and ``_select_server`` take
+    (``ClientState.count_first_attempt``, which is what ``AttemptCycle.succeeded`` does for a
+    first-attempt success).  ``_retry_internal`` and ``_select_server`` take
     pymongo's exact parameters (``seams.NATIVE_RETRY_INTERNAL_SIGNATURES``, probed on install;
     ``_retry_internal`` takes the longest known one and passes on as many arguments as the
     client's own takes) and pass them on positionally: forwarding ``*args, **kwargs`` cost more
     than everything else the wrappers do.
     A client with pacing (adaptive policy) takes the lean path too while none of its servers is
     paced (``AdmissionGate.engaged`` is False; its successes are counted for the pacing in
-    batches, see ``ClientState.count_first_attempt``), and tracks every operation with an
-    ``TrackedOperation`` from its start while one is.  A failure is recorded while the operation is
-    still current, a success after it stopped being current.  ``_process_response`` sees every
-    reply before pymongo builds an error from it: hostile fields are made harmless there (see
-    ``seams.sanitize_reply``).
+    batches, see ``ClientState.count_first_attempt``), and tracks every operation with a
+    ``TrackedOperation`` (its ``AttemptCycle``) from its start while one is: the cycle answers
+    at ``_select_server`` (send, or wait and ask again, or refuse: ``carry_out``),
+    at our policy's ``backoff`` and at the end of ``_retry_internal``.  A failure is recorded
+    while the operation is still current, a success after it stopped being current.
+    ``_process_response`` sees every reply before pymongo builds an error from it: hostile
+    fields are made harmless there (see ``seams.sanitize_reply``).
     """
     ref = installation.client_ref
     retry_internal = installation.delegate(client, "_retry_internal")
@@ -68,13 +60,14 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     process_response = installation.delegate(client, "_process_response")
     current = installation.current
     current_get, current_set, current_reset = current.get, current.set, current.reset
+    csot_deadline = seams.csot_deadline
+    send = SEND
     active_states = seams.ACTIVE_TRANSACTION_STATES
     server_address = seams.server_address
     operation_class = TrackedOperation
     cell_class = LeanCell
     dict_class = dict
     no_kwargs: dict[str, Any] = {}  # the wrappers pass every argument positionally
-    lean_batch = LEAN_BATCH
     arity = installation.retry_arity  # 11 before pymongo 4.20.1 (no conn_mgr), 12 from it
 
     def finish_failed(exc: BaseException) -> None:
@@ -85,7 +78,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
                 return  # no server was ever selected: nothing to account for
             value = installation.operation()
         if value is not None:
-            value.failed(exc)
+            value.raised(exc)
 
     def _retry_internal(
         func: Any,
@@ -131,17 +124,8 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
         value = current_get()
         current_reset(token)
         if type(value) is cell_class:
-            state = installation.state
-            entry = state.lean.get(value[0])
-            if entry is None:
-                state.count_first_attempt(value[0], server_address)
-            else:  # ClientState.count_first_attempt's lock-free path, inlined
-                count = next(entry[0])
-                budget = entry[1]
-                if not budget.full:
-                    budget.record_success(retried=False)
-                if entry[2] is not None and not count % lean_batch:
-                    entry[2]()
+            # A first-attempt success without pacing: AttemptCycle.succeeded's first branch.
+            installation.state.count_first_attempt(value[0], server_address)
         else:
             value.succeeded()
         return result
@@ -185,15 +169,17 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
             tracked = installation.operation()
         if tracked is None:  # not within an operation of ours
             return select_server(ref(), *args, **kwargs)
-        gate = tracked.state.gate
-        if gate is None or not gate.engaged:
+        if tracked.backoff:  # a backoff the client's sleep hook sleeps (see TrackedOperation)
+            seconds, tracked.backoff = tracked.backoff, 0.0
+            pause(tracked.state, seconds)
+        paced = tracked.paced()
+        if paced is None:  # nothing is paced: select and send without asking
             server = select_server(ref(), *args, **kwargs)
-            if gate is not None:
-                tracked.unpaced(server)  # no server is paced: nothing would wait
         else:
-            kwargs = avoid_paced(ref(), gate, args, kwargs)
-            server = select_server(ref(), *args, **kwargs)
-            wait_for_admission(tracked, gate, server)
+            server = select_server(ref(), *args, **avoid_paced(ref(), paced, args, kwargs))
+            step = tracked.admit(server, csot_deadline)
+            if step is not send:
+                carry_out(tracked, step)
         tracked.attempt_started(server)
         return server
 
@@ -223,14 +209,12 @@ def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Ca
     retry_internal = installation.delegate(client, "_retry_internal")
     select_server = installation.delegate(client, "_select_server")
     current = installation.current
-
-    def selection_kwargs(tracked: TrackedOperation, args: Any, kwargs: dict[str, Any]) -> Any:
-        gate = tracked.state.gate
-        return kwargs if gate is None else avoid_paced(ref(), gate, args, kwargs)
+    csot_deadline = seams.csot_deadline
+    send = SEND
 
     def failed(token: Token[Any], exc: BaseException) -> None:
         try:
-            current.get().failed(exc)
+            current.get().raised(exc)
         finally:
             current.reset(token)
 
@@ -253,13 +237,17 @@ def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Ca
         tracked = current.get()
         if type(tracked) is not TrackedOperation:
             return select_server(ref(), *args, **kwargs)
-        server = select_server(ref(), *args, **selection_kwargs(tracked, args, kwargs))
-        gate = tracked.state.gate
-        if gate is not None:
-            if gate.engaged:
-                wait_for_admission(tracked, gate, server)
-            else:
-                tracked.unpaced(server)  # no server is paced: nothing would wait
+        if tracked.backoff:  # a backoff the client's sleep hook sleeps (see TrackedOperation)
+            seconds, tracked.backoff = tracked.backoff, 0.0
+            pause(tracked.state, seconds)
+        paced = tracked.paced()
+        if paced is None:  # nothing is paced: select and send without asking
+            server = select_server(ref(), *args, **kwargs)
+        else:
+            server = select_server(ref(), *args, **avoid_paced(ref(), paced, args, kwargs))
+            step = tracked.admit(server, csot_deadline)
+            if step is not send:
+                carry_out(tracked, step)
         tracked.attempt_started(server)
         return server
 

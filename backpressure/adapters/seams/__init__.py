@@ -1,0 +1,128 @@
+"""pymongo's private names and shapes, as the adapters use them: one module per concern.
+
+* :mod:`~backpressure.adapters.seams.names`: ``PRIVATE_NAMES``, every private pymongo name
+  the adapters touch, with what each is for;
+* :mod:`~backpressure.adapters.seams.versions`: feature detection of the installed pymongo and
+  the version guard (``native_problems``, ``backport_problems``, ``guard``);
+* :mod:`~backpressure.adapters.seams.selection`: CSOT and server selection helpers;
+* :mod:`~backpressure.adapters.seams.calls`: the arguments of the calls the adapters wrap;
+* :mod:`~backpressure.adapters.seams.transactions`: transaction fix-ups;
+* :mod:`~backpressure.adapters.seams.replies`: reply sanitizing.
+
+The adapters use them as ``seams.<name>``: every name is re-exported here.
+"""
+
+from __future__ import annotations
+
+from backpressure.adapters.seams.calls import (
+    TopologyOpenHold,
+    closure_value,
+    operation_name,
+    retry_internal_argument,
+)
+from backpressure.adapters.seams.names import PRIVATE_NAMES
+from backpressure.adapters.seams.replies import reply_ok, sanitize_reply
+from backpressure.adapters.seams.selection import (
+    DESCRIPTION_KEEPS_FILTER,
+    csot_deadline,
+    csot_expired,
+    keep_candidate_servers,
+    selection_has_choice,
+    server_address,
+    servers_where,
+)
+from backpressure.adapters.seams.transactions import (
+    ACTIVE_TRANSACTION_STATES,
+    STARTING_TRANSACTION_STATES,
+    commit_attempt,
+    outside_transaction,
+    pinned_address,
+    repin,
+    restart_transaction,
+    resume_transaction,
+    set_commit_attempt,
+    transaction_starting,
+)
+from backpressure.adapters.seams.versions import (
+    _EMPTY,
+    ASYNC_SHOULD_RETRY_AWAITED,
+    BACKOFF_TAKES_BASE,
+    HAS_ASYNC_CLIENT,
+    HAS_NATIVE_BACKPRESSURE,
+    NATIVE_RETRY_INTERNAL_SIGNATURES,
+    NATIVE_SELECT_SERVER_SIGNATURE,
+    OPTION_ATTRIBUTES,
+    PYMONGO_VERSION,
+    TESTED_RANGE,
+    UnsupportedPymongoError,
+    UntestedPymongoWarning,
+    _parameters,
+    _version_text,
+    backport_problems,
+    client_has_native_backpressure,
+    explicit_overload_options,
+    forwarding_only,
+    guard,
+    is_async_client,
+    native_exact_signatures,
+    native_problems,
+    native_signature,
+    print_report,
+    retry_internal_arity,
+    should_retry_is_awaited,
+    signature_report,
+)
+
+__all__ = [
+    "ACTIVE_TRANSACTION_STATES",
+    "ASYNC_SHOULD_RETRY_AWAITED",
+    "BACKOFF_TAKES_BASE",
+    "DESCRIPTION_KEEPS_FILTER",
+    "HAS_ASYNC_CLIENT",
+    "HAS_NATIVE_BACKPRESSURE",
+    "NATIVE_RETRY_INTERNAL_SIGNATURES",
+    "NATIVE_SELECT_SERVER_SIGNATURE",
+    "OPTION_ATTRIBUTES",
+    "PRIVATE_NAMES",
+    "PYMONGO_VERSION",
+    "STARTING_TRANSACTION_STATES",
+    "TESTED_RANGE",
+    "_EMPTY",
+    "TopologyOpenHold",
+    "UnsupportedPymongoError",
+    "UntestedPymongoWarning",
+    "_parameters",
+    "_version_text",
+    "backport_problems",
+    "client_has_native_backpressure",
+    "closure_value",
+    "commit_attempt",
+    "csot_deadline",
+    "csot_expired",
+    "explicit_overload_options",
+    "forwarding_only",
+    "guard",
+    "is_async_client",
+    "keep_candidate_servers",
+    "native_exact_signatures",
+    "native_problems",
+    "native_signature",
+    "operation_name",
+    "outside_transaction",
+    "pinned_address",
+    "print_report",
+    "repin",
+    "reply_ok",
+    "restart_transaction",
+    "resume_transaction",
+    "retry_internal_argument",
+    "retry_internal_arity",
+    "sanitize_reply",
+    "selection_has_choice",
+    "server_address",
+    "servers_where",
+    "set_commit_attempt",
+    "should_retry_is_awaited",
+    "signature_report",
+    "transaction_starting",
+]

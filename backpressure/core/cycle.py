@@ -1,0 +1,370 @@
+"""The attempt cycle of one operation: what to do next, as values (sans I/O).
+
+Theory of operation.  Every executor (the native wrappers of pymongo >= 4.17, the backport loop
+of 4.9-4.16, the simulator) runs one :class:`AttemptCycle` per operation and does what it says;
+the cycle never sleeps, sends or reads a clock it was not given.  One attempt goes:
+
+1. **Select.**  The executor selects a server; while some server of the client is paced,
+   :meth:`AttemptCycle.paced` is the predicate of the servers a selection with a choice avoids.
+2. **Admit.**  ``admit(server, deadline)`` answers :data:`SEND` (send now), :class:`Wait`
+   (wait ``seconds`` locally, then ask ``waited()``, which answers the same three ways: a retry
+   going ahead of the queue may have moved the slot) or :class:`Stop` (the pacing refused the
+   attempt: raise ``Stop.error``, a ``LocalOverloadError`` with its retry summary; nothing was
+   sent).  Without pacing (or while no server is paced) the answer is :data:`SEND` at once.
+3. **Send.**  ``started(server)`` records the attempt (the executor's server object: its
+   address is read only when needed, through ``address_of``).
+4. **Reply.**  ``succeeded()`` does the success accounting: the reply goes to the pacing, then
+   a first-attempt success is a lock-free count (``ClientState.count_first_attempt``) and any
+   other success the operation's full record (``OperationRetries.succeeded``).  ``failed(error,
+   ...)`` hands the outcome to the pacing and asks the retry rules: :class:`Backoff` (sleep
+   ``seconds``, then select again, avoiding the failed server when ``retarget``) or
+   :class:`Stop` (raise ``Stop.error``, which carries the retry summary).
+
+The per-operation record (:class:`~backpressure.core.operation.OperationRetries` and its ledger)
+is created only when something other than a first-attempt success happens, so the success path
+allocates nothing but the cycle itself.  Era-specific rules (pymongo's classic retryable reads and
+writes, transaction fix-ups) stay in the executors; they reach the record through
+:meth:`AttemptCycle.record`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
+
+from backpressure.core.adaptive import Admission, AdmissionGate, LocalOverloadError
+from backpressure.core.client_state import ClientState
+from backpressure.core.decision import Decision, Retry, StopReason
+from backpressure.core.events import Address, attach_summary
+from backpressure.core.operation import OperationRetries
+from backpressure.core.overrides import Criticality
+
+__all__ = ["SEND", "AttemptCycle", "Backoff", "Deadline", "Send", "Step", "Stop", "Wait"]
+
+
+@dataclass(frozen=True)
+class Send:
+    """Send the attempt now."""
+
+
+SEND = Send()
+"""The one :class:`Send` value."""
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Wait ``seconds`` locally before sending, then ask :meth:`AttemptCycle.waited`."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Sleep ``seconds``, then run the next attempt (``retarget``: avoid the failed server)."""
+
+    seconds: float
+    retarget: bool
+    decision: Optional[Retry] = None
+    """The retry rules' decision (its delay is reported even when test mode sleeps 0); None
+    for a hand-written loop the simulator compares (``retry-storm``)."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Raise ``error`` (it carries the operation's retry summary); ``reason`` says why."""
+
+    error: BaseException
+    reason: Optional[StopReason]
+
+
+Step = Union[Send, Wait, Backoff, Stop]
+"""What the cycle answers."""
+
+Deadline = Union[None, float, Callable[[], Optional[float]]]
+"""An operation's deadline on the client's clock (None: none), or the query that returns it
+(called only when the pacing needs it: the adapters pass pymongo's CSOT query)."""
+
+_NONE: Any = object()  # no attempt has started yet
+
+
+def _same(server: Any) -> Optional[Address]:
+    """The server key is the address itself (the simulator's case)."""
+    return server  # type: ignore[no-any-return]
+
+
+class AttemptCycle:
+    """One operation's attempt cycle: admit, wait, recheck, send, record, decide (see module)."""
+
+    __slots__ = (
+        "_address_of",
+        "_criticality",
+        "_name",
+        "address",
+        "admission",
+        "asked",
+        "attempt_open",
+        "first",
+        "gate",
+        "opens_transaction",
+        "processed",
+        "pushed_back",
+        "retries",
+        "server",
+        "state",
+    )
+
+    def __init__(
+        self,
+        state: ClientState,
+        name: Union[str, Callable[[], str]],
+        *,
+        address_of: Callable[[Any], Optional[Address]] = _same,
+        opens_transaction: bool = False,
+        criticality: Optional[Criticality] = None,
+    ) -> None:
+        """Start the cycle of one operation of the client whose state is ``state``.
+
+        ``name`` is the operation's name, or a callable returning it (called on first need).
+        ``address_of`` turns the executor's server object into its address (called only when
+        the address is needed).  ``opens_transaction``: the operation is the first statement of
+        a transaction.  ``criticality``: the operation's criticality when the executor knows it
+        (None: from the client's settings).
+        """
+        self.state = state
+        self.gate: Optional[AdmissionGate] = state.gate
+        self._name = name
+        self._address_of = address_of
+        self._criticality = criticality
+        self.opens_transaction = opens_transaction
+        self.retries: Optional[OperationRetries] = None
+        self.first: Any = _NONE
+        """The first attempt's server while ``retries`` does not exist yet."""
+        self.server: Any = _NONE
+        """The server of the current attempt (the executor's object)."""
+        self.address: Optional[Address] = None
+        """Its address, when the pacing asked for it."""
+        self.admission: Optional[Admission] = None
+        """The pacing's admission of the current attempt (None: sent unpaced)."""
+        self.asked = False
+        """``admit`` was asked about the attempt about to start."""
+        self.attempt_open = False
+        """An attempt was sent and its outcome is not known yet."""
+        self.pushed_back = False
+        """The server pushed the last attempt back (its retry goes ahead of the pacing queue)."""
+        self.processed = False
+        """A reply to the statement opening a transaction came before ``retries`` existed."""
+
+    # -- the per-operation record -------------------------------------------------------------
+
+    def name(self) -> str:
+        """The operation's name (resolved once)."""
+        name = self._name
+        if not isinstance(name, str):
+            name = self._name = name()
+        return name
+
+    def attempted(self) -> bool:
+        """Whether an attempt was started (a server was selected for it)."""
+        return self.retries is not None or self.first is not _NONE
+
+    def record(self) -> OperationRetries:
+        """Return the operation's record (attempts, retries, ledger), creating it on first need."""
+        retries = self.retries
+        if retries is None:
+            retries = self.retries = self.state.new_operation(
+                self.name(),
+                opens_transaction=self.opens_transaction,
+                criticality=self._criticality,
+            )
+            first = self.first
+            if first is not _NONE:
+                retries.attempt_started(self._address_of(first))
+                if self.server is _NONE:
+                    self.server = first
+                self.first = _NONE
+                if self.processed:
+                    retries.command_processed()  # during that first attempt
+        return retries
+
+    # -- before sending -----------------------------------------------------------------------
+
+    def paced(self) -> Optional[Callable[[Address], bool]]:
+        """The servers a selection with a choice avoids now.
+
+        None: no server is paced, so nothing would wait: an executor may then send without
+        asking :meth:`admit` (which would answer :data:`SEND`).
+        """
+        gate = self.gate
+        return gate.is_paced if gate is not None and gate.engaged else None
+
+    def admit(self, server: Any, deadline: Deadline = None) -> Step:
+        """Ask the pacing about an attempt to ``server``: :data:`SEND`, :class:`Wait` or
+        :class:`Stop` (refused).
+
+        ``deadline`` is the operation's deadline on the client's clock (None: none), or the
+        query returning it.
+        """
+        self.server = server
+        self.admission = None
+        self.asked = True
+        gate = self.gate
+        if gate is None or not gate.engaged:
+            self.address = None  # read from ``server`` only if the pacing needs it
+            return SEND
+        address = self.address = self._address_of(server)
+        if callable(deadline):
+            deadline = deadline()
+        state = self.state
+        criticality = self._criticality
+        sheddable = (
+            state.sheddable() if criticality is None else criticality is Criticality.SHEDDABLE
+        )
+        try:
+            admission = gate.admit(
+                self.name(),
+                address,
+                deadline,
+                retry=self.pushed_back,
+                hold=state.holds_locally(),
+                sheddable=sheddable,
+            )
+        except LocalOverloadError as exc:
+            return self._refused(exc)
+        self.admission = admission
+        return Wait(admission.wait) if admission.wait > 0.0 else SEND
+
+    def waited(self) -> Step:
+        """Ask again once a :class:`Wait` is over: :data:`SEND`, :class:`Wait` or :class:`Stop`."""
+        admission = self.admission
+        gate = self.gate
+        if gate is None or admission is None or admission.ticket is None:
+            return SEND
+        try:
+            wait = gate.recheck(self.name(), self.address, admission)
+        except LocalOverloadError as exc:
+            self.admission = None
+            return self._refused(exc)
+        return Wait(wait) if wait > 0.0 else SEND
+
+    def _refused(self, exc: LocalOverloadError) -> Stop:
+        """Account for an attempt the pacing refused (nothing was sent for it)."""
+        self.attempt_open = False
+        retries = self.record()
+        retries.stopped(exc.reason)
+        attach_summary(exc, retries.summary())
+        retries.ended()
+        return Stop(exc, exc.reason)
+
+    # -- sending and the reply ----------------------------------------------------------------
+
+    def started(self, server: Any) -> None:
+        """Record an attempt sent to ``server``.
+
+        An attempt still open here failed without the executor reporting it (pymongo's own loop
+        retried an error its classic rules retry): it is recorded as such.
+        """
+        if self.asked:
+            self.asked = False
+        else:  # sent without asking admit: nothing was paced
+            self.server = server
+            self.admission = None
+            self.address = None
+        retries = self.retries
+        if retries is None:
+            if self.first is _NONE:
+                self.first = server  # the first attempt: nothing else to do yet
+                self.attempt_open = True
+                return
+            retries = self.record()
+        if self.attempt_open:
+            retries.classic_retry()
+        self.server = server
+        retries.attempt_started(self._address_of(server))
+        self.attempt_open = True
+
+    def transaction_began(self) -> None:
+        """Note that the server processed a command of the statement opening a transaction."""
+        if self.retries is None and self.first is not _NONE:
+            self.processed = True  # replayed by ``record`` if it is ever needed
+        else:
+            self.record().command_processed()
+
+    def settle(self, error: Optional[BaseException]) -> None:
+        """Hand the open attempt's outcome to the pacing (``error`` None: a reply, no overload)
+        and close it."""
+        gate = self.gate
+        if gate is not None and self.attempt_open:
+            address = self.address
+            if address is None:
+                server = self.server if self.server is not _NONE else self.first
+                if server is not _NONE:
+                    address = self._address_of(server)
+            self.pushed_back = gate.record(address, self.admission, error)
+        self.attempt_open = False
+
+    def succeeded(self) -> None:
+        """The success accounting: the reply to the pacing, then the count or the record."""
+        counted = (
+            self.gate is not None
+            and self.attempt_open
+            and (self.admission is not None or self.retries is not None)
+        )
+        if counted:
+            self.settle(None)
+        self.attempt_open = False
+        retries = self.retries
+        if retries is None:
+            first = self.first
+            # A first attempt sent unpaced is counted for the pacing by the lean count (in
+            # batches); a paced one was handed to the pacing above.
+            self.state.count_first_attempt(
+                None if first is _NONE else first, self._address_of, paced_counted=counted
+            )
+        else:
+            retries.succeeded()
+
+    def failed(
+        self,
+        error: BaseException,
+        *,
+        deadline: Optional[float] = None,
+        now: Optional[float] = None,
+        retries_allowed: bool = True,
+        classic_retryable: bool = False,
+        outcome: Optional[BaseException] = None,
+    ) -> Union[Backoff, Stop]:
+        """Record a failed attempt; answer :class:`Backoff` or :class:`Stop`.
+
+        ``outcome`` is the error the pacing judges (default ``error``; the backport passes the
+        error a bulk write wraps).  ``deadline`` and ``now`` are on the client's clock;
+        ``classic_retryable``: pymongo's own retryable read/write rules would retry ``error``.
+        """
+        if self.attempt_open:
+            self.settle(error if outcome is None else outcome)
+        decision = self.record().failed(
+            error,
+            deadline=deadline,
+            now=now,
+            retries_allowed=retries_allowed,
+            classic_retryable=classic_retryable,
+        )
+        return self.step(error, decision)
+
+    @staticmethod
+    def step(error: BaseException, decision: Decision) -> Union[Backoff, Stop]:
+        """The step of a decision of the retry rules about ``error``."""
+        if isinstance(decision, Retry):
+            return Backoff(decision.sleep_seconds, decision.retarget, decision)
+        return Stop(error, decision.reason)
+
+    def ended(self, error: BaseException, reason: Optional[StopReason] = None) -> None:
+        """The operation ends with ``error`` raised without a decision of :meth:`failed` (an
+        error no attempt could report, e.g. no server for a retry): attach the summary and
+        report the operation finished.  ``reason`` replaces a summary without a stop reason."""
+        retries = self.record()
+        summary = retries.summary()
+        if summary.stop_reason is None and reason is not None:
+            summary = dataclasses.replace(summary, stop_reason=reason)
+        attach_summary(error, summary)
+        retries.ended()
