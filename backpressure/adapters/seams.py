@@ -71,7 +71,7 @@ PRIVATE_NAMES: Mapping[str, str] = {
     "Connection.write_command": "a bulk batch of a transaction's first statement completed",
     "_Bulk.retrying / .started_retryable_write": "batch-level retries",
     "retryable_bulk closure: full_result": "client bulk write: forget a retried error",
-    "_finish_transaction_with_retry closure: command_name": "pymongo <= 4.13: commit vs abort",
+    "_finish_transaction_with_retry closure: command_name": "pymongo <= 4.14: commit vs abort",
     "Database._drop_helper, Collection._create_helper / ._create_indexes / ._drop_index / "
     "._create_search_indexes, ._timeout": "commands that bypass the retry loop before 4.17",
     "motor.metaprogramming._class_cache": "Motor attributes rebuilt after wrapping",
@@ -400,7 +400,7 @@ def retry_internal_argument(args: tuple[Any, ...], kwargs: Mapping[str, Any], na
 def operation_name(operation: Any, func: Optional[Callable[..., Any]] = None) -> str:
     """Name an operation (the ``operation`` argument of ``_retry_internal``) for logs and events.
 
-    pymongo passes a ``_Op`` member (a str Enum), named by its value here.  pymongo <= 4.13
+    pymongo passes a ``_Op`` member (a str Enum), named by its value here.  pymongo <= 4.14
     passes ``abortTransaction`` for commits too; the real command name is then read from the
     callback's closure (``command_name`` of ``_finish_transaction_with_retry``).
     """
