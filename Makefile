@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS := test,dev,demo,motor,server
-# pymongo eras exercised by `make test-compat`: oldest supported, middle, last without native
-# backpressure, first with it, the last 4.20 without conn_mgr, newest.
-COMPAT_VERSIONS ?= 4.9.2 4.13.2 4.16.0 4.17.0 4.20.0 4.20.1
+# pymongo eras exercised by `make test-compat`: the newest patch of every minor release whose
+# retry loop, server selection or handshake changed (4.10 changed none), and 4.20.0, the last
+# without conn_mgr (why each: docs/compatibility.md).
+COMPAT_VERSIONS ?= 4.9.2 4.11.3 4.12.1 4.13.2 4.14.1 4.15.5 4.16.0 4.17.0 4.18.3 4.19.0 4.20.0 4.20.1
 
 .PHONY: install test test-compat test-pythons lookahead lint format demo bench spec-test docs clean FORCE
 
