@@ -36,17 +36,19 @@ envs_prepare() {
 }
 
 # envs_run ENV LABEL: runs the tests with ENV's Python, printing a header with its Python, pymongo
-# and Motor versions, and records pytest's last line (passed, skipped, time) under LABEL.
+# and Motor versions, and records pytest's last line (passed, skipped, time) and the CPU time the
+# run used (user + system: what the run costs, whatever else the machine is doing) under LABEL.
 envs_run() {
-    local env=$1 label=$2 versions status summary
+    local env=$1 label=$2 versions status summary cpu TIMEFORMAT='%U %S'
     versions=$("$env/bin/python" -c 'import platform, motor, pymongo
 print(f"Python {platform.python_version()}, pymongo {pymongo.version}, motor {motor.version}")')
     echo "=== $label: $versions"
-    "$env/bin/python" -m pytest -q -p no:cacheprovider "${envs_pytest_args[@]}" "${envs_tests[@]}" \
-        2>&1 | tee "$env/pytest.log"
+    { time "$env/bin/python" -m pytest -q -p no:cacheprovider "${envs_pytest_args[@]}" \
+        "${envs_tests[@]}" 2>&1; } 2> "$env/cpu-time" | tee "$env/pytest.log"
     status=${PIPESTATUS[0]}
     summary=$(tail -n 1 "$env/pytest.log" | tr -d '=' | sed 's/^ *//; s/ *$//')
-    envs_summaries+=("$label: $versions: $summary")
+    cpu=$(awk '{ printf "%.0f", $1 + $2 }' "$env/cpu-time")
+    envs_summaries+=("$label: $versions: $summary, CPU ${cpu}s")
     [ "$status" -eq 0 ] || envs_failed+=("$label")
 }
 
