@@ -3,8 +3,8 @@
 # each in its own virtualenv under .venv-py/, with the newest pymongo that Python can install
 # (pip resolves it when the virtualenv is built: `make clean` or removing .venv-py/3.X picks up a
 # newer one) and Motor 3.7. An interpreter is looked for as on a contributor's machine: python3.X
-# on PATH, then pyenv's versions ($(pyenv root)/versions/3.X.*, newest patch first; pyenv's root
-# defaults to ~/.pyenv). A Python that is not found is skipped with one line; every Python found
+# on PATH, then pyenv's versions (<root>/versions/3.X.*, newest patch first; the root from
+# `pyenv root`, else $PYENV_ROOT, else ~/.pyenv). A Python that is not found is skipped with one line; every Python found
 # runs even if an earlier one fails, and the script exits non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
