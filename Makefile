@@ -3,11 +3,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS := test,dev,demo,motor,server,odm
-# pymongo eras exercised by `make test-compat`: oldest supported, middle, last without native
-# backpressure, first with it, the last 4.20 without conn_mgr, newest.
-COMPAT_VERSIONS ?= 4.9.2 4.13.2 4.16.0 4.17.0 4.20.0 4.20.1
+# pymongo eras exercised by `make test-compat`: the newest patch of every minor release whose
+# retry loop, server selection or handshake changed (4.10 changed none), and 4.20.0, the last
+# without conn_mgr (why each: docs/compatibility.md).
+COMPAT_VERSIONS ?= 4.9.2 4.11.3 4.12.1 4.13.2 4.14.1 4.15.5 4.16.0 4.17.0 4.18.3 4.19.0 4.20.0 4.20.1
 
-.PHONY: install test test-compat lookahead lint format demo bench spec-test spec-tests pymongo-tests docs clean FORCE
+.PHONY: install test test-compat test-pythons lookahead lint format demo bench spec-test spec-tests pymongo-tests docs clean FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +59,13 @@ test: $(VENV)/.installed spec-tests
 
 test-compat: $(VENV)/.installed spec-tests
 	PYTHON=$(PYTHON) bash scripts/test-compat.sh $(COMPAT_VERSIONS)
+
+# The era-sensitive tests on every other supported Python, each in .venv-py/<version> with the
+# newest pymongo it can install and Motor 3.7 (scripts/test-pythons.sh finds the interpreters).
+TEST_PYTHONS ?= 3.9 3.10 3.12 3.13
+
+test-pythons:
+	bash scripts/test-pythons.sh $(TEST_PYTHONS)
 
 # The newest pymongo on the package index against the era-sensitive tests (scripts/lookahead.sh).
 lookahead: $(VENV)/.installed
@@ -117,4 +125,4 @@ docs: $(VENV)/.docs-installed
 	@echo "docs: open docs/_build/html/index.html"
 
 clean:
-	rm -rf $(VENV) .venv-compat build *.egg-info .pytest_cache .mypy_cache .ruff_cache docs/_build .coverage .cache
+	rm -rf $(VENV) .venv-compat .venv-py build *.egg-info .pytest_cache .mypy_cache .ruff_cache docs/_build .coverage .cache

@@ -1,33 +1,19 @@
 #!/usr/bin/env bash
-# Runs the era-sensitive tests once per supported pymongo era, each in its own virtualenv under
-# .venv-compat/, with Motor 3.7 installed beside it: the core, the adapters and the switch
-# (tests/unit, tests/integration), the unified suites (tests/spec), the README and docs examples
-# and the pytest plugin. The embedded server, simulator and bench tests do not depend on the
-# client's era; `make test` runs them with the newest pymongo. COMPAT_TESTS overrides the selection. Every era
-# runs even if an earlier one fails; the script exits non-zero if any failed.
+# Runs the era-sensitive tests (scripts/envs.sh) once per pymongo era given as arguments, each in
+# its own virtualenv under .venv-compat/ built by $PYTHON, with Motor 3.7 installed beside it.
+# Every era runs even if an earlier one fails; the script exits non-zero if any failed. Eras named
+# in COMPAT_SKIP are left out with one line (CI: the pymongo `make test` has just run in full).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-default_tests="tests/unit tests/integration tests/spec tests/test_readme.py"
-default_tests+=" tests/test_docs.py tests/test_pytest_plugin.py"
-read -r -a tests <<< "${COMPAT_TESTS:-$default_tests}"
-failed=()
+source scripts/envs.sh
 for version in "$@"; do
+    if [[ " ${COMPAT_SKIP:-} " == *" $version "* ]]; then
+        envs_summaries+=("pymongo $version: left out (COMPAT_SKIP)")
+        continue
+    fi
     env=".venv-compat/pymongo-$version"
-    if [ ! -x "$env/bin/python" ]; then
-        "$PYTHON" -m venv "$env" && "$env/bin/python" -m pip install -q --upgrade pip || { failed+=("$version(venv)"); continue; }
-    fi
-    if [ ! -f "$env/.installed" ] || [ pyproject.toml -nt "$env/.installed" ]; then
-        "$env/bin/python" -m pip install -q -e '.[test,motor,server,demo]' "pymongo==$version" \
-            && touch "$env/.installed" || { failed+=("$version(install)"); continue; }
-    fi
-    echo "=== pymongo $version ($("$env/bin/python" -c 'import motor; print("motor", motor.version)'))"
-    if ! "$env/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}"; then
-        failed+=("$version")
-    fi
+    envs_prepare "$env" "$PYTHON" "pymongo $version" "pymongo==$version" || continue
+    envs_run "$env" "pymongo $version"
 done
-if [ ${#failed[@]} -gt 0 ]; then
-    echo "test-compat: FAILED for pymongo ${failed[*]}"
-    exit 1
-fi
-echo "test-compat: all eras passed ($*)"
+envs_report test-compat || exit 1

@@ -75,8 +75,14 @@ def test_the_one_python_example_runs(replicaset_server: EmbeddedServer) -> None:
 
 
 def _extras() -> set[str]:
-    """The package's extras, from pyproject.toml."""
-    tomllib = pytest.importorskip("tomllib")
+    """The package's extras: from pyproject.toml, or on Python < 3.11 (no tomllib) from the
+    installed package's metadata (the make targets reinstall it when pyproject.toml changes)."""
+    try:
+        import tomllib
+    except ImportError:
+        from importlib import metadata
+
+        return set(metadata.metadata("pymongo-backpressure").get_all("Provides-Extra") or ())
     return set(
         tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
             "optional-dependencies"
@@ -97,17 +103,29 @@ def test_install_names_every_user_extra() -> None:
 
 
 def test_supported_versions_match_the_project() -> None:
-    """The Python floor is pyproject's, and the pymongo eras are the Makefile's."""
+    """The Python floor is pyproject's, and the pymongo eras and the other Pythons tested are the
+    Makefile's."""
     text = _text()
     section = text[text.index("## Supported versions") : text.index("## Features")]
+    section = " ".join(section.split())
     requires = re.search(r'requires-python = ">=([\d.]+)"', (ROOT / "pyproject.toml").read_text())
     assert requires is not None
     assert f"**Python** >= {requires[1]}" in section
-    compat = re.search(r"^COMPAT_VERSIONS \?= (.+)$", (ROOT / "Makefile").read_text(), re.M)
+    makefile = (ROOT / "Makefile").read_text()
+    compat = re.search(r"^COMPAT_VERSIONS \?= (.+)$", makefile, re.M)
     assert compat is not None
     versions = compat[1].split()
     assert ", ".join(versions[:-1]) + f" and {versions[-1]}" in section
     assert f"4.9 to {versions[-1]}" in section
+    pythons = re.search(r"^TEST_PYTHONS \?= (.+)$", makefile, re.M)
+    assert pythons is not None
+    others = pythons[1].split()
+    assert (
+        "`make test-pythons` the era-sensitive tests on "
+        + ", ".join(others[:-1])
+        + (f" and {others[-1]}")
+        in section
+    )
 
 
 def test_make_commands_are_targets_and_ci_runs_the_test_command() -> None:

@@ -72,7 +72,7 @@ def retry_internal_argument(args: tuple[Any, ...], kwargs: Mapping[str, Any], na
 def operation_name(operation: Any, func: Optional[Callable[..., Any]] = None) -> str:
     """Name an operation (the ``operation`` argument of ``_retry_internal``) for logs and events.
 
-    pymongo passes a ``_Op`` member (a str Enum), named by its value here.  pymongo <= 4.13
+    pymongo passes a ``_Op`` member (a str Enum), named by its value here.  pymongo <= 4.14
     passes ``abortTransaction`` for commits too; the real command name is then read from the
     callback's closure (``command_name`` of ``_finish_transaction_with_retry``).
     """

@@ -52,7 +52,7 @@ PRIVATE_NAMES: Mapping[str, str] = {
     "Connection.write_command": "a bulk batch of a transaction's first statement completed",
     "_Bulk.retrying / .started_retryable_write": "batch-level retries",
     "retryable_bulk closure: full_result": "client bulk write: forget a retried error",
-    "_finish_transaction_with_retry closure: command_name": "pymongo <= 4.13: commit vs abort",
+    "_finish_transaction_with_retry closure: command_name": "pymongo <= 4.14: commit vs abort",
     "Database._drop_helper, Collection._create_helper / ._create_indexes / ._drop_index / "
     "._create_search_indexes, ._timeout": "commands that bypass the retry loop before 4.17",
     "motor.metaprogramming._class_cache": "Motor attributes rebuilt after wrapping",
