@@ -64,7 +64,7 @@ test-compat: $(VENV)/.installed spec-tests
 # newest pymongo it can install and Motor 3.7 (scripts/test-pythons.sh finds the interpreters).
 TEST_PYTHONS ?= 3.9 3.10 3.12 3.13
 
-test-pythons:
+test-pythons: spec-tests
 	bash scripts/test-pythons.sh $(TEST_PYTHONS)
 
 # The newest pymongo on the package index against the era-sensitive tests (scripts/lookahead.sh).
