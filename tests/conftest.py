@@ -1,0 +1,40 @@
+"""Coverage across pytest-xdist workers (``make test``).
+
+``make test`` sets ``COVERAGE_PROCESS_START``, so coverage's own start-up hook (the ``.pth`` file
+coverage installs) measures the pytest process and every xdist worker from interpreter start,
+before the package's pytest plugin imports the package. Each process writes its own data file
+(``parallel = true``), and ``coverage combine`` merges them. The subprocesses the tests start
+(CLIs, servers in a subprocess) are not measured, as in a single process: the process that runs
+the tests takes the variable out of its environment before the first test.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def _runs_tests(config: pytest.Config) -> bool:
+    """Whether this process runs tests: an xdist worker, or pytest without workers."""
+    distributes = getattr(config.option, "dist", "no") != "no"
+    return bool(os.environ.get("PYTEST_XDIST_WORKER")) or not distributes
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep the tests' own subprocesses out of the measurement (workers inherit it first)."""
+    if _runs_tests(config):
+        os.environ.pop("COVERAGE_PROCESS_START", None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Save a worker's coverage data now: a worker does not always exit through ``atexit``."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    import coverage
+
+    current = coverage.Coverage.current()
+    if current is not None:
+        current.stop()
+        current.save()
