@@ -54,7 +54,7 @@ install: $(VENV)/.installed
 # The tests run in PYTEST_WORKERS xdist workers (pytest-xdist; 0 runs them in one process).
 # The era runs (test-compat, lookahead) are not measured.
 COVERAGE_FLOOR ?= 81
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 3
 
 test: $(VENV)/.installed
 	@$(BIN)/python -c "import motor, pymongo; print('make test: pymongo', pymongo.version, '/ motor', motor.version)"

@@ -4,7 +4,8 @@
 # (tests/unit, tests/integration), the unified suites (tests/spec), the README and docs examples
 # and the pytest plugin. The embedded server, simulator and bench tests do not depend on the
 # client's era; `make test` runs them with the newest pymongo. COMPAT_TESTS overrides the selection. Every era
-# runs even if an earlier one fails; the script exits non-zero if any failed.
+# runs even if an earlier one fails; the script exits non-zero if any failed. The tests run in
+# PYTEST_WORKERS pytest-xdist workers (3, as in `make test`; 0 runs them in one process).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -22,7 +23,8 @@ for version in "$@"; do
             && touch "$env/.installed" || { failed+=("$version(install)"); continue; }
     fi
     echo "=== pymongo $version ($("$env/bin/python" -c 'import motor; print("motor", motor.version)'))"
-    if ! "$env/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}"; then
+    if ! "$env/bin/python" -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-3}" --dist worksteal \
+        "${tests[@]}"; then
         failed+=("$version")
     fi
 done
