@@ -46,15 +46,22 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 install: $(VENV)/.installed
 
 # Branch coverage of the package over the whole suite, with a floor: the total measured when it
-# was set (83.0 % on pymongo 4.20.1), less 2 points. coverage runs pytest (rather than pytest-cov)
-# so that it measures from the start: the package's own pytest plugin imports it before
-# pytest-cov would begin, and every module-level line would count as missed. The era runs
-# (test-compat, lookahead) are not measured.
+# was set (83.0 % on pymongo 4.20.1), less 2 points. Coverage starts with each Python process
+# rather than through pytest-cov: the package's own pytest plugin imports it before pytest-cov
+# would begin, and every module-level line would count as missed. COVERAGE_PROCESS_START has
+# coverage's start-up hook measure the pytest process and every xdist worker from their first
+# line; each writes its own data file (parallel = true), combined before the report
+# (tests/conftest.py keeps the tests' own subprocesses unmeasured, as in one process).
+# The tests run in PYTEST_WORKERS xdist workers (pytest-xdist; 0 runs them in one process).
+# The era runs (test-compat, lookahead) are not measured.
 COVERAGE_FLOOR ?= 81
+PYTEST_WORKERS ?= 3
 
 test: $(VENV)/.installed spec-tests
 	@$(BIN)/python -c "import motor, pymongo; print('make test: pymongo', pymongo.version, '/ motor', motor.version)"
-	$(BIN)/python -m coverage run -m pytest
+	$(BIN)/python -m coverage erase
+	COVERAGE_PROCESS_START=pyproject.toml $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal
+	$(BIN)/python -m coverage combine -q
 	$(BIN)/python -m coverage report --fail-under=$(COVERAGE_FLOOR)
 
 test-compat: $(VENV)/.installed spec-tests

@@ -6,7 +6,8 @@
 # the unified suites (tests/spec), the README and docs examples and the pytest plugin. The
 # embedded server, simulator and bench tests do not depend on the client's era; `make test` runs
 # them with the newest pymongo. COMPAT_TESTS overrides the selection; PYTEST_ARGS adds arguments
-# to every pytest run (e.g. PYTEST_ARGS="-x" or a plugin's options).
+# to every pytest run (e.g. PYTEST_ARGS="-x" or a plugin's options). The tests run in
+# PYTEST_WORKERS pytest-xdist workers (3, as in `make test`; 0 runs them in one process).
 default_tests="tests/unit tests/integration tests/spec tests/test_readme.py"
 default_tests+=" tests/test_docs.py tests/test_pytest_plugin.py"
 read -r -a envs_tests <<< "${COMPAT_TESTS:-$default_tests}"
@@ -43,7 +44,8 @@ envs_run() {
     versions=$("$env/bin/python" -c 'import platform, motor, pymongo
 print(f"Python {platform.python_version()}, pymongo {pymongo.version}, motor {motor.version}")')
     echo "=== $label: $versions"
-    { time "$env/bin/python" -m pytest -q -p no:cacheprovider "${envs_pytest_args[@]}" \
+    { time "$env/bin/python" -m pytest -q -p no:cacheprovider \
+        -n "${PYTEST_WORKERS:-3}" --dist worksteal "${envs_pytest_args[@]}" \
         "${envs_tests[@]}" 2>&1; } 2> "$env/cpu-time" | tee "$env/pytest.log"
     status=${PIPESTATUS[0]}
     summary=$(tail -n 1 "$env/pytest.log" | tr -d '=' | sed 's/^ *//; s/ *$//')

@@ -4,7 +4,8 @@
 # release whose seams the adapters do not know fails first with a readable line naming the release,
 # the method and its parameters (backpressure.adapters.seams.signature_report), not with an error
 # deep in a test. `scripts/lookahead.sh 4.21.0` checks a given release instead; LOOKAHEAD_PYTHON
-# points at an existing interpreter (a scratch venv) instead of building one.
+# points at an existing interpreter (a scratch venv) instead of building one. The tests run in
+# PYTEST_WORKERS pytest-xdist workers (3, as in `make test`; 0 runs them in one process).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -34,7 +35,7 @@ if ! "$python" -c 'import sys; from backpressure.adapters import seams; sys.exit
     echo "lookahead: FAILED: the adapters do not know this pymongo's seams (see above)"
     exit 1
 fi
-"$python" -m pytest -q -p no:cacheprovider \
+"$python" -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-3}" --dist worksteal \
     tests/unit/test_seams_signatures.py tests/unit/test_seams_inventory.py \
     tests/integration/test_version_guard.py tests/integration/test_native_forwarding.py \
     tests/integration/test_load_balanced.py tests/integration/test_native_adapter.py \

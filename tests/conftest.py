@@ -1,20 +1,53 @@
-"""Set-up shared by the whole suite."""
+"""Set-up shared by the whole suite: the main thread's event loop, and coverage across
+pytest-xdist workers (``make test``).
+
+``make test`` sets ``COVERAGE_PROCESS_START``, so coverage's own start-up hook (the ``.pth`` file
+coverage installs) measures the pytest process and every xdist worker from interpreter start,
+before the package's pytest plugin imports the package. Each process writes its own data file
+(``parallel = true``), and ``coverage combine`` merges them. The subprocesses the tests start
+(CLIs, servers in a subprocess) are not measured, as in a single process: the process that runs
+the tests takes the variable out of its environment before the first test.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """The main thread starts with no current event loop, as it is after ``asyncio.run()``.
+def _runs_tests(config: pytest.Config) -> bool:
+    """Whether this process runs tests: an xdist worker, or pytest without workers."""
+    distributes = getattr(config.option, "dist", "no") != "no"
+    return bool(os.environ.get("PYTEST_XDIST_WORKER")) or not distributes
 
-    Otherwise the first ``asyncio.get_event_loop()`` there creates a loop that nobody closes:
-    pytest-asyncio 1.2 (the newest for Python 3.9) calls it while setting up an async test and
-    keeps the loop it got as the current one; the unified runner's ``asyncio.run()`` later
-    replaces it, and the garbage collector reports "unclosed event loop" in whichever test runs
-    then (pytest-asyncio issue 724). No test relies on that implicit creation: from Python 3.10
-    on it warns, and warnings are errors here.
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start the main thread with no current event loop, and keep the tests' own subprocesses
+    out of the coverage measurement (workers inherit the variable first).
+
+    Without a current loop, as after ``asyncio.run()``: otherwise the first
+    ``asyncio.get_event_loop()`` there creates a loop that nobody closes: pytest-asyncio 1.2 (the
+    newest for Python 3.9) calls it while setting up an async test and keeps the loop it got as
+    the current one; the unified runner's ``asyncio.run()`` later replaces it, and the garbage
+    collector reports "unclosed event loop" in whichever test runs then (pytest-asyncio issue
+    724). No test relies on that implicit creation: from Python 3.10 on it warns, and warnings
+    are errors here.
     """
     asyncio.set_event_loop(None)
+    if _runs_tests(config):
+        os.environ.pop("COVERAGE_PROCESS_START", None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Save a worker's coverage data now: a worker does not always exit through ``atexit``."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    import coverage
+
+    current = coverage.Coverage.current()
+    if current is not None:
+        current.stop()
+        current.save()

@@ -38,30 +38,8 @@ from backpressure.demo.fleet import (
 from backpressure.testing import EmbeddedServer
 from backpressure.workload import Phase, PhaseResult, RunResult, WorkloadConfig
 from backpressure.workload.driver import _operations, _schedule, received_commands
-from backpressure.workload.metrics import (
-    amplification,
-    bucket_counts,
-    iqr,
-    median,
-    percentile,
-    rate_per_second,
-)
+from backpressure.workload.metrics import amplification, bucket_counts, rate_per_second
 from backpressure.workload.report import format_table
-
-
-def test_percentile_interpolates_linearly() -> None:
-    """Percentiles interpolate between order statistics; empty input gives None."""
-    values = [4.0, 1.0, 3.0, 2.0]
-    assert percentile(values, 0) == 1.0
-    assert percentile(values, 100) == 4.0
-    assert percentile(values, 50) == pytest.approx(2.5)
-    assert percentile(values, 25) == pytest.approx(1.75)
-    assert median([7.0]) == 7.0
-    assert iqr(values) == pytest.approx(1.5)
-    assert percentile([], 50) is None
-    assert iqr([]) is None
-    with pytest.raises(ValueError, match=r"0\.\.100"):
-        percentile(values, 101)
 
 
 def test_amplification_and_rate() -> None:

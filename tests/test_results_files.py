@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import pytest
 
 from backpressure.bench import render_markdown
-from backpressure.workload.policies import default_policy_name
+from backpressure.workload.policies import default_policy_name, policy_label
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 
@@ -45,15 +46,61 @@ def test_the_overload_table_shows_the_default_first_in_every_scenario(stem: str)
     assert set(first.values()) == {default_policy_name()}
 
 
-def test_the_sim_agreement_table_is_generated_from_the_fleet_results() -> None:
-    """``sim-fleet.md``'s agreement table is what ``bench.agreement --fleet`` prints for the
-    committed ``fleet.json`` (the simulator is deterministic for a seed)."""
+def _fleet_runs() -> list[tuple[int, int]]:
+    """(shape index, run index) of every run in the committed ``fleet.json``."""
+    report = json.loads((RESULTS / "fleet.json").read_text(encoding="utf-8"))
+    return [
+        (shape, index)
+        for shape, entry in enumerate(report["fleet"])
+        for index in range(len(entry["runs"]))
+    ]
+
+
+def _agreement_table() -> list[str]:
+    """The agreement table's lines in ``sim-fleet.md``: its header, then one row per run."""
+    from backpressure.bench.agreement import fleet_agreement_markdown
+
+    header = fleet_agreement_markdown({"fleet": []}).splitlines()  # no run: nothing simulated
+    text = (RESULTS / "sim-fleet.md").read_text(encoding="utf-8")
+    lines = text[text.index("\n".join(header)) :].splitlines()
+    rows = list(itertools.takewhile(lambda line: line.startswith("|"), lines))
+    assert rows[: len(header)] == header
+    return rows
+
+
+def test_the_sim_agreement_table_has_a_row_per_fleet_run_in_order() -> None:
+    """``sim-fleet.md``'s agreement table has one row per run of the committed ``fleet.json``,
+    in its order (the default's first in each shape); each row is checked below."""
+    pytest.importorskip("simpy")
+    from backpressure.bench.fleet import FleetRun
+
+    report = json.loads((RESULTS / "fleet.json").read_text(encoding="utf-8"))
+    rows = _agreement_table()[2:]
+    runs = [FleetRun.from_dict(run) for shape in report["fleet"] for run in shape["runs"]]
+    assert [row.split("|")[1:3] for row in rows] == [
+        [f" {run.shape} ", f" {policy_label(run.policy)} "] for run in runs
+    ]
+
+
+@pytest.mark.parametrize(("shape", "index"), _fleet_runs())
+def test_the_sim_agreement_table_is_generated_from_the_fleet_results(
+    shape: int, index: int
+) -> None:
+    """Each row of ``sim-fleet.md``'s agreement table is what ``bench.agreement --fleet`` prints
+    for that run of the committed ``fleet.json`` (the simulator is deterministic for a seed, and
+    each policy is simulated on its own). One run per test, so the simulations spread over the
+    workers."""
     pytest.importorskip("simpy")
     from backpressure.bench.agreement import fleet_agreement_markdown
 
     report = json.loads((RESULTS / "fleet.json").read_text(encoding="utf-8"))
-    table = fleet_agreement_markdown(report, seed=1)
-    assert table in (RESULTS / "sim-fleet.md").read_text(encoding="utf-8")
+    entry = report["fleet"][shape]
+    one = {**report, "fleet": [{**entry, "runs": [entry["runs"][index]]}]}
+    table = fleet_agreement_markdown(one, seed=1).splitlines()
+    rows = _agreement_table()
+    assert table[:2] == rows[:2]
+    position = 2 + _fleet_runs().index((shape, index))
+    assert table[2:] == [rows[position]]
 
 
 def test_the_hedging_page_is_the_rendering_of_its_raw_data() -> None:

@@ -40,6 +40,7 @@ from pymongo.errors import PyMongoError
 
 from backpressure.workload import POLICIES
 from backpressure.workload.driver import LoadTarget, LocalEventCounter, received_commands
+from backpressure.workload.metrics import percentile
 from backpressure.workload.policies import default_first, default_policy_name, policy_label
 
 __all__ = [
@@ -354,14 +355,6 @@ class FleetRun:
         return data
 
 
-def _percentile(values: Sequence[float], q: float) -> Optional[float]:
-    """Nearest-rank percentile (None when empty)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))]
-
-
 def _preload(uri: str, plan: FleetPlan) -> None:
     """Drop the collection and insert the documents ``find_one`` reads (limiter off)."""
     client: MongoClient[dict[str, Any]] = MongoClient(uri)
@@ -482,8 +475,8 @@ def summarize(
         server_received=received,
         per_process_successes=tuple(int(r["successes"]) for r in processes),
         phases=tuple(phases),
-        p50_ms=_percentile(latencies, 50),
-        p99_ms=_percentile(latencies, 99),
+        p50_ms=percentile(latencies, 50),
+        p99_ms=percentile(latencies, 99),
         local_waits=sum(waits) if waits else None,
         local_refusals=sum(refusals) if refusals else None,
         error_kinds=dict(sorted(kinds.items())),

@@ -30,6 +30,7 @@ from pymongo.errors import PyMongoError
 from backpressure.bench.fleet import default_policy_name, fleet_policies
 from backpressure.workload import POLICIES
 from backpressure.workload.driver import LocalEventCounter
+from backpressure.workload.metrics import percentile
 from backpressure.workload.policies import policy_label
 
 __all__ = [
@@ -118,14 +119,6 @@ class TransientRun:
     def from_dict(cls, data: dict[str, Any]) -> TransientRun:
         """The run :meth:`to_dict` described."""
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
-
-
-def _percentile(values: Sequence[float], q: float) -> Optional[float]:
-    """Nearest-rank percentile (None when empty)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))]
 
 
 def _wait_until(instant: float) -> None:
@@ -222,7 +215,7 @@ def run_policy_transient(target: Any, policy: str, plan: TransientPlan) -> Trans
         app_errors=sum(1 for _, ok, _ in outcomes if not ok),
         after_successes=sum(1 for ok, _ in after if ok),
         after_s=plan.after_s,
-        after_p99_ms=_percentile([latency for ok, latency in after if ok], 99),
+        after_p99_ms=percentile([latency for ok, latency in after if ok], 99),
         local_refusals=events.refusals if events.reported else None,
         server_rejected=_rejected(stats),
     )

@@ -32,7 +32,7 @@ import logging
 import math
 import random
 from collections import deque
-from collections.abc import Generator, Sequence
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -754,12 +754,3 @@ def simulate(
 ) -> RunData:
     """Run ``scenario`` under ``policy`` with ``seed`` and return the raw data."""
     return _Run(scenario, policy, seed).run(progress)
-
-
-def percentile(values: Sequence[float], q: float) -> Optional[float]:
-    """The ``q``-th percentile (nearest rank) of ``values``, None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100.0 * len(ordered)) - 1))
-    return ordered[rank]

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 from backpressure.core.policy import Policy
-from backpressure.sim.engine import REFUSED, percentile, simulate
+from backpressure.sim.engine import REFUSED, simulate
 from backpressure.sim.model import Scenario
 from backpressure.sim.policies import SimPolicy, resolve_all
+from backpressure.workload.metrics import percentile
 
 __all__ = ["PhaseGoodput", "PolicyResult", "Result", "jain_index", "run"]
 

@@ -9,41 +9,27 @@ from typing import Optional
 __all__ = [
     "amplification",
     "bucket_counts",
-    "iqr",
-    "median",
     "percentile",
     "rate_per_second",
 ]
 
 
 def percentile(values: Sequence[float], q: float) -> Optional[float]:
-    """Return the ``q``-th percentile (0..100, linear interpolation) or None when empty."""
+    """The ``q``-th percentile (0..100) of ``values`` by nearest rank, None when empty.
+
+    Nearest rank: the smallest sample with at least ``q`` % of the samples at or below it, that
+    is the ``ceil(q / 100 * n)``-th smallest of ``n`` (the smallest for ``q`` 0). It is always a
+    measured value, never one interpolated between two. Every latency table (the simulator's,
+    the benchmarks', the demo's) takes its percentiles from this one function.
+    """
     if not 0.0 <= q <= 100.0:
         raise ValueError(f"percentile must be in 0..100, got {q!r}")
     if not values:
         return None
     ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100.0
-    low = math.floor(position)
-    high = math.ceil(position)
-    if low == high:
-        return float(ordered[low])
-    fraction = position - low
-    return float(ordered[low] + (ordered[high] - ordered[low]) * fraction)
-
-
-def median(values: Sequence[float]) -> Optional[float]:
-    """Return the median or None when empty."""
-    return percentile(values, 50.0)
-
-
-def iqr(values: Sequence[float]) -> Optional[float]:
-    """Return the interquartile range (p75 - p25) or None when empty."""
-    p25 = percentile(values, 25.0)
-    p75 = percentile(values, 75.0)
-    if p25 is None or p75 is None:
-        return None
-    return p75 - p25
+    # q * n / 100 rather than q / 100 * n: exact for a whole q (0.07 * 100 is 7.000000000000001).
+    rank = max(1, math.ceil(q * len(ordered) / 100.0))
+    return ordered[rank - 1]
 
 
 def amplification(attempts: int, successes: int) -> Optional[float]:

@@ -226,9 +226,19 @@ async def test_reads_avoid_a_paced_member_when_the_read_preference_allows(
     commands: CommandRecorder,
     recorder: AdmissionRecorder,
 ) -> None:
-    """One hot member: once it is paced, new "nearest" reads go to the other members."""
+    """One hot member: once it is paced, new "nearest" reads go to the other members.
+
+    A latency window wider than any round trip keeps every member eligible whatever the load:
+    with the default 15 ms, a busy machine can leave the hot member out on its measured round
+    trip alone (it is then never paced, or avoided for the wrong reason)."""
     client = adaptive_client(
-        clients, server, commands, recorder, NEVER_WAIT_TWICE, readPreference="nearest"
+        clients,
+        server,
+        commands,
+        recorder,
+        NEVER_WAIT_TWICE,
+        readPreference="nearest",
+        localThresholdMS=60_000,
     )
     await resolve(client.db.coll.insert_one({"_id": 1}))
     await wait_for_members(client, 3)
