@@ -60,8 +60,6 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     process_response = installation.delegate(client, "_process_response")
     current = installation.current
     current_get, current_set, current_reset = current.get, current.set, current.reset
-    csot_deadline = seams.csot_deadline
-    send = SEND
     active_states = seams.ACTIVE_TRANSACTION_STATES
     server_address = seams.server_address
     operation_class = TrackedOperation
@@ -169,19 +167,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
             tracked = installation.operation()
         if tracked is None:  # not within an operation of ours
             return select_server(ref(), *args, **kwargs)
-        if tracked.backoff:  # a backoff the client's sleep hook sleeps (see TrackedOperation)
-            seconds, tracked.backoff = tracked.backoff, 0.0
-            pause(tracked.state, seconds)
-        paced = tracked.paced()
-        if paced is None:  # nothing is paced: select and send without asking
-            server = select_server(ref(), *args, **kwargs)
-        else:
-            server = select_server(ref(), *args, **avoid_paced(ref(), paced, args, kwargs))
-            step = tracked.admit(server, csot_deadline)
-            if step is not send:
-                carry_out(tracked, step)
-        tracked.attempt_started(server)
-        return server
+        return _select_tracked(tracked, select_server, ref(), args, kwargs)
 
     def _process_response(reply: Any, session: Any) -> Any:
         if type(reply) is not dict_class or "errorLabels" in reply or "baseBackoffMS" in reply:
@@ -209,8 +195,6 @@ def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Ca
     retry_internal = installation.delegate(client, "_retry_internal")
     select_server = installation.delegate(client, "_select_server")
     current = installation.current
-    csot_deadline = seams.csot_deadline
-    send = SEND
 
     def failed(token: Token[Any], exc: BaseException) -> None:
         try:
@@ -237,18 +221,34 @@ def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Ca
         tracked = current.get()
         if type(tracked) is not TrackedOperation:
             return select_server(ref(), *args, **kwargs)
-        if tracked.backoff:  # a backoff the client's sleep hook sleeps (see TrackedOperation)
-            seconds, tracked.backoff = tracked.backoff, 0.0
-            pause(tracked.state, seconds)
-        paced = tracked.paced()
-        if paced is None:  # nothing is paced: select and send without asking
-            server = select_server(ref(), *args, **kwargs)
-        else:
-            server = select_server(ref(), *args, **avoid_paced(ref(), paced, args, kwargs))
-            step = tracked.admit(server, csot_deadline)
-            if step is not send:
-                carry_out(tracked, step)
-        tracked.attempt_started(server)
-        return server
+        return _select_tracked(tracked, select_server, ref(), args, kwargs)
 
     return {"_retry_internal": _retry_internal, "_select_server": _select_server}
+
+
+def _select_tracked(
+    tracked: TrackedOperation,
+    select_server: Callable[..., Any],
+    client: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """Select the server of one tracked attempt, and carry out the attempt cycle's answer.
+
+    A backoff left for the client's sleep hook is slept first; while nothing is paced the
+    server is selected and sent to without asking; otherwise the selection avoids the paced
+    servers and the cycle admits the attempt (send, or wait and ask again, or refuse).
+    """
+    if tracked.backoff:  # a backoff the client's sleep hook sleeps (see TrackedOperation)
+        seconds, tracked.backoff = tracked.backoff, 0.0
+        pause(tracked.state, seconds)
+    paced = tracked.paced()
+    if paced is None:  # nothing is paced: select and send without asking
+        server = select_server(client, *args, **kwargs)
+    else:
+        server = select_server(client, *args, **avoid_paced(client, paced, args, kwargs))
+        step = tracked.admit(server, seams.csot_deadline)
+        if step is not SEND:
+            carry_out(tracked, step)
+    tracked.attempt_started(server)
+    return server
