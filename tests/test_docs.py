@@ -56,7 +56,7 @@ BLOCKS: dict[str, Optional[Callable[[str], bool]]] = {
     'backpressure="current", maxAdaptiveRetries=3': _lines("3", "1"),
     "named = backpressure.DRAFT.replace": _lines("draft 3", "True"),
     # adaptive.md
-    'backpressure="adaptive") as client': _lines("adaptive True server"),
+    'backpressure="adaptive") as client': _lines("adaptive True 2"),
     # hedging.md
     "class PrintHedges": lambda out: out.splitlines()[-1] == "{'_id': 1}",
     # observability.md

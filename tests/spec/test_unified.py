@@ -1,15 +1,15 @@
 """The unified-format spec suites, one pytest item per test, for sync, async and Motor clients.
 
 Suites: the official ``client-backpressure``, ``transactions-backpressure`` and
-``sdam-backpressure`` files with our ``current`` preset (and with stock pymongo, preset ``none``,
-when pymongo has native backpressure, >= 4.17: the reference); the 2026-03 draft-era files with
-our ``draft`` preset; our own scenarios in ``spec-tests/`` with ``draft`` (a client entity may
-state its own policy with ``backpressurePolicy``); the runner's own feature scenarios in
-``tests/spec/runner-scenarios/`` with stock clients. ``BACKPRESSURE_UNIFIED_SUITES`` adds
-external suites (``PATH[=PRESET]`` entries separated by ``os.pathsep``, preset ``none`` by
-default), e.g. the official CRUD or transactions folders of a specifications checkout. Backoff
-jitter is pinned to 0 (``fast_backoff``): no sleeps, the same attempt counts. Unsupported
-features are reported as skips with the runner's reason.
+``sdam-backpressure`` files with our ``current`` and ``adaptive`` presets (and with stock
+pymongo, preset ``none``, when pymongo has native backpressure, >= 4.17: the reference); the
+2026-03 draft-era files with our ``draft`` preset; our own scenarios in ``spec-tests/`` with
+``draft`` (a client entity may state its own policy with ``backpressurePolicy``); the runner's
+own feature scenarios in ``tests/spec/runner-scenarios/`` with stock clients.
+``BACKPRESSURE_UNIFIED_SUITES`` adds external suites (``PATH[=PRESET]`` entries separated by
+``os.pathsep``, preset ``none`` by default), e.g. the official CRUD or transactions folders of
+a specifications checkout. Backoff jitter is pinned to 0 (``fast_backoff``): no sleeps, the same
+attempt counts. Unsupported features are reported as skips with the runner's reason.
 """
 
 from __future__ import annotations
@@ -85,6 +85,9 @@ class Case:
 def _suites() -> list[tuple[Path, str]]:
     """(folder, preset) pairs of the shared suites to run."""
     suites = [(SHARED_SPEC_TESTS / name, preset) for name, preset in SHARED_SUITES]
+    # ``adaptive`` layers its pacing on the current spec's retry rules: it must pass the
+    # current suites exactly as ``current`` does.
+    suites += [(folder, "adaptive") for folder, preset in suites if preset == "current"]
     if seams.HAS_NATIVE_BACKPRESSURE:
         # Stock pymongo with native backpressure is the reference for the current spec.
         suites += [(folder, "none") for folder, preset in suites if preset == "current"]
