@@ -40,6 +40,7 @@ __all__ = [
     "closed_fleet",
     "fault_schedule",
     "faults",
+    "recovery_fleet",
     "scenario",
     "scenario_names",
     "transient",
@@ -432,21 +433,26 @@ def closed_fleet(
     step_s: float = 10.0,
     rates: tuple[float, ...] = (200.0, 100.0, 300.0),
     shape: BenchShape = BenchShape(),
+    think_ms: float = 0.0,
+    name: Optional[str] = None,
+    overload_end_s: Optional[float] = None,
 ) -> Scenario:
     """``clients`` processes x ``workers`` closed-loop threads, 1 s deadline, capacity steps.
 
     Mirrors the real fleet benchmark (:mod:`backpressure.bench.fleet`): each client process is
     one pymongo client with its own GIL, half find_one and half insert_one on the primary, every
     operation under a 1 s CSOT deadline; the primary's rate limit steps through ``rates`` every
-    ``step_s`` seconds.
+    ``step_s`` seconds.  ``think_ms`` between a worker's operations bounds the demand;
+    ``overload_end_s`` is when the overload ends (the recovery is measured from there).
     """
     changes = tuple((step_s * (i + 1), rate) for i, rate in enumerate(rates[1:]))
     marks = tuple((step_s * i, f"{rate:g}/s") for i, rate in enumerate(rates))
     suffix = "" if (clients, workers) == (8, 8) else f"-{clients}x{workers}"
+    think = f", {think_ms:g} ms think" if think_ms else ""
     return Scenario(
-        name=f"closed-fleet{suffix}",
+        name=name or f"closed-fleet{suffix}",
         description=(
-            f"{clients} x {workers} closed-loop workers, 1 s deadline, "
+            f"{clients} x {workers} closed-loop workers{think}, 1 s deadline, "
             f"C {' -> '.join(f'{r:g}' for r in rates)}/s, {step_s:g} s steps"
         ),
         servers=_embedded_primary(shape, rates[0], changes),
@@ -454,7 +460,7 @@ def closed_fleet(
             _shape_group(
                 shape,
                 count=clients,
-                workload=ClosedLoop(workers, step_s * len(rates)),
+                workload=ClosedLoop(workers, step_s * len(rates), think_ms),
                 read_fraction=0.5,
                 max_pool_size=workers + 10,
                 name="fleet",
@@ -463,6 +469,25 @@ def closed_fleet(
         drain_s=shape.allowed_wait + 1.0,
         phases=marks,
         bucket_s=0.5,
+        overload_end_s=overload_end_s,
+    )
+
+
+RECOVERY_DEMAND_THINK_MS = 60.0
+"""Think time of the recovery fleet's workers: 32 workers at about 520 operations/s."""
+
+
+def recovery_fleet(shape: BenchShape = BenchShape()) -> Scenario:
+    """4 x 8 closed-loop workers (60 ms think: about 520 ops/s of demand), capacity 100/s for
+    10 s, then no limit for 10 s: how soon the goodput is the demand again."""
+    return closed_fleet(
+        4,
+        8,
+        rates=(100.0, 100_000.0),
+        shape=shape,
+        think_ms=RECOVERY_DEMAND_THINK_MS,
+        name="recovery-fleet",
+        overload_end_s=10.0,
     )
 
 
@@ -620,6 +645,7 @@ SCENARIOS: Mapping[str, Callable[[], Scenario]] = {
     "connection-storm": _connection_storm,
     "closed-fleet": closed_fleet,
     "closed-fleet-4x16": lambda: closed_fleet(4, 16),
+    "recovery-fleet": recovery_fleet,
     "transient": transient,
     "transient-1": lambda: transient(1),
     "faults": faults,
