@@ -49,6 +49,7 @@ from backpressure.sim.policies import (
     admit_takes_sheddable,
     make_controller,
     record_takes_admission,
+    resolve,
 )
 from backpressure.sim.server import SimServer
 
@@ -116,6 +117,8 @@ class RunData:
     depends on the scenario alone, never on the arrivals a policy generated."""
     client_successes: list[int] = field(default_factory=list)
     """Successful operations per client (every group's clients, in order)."""
+    client_errors: list[int] = field(default_factory=list)
+    """Failed operations per client, in the same order."""
     end_s: float = 0.0
     sheddable_ops: int = 0
     """Operations run as sheddable (``ClientGroup.sheddable_fraction``; skipped ones are not
@@ -165,6 +168,7 @@ class _Client:
         "index",
         "inflight",
         "pending",
+        "policy",
         "pools",
         "state",
     )
@@ -176,9 +180,12 @@ class _Client:
         state: Optional[ClientState],
         admission: Optional[Admission],
         index: int = 0,
+        policy: Optional[SimPolicy] = None,
     ) -> None:
-        """A client with empty pools (``index``: its place among every client of the run)."""
+        """A client with empty pools (``index``: its place among every client of the run;
+        ``policy``: the one it runs, when not the run's)."""
         self.index = index
+        self.policy = policy
         self.group = group
         self.state = state
         self.admission = admission
@@ -235,11 +242,15 @@ class _Run:
         self._write_set = self._write_candidates()
 
     def _new_client(self, group: ClientGroup) -> _Client:
-        """A client with its own controller (own budget) when the policy is a core policy."""
+        """A client with its own controller (own budget) when the policy is a core policy.
+
+        A group that names its own policy (a mixed fleet) runs that one, the others the run's.
+        """
         state: Optional[ClientState] = None
         admission: Optional[Admission] = None
-        if self.policy.policy is not None:
-            controller, admission = make_controller(self.policy.policy, self.jitter, self.clock)
+        policy = self.policy if group.policy is None else resolve(group.policy)
+        if policy.policy is not None:
+            controller, admission = make_controller(policy.policy, self.jitter, self.clock)
             state = ClientState(controller, logger=_QUIET)
             if admission is not None and self._record_answer is None:
                 self._record_answer = record_takes_admission(admission)
@@ -247,8 +258,9 @@ class _Run:
                 self._recheck = callable(getattr(admission, "recheck", None))
                 self._admit_sheddable = admit_takes_sheddable(admission)
         self.data.client_successes.append(0)
+        self.data.client_errors.append(0)
         index = len(self.data.client_successes) - 1
-        return _Client(group, len(self.servers), state, admission, index)
+        return _Client(group, len(self.servers), state, admission, index, policy)
 
     # -- topology ------------------------------------------------------------------------------
 
@@ -325,6 +337,8 @@ class _Run:
         else:
             data.errors += 1
             data.error_reasons[reason] = data.error_reasons.get(reason, 0) + 1
+            if client >= 0:
+                data.client_errors[client] += 1
             data.timeline_errors[self._bucket(now)] += 1
 
     def _log_arrival(self, arrival: float, deadline: float, eligible: tuple[int, ...]) -> None:
@@ -382,7 +396,7 @@ class _Run:
         jitter = self._wake_jitter[group_index]
         if jitter > 0:
             yield env.timeout(self.wake.expovariate(1.0 / jitter))
-        policy = self.policy
+        policy = client.policy or self.policy
         kind = policy.kind
         operation = None
         if client.state is not None:

@@ -13,6 +13,7 @@ workers, C = 200/s) and one hot member; they are the ones the simulator is check
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from collections.abc import Mapping
@@ -40,6 +41,7 @@ __all__ = [
     "closed_fleet",
     "fault_schedule",
     "faults",
+    "mixed_fleet",
     "recovery_fleet",
     "scenario",
     "scenario_names",
@@ -449,11 +451,14 @@ def closed_fleet(
     marks = tuple((step_s * i, f"{rate:g}/s") for i, rate in enumerate(rates))
     suffix = "" if (clients, workers) == (8, 8) else f"-{clients}x{workers}"
     think = f", {think_ms:g} ms think" if think_ms else ""
+    what = "closed-loop workers" if not think_ms else "workers"
+    limits = " -> ".join(f"{r:g}" for r in rates) + "/s"
+    if any(rate >= 1e5 for rate in rates):  # unlimited in effect
+        limits = " -> ".join(f"{r:g}/s" if r < 1e5 else "none" for r in rates)
     return Scenario(
         name=name or f"closed-fleet{suffix}",
         description=(
-            f"{clients} x {workers} closed-loop workers{think}, 1 s deadline, "
-            f"C {' -> '.join(f'{r:g}' for r in rates)}/s, {step_s:g} s steps"
+            f"{clients} x {workers} {what}{think}, 1 s deadline, C {limits}, {step_s:g} s steps"
         ),
         servers=_embedded_primary(shape, rates[0], changes),
         clients=(
@@ -470,6 +475,34 @@ def closed_fleet(
         phases=marks,
         bucket_s=0.5,
         overload_end_s=overload_end_s,
+    )
+
+
+def mixed_fleet(
+    stock: int = 4,
+    clients: int = 8,
+    workers: int = 8,
+    *,
+    stock_policy: str = "current",
+    shape: BenchShape = BenchShape(),
+) -> Scenario:
+    """A rollout in progress: the 8 x 8 closed fleet with ``stock`` of its processes on
+    ``stock_policy`` (stock pymongo's own loop) and the rest on the policy the run is under."""
+    if not 0 < stock < clients:
+        raise ValueError(f"mixed_fleet: stock must be in 1..{clients - 1}, got {stock!r}")
+    base = closed_fleet(clients, workers, shape=shape)
+    (group,) = base.clients
+    return dataclasses.replace(
+        base,
+        name=f"mixed-fleet-{stock}of{clients}",
+        description=(
+            f"{clients} x {workers} closed fleet, {stock} of the {clients} processes on "
+            f"{stock_policy}"
+        ),
+        clients=(
+            dataclasses.replace(group, count=stock, policy=stock_policy, name="stock"),
+            dataclasses.replace(group, count=clients - stock, name="upgraded"),
+        ),
     )
 
 
@@ -646,6 +679,9 @@ SCENARIOS: Mapping[str, Callable[[], Scenario]] = {
     "closed-fleet": closed_fleet,
     "closed-fleet-4x16": lambda: closed_fleet(4, 16),
     "recovery-fleet": recovery_fleet,
+    "mixed-fleet-1of8": lambda: mixed_fleet(1),
+    "mixed-fleet-4of8": lambda: mixed_fleet(4),
+    "mixed-fleet-7of8": lambda: mixed_fleet(7),
     "transient": transient,
     "transient-1": lambda: transient(1),
     "faults": faults,
