@@ -234,8 +234,10 @@ class ServerPacer:
                 self._failed_tests = 0
             else:
                 self._failed_tests += 1
-                if self._failed_tests >= _COMPETE_TESTS:
+                if self._failed_tests >= _COMPETE_TESTS and not self.competing:
                     self.competing = True
+                    self._waiting.clear()  # their callers are sent on their next recheck
+                    self._next_slot = now
             # The rate goes on as if there had been no test (a climb after a fault included).
             self._rate, self._anchor, self._held, self._peak = self._restore
             self._spaced_rate = min(self._spaced_rate, self._rate)
