@@ -162,10 +162,9 @@ def test_paced_retries_spend_no_budget() -> None:
     assert isinstance(controller.decide(retry_number=1, error=overload(), server=A), Retry)
     refused = controller.decide(retry_number=1, error=overload(), server=A)
     assert refused == GiveUp(StopReason.BUDGET_EMPTY)  # not paced yet: the budget decides
-    for _ in range(policy.max_retries + 1):  # one operation's pushbacks: still not paced
-        admission.record(A, overloaded=True)
-        assert controller.decide(retry_number=1, error=overload(), server=A) == refused
-    admission.record(A, overloaded=True)  # one more within the window closes the pacer
+    admission.record(A, overloaded=True)  # one pushback is a blip: still not paced
+    assert controller.decide(retry_number=1, error=overload(), server=A) == refused
+    admission.record(A, overloaded=True)  # the second within the window closes the pacer
     for _ in range(20):
         assert isinstance(controller.decide(retry_number=1, error=overload(), server=A), Retry)
 

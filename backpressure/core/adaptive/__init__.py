@@ -10,9 +10,7 @@ converge to fair ones whatever they started at (a rate copied from a measurement
 whatever share it saw).
 
 1. **Close on overload, not on a blip.**  An open pacer closes when the server pushed back at
-   least ``max(2, max_retries + 2)`` times (more than one operation's own attempts: a single
-   caller's retries are spaced by the spec's backoff already) within ``adaptive_window``, and
-   those pushbacks are at
+   least ``_CLOSE_PUSHBACKS`` (2) times within ``adaptive_window`` and those pushbacks are at
    least ``_CLOSE_FRACTION`` (a tenth) of the window's replies: one to three rejections among
    many admitted replies change nothing, so a transient costs only the attempts it rejected.
    It closes at ``adaptive_decrease`` times what the server admitted over the window, and at

@@ -33,9 +33,7 @@ _SEND_BUCKETS = 3  # the send rate a decrease starts from is measured over this 
 _LATENCY_RISE = 0.5  # weight of a slot-to-reply time above the estimate (follows rises fast)
 _LATENCY_FALL = 0.05  # weight of one below it (forgets slowly)
 _LATENCY_MARGIN = 2.0  # the deadline bound keeps this multiple of the estimate for the reply
-_CLOSE_PUSHBACKS = 2  # an open pacer closes on at least this many pushbacks within a window,
-# and on more than one operation's attempts can earn (max_retries + 1): one caller's own
-# retries are spaced by the spec's backoff already, and pacing them would only add waits
+_CLOSE_PUSHBACKS = 2  # an open pacer closes on at least this many pushbacks within a window
 _CLOSE_FRACTION = 0.1  # ... that are also at least this share of the window's replies
 _CLOSE_SEND_SHARE = 0.5  # an open pacer closes at no less than this share of the send rate
 _CLIMB_DOUBLING = 0.25  # the fast climb doubles the rate every this many windows
@@ -92,7 +90,6 @@ class ServerPacer:
         self._nap = self._window * _NAP
         self._min_rate = float(policy.adaptive_min_rate)
         self._width = self._window / _BUCKETS
-        self._close_pushbacks = max(_CLOSE_PUSHBACKS, policy.max_retries + 2)
         self._lock = threading.Lock()
         self.paced = False
         """Read without the lock on the hot path: a bool attribute read is atomic."""
@@ -319,7 +316,7 @@ class ServerPacer:
                 self._judge(now)
             if not self.paced:
                 replies, pushed, span = self._window_counts(now)
-                if pushed < self._close_pushbacks or pushed < _CLOSE_FRACTION * replies:
+                if pushed < _CLOSE_PUSHBACKS or pushed < _CLOSE_FRACTION * replies:
                     return  # a blip, not an overload: nothing changes
                 self.paced = True
                 self._next_slot = now
