@@ -62,7 +62,7 @@ BLOCKS: dict[str, Optional[Callable[[str], bool]]] = {
     "named = backpressure.DRAFT.replace": _lines("draft 3", "True"),
     # adaptive.md
     'with backpressure.MongoClient(server.uri, backpressure="adaptive")': _lines(
-        "adaptive True server"
+        "adaptive True 2"
     ),
     'AsyncMongoClient(uri, backpressure="adaptive")': _lines("async adaptive"),
     # hedging.md

@@ -53,6 +53,7 @@ __all__ = [
     "plan_from_dict",
     "render_fleet_markdown",
     "run_fleet",
+    "run_processes",
 ]
 
 DATABASE = "fleet"
@@ -393,6 +394,20 @@ def _await_ready(ready: Any, processes: Sequence[Any], timeout: float) -> None:
 
 def run_policy_fleet(target: LoadTarget, policy: str, plan: FleetPlan) -> FleetRun:
     """Run ``plan`` once with every process under ``policy`` and summarise it."""
+    collected, received = run_processes(target, [policy] * plan.processes, plan)
+    return summarize(policy, plan, collected, received)
+
+
+def run_processes(
+    target: LoadTarget, policies: Sequence[str], plan: FleetPlan
+) -> tuple[list[dict[str, Any]], int]:
+    """Run ``plan`` once, process ``i`` under ``policies[i]`` (a mixed fleet when they differ).
+
+    Returns every process's report, in process order, and the workload commands the server
+    received.
+    """
+    if len(policies) != plan.processes:
+        raise ValueError(f"{plan.processes} processes need as many policies, got {len(policies)}")
     context = multiprocessing.get_context("spawn")
     ready: Any = context.Queue()
     results: Any = context.Queue()
@@ -408,7 +423,7 @@ def run_policy_fleet(target: LoadTarget, policy: str, plan: FleetPlan) -> FleetR
             name=f"fleet-{policy}-{index}",
             daemon=True,
         )
-        for index in range(plan.processes)
+        for index, policy in enumerate(policies)
     ]
     for process in processes:
         process.start()
@@ -436,7 +451,7 @@ def run_policy_fleet(target: LoadTarget, policy: str, plan: FleetPlan) -> FleetR
                 process.join(timeout=5.0)
         target.disable_rate_limit()
     collected.sort(key=lambda r: int(r["index"]))
-    return summarize(policy, plan, collected, received_commands(stats, ("find", "insert")))
+    return collected, received_commands(stats, ("find", "insert"))
 
 
 def summarize(

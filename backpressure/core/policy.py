@@ -384,7 +384,7 @@ DRAFT = Policy(
 )
 """The draft spec: 5 retries, 0.1 s base, exponent from 0, token bucket, retargeting."""
 
-ADAPTIVE = Policy(
+ADAPTIVE = CURRENT_SPEC.replace(
     name="adaptive",
     max_retries=5,
     first_retry_exponent=0,
@@ -394,12 +394,13 @@ ADAPTIVE = Policy(
     adaptive_decrease=0.8,
     adaptive_increase=10.0,
     adaptive_quiet=1.0,
-    budget_scope="server",
-    budget_mode="ratio",
-    budget_capacity=10.0,
-    budget_initial=1.0,
 )
-"""Hold the caller, not the server: a per-server AIMD send-rate pacer, per-server budgets.
+"""The current spec's retries with a per-server AIMD send-rate pacer on top: hold the caller.
+
+The retry rules are the current spec's, unchanged (derived from :data:`CURRENT_SPEC`): 2
+retries, backoff ceilings 0.2 and 0.4 s, no retry budget, no retargeting; ``maxAdaptiveRetries``
+and ``enableOverloadRetargeting`` override them as they override ``current``.  The pacing only
+decides *when* an attempt is sent, never whether a retry the spec allows is made.
 
 A server is paced once it signals overload (at least 2 pushbacks within ``adaptive_window``,
 1 s, that are also at least a tenth of its replies there: a blip changes nothing).  Every
@@ -414,9 +415,6 @@ a held round), doubles every quarter window: back up to the rate of the last dec
 that ceiling after 2 s without pushback or after a held round.  The pacer reopens when it has
 limited no caller for a window.  A caller that cannot be served within its bound is held until
 its bound, then refused: a closed loop never spins on refusals.
-Retries draw on per-server "ratio" budgets that start with 1 token (at most 10, +0.1 per
-success): tokens are earned by the client's own successes, not handed out free to every client
-of a fleet.  A retry to a paced server spends no token (it takes another attempt's slot).
 """
 
 PRESETS: Mapping[str, Policy] = MappingProxyType(

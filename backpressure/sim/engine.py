@@ -42,7 +42,7 @@ from pymongo.errors import NetworkTimeout
 from backpressure.core.cycle import Backoff, Stop, Wait
 from backpressure.sim.model import ClientGroup, ClosedLoop, OpenLoop, Scenario
 from backpressure.sim.oracle import Capacity, physical_limit
-from backpressure.sim.policies import CycleFactory, SimPolicy, cycle_factory
+from backpressure.sim.policies import CycleFactory, SimPolicy, cycle_factory, resolve
 from backpressure.sim.server import SimServer
 
 __all__ = ["OperationLog", "RunData", "simulate"]
@@ -109,6 +109,8 @@ class RunData:
     depends on the scenario alone, never on the arrivals a policy generated."""
     client_successes: list[int] = field(default_factory=list)
     """Successful operations per client (every group's clients, in order)."""
+    client_errors: list[int] = field(default_factory=list)
+    """Failed operations per client, in the same order."""
     end_s: float = 0.0
     sheddable_ops: int = 0
     """Operations run as sheddable (``ClientGroup.sheddable_fraction``; skipped ones are not
@@ -158,14 +160,22 @@ class _Client:
         "inflight",
         "new_cycle",
         "pending",
+        "policy",
         "pools",
     )
 
     def __init__(
-        self, group: ClientGroup, servers: int, new_cycle: CycleFactory, index: int = 0
+        self,
+        group: ClientGroup,
+        servers: int,
+        new_cycle: CycleFactory,
+        index: int = 0,
+        policy: Optional[SimPolicy] = None,
     ) -> None:
-        """A client with empty pools (``index``: its place among every client of the run)."""
+        """A client with empty pools (``index``: its place among every client of the run;
+        ``policy``: the one it runs, when not the run's)."""
         self.index = index
+        self.policy = policy
         self.group = group
         self.new_cycle = new_cycle
         """Builds the attempt cycle of each operation (the policy's, on the run's clock)."""
@@ -218,11 +228,16 @@ class _Run:
         self._write_set = self._write_candidates()
 
     def _new_client(self, group: ClientGroup) -> _Client:
-        """A client with its own state (own budget and pacing) when the policy is a core policy."""
-        new_cycle, _state = cycle_factory(self.policy, self.jitter, self.clock, _QUIET)
+        """A client with its own state (own budget and pacing) when the policy is a core policy.
+
+        A group that names its own policy (a mixed fleet) runs that one, the others the run's.
+        """
+        policy = self.policy if group.policy is None else resolve(group.policy)
+        new_cycle, _state = cycle_factory(policy, self.jitter, self.clock, _QUIET)
         self.data.client_successes.append(0)
+        self.data.client_errors.append(0)
         index = len(self.data.client_successes) - 1
-        return _Client(group, len(self.servers), new_cycle, index)
+        return _Client(group, len(self.servers), new_cycle, index, policy)
 
     # -- topology ------------------------------------------------------------------------------
 
@@ -299,6 +314,8 @@ class _Run:
         else:
             data.errors += 1
             data.error_reasons[reason] = data.error_reasons.get(reason, 0) + 1
+            if client >= 0:
+                data.client_errors[client] += 1
             data.timeline_errors[self._bucket(now)] += 1
 
     def _log_arrival(self, arrival: float, deadline: float, eligible: tuple[int, ...]) -> None:

@@ -13,6 +13,7 @@ workers, C = 200/s) and one hot member; they are the ones the simulator is check
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from collections.abc import Mapping
@@ -40,6 +41,8 @@ __all__ = [
     "closed_fleet",
     "fault_schedule",
     "faults",
+    "mixed_fleet",
+    "recovery_fleet",
     "scenario",
     "scenario_names",
     "transient",
@@ -432,29 +435,37 @@ def closed_fleet(
     step_s: float = 10.0,
     rates: tuple[float, ...] = (200.0, 100.0, 300.0),
     shape: BenchShape = BenchShape(),
+    think_ms: float = 0.0,
+    name: Optional[str] = None,
+    overload_end_s: Optional[float] = None,
 ) -> Scenario:
     """``clients`` processes x ``workers`` closed-loop threads, 1 s deadline, capacity steps.
 
     Mirrors the real fleet benchmark (:mod:`backpressure.bench.fleet`): each client process is
     one pymongo client with its own GIL, half find_one and half insert_one on the primary, every
     operation under a 1 s CSOT deadline; the primary's rate limit steps through ``rates`` every
-    ``step_s`` seconds.
+    ``step_s`` seconds.  ``think_ms`` between a worker's operations bounds the demand;
+    ``overload_end_s`` is when the overload ends (the recovery is measured from there).
     """
     changes = tuple((step_s * (i + 1), rate) for i, rate in enumerate(rates[1:]))
     marks = tuple((step_s * i, f"{rate:g}/s") for i, rate in enumerate(rates))
     suffix = "" if (clients, workers) == (8, 8) else f"-{clients}x{workers}"
+    think = f", {think_ms:g} ms think" if think_ms else ""
+    what = "closed-loop workers" if not think_ms else "workers"
+    limits = " -> ".join(f"{r:g}" for r in rates) + "/s"
+    if any(rate >= 1e5 for rate in rates):  # unlimited in effect
+        limits = " -> ".join(f"{r:g}/s" if r < 1e5 else "none" for r in rates)
     return Scenario(
-        name=f"closed-fleet{suffix}",
+        name=name or f"closed-fleet{suffix}",
         description=(
-            f"{clients} x {workers} closed-loop workers, 1 s deadline, "
-            f"C {' -> '.join(f'{r:g}' for r in rates)}/s, {step_s:g} s steps"
+            f"{clients} x {workers} {what}{think}, 1 s deadline, C {limits}, {step_s:g} s steps"
         ),
         servers=_embedded_primary(shape, rates[0], changes),
         clients=(
             _shape_group(
                 shape,
                 count=clients,
-                workload=ClosedLoop(workers, step_s * len(rates)),
+                workload=ClosedLoop(workers, step_s * len(rates), think_ms),
                 read_fraction=0.5,
                 max_pool_size=workers + 10,
                 name="fleet",
@@ -463,6 +474,53 @@ def closed_fleet(
         drain_s=shape.allowed_wait + 1.0,
         phases=marks,
         bucket_s=0.5,
+        overload_end_s=overload_end_s,
+    )
+
+
+def mixed_fleet(
+    stock: int = 4,
+    clients: int = 8,
+    workers: int = 8,
+    *,
+    stock_policy: str = "current",
+    shape: BenchShape = BenchShape(),
+) -> Scenario:
+    """A rollout in progress: the 8 x 8 closed fleet with ``stock`` of its processes on
+    ``stock_policy`` (stock pymongo's own loop) and the rest on the policy the run is under."""
+    if not 0 < stock < clients:
+        raise ValueError(f"mixed_fleet: stock must be in 1..{clients - 1}, got {stock!r}")
+    base = closed_fleet(clients, workers, shape=shape)
+    (group,) = base.clients
+    return dataclasses.replace(
+        base,
+        name=f"mixed-fleet-{stock}of{clients}",
+        description=(
+            f"{clients} x {workers} closed fleet, {stock} of the {clients} processes on "
+            f"{stock_policy}"
+        ),
+        clients=(
+            dataclasses.replace(group, count=stock, policy=stock_policy, name="stock"),
+            dataclasses.replace(group, count=clients - stock, name="upgraded"),
+        ),
+    )
+
+
+RECOVERY_DEMAND_THINK_MS = 60.0
+"""Think time of the recovery fleet's workers: 32 workers at about 520 operations/s."""
+
+
+def recovery_fleet(shape: BenchShape = BenchShape()) -> Scenario:
+    """4 x 8 closed-loop workers (60 ms think: about 520 ops/s of demand), capacity 100/s for
+    10 s, then no limit for 10 s: how soon the goodput is the demand again."""
+    return closed_fleet(
+        4,
+        8,
+        rates=(100.0, 100_000.0),
+        shape=shape,
+        think_ms=RECOVERY_DEMAND_THINK_MS,
+        name="recovery-fleet",
+        overload_end_s=10.0,
     )
 
 
@@ -620,6 +678,10 @@ SCENARIOS: Mapping[str, Callable[[], Scenario]] = {
     "connection-storm": _connection_storm,
     "closed-fleet": closed_fleet,
     "closed-fleet-4x16": lambda: closed_fleet(4, 16),
+    "recovery-fleet": recovery_fleet,
+    "mixed-fleet-1of8": lambda: mixed_fleet(1),
+    "mixed-fleet-4of8": lambda: mixed_fleet(4),
+    "mixed-fleet-7of8": lambda: mixed_fleet(7),
     "transient": transient,
     "transient-1": lambda: transient(1),
     "faults": faults,

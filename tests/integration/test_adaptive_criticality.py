@@ -119,6 +119,10 @@ class Tally:
             return self.ok[kind] + self.errors[kind]
 
 
+ONSET = 3
+"""Critical operations the overload's onset may cost before the pacing closes."""
+
+
 async def test_at_saturation_critical_operations_keep_their_deadline_and_sheddable_ones_shed(
     clients: ClientFactory,
     standalone_server: EmbeddedServer,
@@ -128,7 +132,8 @@ async def test_at_saturation_critical_operations_keep_their_deadline_and_sheddab
     """Four critical and four sheddable workers back to back against a server limited to 40/s
     (each class alone would saturate it; sheddable operations under a 1 s timeout, critical ones
     10 s): at most 1% of the critical operations fail (the overload's onset, before the pacing
-    closes, may cost one), and the sheddable ones fail at least as often and get a small share."""
+    closes, may cost up to ``ONSET``), and the sheddable ones fail at least as often and get a
+    small share."""
     standalone_server.set_rate_limit(40, burst_seconds=0.25)
     client = adaptive_client(clients, standalone_server, commands, recorder, timeoutMS=10_000)
     coll = client.db.coll
@@ -177,6 +182,8 @@ async def test_at_saturation_critical_operations_keep_their_deadline_and_sheddab
     assert recorder.waits  # the server was paced
     critical = tally.done("critical")
     outcome = (tally.ok, tally.errors, tally.last)
-    assert tally.errors["critical"] <= 0.01 * critical, outcome
+    # The onset, before the pacing closes, may cost a few: the current spec's two retries
+    # (the preset had five) fail an operation rejected three times in a row.
+    assert tally.errors["critical"] <= max(ONSET, 0.01 * critical), outcome
     assert tally.errors["sheddable"] >= tally.errors["critical"], outcome
     assert tally.ok["sheddable"] < tally.ok["critical"] / 4, outcome

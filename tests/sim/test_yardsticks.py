@@ -9,10 +9,11 @@ import pytest
 pytest.importorskip("simpy")
 
 from backpressure.sim import LimiterSpec, ServerSpec, run
+from backpressure.sim.model import ClosedLoop
 from backpressure.sim.policies import default_first, default_name, display_name
 from backpressure.sim.report import format_fleet_markdown
 from backpressure.sim.runner import jain_index
-from backpressure.sim.scenarios import closed_fleet, fault_schedule, faults, transient
+from backpressure.sim.scenarios import closed_fleet, fault_schedule, faults, scenario, transient
 from backpressure.sim.server import SimServer
 from backpressure.sim.yardsticks import main
 
@@ -117,3 +118,17 @@ def test_the_yardsticks_command_writes_markdown(tmp_path: Path) -> None:
     assert "## `transient-1`" in text
     assert "Goals:" in text
     assert "| current |" in text or "| default (current) |" in text
+
+
+def test_the_recovery_fleet_ends_its_overload_at_ten_seconds() -> None:
+    """``recovery-fleet``: 4 x 8 workers with 60 ms think, 100/s for 10 s, then no limit; the
+    recovery is measured from the end of the first step."""
+    shape = scenario("recovery-fleet")
+    assert shape.overload_end_s == 10.0
+    (group,) = shape.clients
+    assert group.count == 4
+    assert isinstance(group.workload, ClosedLoop)
+    assert (group.workload.workers, group.workload.think_ms) == (8, 60.0)
+    limiter = shape.servers[0].limiter
+    assert limiter is not None
+    assert (limiter.rate_at(9.9), limiter.rate_at(10.0)) == (100.0, 100_000.0)

@@ -1,12 +1,12 @@
 """The unified-format spec suites, one pytest item per test, for sync, async and Motor clients.
 
-Suites: the official ``client-backpressure``, ``transactions-backpressure`` and
-``sdam-backpressure`` files (found by :mod:`tests.spec.sources`: ``make spec-tests`` fetches them
-from pymongo's sdist) with our ``current`` preset (and with stock pymongo, preset ``none``,
-when pymongo has native backpressure, >= 4.17: the reference); the 2026-03 draft-era files with
-our ``draft`` preset; our own scenarios in ``spec-tests/`` with ``draft`` (a client entity may
-state its own policy with ``backpressurePolicy``); the runner's own feature scenarios in
-``tests/spec/runner-scenarios/`` with stock clients. ``BACKPRESSURE_UNIFIED_SUITES`` adds
+Suites: the official ``client-backpressure``, ``transactions-backpressure`` and ``sdam-
+backpressure`` files (found by :mod:`tests.spec.sources`: ``make spec-tests`` fetches them from
+pymongo's sdist) with our ``current`` and ``adaptive`` presets (and with stock pymongo, preset
+``none``, when pymongo has native backpressure, >= 4.17: the reference); the 2026-03 draft-era
+files with our ``draft`` preset; our own scenarios in ``spec-tests/`` with ``draft`` (a client
+entity may state its own policy with ``backpressurePolicy``); the runner's own feature scenarios
+in ``tests/spec/runner-scenarios/`` with stock clients. ``BACKPRESSURE_UNIFIED_SUITES`` adds
 external suites (``PATH[=PRESET]`` entries separated by ``os.pathsep``, preset ``none`` by
 default), e.g. the official CRUD or transactions folders of a specifications checkout. Backoff
 jitter is pinned to 0 (``fast_backoff``): no sleeps, the same attempt counts. Unsupported
@@ -84,6 +84,14 @@ class Case:
 def _suites() -> list[tuple[Suite, str]]:
     """(suite, preset) pairs of the official suites to run."""
     suites = [(locate(name), preset) for name, preset in SHARED_SUITES]
+    # ``adaptive`` layers its pacing on the current spec's retry rules: it must pass the
+    # current suites exactly as ``current`` does.
+    # (a suite found nowhere keeps its one skipped placeholder, under ``current``)
+    suites += [
+        (suite, "adaptive")
+        for suite, preset in suites
+        if preset == "current" and suite.path is not None
+    ]
     if seams.HAS_NATIVE_BACKPRESSURE:
         # Stock pymongo with native backpressure is the reference for the current spec.
         suites += [(suite, "none") for suite, preset in suites if preset == "current"]

@@ -177,9 +177,17 @@ def test_follows_a_capacity_drop_and_rise() -> None:
 
 
 def test_a_sparse_client_starts_with_one_retry_token() -> None:
-    """A client of a fleet gets no free budget: one token to start with, then a tenth of a
-    token per success, so the server sees at most 1.1 attempts per operation from it."""
-    budget = budget_for(ADAPTIVE).for_server(SERVER)
+    """With a per-server "ratio" budget that starts with one token (opt-in: ``adaptive`` keeps
+    the current spec's retries, no budget), a client of a fleet gets no free budget: a tenth
+    of a token per success, so the server sees at most 1.1 attempts per operation from it."""
+    policy = ADAPTIVE.replace(
+        budget_enabled=True,
+        budget_scope="server",
+        budget_mode="ratio",
+        budget_capacity=10.0,
+        budget_initial=1.0,
+    )
+    budget = budget_for(policy).for_server(SERVER)
     assert budget.tokens == pytest.approx(1.0)
     assert budget.try_acquire()
     assert not budget.try_acquire()

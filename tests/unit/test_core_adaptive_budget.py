@@ -9,7 +9,14 @@ from backpressure.core.adaptive import AdmissionControl, admission_for
 from backpressure.core.budget import A6Budget, NullBudget, RetryBudget, ServerBudgets, budget_for
 from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
-from backpressure.core.policy import ADAPTIVE, DRAFT, PRESETS, resolve_policy
+from backpressure.core.policy import (
+    ADAPTIVE,
+    CURRENT_SPEC,
+    DRAFT,
+    FIELD_NAMES,
+    PRESETS,
+    resolve_policy,
+)
 
 A = ("a", 27017)
 B = ("b", 27017)
@@ -26,9 +33,23 @@ def test_adaptive_preset_resolves_from_every_spelling() -> None:
     assert resolve_policy(" Adaptive ") is ADAPTIVE
     assert PRESETS["adaptive"] is ADAPTIVE
     assert ADAPTIVE.adaptive
-    assert ADAPTIVE.budget_scope == "server"
-    assert ADAPTIVE.budget_mode == "ratio"
     assert ADAPTIVE.name == "adaptive"
+
+
+def test_adaptive_keeps_the_current_specs_retry_rules() -> None:
+    """``adaptive`` is ``current`` plus pacing: every field but the pacing's is the current
+    spec's (2 retries, its backoff, no budget, no retargeting), so it passes the current
+    spec's tests as ``current`` does and ``maxAdaptiveRetries`` reads the same."""
+    pacing = {"adaptive", "name"} | {f for f in FIELD_NAMES if f.startswith("adaptive_")}
+    pacing.add("max_local_wait")
+    for field in FIELD_NAMES:
+        if field not in pacing:
+            assert getattr(ADAPTIVE, field) == getattr(CURRENT_SPEC, field), field
+    assert ADAPTIVE.max_retries == 2
+    assert ADAPTIVE.first_retry_exponent == 1
+    assert not ADAPTIVE.budget_enabled
+    assert not ADAPTIVE.retarget
+    assert isinstance(budget_for(ADAPTIVE), NullBudget)
 
 
 def test_draft_is_unchanged() -> None:
@@ -132,7 +153,9 @@ def test_a6_controller_counts_overload_failures_per_server() -> None:
 def test_paced_retries_spend_no_budget() -> None:
     """A retry to a server whose attempts are held locally needs no token."""
     clock = [0.0]
-    policy = ADAPTIVE.replace(budget_capacity=1.0)
+    policy = ADAPTIVE.replace(
+        budget_enabled=True, budget_scope="server", budget_mode="ratio", budget_capacity=1.0
+    )
     admission = AdmissionControl(policy, clock=lambda: clock[0])
     controller = RetryController(policy, random=lambda: 0.0, admission=admission)
     assert isinstance(controller.decide(retry_number=1, error=overload(), server=A), Retry)

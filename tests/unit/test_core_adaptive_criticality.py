@@ -200,12 +200,18 @@ def test_a_sheddable_retry_leaves_the_last_budget_token_to_critical_ones() -> No
     one takes the token; with a full budget both retry."""
     clock = FakeClock()
     error = PyMongoError("rate exceeded", error_labels=[SYSTEM_OVERLOADED, RETRYABLE])
-    controller = RetryController(ADAPTIVE, random=lambda: 0.0, clock=clock)
+    # adaptive keeps the current spec's retries (no budget): a per-server budget is opt-in.
+    policy = ADAPTIVE.replace(
+        budget_enabled=True, budget_scope="server", budget_mode="ratio", budget_capacity=10.0
+    )
+    controller = RetryController(
+        policy.replace(budget_initial=1.0), random=lambda: 0.0, clock=clock
+    )
     budget = controller.budget.for_server(A)
-    assert budget.tokens == 1.0  # the adaptive preset starts with one token per server
+    assert budget.tokens == 1.0  # one token per server to start with
     shed = controller.decide(retry_number=1, error=error, server=A, sheddable=True)
     assert shed == GiveUp(StopReason.BUDGET_EMPTY)
     assert isinstance(controller.decide(retry_number=1, error=error, server=A), Retry)
-    full = RetryController(ADAPTIVE.replace(budget_initial=10), random=lambda: 0.0, clock=clock)
+    full = RetryController(policy.replace(budget_initial=10), random=lambda: 0.0, clock=clock)
     decision = full.decide(retry_number=1, error=error, server=A, sheddable=True)
     assert isinstance(decision, Retry)

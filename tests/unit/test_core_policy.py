@@ -299,8 +299,8 @@ def test_repr_shows_the_fields_that_differ_from_the_defaults(policy: Policy, exp
         ),
         (
             ADAPTIVE,
-            "adaptive: max_retries=5, base=100ms, max=10s, budget=ratio(10 per server), "
-            "retargeting=on, adaptive=on",
+            "adaptive: max_retries=2, base=100ms, max=10s, budget=off, retargeting=off, "
+            "adaptive=on",
         ),
         (
             CURRENT_SPEC.replace(max_retries=1, max_backoff=1.5),

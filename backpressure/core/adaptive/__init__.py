@@ -58,6 +58,15 @@ whatever share it saw).
    nothing.  A pacer that still limits callers keeps climbing instead (reopened, it would
    close again at a rate measured while it was paced).
 
+8. **Compete when the cuts move nothing.**  Every ``_TEST_PERIOD`` (4) windows, at the same
+   instants for every client of the clock, a paced pacer that sees pushback in at least 15 %
+   of its replies cuts to half its send rate for up to a window: among polite peers, who all
+   cut together, the pushback drains (the test ends early); next to clients that do not cut
+   (stock retry loops) it does not fall to a third.  After two such failed tests in a row the
+   pacer *competes*: it sends as the spec's retry loop alone does (no local waits), testing
+   again every third period, and is polite again once a test shows the pushback falling.
+   The pushback level alone cannot tell the two apart (Copa's competitive mode, NSDI 2018).
+
 Retries to a paced server spend no budget (a paced retry takes the slot of another attempt);
 before the pacer closes, they draw on the per-server budget (see :mod:`backpressure.core.budget`).
 

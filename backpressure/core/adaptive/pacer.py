@@ -46,6 +46,16 @@ _HELD_QUIET = 0.25  # after a held round, the climb starts after this share of a
 _MAX_DOUBLINGS = 30.0  # the fast climb's exponent stops here (no float overflow)
 _MAX_RATE = 1e6  # attempts per second: far above any server's
 _EARLY = 1e-3  # a recheck this close to the slot sends (timers may fire a little early)
+_TEST_PERIOD = 4.0  # a paced pacer tests its neighbours every this many windows ...
+_TEST_SHARE = 0.15  # ... when at least this share of its replies of the last window pushed back
+_JUDGE_REPLIES = 5  # ... out of at least this many replies, and pushed back within ...
+_TEST_RECENT = 0.2  # ... this many windows (an overload that ended needs no test);
+_TEST_LENGTH = 1.0  # it sends for this many windows ...
+_TEST_SCALE = 0.5  # ... at this share of its send rate: the pushback share must fall ...
+_TEST_DROP = 1.0 / 3.0  # ... to this share of the share before, or the test failed
+_COMPETE_TESTS = 2  # this many failed tests in a row: the pacer competes
+_TEST_REPLIES = 4  # a test with fewer replies tells nothing
+_COMPETING_TESTS = 3  # a competing pacer tests in one period of this many
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,9 @@ class ServerPacerSnapshot:
     """Seconds of reserved slots ahead of a new caller (0 while open)."""
     pushbacks: int
     """Overload failures recorded since the pacer was created."""
+    competing: bool = False
+    """Whether the pacer competes: its cuts did not move the pushback (neighbours that do not
+    cut, such as stock clients), so it sends as the spec's retry loop alone does."""
 
 
 class ServerPacer:
@@ -97,6 +110,15 @@ class ServerPacer:
         self._replies = [0] * _BUCKETS  # replies (admitted or pushed back) per time bucket
         self._pushed = [0] * _BUCKETS  # pushbacks per time bucket
         self._latency = 0.0
+        self.competing = False
+        """Whether the pacer competes: sends as the spec's loop alone does (no local waits)
+        because its neighbours do not cut when it cuts (read without the lock)."""
+        self._test = -1  # the test period whose test has run (or runs)
+        self._testing = False
+        self._before = 0.0  # the pushback share in the window before the test
+        # The rate, its anchor, held flag and peak before the test.
+        self._restore: tuple[float, float, bool, float] = (0.0, 0.0, False, 0.0)
+        self._failed_tests = 0  # tests in a row in which the pushback did not fall
 
     # -- measurement ---------------------------------------------------------------------------
 
@@ -113,6 +135,8 @@ class ServerPacer:
                 self._admitted_in_round += 1
                 if slot is not None:
                     self._learn_latency(max(0.0, now - slot))
+                if self.paced:
+                    self._judge(now)
         else:
             self._count(now)
 
@@ -157,6 +181,82 @@ class ServerPacer:
         first = now if self._first_sample is None else self._first_sample
         span = min(span, max(now - first, self._width))
         return replies, pushed, span
+
+    def _recent(self, now: float, buckets: int) -> tuple[int, int]:
+        """Replies and pushbacks over the last ``buckets`` time buckets (lock held)."""
+        current = int(now / self._width)
+        replies = pushed = 0
+        for bucket, count, push in zip(self._bucket_ids, self._replies, self._pushed):
+            if current - buckets < bucket <= current:
+                replies += count
+                pushed += push
+        return replies, pushed
+
+    # -- competition -----------------------------------------------------------------------------
+
+    def _judge(self, now: float) -> None:
+        """Test, at fixed instants, whether this client's cuts move the pushback (lock held).
+
+        A polite (AIMD) pacer loses to neighbours that do not cut (stock retry loops): its cuts
+        only hand its share over, and the pushback stays as high.  Among polite peers a cut
+        that everyone makes drains the pushback at once.  The pushback *level* cannot tell the
+        two apart (it is as high among peers converging after a capacity step as next to stock
+        clients); a joint cut can: every ``_TEST_PERIOD`` windows, at the same instants for
+        every client of the clock, a paced pacer that saw pushback in at least
+        ``_TEST_SHARE`` of its replies sends at ``_TEST_SCALE`` of its send rate for
+        ``_TEST_LENGTH`` windows.  If the pushback share falls to ``_TEST_DROP`` of the share
+        before, the neighbours cut too: the pacer is (or becomes again) polite.  If it does not
+        fall in ``_COMPETE_TESTS`` tests in a row, the pacer competes: it sends as the spec's
+        retry loop alone does (no local waits), until a test shows the pushback falling or the
+        overload ends.  The server's burst allowance keeps the tokens a test leaves unused.
+        """
+        period = self._window * _TEST_PERIOD
+        index = int(now / period)
+        since = now - index * period
+        length = _TEST_LENGTH * self._window
+        if self._testing:
+            # The test's replies, without those of its first bucket (sent before the cut).
+            buckets = int(min(since, length) / self._width)
+            replies, pushed = self._recent(now, buckets) if buckets else (0, 0)
+            running = since < length and index == self._test
+            if running and (pushed or replies < _TEST_REPLIES or self.competing):
+                return
+            # Over, or polite with no pushback since the cut: the neighbours cut too, and the
+            # test ends early (among peers a test then costs a round or two).
+            self._testing = False
+            if replies < _TEST_REPLIES:
+                pass  # too few replies to tell: the test counts for nothing
+            elif pushed <= _TEST_DROP * self._before * replies:
+                self.competing = False  # the neighbours cut too
+                self._failed_tests = 0
+            else:
+                self._failed_tests += 1
+                if self._failed_tests >= _COMPETE_TESTS and not self.competing:
+                    self.competing = True
+                    self._waiting.clear()  # their callers are sent on their next recheck
+                    self._next_slot = now
+            # The rate goes on as if there had been no test (a climb after a fault included).
+            self._rate, self._anchor, self._held, self._peak = self._restore
+            self._spaced_rate = min(self._spaced_rate, self._rate)
+            return
+        if index == self._test or since >= length:
+            return
+        self._test = index
+        if self.competing and index % _COMPETING_TESTS:
+            return  # competing, a test costs a share the neighbours take: test less often
+        replies, pushed = self._recent(now, _BUCKETS)
+        if (
+            replies < _JUDGE_REPLIES
+            or pushed < _TEST_SHARE * replies
+            or now - self._last_pushback > _TEST_RECENT * self._window
+        ):
+            self._failed_tests = 0  # the failed tests must come in a row of overloaded periods
+            return  # no overload now (or too little to tell): no test
+        self._testing = True
+        self._before = pushed / replies
+        self._restore = (self._rate, self._anchor, self._held, self._peak)
+        self._set_rate(now, _TEST_SCALE * min(self._rate_at(now), self._send_rate(now)))
+        self._next_slot = max(self._next_slot, now)
 
     def _send_rate(self, now: float) -> float:
         """Replies (admitted or pushed back) per second over the last ``_SEND_BUCKETS`` buckets.
@@ -212,6 +312,8 @@ class ServerPacer:
             self._pushbacks += 1
             self._last_pushback = now
             self._count(now, 1, 1)
+            if self.paced:
+                self._judge(now)
             if not self.paced:
                 replies, pushed, span = self._window_counts(now)
                 if pushed < _CLOSE_PUSHBACKS or pushed < _CLOSE_FRACTION * replies:
@@ -308,8 +410,11 @@ class ServerPacer:
             if not self.paced:
                 return SEND_NOW
             if self._reopens(now):
-                self.paced = False
+                self._open()
                 return SEND_NOW
+            self._judge(now)
+            if self.competing and not self._testing:
+                return SEND_NOW  # as the spec's loop alone sends
             hold = limit  # a caller that cannot be served is held this long, then refused
             if deadline_bound:
                 # The reply must arrive before the deadline too, not only the send.  The margin
@@ -382,6 +487,9 @@ class ServerPacer:
     def recheck(self, now: float, ticket: SlotTicket) -> Union[float, Refusal]:
         """Return how much longer the attempt holding ``ticket`` waits (0: send now), or refuse."""
         with self._lock:
+            self._judge(now)
+            if self.competing and not self._testing and not ticket.refused:
+                return 0.0  # the pacer competes: nobody waits
             if ticket.refused:
                 self._last_wait = now
                 if ticket.rank >= 2 and ticket.until - now > _EARLY:
@@ -396,6 +504,13 @@ class ServerPacer:
                     return Refusal(ticket.reason, max(0.0, ticket.slot - now))
             wait = ticket.slot - now
         return min(wait, self._nap) if wait > _EARLY else 0.0
+
+    def _open(self) -> None:
+        """Open the pacer (the inert state), polite again (lock held)."""
+        self.paced = False
+        self.competing = False
+        self._testing = False
+        self._failed_tests = 0
 
     def _reopens(self, now: float) -> bool:
         """Whether the pacer should open again at ``now`` (lock held)."""
@@ -416,7 +531,7 @@ class ServerPacer:
             return False
         with self._lock:
             if self.paced and self._reopens(now):
-                self.paced = False
+                self._open()
             return self.paced
 
     def snapshot(self, now: float) -> ServerPacerSnapshot:
@@ -430,4 +545,5 @@ class ServerPacer:
                 self._peak,
                 max(0.0, self._next_slot - now),
                 self._pushbacks,
+                self.competing,
             )

@@ -1,0 +1,152 @@
+"""A rollout in progress on real processes: each half of a mixed fleet, measured apart.
+
+``python -m backpressure.bench.mixed_fleet`` runs the fleet benchmark's plan (8 processes x 8
+threads, capacity 200 -> 100 -> 300 ops/s, 1 s deadline; :mod:`backpressure.bench.fleet`) with
+a share of the processes on stock pymongo (``pymongo-native``, pymongo's own overload retries)
+and the rest on a package policy (``adaptive`` by default), in one run per share (1, 4 and 7
+of 8 by default), each ``--runs`` times.  Every row is one half of one run: its processes, its
+operations and error rate, the mean successes of one of its processes and, for the upgraded
+half, that as a share of a stock process's (the coexistence goal: >= 95 %, at an error rate no
+higher than the stock half's).  The stock half's row comes first in every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from backpressure.bench.fleet import FleetPlan, run_processes
+from backpressure.cli import positive_int, run_cli
+from backpressure.workload.policies import policy_label
+
+__all__ = ["Half", "MixedRun", "main", "render", "run_mixed"]
+
+STOCK = "pymongo-native"
+"""Stock pymongo's own overload retries (the processes not yet upgraded)."""
+
+
+@dataclass(frozen=True)
+class Half:
+    """One half of a mixed fleet in one run."""
+
+    policy: str
+    processes: int
+    operations: int
+    errors: int
+    successes: int
+
+    @property
+    def error_rate(self) -> float:
+        """App errors per operation (0 when none ran)."""
+        return self.errors / self.operations if self.operations else 0.0
+
+    @property
+    def per_process(self) -> float:
+        """Mean successes of one of its processes."""
+        return self.successes / self.processes
+
+
+@dataclass(frozen=True)
+class MixedRun:
+    """Both halves of one run, and the workload commands the server received."""
+
+    stock: Half
+    upgraded: Half
+    server_received: int
+
+    @property
+    def share(self) -> float:
+        """An upgraded process's successes over a stock process's."""
+        base = self.stock.per_process
+        return self.upgraded.per_process / base if base else 0.0
+
+    @property
+    def met(self) -> bool:
+        """>= 95 % of a stock process's successes, at an error rate no higher than theirs."""
+        return self.share >= 0.95 and self.upgraded.error_rate <= self.stock.error_rate
+
+
+def _half(policy: str, reports: Sequence[dict[str, Any]]) -> Half:
+    """Add up the reports of one half's processes."""
+    return Half(
+        policy,
+        len(reports),
+        sum(int(r["ops"]) for r in reports),
+        sum(int(r["errors"]) for r in reports),
+        sum(int(r["successes"]) for r in reports),
+    )
+
+
+def run_mixed(target: Any, stock: int, policy: str, plan: FleetPlan) -> MixedRun:
+    """Run ``plan`` with the first ``stock`` processes on stock pymongo, the rest on ``policy``."""
+    if not 0 < stock < plan.processes:
+        raise ValueError(f"stock must be in 1..{plan.processes - 1}, got {stock}")
+    policies = [STOCK] * stock + [policy] * (plan.processes - stock)
+    reports, received = run_processes(target, policies, plan)
+    return MixedRun(_half(STOCK, reports[:stock]), _half(policy, reports[stock:]), received)
+
+
+def render(runs: Sequence[tuple[int, MixedRun]], processes: int) -> str:
+    """A Markdown table, one row per half (the stock half's first in every run)."""
+    lines = [
+        "| stock processes | half | processes | operations | errors | successes / process | "
+        "of a stock process's | goal |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for stock, run in runs:
+        for half in (run.stock, run.upgraded):
+            upgraded = half is run.upgraded
+            lines.append(
+                f"| {stock} of {processes} | {policy_label(half.policy)} | {half.processes} | "
+                f"{half.operations:,} | {half.error_rate:.1%} | {half.per_process:,.0f} | "
+                f"{f'{run.share:.0%}' if upgraded else '-'} | "
+                f"{('met' if run.met else 'missed') if upgraded else '-'} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
+    """Parse ``argv``, run every share ``--runs`` times on one embedded replica set."""
+    parser = argparse.ArgumentParser(
+        prog="python -m backpressure.bench.mixed_fleet",
+        description="Each half of a mixed fleet: stock pymongo processes beside upgraded ones.",
+    )
+    parser.add_argument("--policy", default="adaptive", help="the upgraded processes' policy")
+    parser.add_argument(
+        "--stock", default="1,4,7", help="stock processes per run, comma-separated (of 8)"
+    )
+    parser.add_argument("--runs", type=positive_int, default=1, help="repetitions of the set")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
+    args = parser.parse_args(argv)
+    shares = [int(part) for part in args.stock.split(",") if part]
+    from backpressure.testing.server.embedded import EmbeddedServer
+
+    plan = FleetPlan()
+    runs: list[tuple[int, MixedRun]] = []
+    with EmbeddedServer("replicaset", subprocess=True) as server:
+        for _ in range(args.runs):
+            for stock in shares:
+                print(f"stock {stock} of {plan.processes} ...", file=sys.stderr, flush=True)
+                runs.append((stock, run_mixed(server, stock, args.policy, plan)))
+    sys.stdout.write(render(runs, plan.processes))
+    if args.json is not None:
+        rows = [
+            {"stock": stock, **asdict(run), "share": run.share, "met": run.met}
+            for stock, run in runs
+        ]
+        args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m backpressure.bench.mixed_fleet``: 0, or 2 on a usage error."""
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
