@@ -386,10 +386,6 @@ DRAFT = Policy(
 
 ADAPTIVE = CURRENT_SPEC.replace(
     name="adaptive",
-    max_retries=5,
-    first_retry_exponent=0,
-    budget_enabled=True,
-    retarget=True,
     adaptive=True,
     adaptive_decrease=0.8,
     adaptive_increase=10.0,
