@@ -61,9 +61,7 @@ BLOCKS: dict[str, Optional[Callable[[str], bool]]] = {
     'AsyncMongoClient(uri, backpressure="draft")': _lines("True", "True"),
     "named = backpressure.DRAFT.replace": _lines("draft 3", "True"),
     # adaptive.md
-    'with backpressure.MongoClient(server.uri, backpressure="adaptive")': _lines(
-        "adaptive True 2"
-    ),
+    'with backpressure.MongoClient(server.uri, backpressure="adaptive")': _lines("adaptive True 2"),
     'AsyncMongoClient(uri, backpressure="adaptive")': _lines("async adaptive"),
     # hedging.md
     "class PrintHedges": lambda out: out.splitlines()[-1] == "{'_id': 1}",
