@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 from backpressure.bench.fleet import FleetPlan, run_processes
 from backpressure.cli import positive_int, run_cli
+from backpressure.workload.metrics import coexists
 from backpressure.workload.policies import policy_label
 
 __all__ = ["Half", "MixedRun", "main", "render", "run_mixed"]
@@ -68,7 +69,7 @@ class MixedRun:
     @property
     def met(self) -> bool:
         """>= 95 % of a stock process's successes, at an error rate no higher than theirs."""
-        return self.share >= 0.95 and self.upgraded.error_rate <= self.stock.error_rate
+        return coexists(self.share, self.upgraded.error_rate, self.stock.error_rate)
 
 
 def _half(policy: str, reports: Sequence[dict[str, Any]]) -> Half:

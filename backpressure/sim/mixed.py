@@ -23,6 +23,7 @@ from backpressure.cli import add_seed_argument, run_cli
 from backpressure.core.extras import require
 from backpressure.sim.policies import resolve
 from backpressure.sim.scenarios import mixed_fleet
+from backpressure.workload.metrics import coexists
 
 __all__ = ["HalfResult", "MixedResult", "main", "run_mixed"]
 
@@ -65,7 +66,7 @@ class MixedResult:
     @property
     def goal_met(self) -> bool:
         """>= 95 % of a stock process's successes, at an error rate no higher than theirs."""
-        return self.success_share >= 0.95 and self.upgraded.error_rate <= self.stock.error_rate
+        return coexists(self.success_share, self.upgraded.error_rate, self.stock.error_rate)
 
 
 def run_mixed(

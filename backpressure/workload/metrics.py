@@ -7,8 +7,10 @@ from collections.abc import Iterable, Sequence
 from typing import Optional
 
 __all__ = [
+    "COEXISTENCE_SHARE",
     "amplification",
     "bucket_counts",
+    "coexists",
     "percentile",
     "rate_per_second",
 ]
@@ -63,3 +65,13 @@ def bucket_counts(times: Iterable[float], start: float, width: float, buckets: i
         index = min(int((t - start) / width), buckets - 1)
         counts[index] += 1
     return counts
+
+
+COEXISTENCE_SHARE = 0.95
+"""The share of a stock process's successes an upgraded process must keep in a mixed fleet."""
+
+
+def coexists(share: float, error_rate: float, stock_error_rate: float) -> bool:
+    """The mixed-fleet goal: an upgraded process keeps at least :data:`COEXISTENCE_SHARE` of a
+    stock process's successes (``share``), at an error rate no higher than the stock half's."""
+    return share >= COEXISTENCE_SHARE and error_rate <= stock_error_rate
