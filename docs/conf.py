@@ -65,7 +65,7 @@ nitpick_ignore_regex = [(r"py:.*", pattern) for pattern in _EXTERNAL]
 # Internal names that signatures mention but the reference does not document: type variables,
 # aliases, private names and helper classes of the implementation, and its modules.
 _INTERNAL_CLASSES = (
-    "C|T|_DocumentType|PolicySetting|OperationSettings|Budget|ClientState|TypeRegistry|Admission"
+    "C|T|_DocumentType|PolicySetting|OperationSettings|Budget|ClientState|TypeRegistry|SlotGrant"
     "|Refusal|Pacing|BudgetWarnings|StatsRecorder|AttemptLedger|ServerPacer|ServerPacerSnapshot"
     "|MetricsBackend|PrometheusMetrics|OpenTelemetryMetrics|MemberRef|Deployment"
 )

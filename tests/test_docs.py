@@ -218,7 +218,7 @@ def test_python_block_runs(
 
 def _fleet_summary(report: dict[str, Any]) -> str:
     """The benchmarks page's summary table, rendered from the committed fleet results."""
-    from backpressure.workload.policies import policy_label
+    from backpressure.workload.arms import policy_label
 
     plans = report["fleet"]
     shapes = [f"{p['plan']['processes']}x{p['plan']['threads']}" for p in plans]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from backpressure.bench import render_markdown
-from backpressure.workload.policies import default_policy_name, policy_label
+from backpressure.workload.arms import default_policy_name, policy_label
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 

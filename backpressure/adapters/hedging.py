@@ -331,7 +331,7 @@ class _Installation:
         self.client_ref = weakref.ref(client)
         self.state = state
         controller = state.controller
-        pacing = controller.admission
+        pacing = controller.pacing
         self.hedging = Hedging(
             state.policy,
             controller.budget,

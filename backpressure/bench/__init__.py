@@ -56,7 +56,7 @@ from backpressure.cli import (
     run_cli,
 )
 from backpressure.workload import POLICIES
-from backpressure.workload.policies import default_first
+from backpressure.workload.arms import default_first
 from backpressure.workload.report import (
     fmt,
     format_table,

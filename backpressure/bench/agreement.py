@@ -41,9 +41,9 @@ from backpressure.sim.scenarios import (
 )
 from backpressure.sim.scenarios import scenario as sim_scenario
 from backpressure.workload import POLICIES, RunResult, WorkloadConfig, run_policy
+from backpressure.workload.arms import has_native_backpressure, policy_label
 from backpressure.workload.driver import LoadTarget, run_closed_loop
 from backpressure.workload.plan import HOT_MEMBER, OverloadPlan
-from backpressure.workload.policies import has_native_backpressure, policy_label
 
 __all__ = ["Agreement", "compare", "format_agreement", "main", "measure_client_cpu"]
 

@@ -39,9 +39,9 @@ from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
 from backpressure.workload import POLICIES
+from backpressure.workload.arms import default_first, default_policy_name, policy_label
 from backpressure.workload.driver import LoadTarget, LocalEventCounter, received_commands
 from backpressure.workload.metrics import percentile
-from backpressure.workload.policies import default_first, default_policy_name, policy_label
 
 __all__ = [
     "FLEET_GOALS",

@@ -34,8 +34,8 @@ import backpressure
 from backpressure.cli import add_progress_argument, positive_int, progress_enabled, run_cli
 from backpressure.core import policy as _presets
 from backpressure.testing.server.embedded import EmbeddedServer
+from backpressure.workload.arms import default_policy_name, policy_label
 from backpressure.workload.metrics import percentile
-from backpressure.workload.policies import default_policy_name, policy_label
 
 __all__ = ["SCENARIOS", "main", "measure", "render_markdown", "run"]
 

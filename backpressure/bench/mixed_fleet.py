@@ -22,8 +22,8 @@ from typing import Any, Optional
 
 from backpressure.bench.fleet import FleetPlan, run_processes
 from backpressure.cli import positive_int, run_cli
+from backpressure.workload.arms import policy_label
 from backpressure.workload.metrics import coexists
-from backpressure.workload.policies import policy_label
 
 __all__ = ["Half", "MixedRun", "main", "render", "run_mixed"]
 

@@ -45,7 +45,7 @@ from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 
 from backpressure.switch.client import state as state_of
-from backpressure.workload.policies import Document
+from backpressure.workload.arms import Document
 
 __all__ = [
     "OPERATIONS",

@@ -29,9 +29,9 @@ from pymongo.errors import PyMongoError
 
 from backpressure.bench.fleet import default_policy_name, fleet_policies
 from backpressure.workload import POLICIES
+from backpressure.workload.arms import policy_label
 from backpressure.workload.driver import LocalEventCounter
 from backpressure.workload.metrics import percentile
-from backpressure.workload.policies import policy_label
 
 __all__ = [
     "QUICK_TRANSIENT",

@@ -7,7 +7,7 @@ from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from backpressure.core.adaptive import AdmissionControl, AdmissionGate
+from backpressure.core.adaptive import ClientPacers, PacingGate
 from backpressure.core.budget import A6Budget, NullBudget, RetryBudget, ServerBudgets
 from backpressure.core.decision import RetryController
 from backpressure.core.events import (
@@ -93,7 +93,7 @@ class ClientState:
     ``listeners`` implement one or more methods of the listener protocols
     (:data:`backpressure.core.events.LISTENER_METHODS`): ``retried``/``gave_up``
     (``RetryListener``), ``operation_finished`` (``OperationListener``), ``waited``/``refused``
-    (``AdmissionListener``), ``hedged`` (``HedgeListener``); each method is called if present.
+    (``PacingListener``), ``hedged`` (``HedgeListener``); each method is called if present.
     ``settings`` is called when an operation starts its retry bookkeeping; it returns the
     operation's overrides and test mode (the switch layer reads them from a context variable), or
     None.
@@ -117,11 +117,9 @@ class ClientState:
     def __post_init__(self) -> None:
         """Create the client's budget-warning rate limit and statistics."""
         self.budget_warnings = BudgetWarnings(clock=self.controller.clock)
-        admission = self.controller.admission
-        self.gate: Optional[AdmissionGate] = (
-            AdmissionGate(admission, logger=self.logger)
-            if isinstance(admission, AdmissionControl)
-            else None
+        pacing = self.controller.pacing
+        self.gate: Optional[PacingGate] = (
+            PacingGate(pacing, logger=self.logger) if isinstance(pacing, ClientPacers) else None
         )
         """Pacing around each attempt (None unless the policy is adaptive)."""
         self.stats = StatsRecorder()
@@ -146,10 +144,10 @@ class ClientState:
     def _lean_entry(self, key: Hashable, server: Optional[Address]) -> LeanEntry:
         """Build (and keep) the lock-free success path's entry of ``key`` (``server``)."""
         budget = self.controller.budget.for_server(server)
-        admission = self.controller.admission
+        pacing = self.controller.pacing
         batch: Optional[Callable[[], None]] = None
-        if isinstance(admission, AdmissionControl) and server is not None:
-            batch = admission.batch_counter(server, LEAN_BATCH)
+        if isinstance(pacing, ClientPacers) and server is not None:
+            batch = pacing.batch_counter(server, LEAN_BATCH)
         entry = (self.stats.tally(key, server), budget, batch)
         self.lean = {**self.lean, key: entry}
         return entry
@@ -227,9 +225,9 @@ class ClientState:
         """
         self.controller.record_success(retried=False, server=server)
         self.stats.first_attempt_succeeded(server)
-        admission = self.controller.admission
-        if not paced_counted and isinstance(admission, AdmissionControl):
-            admission.record(server, overloaded=False)
+        pacing = self.controller.pacing
+        if not paced_counted and isinstance(pacing, ClientPacers):
+            pacing.record(server, overloaded=False)
         if not self._operation_listeners:
             return
         event = self._first_attempt_events.get(server)
@@ -260,7 +258,7 @@ class ClientState:
         for an adaptive policy, one call of the pacer's batch count per ``LEAN_BATCH``
         successes (the rate it measures before any pushback); otherwise it is
         :meth:`first_attempt_succeeded`.  ``paced_counted``: the adapter already handed this
-        reply to the pacing (``AdmissionGate.record``), so it is not counted there again.
+        reply to the pacing (``PacingGate.record``), so it is not counted there again.
         """
         if self.lean_success:
             entry = self.lean.get(key)

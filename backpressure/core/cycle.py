@@ -33,7 +33,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
-from backpressure.core.adaptive import Admission, AdmissionGate, LocalOverloadError
+from backpressure.core.adaptive import LocalOverloadError, PacingGate, SlotGrant
 from backpressure.core.client_state import ClientState
 from backpressure.core.decision import Decision, Retry, StopReason
 from backpressure.core.events import Address, attach_summary
@@ -101,11 +101,11 @@ class AttemptCycle:
         "_criticality",
         "_name",
         "address",
-        "admission",
         "asked",
         "attempt_open",
         "first",
         "gate",
+        "grant",
         "opens_transaction",
         "processed",
         "pushed_back",
@@ -132,7 +132,7 @@ class AttemptCycle:
         (None: from the client's settings).
         """
         self.state = state
-        self.gate: Optional[AdmissionGate] = state.gate
+        self.gate: Optional[PacingGate] = state.gate
         self._name = name
         self._address_of = address_of
         self._criticality = criticality
@@ -144,8 +144,8 @@ class AttemptCycle:
         """The server of the current attempt (the executor's object)."""
         self.address: Optional[Address] = None
         """Its address, when the pacing asked for it."""
-        self.admission: Optional[Admission] = None
-        """The pacing's admission of the current attempt (None: sent unpaced)."""
+        self.grant: Optional[SlotGrant] = None
+        """The pacing's grant of the current attempt (None: sent unpaced)."""
         self.asked = False
         """``admit`` was asked about the attempt about to start."""
         self.attempt_open = False
@@ -206,7 +206,7 @@ class AttemptCycle:
         query returning it.
         """
         self.server = server
-        self.admission = None
+        self.grant = None
         self.asked = True
         gate = self.gate
         if gate is None or not gate.engaged:
@@ -221,7 +221,7 @@ class AttemptCycle:
             state.sheddable() if criticality is None else criticality is Criticality.SHEDDABLE
         )
         try:
-            admission = gate.admit(
+            grant = gate.admit(
                 self.name(),
                 address,
                 deadline,
@@ -231,19 +231,19 @@ class AttemptCycle:
             )
         except LocalOverloadError as exc:
             return self._refused(exc)
-        self.admission = admission
-        return Wait(admission.wait) if admission.wait > 0.0 else SEND
+        self.grant = grant
+        return Wait(grant.wait) if grant.wait > 0.0 else SEND
 
     def waited(self) -> Step:
         """Ask again once a :class:`Wait` is over: :data:`SEND`, :class:`Wait` or :class:`Stop`."""
-        admission = self.admission
+        grant = self.grant
         gate = self.gate
-        if gate is None or admission is None or admission.ticket is None:
+        if gate is None or grant is None or grant.ticket is None:
             return SEND
         try:
-            wait = gate.recheck(self.name(), self.address, admission)
+            wait = gate.recheck(self.name(), self.address, grant)
         except LocalOverloadError as exc:
-            self.admission = None
+            self.grant = None
             return self._refused(exc)
         return Wait(wait) if wait > 0.0 else SEND
 
@@ -268,7 +268,7 @@ class AttemptCycle:
             self.asked = False
         else:  # sent without asking admit: nothing was paced
             self.server = server
-            self.admission = None
+            self.grant = None
             self.address = None
         retries = self.retries
         if retries is None:
@@ -300,7 +300,7 @@ class AttemptCycle:
                 server = self.server if self.server is not _NONE else self.first
                 if server is not _NONE:
                     address = self._address_of(server)
-            self.pushed_back = gate.record(address, self.admission, error)
+            self.pushed_back = gate.record(address, self.grant, error)
         self.attempt_open = False
 
     def succeeded(self) -> None:
@@ -308,7 +308,7 @@ class AttemptCycle:
         counted = (
             self.gate is not None
             and self.attempt_open
-            and (self.admission is not None or self.retries is not None)
+            and (self.grant is not None or self.retries is not None)
         )
         if counted:
             self.settle(None)

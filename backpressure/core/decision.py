@@ -32,7 +32,7 @@ from backpressure.core.labels import is_overload, is_retryable_overload, server_
 from backpressure.core.policy import Policy
 
 
-class Pacing(Protocol):
+class PacedServers(Protocol):
     """What the controller asks the per-server pacing (``backpressure.core.adaptive``)."""
 
     def is_paced(self, server: tuple[str, int]) -> bool:
@@ -98,13 +98,13 @@ class RetryController:
         random: Callable[[], float] = _random.random,
         clock: Callable[[], float] = time.monotonic,
         sleeps: bool = True,
-        admission: Optional[Pacing] = None,
+        pacing: Optional[PacedServers] = None,
     ) -> None:
         """Create a controller; ``budget`` defaults to ``budget_for(policy)``.
 
         With ``sleeps`` False (test mode) every ``Retry`` asks the driver not to sleep.
-        ``admission`` is the per-server pacing of an adaptive policy (None: no pacing; see
-        :func:`backpressure.core.adaptive.admission_for`).
+        ``pacing`` is the per-server pacing of an adaptive policy (None: no pacing; see
+        :func:`backpressure.core.adaptive.slots_for`).
         """
         self.policy: Policy = policy
         """The policy in force."""
@@ -113,7 +113,7 @@ class RetryController:
         self._random = random
         self._clock = clock
         self._sleeps = sleeps
-        self.admission: Optional[Pacing] = admission
+        self.pacing: Optional[PacedServers] = pacing
         """The per-server pacing (None unless the policy is adaptive)."""
 
     @property
@@ -192,8 +192,8 @@ class RetryController:
         A paced retry waits for a send slot of the rate the server admits: it takes the place
         of another attempt instead of adding load, so it needs no token.
         """
-        admission = self.admission
-        return admission is not None and server is not None and admission.is_paced(server)
+        pacing = self.pacing
+        return pacing is not None and server is not None and pacing.is_paced(server)
 
     def record_success(self, *, retried: bool, server: Optional[tuple[str, int]] = None) -> None:
         """Account for a successful operation (``retried``: it succeeded on a retry)."""

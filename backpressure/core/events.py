@@ -170,11 +170,11 @@ LISTENER_METHODS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "RetryListener": ("retried", "gave_up"),
         "OperationListener": ("operation_finished",),
-        "AdmissionListener": ("waited", "refused"),
+        "PacingListener": ("waited", "refused"),
         "HedgeListener": ("hedged",),
     }
 )
-"""The listener protocols, each with its methods (``AdmissionListener`` is in
+"""The listener protocols, each with its methods (``PacingListener`` is in
 :mod:`backpressure.core.adaptive`).  A listener implements at least one of these methods; each
 method it lacks is simply not called."""
 

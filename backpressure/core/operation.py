@@ -187,7 +187,7 @@ class OperationRetries:
 
         Listeners get a ``GiveUpEvent`` with ``reason`` (so the give-ups metric counts local
         refusals of first attempts and of retries alike); ``attempts`` is what was sent, 0 when
-        the first attempt was refused.  Not logged here: the admission gate logs refusals.
+        the first attempt was refused.  Not logged here: the pacing gate logs refusals.
         """
         self._stop_reason = reason
         event = GiveUpEvent(

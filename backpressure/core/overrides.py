@@ -110,5 +110,5 @@ class OperationSettings:
             random=controller.random if self.random is None else self.random,
             clock=controller.clock,
             sleeps=controller.sleeps and not self.testing,
-            admission=controller.admission,
+            pacing=controller.pacing,
         )

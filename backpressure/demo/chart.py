@@ -287,7 +287,7 @@ def draw_fleet_chart(
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    from backpressure.workload.policies import policy_label
+    from backpressure.workload.arms import policy_label
 
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = max(1, len(runs))

@@ -29,7 +29,7 @@ from backpressure.bench.fleet import (
     run_policy_fleet,
 )
 from backpressure.workload import POLICIES
-from backpressure.workload.policies import policy_label
+from backpressure.workload.arms import policy_label
 from backpressure.workload.report import (
     format_table,
     machine_info,

@@ -301,7 +301,7 @@ def _reason_label(event: Union[GiveUpEvent, LocalRefusalEvent]) -> str:
 class MetricsListener:
     """Listener feeding one backend from the clients it covers (all enabled ones, or some).
 
-    It implements ``RetryListener``, ``OperationListener``, ``AdmissionListener`` (the
+    It implements ``RetryListener``, ``OperationListener``, ``PacingListener`` (the
     adaptive policy's local waits and refusals) and ``HedgeListener`` (hedged reads).
 
     With ``clients`` None it covers every client enabled now and later (it is registered with

@@ -26,6 +26,7 @@ from backpressure.sim.oracle import (
 )
 
 if TYPE_CHECKING:
+    from backpressure.sim.arms import SimArm, available_policies
     from backpressure.sim.model import (
         ClientGroup,
         ClosedLoop,
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
         Scenario,
         ServerSpec,
     )
-    from backpressure.sim.policies import SimPolicy, available_policies
     from backpressure.sim.runner import PolicyResult, Result, run
     from backpressure.sim.scenarios import SCENARIOS, scenario, scenario_names
 
@@ -52,7 +52,7 @@ __all__ = [
     "Result",
     "Scenario",
     "ServerSpec",
-    "SimPolicy",
+    "SimArm",
     "available_policies",
     "closed_loop_min_error_fraction",
     "physical_limit",
@@ -70,8 +70,8 @@ _LAZY = {
     "Phase": "backpressure.sim.model",
     "Scenario": "backpressure.sim.model",
     "ServerSpec": "backpressure.sim.model",
-    "SimPolicy": "backpressure.sim.policies",
-    "available_policies": "backpressure.sim.policies",
+    "SimArm": "backpressure.sim.arms",
+    "available_policies": "backpressure.sim.arms",
     "PolicyResult": "backpressure.sim.runner",
     "Result": "backpressure.sim.runner",
     "run": "backpressure.sim.runner",

@@ -26,7 +26,7 @@ from backpressure.cli import (
     run_cli,
 )
 from backpressure.core.extras import require
-from backpressure.sim.policies import available_policies, default_first
+from backpressure.sim.arms import available_policies, default_first
 from backpressure.sim.scenarios import SCENARIOS, scenario
 
 __all__ = ["main"]

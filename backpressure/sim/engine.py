@@ -17,7 +17,7 @@ open-loop arrival stream).  An operation:
 5. hands the reply or the error to the cycle (the success accounting, the pacing's record, the
    retry rules) and sleeps the backoff it answers, or gives up.
 
-The executor has no retry or admission logic of its own: it selects, sleeps, sends and counts.
+The executor has no retry or pacing logic of its own: it selects, sleeps, sends and counts.
 
 The clock and random source given to the package's objects are SimPy's ``env.now`` and a seeded
 ``random.Random``, so a run is deterministic under its seed.  Arrivals and operation kinds come
@@ -40,9 +40,9 @@ import simpy
 from pymongo.errors import NetworkTimeout
 
 from backpressure.core.cycle import Backoff, Stop, Wait
+from backpressure.sim.arms import CycleFactory, SimArm, cycle_factory, resolve
 from backpressure.sim.model import ClientGroup, ClosedLoop, OpenLoop, Scenario
 from backpressure.sim.oracle import Capacity, physical_limit
-from backpressure.sim.policies import CycleFactory, SimPolicy, cycle_factory, resolve
 from backpressure.sim.server import SimServer
 
 __all__ = ["OperationLog", "RunData", "simulate"]
@@ -72,7 +72,7 @@ class OperationLog:
     arrival: list[float] = field(default_factory=list)
     """When the application wanted the operation."""
     allowed_wait: list[float] = field(default_factory=list)
-    """How long it could wait for admission and still meet its deadline."""
+    """How long it could wait for a send slot and still meet its deadline."""
     eligible: list[int] = field(default_factory=list)
     """Index into ``RunData.eligible_sets``: the servers that could serve it."""
 
@@ -170,7 +170,7 @@ class _Client:
         servers: int,
         new_cycle: CycleFactory,
         index: int = 0,
-        policy: Optional[SimPolicy] = None,
+        policy: Optional[SimArm] = None,
     ) -> None:
         """A client with empty pools (``index``: its place among every client of the run;
         ``policy``: the one it runs, when not the run's)."""
@@ -190,7 +190,7 @@ class _Client:
 class _Run:
     """Everything one run shares: the environment, servers, clients, counters."""
 
-    def __init__(self, scenario: Scenario, policy: SimPolicy, seed: int) -> None:
+    def __init__(self, scenario: Scenario, policy: SimArm, seed: int) -> None:
         """Build servers and clients for ``policy``."""
         self.env = simpy.Environment()
         self.scenario = scenario
@@ -765,7 +765,7 @@ def _oracle(data: RunData, scenario: Scenario) -> tuple[int, bool]:
 
 def simulate(
     scenario: Scenario,
-    policy: SimPolicy,
+    policy: SimArm,
     seed: int,
     progress: Optional[Callable[[float], None]] = None,
 ) -> RunData:

@@ -21,7 +21,7 @@ from typing import Optional
 
 from backpressure.cli import add_seed_argument, run_cli
 from backpressure.core.extras import require
-from backpressure.sim.policies import resolve
+from backpressure.sim.arms import resolve
 from backpressure.sim.scenarios import mixed_fleet
 from backpressure.workload.metrics import coexists
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from backpressure.core.extras import require
-from backpressure.sim.policies import default_first, display_name
+from backpressure.sim.arms import default_first, display_name
 from backpressure.sim.runner import PolicyResult, Result
 
 __all__ = [

@@ -18,15 +18,15 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 from backpressure.core.policy import Policy
+from backpressure.sim.arms import SimArm, resolve_all
 from backpressure.sim.engine import REFUSED, simulate
 from backpressure.sim.model import Scenario
-from backpressure.sim.policies import SimPolicy, resolve_all
 from backpressure.workload.metrics import percentile
 
 __all__ = ["PhaseGoodput", "PolicyResult", "Result", "jain_index", "run"]
 
-PolicyLike = Union[str, Policy, SimPolicy]
-"""A policy name, a package Policy, or a SimPolicy."""
+PolicyLike = Union[str, Policy, SimArm]
+"""A policy name, a package Policy, or a SimArm."""
 
 
 def jain_index(values: Sequence[float]) -> Optional[float]:
@@ -241,7 +241,7 @@ def phase_goodput(
 
 def run_one(
     scenario: Scenario,
-    policy: SimPolicy,
+    policy: SimArm,
     seed: int,
     progress: Optional[Callable[[float], None]] = None,
 ) -> PolicyResult:

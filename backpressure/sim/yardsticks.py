@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from backpressure.cli import add_seed_argument, name_list, run_cli
 from backpressure.core.extras import require
+from backpressure.sim.arms import available_policies, default_first, default_name, display_name
 from backpressure.sim.model import ClosedLoop
-from backpressure.sim.policies import available_policies, default_first, default_name, display_name
 from backpressure.sim.scenarios import scenario
 
 if TYPE_CHECKING:  # the runner needs SimPy: imported where it runs, so that --help needs none

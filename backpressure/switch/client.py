@@ -33,7 +33,7 @@ import pymongo
 from pymongo.errors import InvalidOperation
 
 from backpressure.adapters import hedging, seams
-from backpressure.core.adaptive import admission_for
+from backpressure.core.adaptive import pacers_for
 from backpressure.core.budget import Budget
 from backpressure.core.client_state import STATE_ATTRIBUTE, ClientState
 from backpressure.core.decision import RetryController
@@ -108,7 +108,7 @@ def validate_listeners(listeners: object, option: str = "listeners") -> tuple[An
 
     The rule is ``backpressure.register``'s (:func:`backpressure.core.events.check_listener`):
     a listener implements at least one method of ``RetryListener`` (``retried``, ``gave_up``),
-    ``OperationListener`` (``operation_finished``), ``AdmissionListener`` (``waited``,
+    ``OperationListener`` (``operation_finished``), ``PacingListener`` (``waited``,
     ``refused``) or ``HedgeListener`` (``hedged``).
 
     Raises:
@@ -196,7 +196,7 @@ def enable(
     controller = RetryController(
         resolved,
         random=_module_random if random is None else random,
-        admission=admission_for(resolved),
+        pacing=pacers_for(resolved),
     )
     new_state = ClientState(
         controller,
@@ -255,7 +255,7 @@ def set_timing(
     controller = RetryController(
         policy,
         random=old.random,
-        admission=admission_for(policy, clock=time.monotonic if clock is None else clock),
+        pacing=pacers_for(policy, clock=time.monotonic if clock is None else clock),
     )
     new_state = dataclasses.replace(current, controller=controller, sleep=sleep)
     _install(_pymongo_client(client), new_state)

@@ -33,7 +33,7 @@ def register(listener: Any) -> None:
     """Add ``listener`` to every client enabled from now on (no-op if already registered).
 
     ``listener`` implements at least one method of ``RetryListener`` (``retried``,
-    ``gave_up``), ``OperationListener`` (``operation_finished``), ``AdmissionListener``
+    ``gave_up``), ``OperationListener`` (``operation_finished``), ``PacingListener``
     (``waited``, ``refused``) or ``HedgeListener`` (``hedged``): the rule of ``enable``'s
     ``listeners`` and of the ``backpressure_listeners`` keyword.  Clients enabled before keep
     their listeners.

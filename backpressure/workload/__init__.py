@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from backpressure.workload.arms import (
+    POLICIES,
+    POLICY_NAMES,
+    ClientArm,
+    PolicyClient,
+    has_native_backpressure,
+)
 from backpressure.workload.driver import (
     WORKLOAD_COMMANDS,
     LoadTarget,
@@ -12,19 +19,12 @@ from backpressure.workload.driver import (
     received_commands,
     run_policy,
 )
-from backpressure.workload.policies import (
-    POLICIES,
-    POLICY_NAMES,
-    ClientPolicy,
-    PolicyClient,
-    has_native_backpressure,
-)
 
 __all__ = [
     "POLICIES",
     "POLICY_NAMES",
     "WORKLOAD_COMMANDS",
-    "ClientPolicy",
+    "ClientArm",
     "LoadTarget",
     "Phase",
     "PhaseResult",

@@ -39,13 +39,13 @@ from pymongo import monitoring
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
+from backpressure.workload.arms import ClientArm, Document, PolicyClient
 from backpressure.workload.metrics import (
     amplification,
     bucket_counts,
     percentile,
     rate_per_second,
 )
-from backpressure.workload.policies import ClientPolicy, Document, PolicyClient
 
 __all__ = [
     "WORKLOAD_COMMANDS",
@@ -430,7 +430,7 @@ class _Scenario:
     def __init__(
         self,
         target: LoadTarget,
-        policy: ClientPolicy,
+        policy: ClientArm,
         config: WorkloadConfig,
         clock: Clock,
         client_options: dict[str, Any],
@@ -483,7 +483,7 @@ class _Scenario:
 
 def run_policy(
     target: LoadTarget,
-    policy: ClientPolicy,
+    policy: ClientArm,
     phases: Sequence[Phase],
     config: WorkloadConfig,
     *,
@@ -512,7 +512,7 @@ def run_policy(
 
 def run_closed_loop(
     target: LoadTarget,
-    policy: ClientPolicy,
+    policy: ClientArm,
     workers: int,
     duration: float,
     config: WorkloadConfig,
@@ -692,7 +692,7 @@ def _weighted_counts(
 
 def _summarize(
     raw: _Raw,
-    policy: ClientPolicy,
+    policy: ClientArm,
     phases: Sequence[Phase],
     config: WorkloadConfig,
     counter: _AttemptCounter,

@@ -40,7 +40,7 @@ from tests.integration.conftest import (
 )
 
 
-class AdmissionRecorder(RetryRecorder):
+class PacingRecorder(RetryRecorder):
     """Keeps retry events and the local waits and refusals (thread-safe)."""
 
     def __init__(self) -> None:
@@ -65,7 +65,7 @@ def adaptive_client(
     clients: ClientFactory,
     server: EmbeddedServer,
     commands: CommandRecorder,
-    recorder: AdmissionRecorder,
+    recorder: PacingRecorder,
     policy: Any = ADAPTIVE,
     **kwargs: Any,
 ) -> Any:
@@ -76,9 +76,9 @@ def adaptive_client(
 
 
 @pytest.fixture
-def recorder() -> AdmissionRecorder:
-    """A fresh AdmissionRecorder."""
-    return AdmissionRecorder()
+def recorder() -> PacingRecorder:
+    """A fresh PacingRecorder."""
+    return PacingRecorder()
 
 
 async def close_pacing(client: Any, server: EmbeddedServer, commands: CommandRecorder) -> None:
@@ -89,8 +89,8 @@ async def close_pacing(client: Any, server: EmbeddedServer, commands: CommandRec
     assert len(commands.started_commands("insert")) == 3
     state = state_of(client)
     assert state is not None
-    assert state.controller.admission is not None
-    assert state.controller.admission.pushing_back()
+    assert state.controller.pacing is not None
+    assert state.controller.pacing.pushing_back()
     commands.reset()
 
 
@@ -112,7 +112,7 @@ async def test_without_overload_nothing_waits_and_nothing_is_paced(
     clients: ClientFactory,
     standalone_server: EmbeddedServer,
     commands: CommandRecorder,
-    recorder: AdmissionRecorder,
+    recorder: PacingRecorder,
 ) -> None:
     """Inert: 50 operations, one command each, no wait, no pacer closed."""
     client = adaptive_client(clients, standalone_server, commands, recorder)
@@ -125,15 +125,15 @@ async def test_without_overload_nothing_waits_and_nothing_is_paced(
     assert recorder.refusals == []
     state = state_of(client)
     assert state is not None
-    assert state.controller.admission is not None
-    assert not state.controller.admission.pushing_back()
+    assert state.controller.pacing is not None
+    assert not state.controller.pacing.pushing_back()
 
 
 async def test_a_paced_server_makes_the_next_operation_wait_locally(
     clients: ClientFactory,
     standalone_server: EmbeddedServer,
     commands: CommandRecorder,
-    recorder: AdmissionRecorder,
+    recorder: PacingRecorder,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """After pushback the next operation waits for its slot, then is sent once and succeeds.
@@ -160,7 +160,7 @@ async def test_a_wait_past_max_local_wait_fails_fast_without_sending(
     clients: ClientFactory,
     standalone_server: EmbeddedServer,
     commands: CommandRecorder,
-    recorder: AdmissionRecorder,
+    recorder: PacingRecorder,
 ) -> None:
     """The refused operation raises a PyMongoError labelled overload; no command is sent."""
     policy = NEVER_WAIT_TWICE.replace(max_local_wait=0.5)
@@ -184,7 +184,7 @@ async def test_a_wait_past_the_csot_deadline_fails_fast_with_the_deadline_reason
     clients: ClientFactory,
     standalone_server: EmbeddedServer,
     commands: CommandRecorder,
-    recorder: AdmissionRecorder,
+    recorder: PacingRecorder,
 ) -> None:
     """With timeoutMS shorter than the wait, the read is refused for the deadline."""
     client = adaptive_client(
@@ -203,7 +203,7 @@ async def test_paced_retries_spend_no_budget(
     clients: ClientFactory,
     standalone_server: EmbeddedServer,
     commands: CommandRecorder,
-    recorder: AdmissionRecorder,
+    recorder: PacingRecorder,
 ) -> None:
     """With a 1-token per-server budget (opted into: ``adaptive`` keeps the spec's retries, no
     budget) and 3 retries, three overloads in a row are all retried: the first retry on the
@@ -233,7 +233,7 @@ async def test_reads_avoid_a_paced_member_when_the_read_preference_allows(
     clients: ClientFactory,
     server: EmbeddedServer,
     commands: CommandRecorder,
-    recorder: AdmissionRecorder,
+    recorder: PacingRecorder,
 ) -> None:
     """One hot member: once it is paced, new "nearest" reads go to the other members.
 
@@ -255,7 +255,7 @@ async def test_reads_avoid_a_paced_member_when_the_read_preference_allows(
     server.configure_fail_point(overload_fail_point(["find"]), member=1)
     state = state_of(client)
     assert state is not None
-    admission = state.controller.admission
+    admission = state.controller.pacing
     assert admission is not None
     for _ in range(50):  # until reads land on the hot member and its pacing closes
         await resolve(client.db.coll.find_one({}))
@@ -275,7 +275,7 @@ async def test_motor_client_waits_and_refuses_locally(
     standalone_server: EmbeddedServer, commands: CommandRecorder
 ) -> None:
     """Motor: the adaptive preset paces and refuses through its delegate."""
-    recorder = AdmissionRecorder()
+    recorder = PacingRecorder()
     client = backpressure.AsyncIOMotorClient(
         standalone_server.uri,
         backpressure=NEVER_WAIT_TWICE.replace(max_local_wait=0.5),
@@ -368,7 +368,7 @@ async def test_a_retry_goes_ahead_and_the_first_attempt_it_displaced_waits_on(
     clients: ClientFactory,
     standalone_server: EmbeddedServer,
     commands: CommandRecorder,
-    recorder: AdmissionRecorder,
+    recorder: PacingRecorder,
 ) -> None:
     """A pushed-back insert's retry takes the slot of the first attempt waiting behind it; that
     read learns on recheck that its slot moved one interval later and is sent only then.
@@ -416,7 +416,7 @@ async def test_a_transient_costs_only_the_attempts_it_rejected(
     clients: ClientFactory,
     replicaset_server: EmbeddedServer,
     commands: CommandRecorder,
-    recorder: AdmissionRecorder,
+    recorder: PacingRecorder,
     rejections: int,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -433,7 +433,7 @@ async def test_a_transient_costs_only_the_attempts_it_rejected(
 async def test_a_transient_costs_a_motor_client_only_the_attempts_it_rejected(
     replicaset_server: EmbeddedServer,
     commands: CommandRecorder,
-    recorder: AdmissionRecorder,
+    recorder: PacingRecorder,
     rejections: int,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -455,7 +455,7 @@ async def _transient(
     client: Any,
     replicaset_server: EmbeddedServer,
     commands: CommandRecorder,
-    recorder: AdmissionRecorder,
+    recorder: PacingRecorder,
     rejections: int,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -173,7 +173,7 @@ async def _converge(
             )
             state = state_of(client)
             assert state is not None
-            assert state.controller.admission is not None
+            assert state.controller.pacing is not None
             runs.append((client, ClientRun(commands)))
         interval = WORKERS / DEMAND
 

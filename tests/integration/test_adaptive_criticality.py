@@ -23,8 +23,8 @@ from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import ClientFactory, CommandRecorder, resolve, wait_for
 from tests.integration.test_adaptive import (
-    AdmissionRecorder,
     Background,
+    PacingRecorder,
     SteppedClock,
     adaptive_client,
     close_pacing,
@@ -33,9 +33,9 @@ from tests.integration.test_adaptive import (
 
 
 @pytest.fixture
-def recorder() -> AdmissionRecorder:
-    """A fresh AdmissionRecorder."""
-    return AdmissionRecorder()
+def recorder() -> PacingRecorder:
+    """A fresh PacingRecorder."""
+    return PacingRecorder()
 
 
 def sheddable(clients: ClientFactory, operation: Callable[[], Any]) -> Callable[[], Any]:
@@ -59,7 +59,7 @@ async def test_a_critical_read_is_sent_before_the_sheddable_reads_waiting_ahead_
     clients: ClientFactory,
     standalone_server: EmbeddedServer,
     commands: CommandRecorder,
-    recorder: AdmissionRecorder,
+    recorder: PacingRecorder,
 ) -> None:
     """Two sheddable reads wait for slots +50 and +100 ms; a critical read arriving after them
     takes the +50 ms slot and is sent first; each sheddable read moves one slot back."""
@@ -132,7 +132,7 @@ async def test_at_saturation_critical_operations_keep_their_deadline_and_sheddab
     clients: ClientFactory,
     standalone_server: EmbeddedServer,
     commands: CommandRecorder,
-    recorder: AdmissionRecorder,
+    recorder: PacingRecorder,
 ) -> None:
     """Four critical and four sheddable workers back to back against a server limited to 40/s
     (each class alone would saturate it; sheddable operations under a 1 s timeout, critical ones
@@ -183,7 +183,7 @@ async def test_at_saturation_critical_operations_keep_their_deadline_and_sheddab
             assert not thread.is_alive()
     state = state_of(client)
     assert state is not None
-    assert state.controller.admission is not None
+    assert state.controller.pacing is not None
     assert recorder.waits  # the server was paced
     critical = tally.done("critical")
     outcome = (tally.ok, tally.errors, tally.last)

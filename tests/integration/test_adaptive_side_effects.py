@@ -136,10 +136,10 @@ def record_sleeps(client: Any) -> list[float]:
 
 
 def pacing_of(client: Any) -> Any:
-    """The client's AdmissionControl (the adaptive pacing)."""
+    """The client's ClientPacers (the adaptive pacing)."""
     state = state_of(client)
     assert state is not None
-    admission = state.controller.admission
+    admission = state.controller.pacing
     assert admission is not None
     return admission
 

@@ -94,8 +94,8 @@ async def _close_pacing(client: Any, server: EmbeddedServer) -> None:
     await resolve(client.db.coll.insert_one({"closing": True}))
     state = state_of(client)
     assert state is not None
-    assert state.controller.admission is not None
-    assert state.controller.admission.pushing_back()
+    assert state.controller.pacing is not None
+    assert state.controller.pacing.pushing_back()
 
 
 async def _wait_locally_once(client: Any, server: EmbeddedServer, waits: Any) -> None:

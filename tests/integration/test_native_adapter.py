@@ -49,7 +49,7 @@ async def test_policy_object_replaces_pymongo_policy_in_the_right_flavour(
     original = client._retry_policy
     backpressure.enable(client, DRAFT)
     ours = client._retry_policy
-    assert isinstance(ours, native.NativeRetryPolicy)
+    assert isinstance(ours, native.NativeRetryHook)
     awaited = clients.is_async and seams.ASYNC_SHOULD_RETRY_AWAITED
     assert inspect.iscoroutinefunction(ours.should_retry) is awaited
     assert inspect.iscoroutinefunction(original.should_retry) is awaited

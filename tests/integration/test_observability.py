@@ -280,7 +280,7 @@ async def test_admission_listeners_get_waits_and_refusals_on_both_paths(
     event: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An AdmissionListener (here with one method) registered or given as a keyword receives
+    """An PacingListener (here with one method) registered or given as a keyword receives
     the adaptive pacing's local wait, or its refusal past ``max_local_wait``.
 
     The pacing runs on a clock the test steps (a local wait moves it on), so that the find

@@ -117,7 +117,7 @@ async def test_overload_codes_are_pushback_for_the_adaptive_pacing(
     await resolve(client.admin.command("ping"))
     state = state_of(client)
     assert state is not None
-    admission = state.controller.admission
+    admission = state.controller.pacing
     assert admission is not None
     primary = replicaset_server.addresses[0]
     _fail(replicaset_server, code, times=2)

@@ -22,7 +22,7 @@ from backpressure.sim import (
     scenario,
     scenario_names,
 )
-from backpressure.sim.policies import SimPolicy, resolve
+from backpressure.sim.arms import SimArm, resolve
 from backpressure.sim.report import format_table
 from backpressure.sim.server import ADMITTED, QUEUED, REJECTED, Limiter, SimServer
 
@@ -216,8 +216,8 @@ def test_unknown_names_are_clear_errors() -> None:
         resolve("nope")
     with pytest.raises(ValueError, match="policy names must be distinct"):
         run(_small(), ["draft", "draft"], seed=1)
-    with pytest.raises(ValueError, match=r"SimPolicy\.kind must be one of"):
-        SimPolicy("x", "y", "other")
+    with pytest.raises(ValueError, match=r"SimArm\.kind must be one of"):
+        SimArm("x", "y", "other")
 
 
 def test_bad_specs_name_the_field() -> None:

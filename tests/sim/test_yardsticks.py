@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("simpy")
 
 from backpressure.sim import LimiterSpec, ServerSpec, run
+from backpressure.sim.arms import default_first, default_name, display_name
 from backpressure.sim.model import ClosedLoop
-from backpressure.sim.policies import default_first, default_name, display_name
 from backpressure.sim.report import format_fleet_markdown
 from backpressure.sim.runner import jain_index
 from backpressure.sim.scenarios import closed_fleet, fault_schedule, faults, scenario, transient

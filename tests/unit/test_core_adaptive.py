@@ -9,14 +9,14 @@ import pytest
 from pymongo.errors import PyMongoError
 
 from backpressure.core.adaptive import (
-    Admission,
-    AdmissionControl,
-    AdmissionGate,
+    ClientPacers,
     LocalOverloadError,
     LocalRefusalEvent,
     LocalWaitEvent,
     LogRateLimit,
+    PacingGate,
     Refusal,
+    SlotGrant,
 )
 from backpressure.core.decision import StopReason
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
@@ -33,7 +33,7 @@ def overload_error() -> PyMongoError:
 
 
 def admitted(
-    control: AdmissionControl,
+    control: ClientPacers,
     clock: FakeClock,
     server: tuple[str, int],
     rate: float,
@@ -46,7 +46,7 @@ def admitted(
         control.record(server, overloaded=False)
 
 
-def close(control: AdmissionControl, server: tuple[str, int] = A) -> None:
+def close(control: ClientPacers, server: tuple[str, int] = A) -> None:
     """Record pushbacks until the pacer of ``server`` closes (an overload, not a blip)."""
     for _ in range(1000):
         control.record(server, overloaded=True)
@@ -57,9 +57,9 @@ def close(control: AdmissionControl, server: tuple[str, int] = A) -> None:
 
 def test_open_pacer_sends_everything_at_once_and_creates_nothing() -> None:
     """Without pushback every attempt is sent now and no pacer is created by admit."""
-    control = AdmissionControl(ADAPTIVE, clock=FakeClock())
+    control = ClientPacers(ADAPTIVE, clock=FakeClock())
     for _ in range(1000):
-        assert control.admit(A) == Admission(0.0)
+        assert control.admit(A) == SlotGrant(0.0)
     assert control.snapshot() == {}
     assert not control.pushing_back()
 
@@ -67,7 +67,7 @@ def test_open_pacer_sends_everything_at_once_and_creates_nothing() -> None:
 def test_paced_attempts_get_consecutive_slots_in_arrival_order() -> None:
     """Callers arriving together get waits 0, 1/r, 2/r, ... (first come, first served)."""
     clock = FakeClock()
-    control = AdmissionControl(ADAPTIVE, clock=clock)
+    control = ClientPacers(ADAPTIVE, clock=clock)
     admitted(control, clock, A, 100.0, 1.0)
     close(control)
     rate = control.snapshot()[A].rate
@@ -75,16 +75,16 @@ def test_paced_attempts_get_consecutive_slots_in_arrival_order() -> None:
     waits = []
     for _ in range(5):
         decision = control.admit(A)
-        assert isinstance(decision, Admission)
+        assert isinstance(decision, SlotGrant)
         waits.append(decision.wait)
     assert waits == pytest.approx([i / rate for i in range(5)], rel=1e-3)
     assert not control.is_paced(B)
     assert control.is_paced(A)
 
 
-def paced_at_90(clock: FakeClock) -> tuple[AdmissionControl, float]:
+def paced_at_90(clock: FakeClock) -> tuple[ClientPacers, float]:
     """A control whose pacer of A paces at about 90/s (no probe yet); returns it and its rate."""
-    control = AdmissionControl(ADAPTIVE.replace(adaptive_decrease=0.9), clock=clock)
+    control = ClientPacers(ADAPTIVE.replace(adaptive_decrease=0.9), clock=clock)
     admitted(control, clock, A, 100.0, 1.0)
     close(control)
     rate = control.snapshot()[A].rate
@@ -96,18 +96,18 @@ def waits_of(decisions: list[object]) -> list[float]:
     """The waits of admissions (fails on a refusal)."""
     waits = []
     for decision in decisions:
-        assert isinstance(decision, Admission)
+        assert isinstance(decision, SlotGrant)
         waits.append(decision.wait)
     return waits
 
 
-def admission(decision: object) -> Admission:
-    """The decision as an Admission (fails on a refusal)."""
-    assert isinstance(decision, Admission)
+def admission(decision: object) -> SlotGrant:
+    """The decision as an SlotGrant (fails on a refusal)."""
+    assert isinstance(decision, SlotGrant)
     return decision
 
 
-def rechecked(control: AdmissionControl, decision: Admission) -> float:
+def rechecked(control: ClientPacers, decision: SlotGrant) -> float:
     """What a recheck of ``decision`` answers as a further wait (fails on a refusal)."""
     again = control.recheck(A, decision)
     assert isinstance(again, float)
@@ -239,7 +239,7 @@ def test_gate_recheck_refusal_raises_and_notifies() -> None:
         def refused(self, event: LocalRefusalEvent) -> None:
             refusals.append(event)
 
-    gate = AdmissionGate(control, listeners=[Listener()])
+    gate = PacingGate(control, listeners=[Listener()])
     gate.admit("find", A, None)
     tight = gate.admit("find", A, clock.now + 1.5 / rate)
     gate.admit("find", A, None, retry=True)
@@ -264,10 +264,10 @@ def test_gate_that_may_not_hold_sends_now_and_reserves_nothing() -> None:
         def refused(self, event: LocalRefusalEvent) -> None:
             events.append(event)
 
-    gate = AdmissionGate(control, listeners=[Listener()])
+    gate = PacingGate(control, listeners=[Listener()])
     assert gate.admit("find", A, None).wait == 0.0  # the slot due now
     for _ in range(1000):  # far past max_local_wait and any deadline, were they held
-        assert gate.admit("find", A, clock.now, hold=False) == Admission(0.0)
+        assert gate.admit("find", A, clock.now, hold=False) == SlotGrant(0.0)
     assert events == []
     assert gate.admit("find", A, None).wait == pytest.approx(1 / rate)
     assert control.is_paced(A)
@@ -275,10 +275,10 @@ def test_gate_that_may_not_hold_sends_now_and_reserves_nothing() -> None:
 
 def test_retry_priority_does_nothing_while_the_server_is_unpaced() -> None:
     """An open pacer sends every attempt now, retry or not."""
-    control = AdmissionControl(ADAPTIVE, clock=FakeClock())
-    assert control.admit(A, retry=True) == Admission(0.0)
+    control = ClientPacers(ADAPTIVE, clock=FakeClock())
+    assert control.admit(A, retry=True) == SlotGrant(0.0)
     control.record(A, overloaded=False)
-    assert control.admit(A, retry=True) == Admission(0.0)
+    assert control.admit(A, retry=True) == SlotGrant(0.0)
 
 
 def test_wait_past_max_local_wait_is_held_then_refused_without_reserving() -> None:
@@ -286,7 +286,7 @@ def test_wait_past_max_local_wait_is_held_then_refused_without_reserving() -> No
     not spin on refusals); it leaves the queue as it was."""
     clock = FakeClock()
     policy = ADAPTIVE.replace(max_local_wait=0.05, adaptive_min_rate=1.0, adaptive_decrease=0.9)
-    control = AdmissionControl(policy, clock=clock)
+    control = ClientPacers(policy, clock=clock)
     admitted(control, clock, A, 100.0, 1.0)
     close(control)  # paced at about 90/s
     rate = control.snapshot()[A].rate
@@ -307,10 +307,10 @@ def test_wait_past_the_deadline_is_refused_with_the_deadline_reason() -> None:
     """The deadline bounds the wait when it is closer than max_local_wait; a caller whose
     deadline has passed is refused at once (there is nothing left to hold)."""
     clock = FakeClock()
-    control = AdmissionControl(ADAPTIVE, clock=clock)
+    control = ClientPacers(ADAPTIVE, clock=clock)
     admitted(control, clock, A, 10.0, 2.0)
     close(control)  # 8/s
-    assert isinstance(control.admit(A, deadline=clock.now + 1.0), Admission)
+    assert isinstance(control.admit(A, deadline=clock.now + 1.0), SlotGrant)
     held = admission(control.admit(A, deadline=clock.now + 0.05))
     assert held.wait == pytest.approx(0.05)
     clock.advance(held.wait)
@@ -325,26 +325,26 @@ def test_wait_past_the_deadline_is_refused_with_the_deadline_reason() -> None:
 def test_pacer_reopens_when_nobody_waited_for_a_window() -> None:
     """Once demand falls below the paced rate for a window, the server is unthrottled."""
     clock = FakeClock()
-    control = AdmissionControl(ADAPTIVE, clock=clock)
+    control = ClientPacers(ADAPTIVE, clock=clock)
     admitted(control, clock, A, 100.0, 1.0)
     control.record(A, overloaded=True)
     for _ in range(3):  # light demand: 1 attempt every 0.5 s never waits
         clock.advance(0.5)
         decision = control.admit(A)
-        assert decision == Admission(0.0, decision.round if isinstance(decision, Admission) else 0)
+        assert decision == SlotGrant(0.0, decision.round if isinstance(decision, SlotGrant) else 0)
     assert not control.is_paced(A)
-    assert control.admit(A) == Admission(0.0)
+    assert control.admit(A) == SlotGrant(0.0)
 
 
 def test_refused_callers_keep_the_pacer_closed() -> None:
     """A pacer that refuses callers limits them: it does not reopen as if nobody waited."""
     clock = FakeClock()
     policy = ADAPTIVE.replace(adaptive_increase=0.001, adaptive_quiet=60.0)
-    control = AdmissionControl(policy, clock=clock)
+    control = ClientPacers(policy, clock=clock)
     admitted(control, clock, A, 100.0, 1.0)
     close(control)
     for _ in range(300):  # a queue three seconds deep, then only refusals for two seconds
-        assert isinstance(control.admit(A, deadline=clock.now + 5.0), Admission)
+        assert isinstance(control.admit(A, deadline=clock.now + 5.0), SlotGrant)
     for _ in range(200):
         clock.advance(0.01)
         held = admission(control.admit(A, deadline=clock.now + 0.05))
@@ -355,43 +355,43 @@ def test_refused_callers_keep_the_pacer_closed() -> None:
 def test_an_inflated_reply_time_never_refuses_every_caller() -> None:
     """The reply-time margin takes at most half the time left, so a stall cannot lock out."""
     clock = FakeClock()
-    control = AdmissionControl(ADAPTIVE, clock=clock)
+    control = ClientPacers(ADAPTIVE, clock=clock)
     admitted(control, clock, A, 100.0, 1.0)
     control.record(A, overloaded=True)
     admission = control.admit(A, deadline=clock.now + 1.0)
-    assert isinstance(admission, Admission)
+    assert isinstance(admission, SlotGrant)
     clock.advance(0.9)  # one reply after a 0.9 s stall: estimate 0.45 s, margin 0.9 s
-    control.record(A, overloaded=False, admission=admission)
-    assert isinstance(control.admit(A, deadline=clock.now + 1.0), Admission)
+    control.record(A, overloaded=False, grant=admission)
+    assert isinstance(control.admit(A, deadline=clock.now + 1.0), SlotGrant)
 
 
 def test_rate_never_goes_below_min_rate() -> None:
     """Repeated pushback (each round admitting something) bottoms out at adaptive_min_rate."""
     clock = FakeClock()
     policy = ADAPTIVE.replace(adaptive_min_rate=5.0, adaptive_increase=0.001)
-    control = AdmissionControl(policy, clock=clock)
+    control = ClientPacers(policy, clock=clock)
     close(control)
     for _ in range(100):
         clock.advance(0.2)  # a round is at least a tenth of the window
         for overloaded in (False, True):
             sent = admission(control.admit(A))
             clock.advance(sent.wait)
-            control.record(A, overloaded=overloaded, admission=sent)
+            control.record(A, overloaded=overloaded, grant=sent)
     assert control.snapshot()[A].rate == pytest.approx(5.0, rel=1e-3)
 
 
 def test_unknown_server_is_never_paced() -> None:
     """An attempt whose server is unknown is sent at once and records nothing."""
-    control = AdmissionControl(ADAPTIVE, clock=FakeClock())
+    control = ClientPacers(ADAPTIVE, clock=FakeClock())
     control.record(None, overloaded=True)
-    assert control.admit(None) == Admission(0.0)
+    assert control.admit(None) == SlotGrant(0.0)
     assert control.snapshot() == {}
 
 
 def test_concurrent_reservations_never_share_a_slot() -> None:
     """Threads reserving at once get distinct slots (the lock covers the arithmetic)."""
     clock = FakeClock()
-    control = AdmissionControl(ADAPTIVE.replace(max_local_wait=1000.0), clock=clock)
+    control = ClientPacers(ADAPTIVE.replace(max_local_wait=1000.0), clock=clock)
     admitted(control, clock, A, 100.0, 1.0)
     close(control)
     waits: list[float] = []
@@ -400,7 +400,7 @@ def test_concurrent_reservations_never_share_a_slot() -> None:
     def reserve() -> None:
         for _ in range(200):
             decision = control.admit(A)
-            assert isinstance(decision, Admission)
+            assert isinstance(decision, SlotGrant)
             with lock:
                 waits.append(decision.send_slot or 0.0)
 
@@ -413,7 +413,7 @@ def test_concurrent_reservations_never_share_a_slot() -> None:
 
 
 class Recorder:
-    """An admission listener that keeps what it receives."""
+    """An pacing listener that keeps what it receives."""
 
     def __init__(self) -> None:
         self.events: list[object] = []
@@ -437,9 +437,9 @@ def test_gate_announces_waits_and_raises_local_overload_on_refusal(
 ) -> None:
     """Waits and refusals are events; a refusal raises a PyMongoError labelled overload only."""
     clock = FakeClock()
-    control = AdmissionControl(ADAPTIVE.replace(max_local_wait=0.015), clock=clock)
+    control = ClientPacers(ADAPTIVE.replace(max_local_wait=0.015), clock=clock)
     recorder = Recorder()
-    gate = AdmissionGate(control, listeners=[Broken(), recorder, object()])
+    gate = PacingGate(control, listeners=[Broken(), recorder, object()])
     admitted(control, clock, A, 100.0, 1.0)
     while not control.is_paced(A):
         gate.record(A, None, overload_error())
@@ -461,15 +461,15 @@ def test_gate_announces_waits_and_raises_local_overload_on_refusal(
     refusal = recorder.events[1]
     assert isinstance(refusal, LocalRefusalEvent)
     assert refusal.operation == "insert"
-    assert "admission listener" in caplog.text  # the broken listener is logged, not raised
+    assert "pacing listener" in caplog.text  # the broken listener is logged, not raised
     assert "not sending insert to a:27017" in caplog.text
 
 
 def test_gate_ignores_errors_that_are_not_overload() -> None:
     """A network error says nothing about the server's rate: the pacer stays open."""
     clock = FakeClock()
-    control = AdmissionControl(ADAPTIVE, clock=clock)
-    gate = AdmissionGate(control)
+    control = ClientPacers(ADAPTIVE, clock=clock)
+    gate = PacingGate(control)
     assert gate.record(A, None, PyMongoError("connection reset")) is False
     assert not control.is_paced(A)
     assert gate.record(A, None, None) is False
@@ -482,8 +482,8 @@ def test_gate_ignores_errors_that_are_not_overload() -> None:
 def test_gate_logs_are_rate_limited(caplog: pytest.LogCaptureFixture) -> None:
     """Many waits within the interval make one log line, the next line counts the rest."""
     clock = FakeClock()
-    control = AdmissionControl(ADAPTIVE.replace(max_local_wait=1000.0), clock=clock)
-    gate = AdmissionGate(control, log_interval=0.2)
+    control = ClientPacers(ADAPTIVE.replace(max_local_wait=1000.0), clock=clock)
+    gate = PacingGate(control, log_interval=0.2)
     admitted(control, clock, A, 100.0, 1.0)
     while not control.is_paced(A):
         gate.record(A, None, overload_error())

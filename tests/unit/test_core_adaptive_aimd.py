@@ -1,7 +1,7 @@
 """Timelines of the AIMD pacer on a fake clock (no sleeping): fleets, transients, faults.
 
 A small event loop drives greedy clients (each always has an attempt ready, like a closed loop
-with many callers) through the real :class:`AdmissionControl` against one server: a token
+with many callers) through the real :class:`ClientPacers` against one server: a token
 bucket of ``capacity`` per second (``BURST`` seconds of burst) that answers after ``RTT``, and
 that can be told to reject everything for a while.
 """
@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from backpressure.core.adaptive import Admission, AdmissionControl, Refusal
+from backpressure.core.adaptive import ClientPacers, Refusal, SlotGrant
 from backpressure.core.budget import budget_for
 from backpressure.core.policy import ADAPTIVE, Policy
 from tests.fakes import FakeClock
@@ -48,7 +48,7 @@ class Server:
 class Client:
     """One greedy client: its admission control and what it saw."""
 
-    control: AdmissionControl
+    control: ClientPacers
     joins: float = START
     admitted: list[float] = field(default_factory=list)
     rejected: list[float] = field(default_factory=list)
@@ -58,10 +58,10 @@ def run(
     clients: list[Client], server: Server, clock: FakeClock, until: float, callers: int = 8
 ) -> None:
     """Run ``callers`` greedy callers per client until ``until`` (seconds after START)."""
-    events: list[tuple[float, int, int, str, Optional[Admission]]] = []
+    events: list[tuple[float, int, int, str, Optional[SlotGrant]]] = []
     order = 0
 
-    def push(at: float, index: int, kind: str, admission: Optional[Admission] = None) -> None:
+    def push(at: float, index: int, kind: str, admission: Optional[SlotGrant] = None) -> None:
         nonlocal order
         heapq.heappush(events, (at, order, index, kind, admission))
         order += 1
@@ -79,7 +79,7 @@ def run(
         control = client.control
         if kind == "admit":
             decision = control.admit(SERVER, now + 1.0)
-            assert isinstance(decision, Admission)  # greedy callers never wait a second
+            assert isinstance(decision, SlotGrant)  # greedy callers never wait a second
             push(now + decision.wait, index, "send", decision)
         elif kind == "send":
             assert admission is not None
@@ -91,7 +91,7 @@ def run(
                 push(now + RTT, index, "ok" if server.admit(now) else "pushback", admission)
         else:
             overloaded = kind == "pushback"
-            control.record(SERVER, overloaded=overloaded, admission=admission)
+            control.record(SERVER, overloaded=overloaded, grant=admission)
             (client.rejected if overloaded else client.admitted).append(now - START)
             push(now + 0.001, index, "admit")  # the caller's own work between attempts
 
@@ -108,7 +108,7 @@ def jain(shares: list[float]) -> float:
 
 def client(clock: FakeClock, joins: float = 0.0, policy: Policy = ADAPTIVE) -> Client:
     """A client with its own admission control, joining ``joins`` seconds after START."""
-    return Client(AdmissionControl(policy, clock=clock), joins=START + joins)
+    return Client(ClientPacers(policy, clock=clock), joins=START + joins)
 
 
 def test_two_clients_converge_to_fair_shares() -> None:
@@ -129,7 +129,7 @@ def test_a_blip_changes_nothing() -> None:
     """A few rejections among many admitted replies (a transient) do not close the pacer:
     the transient costs the rejected attempts and nothing else."""
     clock = FakeClock(START)
-    control = AdmissionControl(ADAPTIVE, clock=clock)
+    control = ClientPacers(ADAPTIVE, clock=clock)
     for _ in range(100):  # 100/s admitted
         clock.now += 0.01
         control.record(SERVER, overloaded=False)
@@ -138,7 +138,7 @@ def test_a_blip_changes_nothing() -> None:
     assert not control.is_paced(SERVER)
     for _ in range(400):  # demand x4 right after: nothing waits
         clock.now += 0.0025
-        assert control.admit(SERVER, clock.now + 1.0) == Admission(0.0)
+        assert control.admit(SERVER, clock.now + 1.0) == SlotGrant(0.0)
         control.record(SERVER, overloaded=False)
 
 
@@ -202,10 +202,10 @@ def test_a_sparse_client_learns_no_pace_from_one_rejected_operation() -> None:
     """At a few operations per minute, an operation rejected once and then admitted on its
     retry is a blip: nothing is paced, so the next operation is not held."""
     clock = FakeClock(START)
-    control = AdmissionControl(ADAPTIVE, clock=clock)
+    control = ClientPacers(ADAPTIVE, clock=clock)
     for _ in range(5):
         clock.now += 20.0
-        assert control.admit(SERVER, clock.now + 1.0) == Admission(0.0)
+        assert control.admit(SERVER, clock.now + 1.0) == SlotGrant(0.0)
         control.record(SERVER, overloaded=True)
         control.record(SERVER, overloaded=False)
         assert not control.is_paced(SERVER)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pymongo.errors import PyMongoError
 
-from backpressure.core.adaptive import AdmissionControl, admission_for
+from backpressure.core.adaptive import ClientPacers, pacers_for
 from backpressure.core.budget import A6Budget, NullBudget, RetryBudget, ServerBudgets, budget_for
 from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
@@ -59,8 +59,8 @@ def test_draft_is_unchanged() -> None:
     assert budget.capacity == 1000.0
     assert not DRAFT.adaptive
     assert DRAFT.budget_scope == "client"
-    assert RetryController(DRAFT).admission is None
-    assert RetryController(ADAPTIVE).admission is None  # pacing is passed in, not built
+    assert RetryController(DRAFT).pacing is None
+    assert RetryController(ADAPTIVE).pacing is None  # pacing is passed in, not built
 
 
 def test_server_scope_keeps_one_budget_per_server() -> None:
@@ -156,8 +156,8 @@ def test_paced_retries_spend_no_budget() -> None:
     policy = ADAPTIVE.replace(
         budget_enabled=True, budget_scope="server", budget_mode="ratio", budget_capacity=1.0
     )
-    admission = AdmissionControl(policy, clock=lambda: clock[0])
-    controller = RetryController(policy, random=lambda: 0.0, admission=admission)
+    admission = ClientPacers(policy, clock=lambda: clock[0])
+    controller = RetryController(policy, random=lambda: 0.0, pacing=admission)
     assert isinstance(controller.decide(retry_number=1, error=overload(), server=A), Retry)
     refused = controller.decide(retry_number=1, error=overload(), server=A)
     assert refused == GiveUp(StopReason.BUDGET_EMPTY)  # not paced yet: the budget decides
@@ -169,16 +169,16 @@ def test_paced_retries_spend_no_budget() -> None:
 
 
 def test_admission_for_builds_pacing_only_for_adaptive_policies() -> None:
-    """admission_for gives an AdmissionControl on the given clock for ADAPTIVE, None for DRAFT."""
+    """pacers_for gives an ClientPacers on the given clock for ADAPTIVE, None for DRAFT."""
 
     def clock() -> float:
         return 5.0
 
-    admission = admission_for(ADAPTIVE, clock=clock)
+    admission = pacers_for(ADAPTIVE, clock=clock)
     assert admission is not None
     assert admission.clock is clock
     assert admission.policy is ADAPTIVE
-    assert admission_for(DRAFT) is None
+    assert pacers_for(DRAFT) is None
 
 
 def test_null_budget_is_its_own_server_budget() -> None:

@@ -14,7 +14,7 @@ from typing import Optional
 
 import pytest
 
-from backpressure.core.adaptive import Admission, AdmissionControl, Refusal
+from backpressure.core.adaptive import ClientPacers, Refusal, SlotGrant
 from backpressure.core.policy import ADAPTIVE
 from tests.fakes import FakeClock
 
@@ -40,15 +40,15 @@ class LoopResult:
 def run_closed_loop(workers: int, seconds: float) -> LoopResult:
     """Drive ``workers`` callers back to back for ``seconds`` through the real pacing core."""
     clock = FakeClock(START)
-    control = AdmissionControl(ADAPTIVE, clock=clock)
+    control = ClientPacers(ADAPTIVE, clock=clock)
     result = LoopResult()
     tokens = CAPACITY
     refilled = START
     end = START + seconds
-    queue: list[tuple[float, int, str, int, float, Optional[Admission]]] = []
+    queue: list[tuple[float, int, str, int, float, Optional[SlotGrant]]] = []
     order = 0
 
-    def schedule(at: float, kind: str, deadline: float, admission: Optional[Admission]) -> None:
+    def schedule(at: float, kind: str, deadline: float, admission: Optional[SlotGrant]) -> None:
         nonlocal order
         heapq.heappush(queue, (at, order, kind, 0, deadline, admission))
         order += 1
@@ -91,11 +91,11 @@ def run_closed_loop(workers: int, seconds: float) -> LoopResult:
             result.replies_too_late += 1
             schedule(now, "start", 0.0, None)
         elif kind == "reply":
-            control.record(SERVER, overloaded=False, admission=admission)
+            control.record(SERVER, overloaded=False, grant=admission)
             result.replies_in_time += 1
             schedule(now, "start", 0.0, None)
         else:
-            control.record(SERVER, overloaded=True, admission=admission)
+            control.record(SERVER, overloaded=True, grant=admission)
             schedule(now, "admit", deadline, None)  # the overload retry
     result.final_rate = control.snapshot()[SERVER].rate
     return result
@@ -125,25 +125,25 @@ def test_a_slot_whose_reply_would_miss_the_deadline_is_held_then_refused() -> No
     deadline, and refused when it asks again; nothing is reserved for it.
     """
     clock = FakeClock(START)
-    control = AdmissionControl(ADAPTIVE, clock=clock)
+    control = ClientPacers(ADAPTIVE, clock=clock)
     control.record(SERVER, overloaded=False)
     clock.now += 0.01
     control.record(SERVER, overloaded=True)
     control.record(SERVER, overloaded=True)  # the second pushback in the window closes it
     first = control.admit(SERVER, clock.now + 1.0)
-    assert isinstance(first, Admission)
+    assert isinstance(first, SlotGrant)
     assert first.slot is not None
     clock.now = first.slot + REPLY_TIME
-    control.record(SERVER, overloaded=False, admission=first)
+    control.record(SERVER, overloaded=False, grant=first)
     # Fill the queue so that a new caller has to wait.
     for _ in range(5):
-        assert isinstance(control.admit(SERVER, clock.now + 1.0), Admission)
+        assert isinstance(control.admit(SERVER, clock.now + 1.0), SlotGrant)
     backlog = control.snapshot()[SERVER].backlog
     assert backlog > 0.0
     # The deadline leaves room for the send but not for the reply: held until the deadline.
     deadline = clock.now + backlog + REPLY_TIME / 2
     late = control.admit(SERVER, deadline)
-    assert isinstance(late, Admission)
+    assert isinstance(late, SlotGrant)
     assert late.wait == pytest.approx(deadline - clock.now)
     assert control.snapshot()[SERVER].backlog == pytest.approx(backlog)  # nothing reserved
     clock.now = deadline

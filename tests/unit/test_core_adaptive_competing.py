@@ -2,7 +2,7 @@
 
 A small event loop runs closed-loop callers with the current spec's retries (2 retries, backoff
 ``jitter * 0.1 * 2 ** retry``) against one token-bucket server.  Stock-like clients send every
-attempt at once; adaptive ones ask the real :class:`AdmissionControl` first and hand it every
+attempt at once; adaptive ones ask the real :class:`ClientPacers` first and hand it every
 reply.
 """
 
@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from backpressure.core.adaptive import Admission, AdmissionControl, Refusal
+from backpressure.core.adaptive import ClientPacers, Refusal, SlotGrant
 from backpressure.core.policy import ADAPTIVE
 from tests.fakes import FakeClock
 
@@ -46,7 +46,7 @@ class Bucket:
 class Sender:
     """One client process: stock-like (``control`` None) or adaptive."""
 
-    control: Optional[AdmissionControl]
+    control: Optional[ClientPacers]
     successes: int = 0
     errors: int = 0
     competed: list[float] = field(default_factory=list)
@@ -61,11 +61,11 @@ class Sender:
 def run(senders: list[Sender], bucket: Bucket, clock: FakeClock, until: float) -> None:
     """Run 8 closed-loop callers per sender for ``until`` seconds."""
     jitter = random.Random(1).random
-    events: list[tuple[float, int, int, str, int, float, Optional[Admission]]] = []
+    events: list[tuple[float, int, int, str, int, float, Optional[SlotGrant]]] = []
     order = 0
 
     def push(
-        at: float, who: int, kind: str, retry: int, start: float, admission: Optional[Admission]
+        at: float, who: int, kind: str, retry: int, start: float, admission: Optional[SlotGrant]
     ) -> None:
         nonlocal order
         heapq.heappush(events, (at, order, who, kind, retry, start, admission))
@@ -108,7 +108,7 @@ def run(senders: list[Sender], bucket: Bucket, clock: FakeClock, until: float) -
         else:
             admitted = bucket.admit(now - RTT / 2)
             if control is not None:
-                control.record(SERVER, overloaded=not admitted, admission=admission)
+                control.record(SERVER, overloaded=not admitted, grant=admission)
             if admitted:
                 sender.successes += 1
             elif retry < ADAPTIVE.max_retries:
@@ -124,7 +124,7 @@ def run(senders: list[Sender], bucket: Bucket, clock: FakeClock, until: float) -
 
 def adaptive(clock: FakeClock) -> Sender:
     """An adaptive sender with its own admission control."""
-    return Sender(AdmissionControl(ADAPTIVE, clock=clock))
+    return Sender(ClientPacers(ADAPTIVE, clock=clock))
 
 
 def test_next_to_a_stock_sender_the_adaptive_one_competes() -> None:

@@ -6,11 +6,11 @@ import pytest
 from pymongo.errors import PyMongoError
 
 from backpressure.core.adaptive import (
-    Admission,
-    AdmissionControl,
-    AdmissionGate,
+    ClientPacers,
     LocalOverloadError,
+    PacingGate,
     Refusal,
+    SlotGrant,
 )
 from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
@@ -20,9 +20,9 @@ from tests.fakes import FakeClock
 A = ("a", 27017)
 
 
-def paced(clock: FakeClock, **changes: float) -> tuple[AdmissionControl, float]:
+def paced(clock: FakeClock, **changes: float) -> tuple[ClientPacers, float]:
     """A control whose pacer of ``A`` closed after 1 s of 100 admitted replies/s; its rate."""
-    control = AdmissionControl(ADAPTIVE.replace(**changes), clock=clock)
+    control = ClientPacers(ADAPTIVE.replace(**changes), clock=clock)
     for _ in range(100):
         clock.advance(0.01)
         control.record(A, overloaded=False)
@@ -35,13 +35,13 @@ def paced(clock: FakeClock, **changes: float) -> tuple[AdmissionControl, float]:
     return control, rate
 
 
-def admission(decision: object) -> Admission:
-    """The decision as an Admission (fails on a refusal)."""
-    assert isinstance(decision, Admission)
+def admission(decision: object) -> SlotGrant:
+    """The decision as an SlotGrant (fails on a refusal)."""
+    assert isinstance(decision, SlotGrant)
     return decision
 
 
-def slot(decision: Admission) -> float:
+def slot(decision: SlotGrant) -> float:
     """The slot the decision reserved (fails when nothing was reserved)."""
     assert decision.ticket is not None
     return decision.ticket.slot
@@ -49,9 +49,9 @@ def slot(decision: Admission) -> float:
 
 def test_open_pacer_sends_sheddable_attempts_now() -> None:
     """Before a server pushes back, criticality changes nothing: every attempt is sent now."""
-    control = AdmissionControl(ADAPTIVE, clock=FakeClock())
-    assert control.admit(A, sheddable=True) == Admission(0.0)
-    assert control.admit(A, sheddable=True, retry=True) == Admission(0.0)
+    control = ClientPacers(ADAPTIVE, clock=FakeClock())
+    assert control.admit(A, sheddable=True) == SlotGrant(0.0)
+    assert control.admit(A, sheddable=True, retry=True) == SlotGrant(0.0)
 
 
 def test_critical_attempts_take_the_slots_of_waiting_sheddable_ones_in_arrival_order() -> None:
@@ -142,7 +142,7 @@ def test_gate_refuses_a_held_sheddable_attempt_with_local_overload_error() -> No
     LocalOverloadError; a critical one keeps its slot."""
     clock = FakeClock()
     control, rate = paced(clock)
-    gate = AdmissionGate(control)
+    gate = PacingGate(control)
     step = 1.0 / rate
     gate.admit("find", A, None)
     shed = gate.admit("find", A, clock() + 1.5 * step, sheddable=True)
@@ -165,7 +165,7 @@ def test_at_twice_the_rate_critical_callers_keep_their_deadline_and_sheddable_on
     timeout = 0.5
     sent = {"crit": 0, "shed": 0}
     refused = {"crit": 0, "shed": 0}
-    waiting: list[tuple[str, Admission, float]] = []
+    waiting: list[tuple[str, SlotGrant, float]] = []
     dt = 1.0 / (2.0 * rate)
     for i in range(round(4.0 * rate)):  # 2 s at twice the rate, alternating classes
         kind = "shed" if i % 2 else "crit"
@@ -185,7 +185,7 @@ def test_at_twice_the_rate_critical_callers_keep_their_deadline_and_sheddable_on
                 refused[kind_] += 1
             elif again <= 0.0:
                 sent[kind_] += 1
-                control.record(A, overloaded=False, admission=decision_)
+                control.record(A, overloaded=False, grant=decision_)
             else:
                 waiting.append((kind_, decision_, clock() + again))
     offered = 2.0 * rate  # per class

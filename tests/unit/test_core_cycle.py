@@ -11,7 +11,7 @@ from typing import Callable, Optional, Union
 import pytest
 from pymongo.errors import NetworkTimeout, PyMongoError
 
-from backpressure.core.adaptive import LocalOverloadError, admission_for
+from backpressure.core.adaptive import LocalOverloadError, pacers_for
 from backpressure.core.client_state import ClientState
 from backpressure.core.cycle import SEND, AttemptCycle, Backoff, Stop, Wait
 from backpressure.core.decision import RetryController, StopReason
@@ -44,7 +44,7 @@ class Finished:
 def client(policy: Policy, clock: FakeClock, listeners: tuple[object, ...] = ()) -> ClientState:
     """One client's state on ``clock``, jitter 1 (the full backoff)."""
     controller = RetryController(
-        policy, random=lambda: 1.0, clock=clock, admission=admission_for(policy, clock=clock)
+        policy, random=lambda: 1.0, clock=clock, pacing=pacers_for(policy, clock=clock)
     )
     return ClientState(controller, listeners=listeners)
 
@@ -308,9 +308,9 @@ def test_an_attempt_sent_without_asking_admit_carries_no_earlier_admission() -> 
     cycle = AttemptCycle(state, "find")
     step = cycle.admit(A, None)
     assert step is SEND or isinstance(step, Wait)
-    assert cycle.admission is not None
+    assert cycle.grant is not None
     cycle.started(A)
     assert type(cycle.failed(NetworkTimeout("slow"), classic_retryable=True)) is Stop
     cycle.started(B)  # no admit: sent unpaced
-    assert cycle.admission is None
+    assert cycle.grant is None
     assert cycle.address is None

@@ -46,7 +46,7 @@ def test_the_protocols_and_their_methods() -> None:
     assert dict(LISTENER_METHODS) == {
         "RetryListener": ("retried", "gave_up"),
         "OperationListener": ("operation_finished",),
-        "AdmissionListener": ("waited", "refused"),
+        "PacingListener": ("waited", "refused"),
         "HedgeListener": ("hedged",),
     }
 

@@ -47,8 +47,8 @@ PUBLIC = {
 
 FORMERLY_EXPORTED = (
     "A6Budget",
-    "AdmissionControl",
-    "AdmissionListener",
+    "ClientPacers",
+    "PacingListener",
     "ClientState",
     "HedgeEvent",
     "OperationFinishedEvent",

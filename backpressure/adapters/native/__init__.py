@@ -6,7 +6,7 @@ Theory of operation.  pymongo >= 4.17 retries overload errors itself in
 add a second loop around it (that would take a new txnNumber per outer try).  Instead, per
 client:
 
-* ``client._retry_policy`` is replaced by a :class:`NativeRetryPolicy`.  Its ``backoff`` asks
+* ``client._retry_policy`` is replaced by a :class:`NativeRetryHook`.  Its ``backoff`` asks
   the operation's attempt cycle (``AttemptCycle.failed``) about the error being handled
   (``sys.exc_info()``: the loop calls it inside its ``except`` block) and returns the cycle's
   backoff; ``should_retry`` returns that same decision.  The core's attempt ledger counts
@@ -51,7 +51,7 @@ from backpressure.core.client_state import ClientState
 from backpressure.core.decision import Decision, GiveUp, Retry, StopReason
 
 __all__ = [
-    "NativeRetryPolicy",
+    "NativeRetryHook",
     "install",
     "installed_state",
     "seam_problems",
@@ -69,7 +69,7 @@ _FALLBACK_DECISION: contextvars.ContextVar[Optional[Decision]] = contextvars.Con
 )
 
 
-class NativeRetryPolicy:
+class NativeRetryHook:
     """Stands in for pymongo's ``_RetryPolicy`` on one client; decisions come from the core.
 
     ``backoff(attempt, base_backoff=None)`` accepts both the 4.17 and the 4.18+ calling
@@ -144,7 +144,7 @@ class NativeRetryPolicy:
         return f"{type(self).__name__}({self.state.policy!r})"
 
 
-class _PlainRetryPolicy(NativeRetryPolicy):
+class _PlainRetryPolicy(NativeRetryHook):
     """The flavour for loops that call ``should_retry`` plainly (sync, and async from 4.18)."""
 
     def should_retry(self, attempt: int, delay: float) -> bool:
@@ -152,7 +152,7 @@ class _PlainRetryPolicy(NativeRetryPolicy):
         return self._should_retry()
 
 
-class _AwaitedRetryPolicy(NativeRetryPolicy):
+class _AwaitedRetryPolicy(NativeRetryHook):
     """The flavour for the pymongo 4.17 async loop, which awaits ``should_retry``."""
 
     async def should_retry(self, attempt: int, delay: float) -> bool:
@@ -176,7 +176,7 @@ class _Installation:
             if seams.should_retry_is_awaited(self.original_policy)
             else _PlainRetryPolicy
         )
-        self.policy: NativeRetryPolicy = policy_class(self)
+        self.policy: NativeRetryHook = policy_class(self)
         self.current: contextvars.ContextVar[Any] = contextvars.ContextVar(
             "backpressure_native_operation", default=None
         )

@@ -45,7 +45,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     client's own takes) and pass them on positionally: forwarding ``*args, **kwargs`` cost more
     than everything else the wrappers do.
     A client with pacing (adaptive policy) takes the lean path too while none of its servers is
-    paced (``AdmissionGate.engaged`` is False; its successes are counted for the pacing in
+    paced (``PacingGate.engaged`` is False; its successes are counted for the pacing in
     batches, see ``ClientState.count_first_attempt``), and tracks every operation with a
     ``TrackedOperation`` (its ``AttemptCycle``) from its start while one is: the cycle answers
     at ``_select_server`` (send, or wait and ask again, or refuse: ``carry_out``),

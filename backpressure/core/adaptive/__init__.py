@@ -1,7 +1,7 @@
-"""Adaptive admission: a per-server AIMD send-rate pacer that composes across a fleet.
+"""Adaptive pacing: a per-server AIMD send-rate pacer that composes across a fleet.
 
 Theory of operation.  One :class:`ServerPacer` per server address, all kept by one
-:class:`AdmissionControl` per client.  A pacer starts *open*: :meth:`AdmissionControl.admit`
+:class:`ClientPacers` per client.  A pacer starts *open*: :meth:`ClientPacers.admit`
 answers 0 without taking a lock and nothing waits (the inert state; its only cost is counting
 replies in coarse time buckets so the send rate is known when it is needed).  The rules are
 additive increase, multiplicative decrease (Chiu and Jain, 1989; TCP): every client of a server
@@ -34,7 +34,7 @@ whatever share it saw).
    1/rate``, first come, first served; the retry of an attempt the server pushed back goes
    ahead of the waiting first attempts (it takes the slot of the first one, which moves to the
    slot behind it, and so on: no slot is sent twice).  A waiting caller holds a
-   :class:`SlotTicket` and asks again (:meth:`AdmissionControl.recheck`) when its wait is over,
+   :class:`SlotTicket` and asks again (:meth:`ClientPacers.recheck`) when its wait is over,
    at most every ``_NAP`` windows: a decrease, or a rise of a tenth, re-spaces the waiting
    slots at the new rate at once (without that, slots reserved at the old rate would be sent
    for as long as the queue is, and the late feedback makes every client overshoot; after an
@@ -48,7 +48,7 @@ whatever share it saw).
    behind it move one slot back; the first one moved past its bound is refused), so critical
    callers are served first come, first served and sheddable ones get only the slots no
    critical caller needs.  A sheddable attempt moved past its bound is held until that bound,
-   then refused (as at admission).  When no attempt is sheddable the order is the one of 4.
+   then refused (as when it asks first).  When no attempt is sheddable the order is the one of 4.
 6. **Hold, never spin.**  A caller whose wait would pass its deadline (or ``max_local_wait``)
    reserves nothing and is held until that bound, then refused on its recheck (the adapters'
    wait-and-recheck loop): refused at once, a closed loop would start its next operation at
@@ -71,37 +71,37 @@ Retries to a paced server spend no budget (a paced retry takes the slot of anoth
 before the pacer closes, they draw on the per-server budget (see :mod:`backpressure.core.budget`).
 
 All state changes happen under one ``threading.Lock`` per pacer held only around arithmetic
-(never across a sleep, an await or I/O), so one :class:`AdmissionControl` serves threads, Motor's
+(never across a sleep, an await or I/O), so one :class:`ClientPacers` serves threads, Motor's
 executor and the event loop alike.  Time comes from the injected clock; nothing here sleeps.
 """
 
 from __future__ import annotations
 
-from backpressure.core.adaptive.admission import Admission, AdmissionDecision, Refusal, SlotTicket
-from backpressure.core.adaptive.control import AdmissionControl, admission_for
 from backpressure.core.adaptive.gate import (
-    AdmissionGate,
-    AdmissionListener,
     LocalOverloadError,
     LocalRefusalEvent,
     LocalWaitEvent,
+    PacingGate,
+    PacingListener,
 )
 from backpressure.core.adaptive.pacer import ServerPacer, ServerPacerSnapshot
+from backpressure.core.adaptive.pacers import ClientPacers, pacers_for
+from backpressure.core.adaptive.slots import Refusal, SlotDecision, SlotGrant, SlotTicket
 from backpressure.core.log_limit import LogRateLimit
 
 __all__ = [
-    "Admission",
-    "AdmissionControl",
-    "AdmissionDecision",
-    "AdmissionGate",
-    "AdmissionListener",
+    "ClientPacers",
     "LocalOverloadError",
     "LocalRefusalEvent",
     "LocalWaitEvent",
     "LogRateLimit",
+    "PacingGate",
+    "PacingListener",
     "Refusal",
     "ServerPacer",
     "ServerPacerSnapshot",
+    "SlotDecision",
+    "SlotGrant",
     "SlotTicket",
-    "admission_for",
+    "pacers_for",
 ]

@@ -1,4 +1,4 @@
-"""The gate the adapters call around each attempt: admission with its events, logs and
+"""The gate the adapters call around each attempt: pacing with its events, logs and
 refusals (:class:`LocalOverloadError`), and the outcome handed back to the pacing."""
 
 from __future__ import annotations
@@ -10,19 +10,19 @@ from typing import Optional, Protocol
 
 from pymongo.errors import PyMongoError
 
-from backpressure.core.adaptive.admission import SEND_NOW, Admission, Refusal
-from backpressure.core.adaptive.control import AdmissionControl
 from backpressure.core.adaptive.pacer import Address
+from backpressure.core.adaptive.pacers import ClientPacers
+from backpressure.core.adaptive.slots import SEND_NOW, Refusal, SlotGrant
 from backpressure.core.decision import StopReason
 from backpressure.core.labels import SYSTEM_OVERLOADED, is_overload
 from backpressure.core.log_limit import LogRateLimit
 
 __all__ = [
-    "AdmissionGate",
-    "AdmissionListener",
     "LocalOverloadError",
     "LocalRefusalEvent",
     "LocalWaitEvent",
+    "PacingGate",
+    "PacingListener",
 ]
 
 _LOGGER = logging.getLogger("backpressure")
@@ -66,7 +66,7 @@ class LocalRefusalEvent:
     reason: StopReason
 
 
-class AdmissionListener(Protocol):
+class PacingListener(Protocol):
     """Receives local waits and refusals (a RetryListener may implement these too).
 
     Either method may be left out; exceptions raised are logged and ignored.
@@ -79,39 +79,39 @@ class AdmissionListener(Protocol):
         """Called when an attempt is refused locally."""
 
 
-class AdmissionGate:
+class PacingGate:
     """What the adapters call around each attempt: admit (events, logs, refusal) and record.
 
-    ``admit`` returns the :class:`Admission` whose ``wait`` the adapter sleeps (``time.sleep``
+    ``admit`` returns the :class:`SlotGrant` whose ``wait`` the adapter sleeps (``time.sleep``
     or ``asyncio.sleep``) before sending, or raises :class:`LocalOverloadError`; ``record``
     hands the attempt's outcome back to the pacer.
     """
 
     def __init__(
         self,
-        control: AdmissionControl,
+        pacers: ClientPacers,
         *,
         listeners: Sequence[object] = (),
         logger: logging.Logger = _LOGGER,
         log_interval: float = 5.0,
     ) -> None:
-        """Serve ``control``; notify ``listeners``; log waits and refusals rate-limited."""
-        self.control = control
+        """Serve ``pacers``; notify ``listeners``; log waits and refusals rate-limited."""
+        self.pacers = pacers
         """The pacers this gate asks (the adapters ask the gate, never these directly)."""
         self.listeners: Sequence[object] = tuple(listeners)
         """Objects notified of waits and refusals (those with ``waited``/``refused``)."""
         self._logger = logger
-        self._wait_log = LogRateLimit(log_interval, clock=control.clock)
-        self._refusal_log = LogRateLimit(log_interval, clock=control.clock)
+        self._wait_log = LogRateLimit(log_interval, clock=pacers.clock)
+        self._refusal_log = LogRateLimit(log_interval, clock=pacers.clock)
 
     @property
     def engaged(self) -> bool:
         """Whether some server may be paced (False: skip the pacing, nothing would wait)."""
-        return self.control.engaged
+        return self.pacers.engaged
 
     def is_paced(self, server: Address) -> bool:
         """Whether attempts to ``server`` are paced now (selections avoid such servers)."""
-        return self.control.is_paced(server)
+        return self.pacers.is_paced(server)
 
     def admit(
         self,
@@ -122,8 +122,8 @@ class AdmissionGate:
         retry: bool = False,
         hold: bool = True,
         sheddable: bool = False,
-    ) -> Admission:
-        """Return the admission of one attempt to ``server``, or raise LocalOverloadError.
+    ) -> SlotGrant:
+        """Return the grant of one attempt to ``server``, or raise LocalOverloadError.
 
         ``retry``: the attempt retries one a server pushed back (see :meth:`ServerPacer.admit`);
         ``sheddable``: the operation may be shed first (``overrides(criticality="sheddable")``).
@@ -133,8 +133,8 @@ class AdmissionGate:
         """
         if not hold:
             return SEND_NOW
-        decision = self.control.admit(server, deadline, retry=retry, sheddable=sheddable)
-        if isinstance(decision, Admission):
+        decision = self.pacers.admit(server, deadline, retry=retry, sheddable=sheddable)
+        if isinstance(decision, SlotGrant):
             ticket = decision.ticket
             held = ticket is not None and ticket.refused  # held, then refused: announced then
             if decision.wait > 0.0 and server is not None and not held:
@@ -142,7 +142,7 @@ class AdmissionGate:
             return decision
         raise self._refusal_error(operation, server, decision)
 
-    def recheck(self, operation: str, server: Optional[Address], admission: Admission) -> float:
+    def recheck(self, operation: str, server: Optional[Address], grant: SlotGrant) -> float:
         """Return how much longer an admitted attempt waits (0: send it now).
 
         Call it when the wait of :meth:`admit` (or of the previous recheck) is over: a retry
@@ -151,7 +151,7 @@ class AdmissionGate:
         Raises:
             LocalOverloadError: the slot moved past the attempt's bound; it is not sent.
         """
-        decision = self.control.recheck(server, admission)
+        decision = self.pacers.recheck(server, grant)
         if isinstance(decision, Refusal):
             raise self._refusal_error(operation, server, decision)
         return decision
@@ -173,7 +173,7 @@ class AdmissionGate:
     def record(
         self,
         server: Optional[Address],
-        admission: Optional[Admission],
+        grant: Optional[SlotGrant],
         error: Optional[BaseException] = None,
     ) -> bool:
         """Record the outcome of an attempt: ``error`` None for a reply that is no overload.
@@ -183,12 +183,12 @@ class AdmissionGate:
         overloaded = error is not None and is_overload(error)
         if error is not None and not overloaded:
             return False  # network errors and the like say nothing about what the server admits
-        self.control.record(server, overloaded=overloaded, admission=admission)
+        self.pacers.record(server, overloaded=overloaded, grant=grant)
         return overloaded
 
     def _waited(self, operation: str, server: Address, wait: float) -> None:
         """Announce and log a local wait."""
-        snapshot = self.control.pacer(server).snapshot(self.control.clock())
+        snapshot = self.pacers.pacer(server).snapshot(self.pacers.clock())
         held = self._wait_log.admit()
         if held is not None:
             self._logger.info(
@@ -226,4 +226,4 @@ class AdmissionGate:
             try:
                 callback(event)
             except Exception:
-                self._logger.exception("backpressure admission listener %r failed", listener)
+                self._logger.exception("backpressure pacing listener %r failed", listener)

@@ -12,11 +12,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from backpressure.core.adaptive.admission import (
+from backpressure.core.adaptive.slots import (
     SEND_NOW,
-    Admission,
-    AdmissionDecision,
     Refusal,
+    SlotDecision,
+    SlotGrant,
     SlotTicket,
     rank_of,
 )
@@ -386,7 +386,7 @@ class ServerPacer:
         self._waiting = kept
         self._next_slot = slot
 
-    # -- admission -------------------------------------------------------------------------------
+    # -- send slots ----------------------------------------------------------------------------
 
     def admit(
         self,
@@ -395,13 +395,13 @@ class ServerPacer:
         deadline_bound: bool,
         retry: bool = False,
         sheddable: bool = False,
-    ) -> AdmissionDecision:
+    ) -> SlotDecision:
         """Reserve a send slot if its wait is at most ``limit`` seconds.
 
         ``deadline_bound`` tells which bound ``limit`` is (for the refusal's reason); ``retry``
         that the attempt retries one a server pushed back (it goes ahead of the waiting first
         attempts); ``sheddable`` that the operation may be shed first (critical attempts go
-        ahead of it).  A waiting attempt's admission carries its :class:`SlotTicket`: ask
+        ahead of it).  A waiting attempt's grant carries its :class:`SlotTicket`: ask
         :meth:`recheck` when the wait is over.
         """
         if not self.paced:
@@ -442,7 +442,7 @@ class ServerPacer:
                     ticket = SlotTicket(slot, now + limit, reason, retry, sheddable, now + hold)
                     waiting.insert(index, ticket)
                     self._last_wait = now
-                    return Admission(min(slot - now, self._nap), self._round, slot, ticket)
+                    return SlotGrant(min(slot - now, self._nap), self._round, slot, ticket)
             slot = max(now, self._next_slot)
             wait = slot - now
             if wait > limit:
@@ -454,14 +454,14 @@ class ServerPacer:
                     return Refusal(reason, wait)
                 ticket = SlotTicket(slot, now + limit, reason, retry, sheddable, now + hold)
                 ticket.refused = True
-                return Admission(hold, self._round, None, ticket)
+                return SlotGrant(hold, self._round, None, ticket)
             self._next_slot = slot + interval
             if wait <= 0.0:
-                return Admission(0.0, self._round, slot)
+                return SlotGrant(0.0, self._round, slot)
             ticket = SlotTicket(slot, now + limit, reason, retry, sheddable, now + hold)
             waiting.append(ticket)
             self._last_wait = now
-            return Admission(min(wait, self._nap), self._round, slot, ticket)
+            return SlotGrant(min(wait, self._nap), self._round, slot, ticket)
 
     def _move_back(self, index: int, interval: float) -> None:
         """Give every waiting attempt from ``index`` on the slot of the one behind it (lock held).

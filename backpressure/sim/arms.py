@@ -24,21 +24,21 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Protocol, Union
 
 import backpressure
-from backpressure.core.adaptive import admission_for
+from backpressure.core.adaptive import pacers_for
 from backpressure.core.client_state import ClientState
 from backpressure.core.cycle import SEND, AttemptCycle, Backoff, Step, Stop
 from backpressure.core.decision import RetryController
 from backpressure.core.overrides import Criticality
 from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
-from backpressure.workload.policies import default_first
-from backpressure.workload.policies import default_policy_name as default_name
-from backpressure.workload.policies import policy_label as display_name
+from backpressure.workload.arms import default_first
+from backpressure.workload.arms import default_policy_name as default_name
+from backpressure.workload.arms import policy_label as display_name
 
 __all__ = [
     "POLICY_NAMES",
     "Cycle",
     "CycleFactory",
-    "SimPolicy",
+    "SimArm",
     "available_policies",
     "cycle_factory",
     "default_first",
@@ -52,7 +52,7 @@ KINDS: tuple[str, ...] = ("none", "core", "storm")
 
 
 @dataclass(frozen=True)
-class SimPolicy:
+class SimArm:
     """One way of calling the servers, as the simulator runs it."""
 
     name: str
@@ -66,11 +66,11 @@ class SimPolicy:
     def __post_init__(self) -> None:
         """Validate the kind and its policy."""
         if self.kind not in KINDS:
-            raise ValueError(f"SimPolicy.kind must be one of {KINDS}, got {self.kind!r}")
+            raise ValueError(f"SimArm.kind must be one of {KINDS}, got {self.kind!r}")
         if (self.kind == "core") != (self.policy is not None):
-            raise ValueError("SimPolicy.policy must be given exactly when kind is 'core'")
+            raise ValueError("SimArm.policy must be given exactly when kind is 'core'")
         if self.storm_retries < 0:
-            raise ValueError(f"SimPolicy.storm_retries must be >= 0, got {self.storm_retries!r}")
+            raise ValueError(f"SimArm.storm_retries must be >= 0, got {self.storm_retries!r}")
 
 
 def _adaptive_preset() -> Optional[Policy]:
@@ -79,17 +79,17 @@ def _adaptive_preset() -> Optional[Policy]:
     return preset if isinstance(preset, Policy) else None
 
 
-def available_policies() -> dict[str, SimPolicy]:
+def available_policies() -> dict[str, SimArm]:
     """Every named policy, in report order (``adaptive`` only when the package has it)."""
     policies = [
-        SimPolicy("no-retries", "one attempt, no overload retries", "none"),
-        SimPolicy("retry-storm", "hand-written: 3 immediate retries on any error", "storm"),
-        SimPolicy("current", "current spec = stock pymongo >= 4.17", "core", CURRENT_SPEC),
-        SimPolicy("draft", "draft spec, per-client 1000-token bucket", "core", DRAFT),
+        SimArm("no-retries", "one attempt, no overload retries", "none"),
+        SimArm("retry-storm", "hand-written: 3 immediate retries on any error", "storm"),
+        SimArm("current", "current spec = stock pymongo >= 4.17", "core", CURRENT_SPEC),
+        SimArm("draft", "draft spec, per-client 1000-token bucket", "core", DRAFT),
     ]
     adaptive = _adaptive_preset()
     if adaptive is not None:
-        policies.append(SimPolicy("adaptive", "adaptive per-server pacing", "core", adaptive))
+        policies.append(SimArm("adaptive", "adaptive per-server pacing", "core", adaptive))
     return {policy.name: policy for policy in policies}
 
 
@@ -97,27 +97,27 @@ POLICY_NAMES: tuple[str, ...] = tuple(available_policies())
 """Names of the policies available with the installed package, in report order."""
 
 
-def resolve(value: Union[str, Policy, SimPolicy]) -> SimPolicy:
-    """Turn a policy name, a package Policy or a SimPolicy into a SimPolicy.
+def resolve(value: Union[str, Policy, SimArm]) -> SimArm:
+    """Turn a policy name, a package Policy or a SimArm into a SimArm.
 
     Raises:
         ValueError: an unknown name (the message lists the known ones).
         TypeError: any other type.
     """
-    if isinstance(value, SimPolicy):
+    if isinstance(value, SimArm):
         return value
     if isinstance(value, Policy):
-        return SimPolicy(value.name, f"package policy {value.name!r}", "core", value)
+        return SimArm(value.name, f"package policy {value.name!r}", "core", value)
     if isinstance(value, str):
         known = available_policies()
         policy = known.get(value)
         if policy is None:
             raise ValueError(f"unknown policy {value!r}; known policies: {', '.join(known)}")
         return policy
-    raise TypeError(f"a policy must be a name, a Policy or a SimPolicy, got {value!r}")
+    raise TypeError(f"a policy must be a name, a Policy or a SimArm, got {value!r}")
 
 
-def resolve_all(values: Sequence[Union[str, Policy, SimPolicy]]) -> list[SimPolicy]:
+def resolve_all(values: Sequence[Union[str, Policy, SimArm]]) -> list[SimArm]:
     """Resolve each value; names must be distinct."""
     policies = [resolve(value) for value in values]
     names = [policy.name for policy in policies]
@@ -222,7 +222,7 @@ class _Storm(_OneAttempt):
 
 
 def cycle_factory(
-    policy: SimPolicy,
+    policy: SimArm,
     random: Callable[[], float],
     clock: Callable[[], float],
     logger: logging.Logger,
@@ -230,7 +230,7 @@ def cycle_factory(
     """Build one client's cycle factory (and its state, for the core policies).
 
     A core policy's client is wired as the package's switch wires an enabled client: a
-    ``RetryController`` with the policy's pacing (``admission_for``), a ``ClientState``, and
+    ``RetryController`` with the policy's pacing (``pacers_for``), a ``ClientState``, and
     one ``AttemptCycle`` per operation, on the simulator's clock and random source.
     """
     if policy.policy is None:
@@ -241,7 +241,7 @@ def cycle_factory(
         return (lambda _name, _sheddable: one), None
     core = policy.policy
     controller = RetryController(
-        core, random=random, clock=clock, admission=admission_for(core, clock=clock)
+        core, random=random, clock=clock, pacing=pacers_for(core, clock=clock)
     )
     state = ClientState(controller, logger=logger)
 
@@ -251,6 +251,6 @@ def cycle_factory(
     return new_cycle, state
 
 
-def describe(policies: Mapping[str, SimPolicy]) -> list[tuple[str, str]]:
+def describe(policies: Mapping[str, SimArm]) -> list[tuple[str, str]]:
     """``(name, description)`` pairs for listings."""
     return [(name, policy.description) for name, policy in policies.items()]

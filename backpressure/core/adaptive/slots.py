@@ -1,4 +1,4 @@
-"""What the pacing answers for one attempt: send after a wait (:class:`Admission`, with the
+"""What the pacing answers for one attempt: send after a wait (:class:`SlotGrant`, with the
 :class:`SlotTicket` of a reserved slot) or do not send (:class:`Refusal`)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Optional, Union
 
 from backpressure.core.decision import StopReason
 
-__all__ = ["SEND_NOW", "Admission", "AdmissionDecision", "Refusal", "SlotTicket"]
+__all__ = ["SEND_NOW", "Refusal", "SlotDecision", "SlotGrant", "SlotTicket"]
 
 
 class SlotTicket:
@@ -59,12 +59,12 @@ def rank_of(retry: bool, sheddable: bool) -> int:
 
 
 @dataclass(frozen=True)
-class Admission:
+class SlotGrant:
     """Send the attempt after waiting ``wait`` seconds locally (0: send now).
 
     ``round`` is the pacer's round the slot was reserved in (None: sent unpaced) and ``slot``
-    the reserved send time on the pacer's clock (None: sent unpaced); hand the admission back to
-    :meth:`AdmissionControl.record` with the attempt's outcome.
+    the reserved send time on the pacer's clock (None: sent unpaced); hand the grant back to
+    :meth:`ClientPacers.record` with the attempt's outcome.
     """
 
     wait: float
@@ -88,8 +88,8 @@ class Refusal:
     wait: float
 
 
-AdmissionDecision = Union[Admission, Refusal]
-"""What :meth:`AdmissionControl.admit` returns."""
+SlotDecision = Union[SlotGrant, Refusal]
+"""What :meth:`ClientPacers.admit` returns."""
 
-SEND_NOW = Admission(0.0)
-"""The admission of an attempt sent at once, unpaced."""
+SEND_NOW = SlotGrant(0.0)
+"""The grant of an attempt sent at once, unpaced."""

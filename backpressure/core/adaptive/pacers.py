@@ -6,21 +6,21 @@ import threading
 import time
 from typing import Callable, Optional, Union
 
-from backpressure.core.adaptive.admission import SEND_NOW, Admission, AdmissionDecision, Refusal
 from backpressure.core.adaptive.pacer import Address, ServerPacer, ServerPacerSnapshot
+from backpressure.core.adaptive.slots import SEND_NOW, Refusal, SlotDecision, SlotGrant
 from backpressure.core.policy import Policy
 
-__all__ = ["AdmissionControl", "admission_for"]
+__all__ = ["ClientPacers", "pacers_for"]
 
 
-def admission_for(
+def pacers_for(
     policy: Policy, *, clock: Callable[[], float] = time.monotonic
-) -> Optional[AdmissionControl]:
-    """Return a fresh AdmissionControl for an adaptive ``policy``, else None (no pacing)."""
-    return AdmissionControl(policy, clock=clock) if policy.adaptive else None
+) -> Optional[ClientPacers]:
+    """Return a fresh ClientPacers for an adaptive ``policy``, else None (no pacing)."""
+    return ClientPacers(policy, clock=clock) if policy.adaptive else None
 
 
-class AdmissionControl:
+class ClientPacers:
     """The pacers of one client's servers, and the questions the adapters ask them.
 
     ``admit(server, deadline)`` before every attempt, then ``record(server, overloaded)`` after
@@ -65,7 +65,7 @@ class AdmissionControl:
         *,
         retry: bool = False,
         sheddable: bool = False,
-    ) -> AdmissionDecision:
+    ) -> SlotDecision:
         """Decide whether an attempt to ``server`` is sent now, after a wait, or refused.
 
         ``deadline`` is the operation's deadline on the injected clock (None: no deadline).  The
@@ -94,20 +94,20 @@ class AdmissionControl:
         server: Optional[Address],
         *,
         overloaded: bool,
-        admission: Optional[Admission] = None,
+        grant: Optional[SlotGrant] = None,
     ) -> None:
         """Account for the reply to an attempt on ``server`` (``overloaded``: pushed back).
 
-        ``admission`` is what :meth:`admit` answered for that attempt (None when unknown).
+        ``grant`` is what :meth:`admit` answered for that attempt (None when unknown).
         """
         if server is None:
             return
         if overloaded:
-            slot = None if admission is None else admission.send_slot
+            slot = None if grant is None else grant.send_slot
             self.pacer(server).record_pushback(self._clock(), slot)
             self.engaged = True
         else:
-            slot = None if admission is None else admission.send_slot
+            slot = None if grant is None else grant.send_slot
             self.pacer(server).record_admitted(self._clock(), slot)
 
     def batch_counter(self, server: Address, count: int) -> Callable[[], None]:
@@ -120,13 +120,13 @@ class AdmissionControl:
 
         return count_batch
 
-    def recheck(self, server: Optional[Address], admission: Admission) -> Union[float, Refusal]:
+    def recheck(self, server: Optional[Address], grant: SlotGrant) -> Union[float, Refusal]:
         """Return how much longer an admitted attempt waits (0: send now), or its refusal.
 
         Ask when the wait ``admit`` answered is over: a retry going ahead may have moved the
         slot later, or past the attempt's bound.
         """
-        ticket = admission.ticket
+        ticket = grant.ticket
         if server is None or ticket is None:
             return 0.0
         return self.pacer(server).recheck(self._clock(), ticket)

@@ -1,6 +1,6 @@
 """The client retry policies the demo and the benchmarks compare.
 
-Each :class:`ClientPolicy` opens a :class:`PolicyClient`: a pymongo client plus the way the
+Each :class:`ClientArm` opens a :class:`PolicyClient`: a pymongo client plus the way the
 application calls it (``call(fn)``), and the number of retries its budget refused.
 
 * ``no-retries``: stock pymongo without overload retries (``maxAdaptiveRetries=0`` where the
@@ -28,7 +28,7 @@ from backpressure.switch.client import budget as budget_of
 __all__ = [
     "POLICIES",
     "POLICY_NAMES",
-    "ClientPolicy",
+    "ClientArm",
     "PolicyClient",
     "default_first",
     "default_policy_name",
@@ -156,7 +156,7 @@ def policy_has_budget(policy: Policy) -> bool:
 
 
 @dataclass(frozen=True)
-class ClientPolicy:
+class ClientArm:
     """One way of calling MongoDB under overload, as compared by the demo and the benchmarks."""
 
     name: str
@@ -204,28 +204,26 @@ class ClientPolicy:
         return _Enabled(client, lambda: budget_of(client), self.preset)
 
 
-def _ours() -> tuple[ClientPolicy, ...]:
+def _ours() -> tuple[ClientArm, ...]:
     """This package's presets; ``adaptive`` once the package has it."""
     presets = [
-        ClientPolicy("current", "backpressure current-spec preset", "ours", CURRENT_SPEC),
-        ClientPolicy("draft", "backpressure draft preset + token budget", "ours", DRAFT),
+        ClientArm("current", "backpressure current-spec preset", "ours", CURRENT_SPEC),
+        ClientArm("draft", "backpressure draft preset + token budget", "ours", DRAFT),
     ]
     adaptive: Optional[Policy] = getattr(_presets, "ADAPTIVE", None)
     if isinstance(adaptive, Policy):
         presets.append(
-            ClientPolicy(
-                "adaptive", "backpressure adaptive preset (local pacing)", "ours", adaptive
-            )
+            ClientArm("adaptive", "backpressure adaptive preset (local pacing)", "ours", adaptive)
         )
     return tuple(presets)
 
 
-POLICIES: Mapping[str, ClientPolicy] = {
+POLICIES: Mapping[str, ClientArm] = {
     policy.name: policy
     for policy in (
-        ClientPolicy("no-retries", "pymongo, no overload retries", "plain"),
-        ClientPolicy("hand-written", "3 immediate retries on any error", "hand-written"),
-        ClientPolicy("pymongo-native", "pymongo native (maxAdaptiveRetries=2)", "native"),
+        ClientArm("no-retries", "pymongo, no overload retries", "plain"),
+        ClientArm("hand-written", "3 immediate retries on any error", "hand-written"),
+        ClientArm("pymongo-native", "pymongo native (maxAdaptiveRetries=2)", "native"),
         *_ours(),
     )
 }
