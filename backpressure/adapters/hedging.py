@@ -14,8 +14,8 @@ instance wrappers of four client methods, so a client without hedging runs none 
   every attempt failed, the first attempt's error is raised.
 * ``_select_server``: pins a hedge to its member (selection by address), records the member of
   each attempt, and stops a losing attempt before it sends another try (``HedgeCancelled``).
-* ``_process_response``: every reply carrying ``SystemOverloadedError`` holds hedges for
-  ``hedge_pushback_hold`` seconds.
+* ``_process_response``: every reply carrying ``SystemOverloadedError`` pauses hedging for
+  ``hedge_pushback_pause`` seconds.
 
 Losers send no further attempt (retries included).  An async ``count``/``distinct`` loser is
 cancelled (pymongo then discards its connection).  A sync loser cannot be interrupted while it

@@ -10,7 +10,7 @@ this order (the first that fails decides):
 1. ``hedge <= max_hedges``                                                  -> LIMIT
 2. the operation's deadline has not passed                                  -> DEADLINE
 3. no server pushed back recently: no overload reply from any server for
-   ``hedge_pushback_hold`` seconds, and no server is paced by the adaptive
+   ``hedge_pushback_pause`` seconds, and no server is paced by the adaptive
    policy (A6: hedges stop under pushback)                                  -> PUSHBACK
 4. an eligible member not tried yet by this read exists (chosen at random)  -> NO_CANDIDATE
 5. the target's budget grants it (one token from that server's budget, or
@@ -112,7 +112,7 @@ def is_non_fatal(error: BaseException) -> bool:
 
 
 class Hedging:
-    """The hedging decision of one client: schedule, pushback hold, target and budget.
+    """The hedging decision of one client: schedule, pushback pause, target and budget.
 
     ``budget`` is the client's retry budget (hedges take tokens from it like retries);
     ``pacing`` the adaptive policy's per-server state (None: only the pushback record here).
@@ -136,7 +136,7 @@ class Hedging:
             raise ValueError("Hedging needs a policy with hedge_delay set")
         self._delay = float(policy.hedge_delay)
         self._max_hedges = policy.max_hedges
-        self._hold = float(policy.hedge_pushback_hold)
+        self._pause = float(policy.hedge_pushback_pause)
         self.budget = budget
         """The budget hedges take their tokens from."""
         self.pacing = pacing
@@ -166,16 +166,16 @@ class Hedging:
         return start + hedge * self._delay
 
     def record_pushback(self, now: Optional[float] = None) -> None:
-        """Note an overload reply from some server (holds hedges for ``hedge_pushback_hold``)."""
+        """Note an overload reply from some server (pauses hedging for ``hedge_pushback_pause``)."""
         current = self._clock() if now is None else now
         with self._lock:
             if current > self._last_pushback:
                 self._last_pushback = current
 
     def pushing_back(self, now: Optional[float] = None) -> bool:
-        """Whether a server pushed back within the hold, or the adaptive policy paces one."""
+        """Whether a server pushed back within the pause, or the adaptive policy paces one."""
         current = self._clock() if now is None else now
-        if current - self._last_pushback < self._hold:
+        if current - self._last_pushback < self._pause:
             return True
         pacing = self.pacing
         return pacing is not None and pacing.pushing_back()

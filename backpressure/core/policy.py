@@ -67,7 +67,7 @@ _FLOAT_FIELDS = (
     "adaptive_increase",
     "adaptive_quiet",
     "adaptive_min_rate",
-    "hedge_pushback_hold",
+    "hedge_pushback_pause",
 )
 MAX_HEDGES_LIMIT = 4
 """Largest ``Policy.max_hedges`` (gRPC A6 caps maxAttempts, the original included, at 5)."""
@@ -183,7 +183,7 @@ class Policy:
     (0..3600; None: hedging off, the default).  See :mod:`backpressure.core.hedging`."""
     max_hedges: int = 1
     """Hedged copies of one read at most, 1..4 (one more every ``hedge_delay``)."""
-    hedge_pushback_hold: float = 2.0
+    hedge_pushback_pause: float = 2.0
     """No hedge is sent for this many seconds after any server's overload error (> 0)."""
     name: str = dataclasses.field(default="custom", compare=False)
     """Label for logs and reprs (not compared); presets: "draft", "current", "adaptive"."""
@@ -325,8 +325,8 @@ class Policy:
                 raise _bad("hedge_delay", delay, allowed)
         if not 1 <= self.max_hedges <= MAX_HEDGES_LIMIT:
             raise _bad("max_hedges", self.max_hedges, f"an int in 1..{MAX_HEDGES_LIMIT}")
-        if self.hedge_pushback_hold <= 0:
-            raise _bad("hedge_pushback_hold", self.hedge_pushback_hold, "a number > 0")
+        if self.hedge_pushback_pause <= 0:
+            raise _bad("hedge_pushback_pause", self.hedge_pushback_pause, "a number > 0")
 
     @property
     def hedging(self) -> bool:

@@ -434,7 +434,7 @@ def _construct(
         return
     # The topology opens only once the client is enabled: a pool filling to minPoolSize, or a
     # monitor, must never meet the server before the hooks know the client is ours.
-    hold = seams.TopologyOpenHold()
+    hold = seams.TopologyOpenDeferral()
     with hold.held(client, motor=motor):
         base_init(prepared.host, *positional, **prepared.kwargs)
     try:

@@ -190,7 +190,7 @@ async def test_no_hedge_while_a_server_pushes_back(
     """After an overload reply from any server, a read stuck on the slow member waits instead."""
     require_hedging(clients)
     hedges = HedgeRecorder()
-    policy = HEDGED.replace(hedge_pushback_hold=600.0)
+    policy = HEDGED.replace(hedge_pushback_pause=600.0)
     client = hedged_client(clients, replicaset_server, commands, hedges, policy)
     await resolve(client.db.coll.insert_one({"_id": 1}))
     await wait_for_members(client)

@@ -1,4 +1,4 @@
-"""The hedging decision as timelines on a fake clock: schedule, pushback hold, target, budget."""
+"""The hedging decision as timelines on a fake clock: schedule, pushback pause, target, budget."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from tests.fakes import FakeClock
 A = ("a", 1)
 B = ("b", 2)
 C = ("c", 3)
-HEDGED = DRAFT.replace(hedge_delay=0.1, max_hedges=2, hedge_pushback_hold=1.0)
+HEDGED = DRAFT.replace(hedge_delay=0.1, max_hedges=2, hedge_pushback_pause=1.0)
 
 
 class Paced:
@@ -91,7 +91,7 @@ def test_no_hedge_once_the_deadline_has_passed() -> None:
 
 
 def test_pushback_holds_hedges_for_the_hold_then_they_resume() -> None:
-    """An overload reply from any server holds hedges for hedge_pushback_hold seconds."""
+    """An overload reply from any server holds hedges for hedge_pushback_pause seconds."""
     decision, clock = hedging()
     decision.record_pushback()
     clock.now += 0.999
@@ -243,8 +243,8 @@ def test_every_hedge_is_an_event_and_a_rate_limited_log_line(
         ({"max_hedges": 0}, "Policy.max_hedges must be an int in 1..4"),
         ({"max_hedges": 5}, "Policy.max_hedges must be an int in 1..4"),
         ({"max_hedges": 1.5}, "Policy.max_hedges must be an int"),
-        ({"hedge_pushback_hold": 0}, "Policy.hedge_pushback_hold must be a number > 0"),
-        ({"hedge_pushback_hold": float("inf")}, "Policy.hedge_pushback_hold must be a finite"),
+        ({"hedge_pushback_pause": 0}, "Policy.hedge_pushback_pause must be a number > 0"),
+        ({"hedge_pushback_pause": float("inf")}, "Policy.hedge_pushback_pause must be a finite"),
     ],
 )
 def test_hedging_fields_are_validated_with_their_name_and_range(

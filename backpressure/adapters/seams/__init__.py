@@ -15,7 +15,7 @@ The adapters use them as ``seams.<name>``: every name is re-exported here.
 from __future__ import annotations
 
 from backpressure.adapters.seams.calls import (
-    TopologyOpenHold,
+    TopologyOpenDeferral,
     closure_value,
     operation_name,
     retry_internal_argument,
@@ -88,7 +88,7 @@ __all__ = [
     "STARTING_TRANSACTION_STATES",
     "TESTED_RANGE",
     "_EMPTY",
-    "TopologyOpenHold",
+    "TopologyOpenDeferral",
     "UnsupportedPymongoError",
     "UntestedPymongoWarning",
     "_parameters",

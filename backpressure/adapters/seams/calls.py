@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Optional
 
 
-class TopologyOpenHold:
+class TopologyOpenDeferral:
     """Holds back a sync pymongo client's ``connect=True`` while its constructor runs.
 
     Inside :meth:`held`, the client's ``_get_topology`` (what the constructor calls to open the
