@@ -20,14 +20,11 @@ if [ -z "$version" ]; then
 fi
 python=${LOOKAHEAD_PYTHON:-}
 if [ -z "$python" ]; then
+    # shellcheck source=scripts/envs.sh
+    source scripts/envs.sh
     env=".venv-compat/pymongo-$version"
-    if [ ! -x "$env/bin/python" ]; then
-        "$PYTHON" -m venv "$env" && "$env/bin/python" -m pip install -q --upgrade pip || exit 1
-    fi
-    if [ ! -f "$env/.installed" ] || [ pyproject.toml -nt "$env/.installed" ]; then
-        "$env/bin/python" -m pip install -q -e '.[test,motor,server,demo]' "pymongo==$version" \
-            && touch "$env/.installed" || { echo "lookahead: could not install pymongo $version"; exit 1; }
-    fi
+    envs_prepare "$env" "$PYTHON" "pymongo-$version" "pymongo==$version" \
+        || { echo "lookahead: could not install pymongo $version"; exit 1; }
     python="$env/bin/python"
 fi
 echo "lookahead: pymongo $version, $source; testing $("$python" -c 'import pymongo; print(pymongo.version)')"
