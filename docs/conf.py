@@ -38,7 +38,8 @@ myst_heading_anchors = 3
 
 html_theme = "furo"
 html_title = f"pymongo-backpressure {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["tables.css"]
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"

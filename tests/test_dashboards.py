@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,24 @@ def test_alert_rules_are_complete() -> None:
         assert set(rule) == {"alert", "expr", "for", "labels", "annotations"}, rule
         assert rule["labels"]["severity"] in {"page", "warning"}
         assert rule["annotations"]["summary"]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="promql-parser has no wheel for Python 3.9")
+def test_a_promql_parser_accepts_the_queries_and_the_rules() -> None:
+    """Every dashboard query (Grafana's ``$__rate_interval`` as 5m) and every alert rule's
+    expression parses as PromQL, functions included, and each rule's ``for`` as a duration:
+    the check that runs everywhere the test extra is installed (promtool, below, only where
+    Prometheus is)."""
+    import promql_parser
+
+    for where, expr in _expressions():
+        try:
+            promql_parser.parse(expr.replace("$__rate_interval", "5m"))
+        except ValueError as exc:
+            pytest.fail(f"{where}: {exc}: {expr}")
+    for group in yaml.safe_load(ALERTS.read_text("utf-8"))["groups"]:
+        for rule in group["rules"]:
+            assert promql_parser.parse_duration(rule["for"]).total_seconds() > 0, rule["alert"]
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Prometheus) not installed")

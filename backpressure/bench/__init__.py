@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -420,7 +421,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     if "overload" in report:
         lines += _overload_md(report["overload"], report["config"]["overload"])
     if "server_roundtrips" in report:
-        lines += ["## Server round trips", "", *_generic_md(report["server_roundtrips"]), ""]
+        lines += ["## Server round trips", "", *_roundtrips_md(report["server_roundtrips"]), ""]
     if "fleet" in report:
         lines += _fleet_md(report["fleet"])
     if "transient" in report:
@@ -699,6 +700,35 @@ def _flatten(data: Any, prefix: str = "") -> list[tuple[str, str]]:
     if isinstance(data, float):
         return [(prefix, f"{data:,.3f}")]
     return [(prefix, str(data))]
+
+
+_THREADS_KEY = re.compile(r"(\d+)_threads_(\w+)")
+_ROUNDTRIP_HEADERS = {
+    "ops_per_sec": "ops/s",
+    "server_handler_us": "server handler µs",
+    "server_process_us": "server process µs",
+}
+
+
+def _roundtrips_md(section: dict[str, Any]) -> list[str]:
+    """The server round trips: one row per operation and thread count (narrow enough for the
+    docs page), the run's settings above; a section of another shape renders generically."""
+    operations = section.get("operations")
+    if not isinstance(operations, dict) or not operations:
+        return _generic_md(section)
+    rows: list[list[str]] = []
+    for name, entry in operations.items():
+        by_threads: dict[str, dict[str, Any]] = {}
+        for key, value in entry.items():
+            match = _THREADS_KEY.fullmatch(key)
+            if match is None or match[2] not in _ROUNDTRIP_HEADERS:
+                return _generic_md(section)
+            by_threads.setdefault(match[1], {})[match[2]] = value
+        for threads, values in by_threads.items():
+            rows.append([name, threads, *(_cell(values.get(m)) for m in _ROUNDTRIP_HEADERS)])
+    settings = {key: value for key, value in section.items() if key != "operations"}
+    headers = ["operation", "threads", *_ROUNDTRIP_HEADERS.values()]
+    return [*_generic_md(settings), format_table(headers, rows, markdown=True), ""]
 
 
 def _generic_md(data: Any) -> list[str]:

@@ -533,7 +533,7 @@ def render_fleet_markdown(runs: Sequence[FleetRun], plan: FleetPlan) -> str:
     steps = " -> ".join(f"{rate:g}" for rate in plan.rates)
     header = ["policy", "ops", "app errors", "attempts/op", "Jain"]
     header += [f"goodput @{rate:g}/s" for rate in plan.rates]
-    header += ["p50 ms", "p99 ms", "refusals/s", "client CPU s", "errors by kind"]
+    header += ["p50 ms", "p99 ms", "refusals/s", "client CPU s"]
     lines = [
         f"### {plan.processes} processes x {plan.threads} threads",
         "",
@@ -547,7 +547,6 @@ def render_fleet_markdown(runs: Sequence[FleetRun], plan: FleetPlan) -> str:
     ]
     for run in runs:
         refusals = run.refusals_per_s
-        kinds = ", ".join(f"{name} {n:,}" for name, n in run.error_kinds.items()) or "-"
         cells = [
             policy_label(run.policy),
             f"{run.operations:,}",
@@ -559,7 +558,6 @@ def render_fleet_markdown(runs: Sequence[FleetRun], plan: FleetPlan) -> str:
             _ms(run.p99_ms),
             "-" if refusals is None else f"{refusals:,.1f}",
             f"{run.client_cpu_s:.1f}",
-            kinds,
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Goals:", ""]
@@ -572,7 +570,12 @@ def render_fleet_markdown(runs: Sequence[FleetRun], plan: FleetPlan) -> str:
         f"{policy_label(run.policy)}: {', '.join(f'{n:,}' for n in run.per_process_successes)}"
         for run in runs
     )
-    lines += ["", f"Successes per process: {successes}.", ""]
+    kinds = "; ".join(
+        f"{policy_label(run.policy)}: "
+        + (", ".join(f"{name} {n:,}" for name, n in run.error_kinds.items()) or "-")
+        for run in runs
+    )
+    lines += ["", f"App errors by kind: {kinds}.", "", f"Successes per process: {successes}.", ""]
     return "\n".join(lines)
 
 

@@ -116,12 +116,18 @@ def _phase_cell(policy: PolicyResult, index: int) -> str:
     return f"{100.0 * share:.1f}%"
 
 
+WIDE_PHASES = 4
+"""A table with more goodput phases than this puts them in a second table below the first, so
+that neither is wider than the docs page."""
+
+
 def format_fleet_markdown(result: Result, *, goodput_as: str = "capacity") -> str:
     """A Markdown table of the lab's yardsticks, one row per policy, the default's first.
 
     Columns: app errors (and the floor), attempts per operation, Jain's index over the clients'
     successes, goodput per phase mark (from ``settle_s`` after it: % of capacity, or ops/s when
-    ``goodput_as`` is ``"rate"``), p99 of successes, local refusals per second.
+    ``goodput_as`` is ``"rate"``), p99 of successes, local refusals per second. With more than
+    WIDE_PHASES phases, the goodput columns are a second table (policy and goodput per phase).
     """
     policies = ordered(result)
     first = policies[0]
@@ -129,10 +135,14 @@ def format_fleet_markdown(result: Result, *, goodput_as: str = "capacity") -> st
         f"{phase.label} ({phase.start_s:g}-{phase.end_s:g} s)" for phase in first.phase_goodput
     ]
     unit = "ops/s" if goodput_as == "rate" else "% of C"
+    goodput_header = [f"goodput {label}, {unit}" for label in phases]
+    split = len(phases) > WIDE_PHASES
     header = ["policy", "ops", "app errors", "floor", "attempts/op", "Jain"]
-    header += [f"goodput {label}, {unit}" for label in phases]
+    header += [] if split else goodput_header
     header += ["p99 ms", "refusals/s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    goodput_lines = ["| " + " | ".join(["policy", *goodput_header]) + " |"]
+    goodput_lines.append("|" + "---|" * (len(goodput_header) + 1))
     for policy in policies:
         floor = policy.floor_fraction
         if floor is None:
@@ -145,16 +155,21 @@ def format_fleet_markdown(result: Result, *, goodput_as: str = "capacity") -> st
             f"{policy.attempts_per_op:.2f}",
             "-" if policy.jain is None else f"{policy.jain:.3f}",
         ]
+        goodput: list[str] = []
         for index in range(len(phases)):
             if goodput_as == "rate":
                 if index < len(policy.phase_goodput):
-                    cells.append(f"{policy.phase_goodput[index].goodput_per_s:,.0f}")
+                    goodput.append(f"{policy.phase_goodput[index].goodput_per_s:,.0f}")
                 else:
-                    cells.append("-")
+                    goodput.append("-")
             else:
-                cells.append(_phase_cell(policy, index))
+                goodput.append(_phase_cell(policy, index))
+        cells += [] if split else goodput
         cells += [_ms(policy.p99_ms), f"{policy.refusals_per_s:,.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
+        goodput_lines.append("| " + " | ".join([display_name(policy.name), *goodput]) + " |")
+    if split:
+        lines += ["", *goodput_lines]
     return "\n".join(lines)
 
 
