@@ -180,6 +180,14 @@ class ClientPacers:
         return any(pacer.paced for pacer in list(self._pacers.values()))
 
     def snapshot(self) -> dict[Address, ServerPacerSnapshot]:
-        """Return the state of every known server's pacer."""
+        """Return the state of every known server's pacer.
+
+        A pacer due to open again opens first (as :meth:`is_paced` does), so an idle client's
+        metrics and statistics do not show a server paced after its overload ended.
+        """
+        pacers = list(self._pacers.items())
+        for server, pacer in pacers:
+            if pacer.paced:
+                self.is_paced(server)
         now = self._clock()
-        return {server: pacer.snapshot(now) for server, pacer in list(self._pacers.items())}
+        return {server: pacer.snapshot(now) for server, pacer in pacers}
