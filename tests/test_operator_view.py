@@ -63,6 +63,7 @@ def test_summary_of_a_paced_then_reopened_server() -> None:
         "last_reopened_s": 4.5,
         "paced_after_overload_start_s": 0.4,
         "reopened_after_overload_end_s": 1.5,
+        "rate_above_demand_after_overload_end_s": None,
         "transition_lines": 2,
         "lowest_rate": 250.0,
         "highest_rate": 310.0,

@@ -268,8 +268,9 @@ def summarize(
     samples: Sequence[Mapping[str, Any]],
     log: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
-    """The figures the docs quote: when the pacing closed and reopened, its lowest rate, the
-    most attempts waiting and the longest backlog, the pushbacks, and the operations."""
+    """The figures the docs quote: when the pacing closed and reopened, when its rate passed
+    the demand again after the overload, its lowest rate, the most attempts waiting and the
+    longest backlog, the pushbacks, and the operations."""
     lines = transition_lines(log)
     paced = [line["t"] for line in lines if str(line["message"]).startswith(PACED_LINE)]
     reopened = [line["t"] for line in lines if str(line["message"]).startswith(REOPENED_LINE)]
@@ -286,6 +287,15 @@ def summarize(
         "paced_after_overload_start_s": (round(paced[0] - plan.before_s, 2) if paced else None),
         "reopened_after_overload_end_s": (
             round(reopened[-1] - overload_end, 2) if reopened else None
+        ),
+        "rate_above_demand_after_overload_end_s": next(
+            (
+                round(sample["t"] - overload_end, 2)
+                for sample in samples
+                if sample["t"] > overload_end
+                and (sample.get("backpressure_pacing_rate_per_second") or 0.0) > plan.demand
+            ),
+            None,
         ),
         "transition_lines": len(lines),
         "lowest_rate": round(min(rates), 1) if rates else None,
