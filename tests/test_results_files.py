@@ -260,12 +260,12 @@ PROSE: list[tuple[str, str]] = [
     ("docs/observability.md", "lowers the server's capacity to {ov_capacity} requests/s"),
     ("docs/observability.md", "> `{ov_paced_line}`"),
     ("docs/observability.md", "In this run that came {ov_paced_after} s after the capacity fell"),
-    ("docs/observability.md", "appears: {ov_lowest_rate}/s at first"),
+    ("docs/observability.md", "(its lowest sample: {ov_lowest_rate}/s)"),
     ("docs/observability.md", "up to {ov_waiting} attempts waited at once"),
     ("docs/observability.md", "would have waited at most {ov_backlog_ms} ms"),
     (
         "docs/observability.md",
-        "({ov_failed} app errors, {ov_refusals} local refusals, {ov_pushbacks} pushbacks in all)",
+        "In all: app errors {ov_failed}, local refusals {ov_refusals}, pushbacks {ov_pushbacks}.",
     ),
     (
         "docs/observability.md",
