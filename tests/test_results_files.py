@@ -188,6 +188,30 @@ def prose_figures() -> dict[str, str]:
         "fleet_seconds": f"{fleet_s:.0f}",
         "fleet_minutes": f"{fleet_s / 60:.0f}",
         "total_minutes": f"{(bench_s + fleet_s) / 60:.0f}",
+        **_operator_view_figures(),
+    }
+
+
+def _operator_view_figures() -> dict[str, str]:
+    """The figures of the committed operator-view run (``operator-view.json``)."""
+    report = json.loads((RESULTS / "operator-view.json").read_text(encoding="utf-8"))
+    summary, plan = report["summary"], report["plan"]
+    lines = [str(line["message"]) for line in report["log"]]
+    return {
+        "ov_threads": str(plan["threads"]),
+        "ov_demand": f"{plan['demand']:.0f}",
+        "ov_capacity": str(plan["capacity"]),
+        "ov_paced_line": next(m for m in lines if m.startswith("pacing attempts to ")),
+        "ov_reopened_line": next(m for m in lines if m.startswith("no longer pacing ")),
+        "ov_paced_after": f"{summary['paced_after_overload_start_s']:.1f}",
+        "ov_lowest_rate": f"{summary['lowest_rate']:.0f}",
+        "ov_waiting": f"{summary['most_waiting']:.0f}",
+        "ov_backlog_ms": f"{summary['longest_backlog_s'] * 1000:.0f}",
+        "ov_failed": str(summary["failed"]),
+        "ov_refusals": str(summary["local_refusals"]),
+        "ov_pushbacks": str(summary["pushbacks"]),
+        "ov_rate_back": f"{summary['rate_above_demand_after_overload_end_s']:.1f}",
+        "ov_reopened_after": f"{summary['reopened_after_overload_end_s']:.1f}",
     }
 
 
@@ -229,6 +253,26 @@ PROSE: list[tuple[str, str]] = [
         "plus about {fleet_minutes} more for the fleet and transient parts: {fleet_seconds} s "
         "in theirs, `fleet.json`",
     ),
+    (
+        "docs/observability.md",
+        "drives one client with {ov_threads} threads offering {ov_demand} operations/s",
+    ),
+    ("docs/observability.md", "lowers the server's capacity to {ov_capacity} requests/s"),
+    ("docs/observability.md", "> `{ov_paced_line}`"),
+    ("docs/observability.md", "In this run that came {ov_paced_after} s after the capacity fell"),
+    ("docs/observability.md", "(its lowest sample: {ov_lowest_rate}/s)"),
+    ("docs/observability.md", "up to {ov_waiting} attempts waited at once"),
+    ("docs/observability.md", "would have waited at most {ov_backlog_ms} ms"),
+    (
+        "docs/observability.md",
+        "In all: app errors {ov_failed}, local refusals {ov_refusals}, pushbacks {ov_pushbacks}.",
+    ),
+    (
+        "docs/observability.md",
+        "it passed the {ov_demand}/s demand {ov_rate_back} s after the limit was lifted",
+    ),
+    ("docs/observability.md", "({ov_reopened_after} s after the limit was lifted here)"),
+    ("docs/observability.md", "> `{ov_reopened_line}`"),
 ]
 """(page, sentence with placeholders of ``prose_figures``): each page says exactly that."""
 

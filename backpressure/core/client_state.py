@@ -197,7 +197,10 @@ class ClientState:
         return self.controller.policy
 
     def snapshot(self) -> BackpressureStats:
-        """Return the client's statistics so far."""
+        """Return the client's statistics so far, with its servers' pacing state."""
+        pacing = self.controller.pacing
+        if isinstance(pacing, ClientPacers):
+            return self.stats.snapshot(pacing.snapshot())
         return self.stats.snapshot()
 
     def operation_finished(self, event: OperationFinishedEvent) -> None:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Hashable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Optional
 
+from backpressure.core.adaptive.pacer import ServerPacerSnapshot
 from backpressure.core.decision import StopReason
 from backpressure.core.events import Address, OperationFinishedEvent
 
@@ -59,6 +60,12 @@ class BackpressureStats:
     """Backoff granted in all, in seconds (what the retry loops slept, except in test mode)."""
     servers: Mapping[Address, ServerStats]
     """The same per server ``(host, port)``; attempts whose server is unknown are left out."""
+    pacing: Mapping[Address, ServerPacerSnapshot] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    """The adaptive policy's pacing state per server at the snapshot (whether it is paced, the
+    rate, the waiting callers and their backlog, the pushbacks, whether it competes); empty
+    for the other policies and before any reply."""
 
     @property
     def gave_up_total(self) -> int:
@@ -216,8 +223,13 @@ class StatsRecorder:
                 counters.operations += count
         self._first_attempt_successes.clear()
 
-    def snapshot(self) -> BackpressureStats:
-        """Return the counters so far as a frozen ``BackpressureStats``."""
+    def snapshot(
+        self, pacing: Optional[Mapping[Address, ServerPacerSnapshot]] = None
+    ) -> BackpressureStats:
+        """Return the counters so far as a frozen ``BackpressureStats``.
+
+        ``pacing`` is the pacers' state to report with them (see ``ClientPacers.snapshot``).
+        """
         with self._lock:
             self._fold_first_attempt_successes()
             return BackpressureStats(
@@ -231,4 +243,5 @@ class StatsRecorder:
                 servers=MappingProxyType(
                     {address: counters.freeze() for address, counters in self._servers.items()}
                 ),
+                pacing=MappingProxyType(dict(pacing or {})),
             )

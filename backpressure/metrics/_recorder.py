@@ -19,7 +19,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Union
 
-from backpressure.core.adaptive import LocalRefusalEvent, LocalWaitEvent
+from backpressure.core.adaptive import (
+    ClientPacers,
+    LocalRefusalEvent,
+    LocalWaitEvent,
+    ServerPacerSnapshot,
+)
 from backpressure.core.client_state import ClientState
 from backpressure.core.events import (
     Address,
@@ -44,6 +49,13 @@ __all__ = [
     "OPERATIONS",
     "OPERATION_RETRIES",
     "OPERATION_RETRY_DELAY",
+    "PACING_BACKLOG",
+    "PACING_COMPETING",
+    "PACING_GAUGES",
+    "PACING_PACED",
+    "PACING_PUSHBACKS",
+    "PACING_RATE",
+    "PACING_WAITING",
     "RETRIES",
     "RETRY_BUCKETS",
     "AmplificationWindow",
@@ -51,6 +63,7 @@ __all__ = [
     "MetricSpec",
     "MetricsBackend",
     "MetricsListener",
+    "pacing_value",
     "server_attributes",
 ]
 
@@ -84,8 +97,8 @@ DB_SYSTEM = "mongodb"
 """The value of ``db.system.name`` (OpenTelemetry's well-known name for MongoDB)."""
 
 _PROMETHEUS_UNITS = {"s": "seconds"}
-"""OpenTelemetry units with a Prometheus suffix (``{annotations}`` get none; ``1`` on a gauge
-is ``ratio``)."""
+"""OpenTelemetry units with a Prometheus suffix (``{annotations}`` get none, ``{annotation}/s``
+gets ``per_second``; ``1`` on a gauge is ``ratio``)."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +123,8 @@ class MetricSpec:
         """The Prometheus family name (a counter's samples add ``_total``)."""
         name = self.name.replace(".", "_")
         suffix = _PROMETHEUS_UNITS.get(self.unit)
+        if suffix is None and self.unit.startswith("{") and self.unit.endswith("}/s"):
+            suffix = "per_second"
         if suffix is None and self.unit == "1" and self.kind == "gauge":
             suffix = "ratio"
         return name if suffix is None else f"{name}_{suffix}"
@@ -202,6 +217,78 @@ HEDGES = MetricSpec(
     "Hedged reads sent, by the server they went to.",
     _SERVER,
 )
+_PACED_SERVER = ("backpressure.client", *_SERVER)
+
+PACING_PACED = MetricSpec(
+    "backpressure.pacing.paced",
+    "gauge",
+    "{server}",
+    "1 while the adaptive policy paces the attempts to the server, else 0.",
+    _PACED_SERVER,
+)
+PACING_RATE = MetricSpec(
+    "backpressure.pacing.rate",
+    "gauge",
+    "{attempt}/s",
+    "The paced send rate to the server (only while it is paced).",
+    _PACED_SERVER,
+)
+PACING_WAITING = MetricSpec(
+    "backpressure.pacing.waiting",
+    "gauge",
+    "{attempt}",
+    "Attempts waiting locally for their reserved send slot to the server.",
+    _PACED_SERVER,
+)
+PACING_BACKLOG = MetricSpec(
+    "backpressure.pacing.backlog",
+    "gauge",
+    "s",
+    "Seconds of reserved send slots ahead of a new attempt to the server.",
+    _PACED_SERVER,
+)
+PACING_PUSHBACKS = MetricSpec(
+    "backpressure.pacing.pushbacks",
+    "counter",
+    "{pushback}",
+    "Overload errors (pushbacks) the server returned, as the pacing counted them.",
+    _PACED_SERVER,
+)
+PACING_COMPETING = MetricSpec(
+    "backpressure.pacing.competing",
+    "gauge",
+    "{server}",
+    "1 while the pacing competes (its cuts did not move the pushback), else 0.",
+    _PACED_SERVER,
+)
+
+PACING_GAUGES: tuple[MetricSpec, ...] = (
+    PACING_PACED,
+    PACING_RATE,
+    PACING_WAITING,
+    PACING_BACKLOG,
+    PACING_PUSHBACKS,
+    PACING_COMPETING,
+)
+"""The per-server pacing metrics, read from the pacers' snapshots at scrape/collection time."""
+
+
+def pacing_value(metric: MetricSpec, snapshot: ServerPacerSnapshot) -> Optional[float]:
+    """The value ``metric`` (one of ``PACING_GAUGES``) reports for ``snapshot`` (None: none)."""
+    if metric is PACING_PACED:
+        return 1.0 if snapshot.paced else 0.0
+    if metric is PACING_RATE:
+        return snapshot.rate
+    if metric is PACING_WAITING:
+        return float(snapshot.waiting)
+    if metric is PACING_BACKLOG:
+        return snapshot.backlog
+    if metric is PACING_PUSHBACKS:
+        return float(snapshot.pushbacks)
+    if metric is PACING_COMPETING:
+        return 1.0 if snapshot.competing else 0.0
+    raise ValueError(f"{metric.name} is not a pacing metric")
+
 
 METRICS: tuple[MetricSpec, ...] = (
     OPERATIONS,
@@ -215,6 +302,7 @@ METRICS: tuple[MetricSpec, ...] = (
     LOCAL_WAIT_DURATION,
     LOCAL_REFUSALS,
     HEDGES,
+    *PACING_GAUGES,
 )
 """Every metric both exporters serve, in the order they list them."""
 
@@ -356,22 +444,48 @@ class MetricsListener:
             ]
         return [found for ref in self._states if (found := ref()) is not None]
 
+    def _labelled_states(self) -> list[tuple[str, ClientState]]:
+        """Return ``(client label, state)`` for every covered client.
+
+        Clients with the same label get ``#2``, ``#3`` ... appended, in enabling order.
+        """
+        seen: dict[str, int] = {}
+        labelled = []
+        for found in self.covered_states():
+            label = found.label or "client"
+            count = seen[label] = seen.get(label, 0) + 1
+            labelled.append((label if count == 1 else f"{label}#{count}", found))
+        return labelled
+
     def budget_tokens(self) -> list[tuple[str, float]]:
         """Return ``(client label, tokens)`` for every covered client with a budget.
 
         Clients with the same label get ``#2``, ``#3`` ... appended, in enabling order.
         """
-        seen: dict[str, int] = {}
-        values = []
-        for found in self.covered_states():
-            if not found.policy.budget_enabled:
+        return [
+            (label, found.controller.budget.tokens)
+            for label, found in self._labelled_states()
+            if found.policy.budget_enabled
+        ]
+
+    def pacing(self) -> list[tuple[dict[str, AttributeValue], ServerPacerSnapshot]]:
+        """Return the attributes and pacing state of every server of every adaptive client.
+
+        Read from the pacers' snapshots (nothing is counted on the attempt path); the
+        attributes are the client label (as :meth:`budget_tokens` names it) and the server.
+        """
+        found_pacing = []
+        for label, found in self._labelled_states():
+            pacers = found.controller.pacing
+            if not isinstance(pacers, ClientPacers):
                 continue
-            label = found.label or "client"
-            count = seen[label] = seen.get(label, 0) + 1
-            values.append(
-                (label if count == 1 else f"{label}#{count}", found.controller.budget.tokens)
-            )
-        return values
+            for server, snapshot in sorted(pacers.snapshot().items()):
+                attributes: dict[str, AttributeValue] = {
+                    "backpressure.client": label,
+                    **server_attributes(server),
+                }
+                found_pacing.append((attributes, snapshot))
+        return found_pacing
 
     def amplification(self) -> float:
         """Return attempts over operations in the sliding window (0.0 when idle)."""

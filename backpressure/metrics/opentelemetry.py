@@ -6,7 +6,11 @@ Instruments of the meter ``backpressure``: one per metric of
 ``backpressure.client.operation.retry_delay``, ``backpressure.retries``,
 ``backpressure.giveups``, ``backpressure.budget.tokens``, ``backpressure.amplification``,
 ``backpressure.local.waits``, ``backpressure.local.wait.duration``,
-``backpressure.local.refusals``, ``backpressure.hedges``).  The two per-operation histograms
+``backpressure.local.refusals``, ``backpressure.hedges``, and per server of an adaptive
+client, observed from its pacer at collection time, ``backpressure.pacing.paced``,
+``backpressure.pacing.rate``, ``backpressure.pacing.waiting``, ``backpressure.pacing.backlog``,
+``backpressure.pacing.competing`` (gauges) and ``backpressure.pacing.pushbacks`` (an observable
+counter)).  The two per-operation histograms
 take the shape of gRPC's retry metrics (proposal A96); the attributes follow OpenTelemetry's
 semantic conventions where one exists (``db.system.name``, ``db.operation.name``,
 ``server.address``, ``server.port``, ``db.response.status_code``).
@@ -22,9 +26,12 @@ from backpressure.metrics._recorder import (
     AMPLIFICATION,
     BUDGET_TOKENS,
     METRICS,
+    PACING_GAUGES,
+    PACING_PUSHBACKS,
     AttributeValue,
     MetricsListener,
     MetricSpec,
+    pacing_value,
 )
 
 __all__ = ["OpenTelemetryMetrics"]
@@ -52,6 +59,8 @@ class _Instruments:
         """Create the counters and histograms of ``METRICS`` on ``meter``."""
         self._instruments: dict[MetricSpec, Any] = {}
         for metric in METRICS:
+            if metric in PACING_GAUGES:
+                continue  # observed from the pacers' snapshots (OpenTelemetryMetrics)
             if metric.kind == "counter":
                 self._instruments[metric] = meter.create_counter(
                     metric.name, unit=metric.unit, description=metric.description
@@ -107,6 +116,29 @@ class OpenTelemetryMetrics:
                 unit=metric.unit,
                 description=metric.description,
             )
+        for metric in PACING_GAUGES:
+            create = (
+                meter.create_observable_counter
+                if metric is PACING_PUSHBACKS
+                else meter.create_observable_gauge
+            )
+            create(
+                metric.name,
+                callbacks=[self._pacing_callback(metric)],
+                unit=metric.unit,
+                description=metric.description,
+            )
+
+    def _pacing_callback(self, metric: MetricSpec) -> Any:
+        """Return the callback reporting ``metric`` for every server a pacer knows."""
+
+        def observe(_options: Any) -> Iterator[Any]:
+            for attributes, snapshot in self.listener.pacing():
+                value = pacing_value(metric, snapshot)
+                if value is not None:
+                    yield self._api.Observation(value, attributes)
+
+        return observe
 
     def _observe_budgets(self, _options: Any) -> Iterator[Any]:
         """Report the budget of every covered client."""

@@ -8,7 +8,10 @@ One custom collector per registry serves, at scrape time, every metric of
 ``backpressure_giveups_total``, ``backpressure_budget_tokens`` and
 ``backpressure_amplification_ratio`` (gauges), ``backpressure_local_waits_total``,
 ``backpressure_local_wait_duration_seconds`` (histogram), ``backpressure_local_refusals_total``
-and ``backpressure_hedges_total``.
+and ``backpressure_hedges_total``; per server of an adaptive client, read from its pacer at
+scrape time, ``backpressure_pacing_paced``, ``backpressure_pacing_rate_per_second``,
+``backpressure_pacing_waiting``, ``backpressure_pacing_backlog_seconds``,
+``backpressure_pacing_pushbacks_total`` and ``backpressure_pacing_competing``.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from backpressure.metrics._recorder import (
     AMPLIFICATION,
     BUDGET_TOKENS,
     METRICS,
+    PACING_GAUGES,
     AttributeValue,
     MetricsListener,
     MetricSpec,
+    pacing_value,
 )
 
 __all__ = ["PrometheusMetrics"]
@@ -133,6 +138,7 @@ class _Collector:
     def collect(self) -> Iterator[Any]:
         """Yield every metric family with its current values."""
         counters, histograms = self._aggregates.snapshot()
+        pacing = self._listener.pacing()
         for metric in METRICS:
             family = self._family(metric)
             if metric is BUDGET_TOKENS:
@@ -140,6 +146,12 @@ class _Collector:
                     family.add_metric([label], tokens)
             elif metric is AMPLIFICATION:
                 family.add_metric([], self._listener.amplification())
+            elif metric in PACING_GAUGES:
+                for attributes, snapshot in pacing:
+                    value = pacing_value(metric, snapshot)
+                    if value is not None:
+                        values = [str(attributes[name]) for name in metric.attributes]
+                        family.add_metric(values, value)
             elif metric.kind == "histogram":
                 for labels, (buckets, total) in sorted(histograms.get(metric, {}).items()):
                     family.add_metric(list(labels), buckets, total)

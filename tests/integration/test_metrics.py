@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import urllib.request
@@ -29,6 +30,7 @@ from tests.integration.conftest import (
     enabled_client,
     overload_fail_point,
     resolve,
+    wait_for,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -432,3 +434,97 @@ def test_a_missing_extra_names_the_extra_to_install(call: str, extra: str) -> No
     lines = out.stdout.splitlines()
     assert lines[0] == extra
     assert f"pip install 'pymongo-backpressure[{extra}]'" in lines[1]
+
+
+def _read_concurrently(clients: ClientFactory, client: Any, count: int) -> list[Any]:
+    """Start ``count`` reads at once (tasks, or threads for a sync client); await the result."""
+    if clients.is_async:
+        return [asyncio.ensure_future(client.db.coll.find_one({})) for _ in range(count)]
+    loop = asyncio.get_running_loop()
+    return [loop.run_in_executor(None, client.db.coll.find_one, {}) for _ in range(count)]
+
+
+def _pacing_samples(registry: CollectorRegistry) -> dict[str, list[Any]]:
+    """Sample name -> samples of the pacing families, from one scrape."""
+    found: dict[str, list[Any]] = {}
+    for family, samples in _scrape(registry).items():
+        if family.startswith("backpressure_pacing_"):
+            for sample in samples:
+                found.setdefault(sample.name, []).append(sample)
+    return found
+
+
+async def test_prometheus_shows_each_servers_pacing(
+    clients: ClientFactory, standalone_server: EmbeddedServer, registry: CollectorRegistry
+) -> None:
+    """Paced, rate, waiting callers, backlog, pushbacks, competing: read at scrape time."""
+    client = enabled_client(clients, standalone_server.uri, WAITING)
+    backpressure.metrics.enable_prometheus(registry, clients=[client])
+    host, port = standalone_server.addresses[0]
+    where = {"server_address": host, "server_port": str(port)}
+    await resolve(client.db.coll.find_one({}))
+    open_ = _pacing_samples(registry)
+    assert _value(open_["backpressure_pacing_paced"], "backpressure_pacing_paced", **where) == 0
+    assert "backpressure_pacing_rate_per_second" not in open_  # no rate while open
+    await _close_pacing(client, standalone_server)
+    paced = _pacing_samples(registry)
+    (sample,) = paced["backpressure_pacing_paced"]
+    assert (sample.labels["server_address"], sample.labels["server_port"]) == (host, str(port))
+    assert sample.labels["backpressure_client"]
+    assert sample.value == 1
+    rate = _value(
+        paced["backpressure_pacing_rate_per_second"], "backpressure_pacing_rate_per_second"
+    )
+    assert 2.0 <= rate < 10.0  # WAITING's floor, plus the additive increase since the close
+    assert (
+        _value(paced["backpressure_pacing_pushbacks_total"], "backpressure_pacing_pushbacks_total")
+        == 2
+    )
+    assert _value(paced["backpressure_pacing_competing"], "backpressure_pacing_competing") == 0
+    reads = _read_concurrently(clients, client, 4)  # 2/s: three of them wait for their slot
+
+    def waiting() -> float:
+        samples = _pacing_samples(registry)["backpressure_pacing_waiting"]
+        return _value(samples, "backpressure_pacing_waiting", **where)
+
+    await wait_for(lambda: waiting() >= 2, "two reads waiting for their send slot")
+    backlog = _pacing_samples(registry)["backpressure_pacing_backlog_seconds"]
+    assert _value(backlog, "backpressure_pacing_backlog_seconds", **where) > 0.0
+    await asyncio.gather(*reads)
+    await wait_for(lambda: waiting() == 0, "every read sent")
+
+
+async def test_opentelemetry_observes_each_servers_pacing(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    otel_reader: tuple[MeterProvider, InMemoryMetricReader],
+) -> None:
+    """The pacing gauges and the pushback counter are observed at collection time, with units."""
+    provider, reader = otel_reader
+    backpressure.metrics.enable_opentelemetry(provider)
+    client = enabled_client(clients, standalone_server.uri, WAITING)
+    host, port = standalone_server.addresses[0]
+    await _close_pacing(client, standalone_server)
+    points = _otel_points(reader)
+    units = {
+        name: unit for name, (unit, _) in points.items() if name.startswith("backpressure.pacing")
+    }
+    assert units == {
+        "backpressure.pacing.paced": "{server}",
+        "backpressure.pacing.rate": "{attempt}/s",
+        "backpressure.pacing.waiting": "{attempt}",
+        "backpressure.pacing.backlog": "s",
+        "backpressure.pacing.pushbacks": "{pushback}",
+        "backpressure.pacing.competing": "{server}",
+    }
+    (paced,) = points["backpressure.pacing.paced"][1]
+    attributes = dict(paced.attributes)
+    assert attributes.pop("backpressure.client")
+    assert attributes == {"server.address": host, "server.port": port}
+    assert paced.value == 1
+    (pushbacks,) = points["backpressure.pacing.pushbacks"][1]
+    assert pushbacks.value == 2
+    (rate,) = points["backpressure.pacing.rate"][1]
+    stats_rate = backpressure.stats(client).pacing[(host, port)].rate
+    assert stats_rate is not None
+    assert 2.0 <= rate.value <= stats_rate  # the stats are read later: the rate only grew

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from pymongo.errors import PyMongoError
 
 import backpressure
-from backpressure import DRAFT
+from backpressure import ADAPTIVE, DRAFT
 from backpressure.core.decision import StopReason
 from backpressure.core.events import OperationFinishedEvent, retry_summary
 from backpressure.core.policy import InvalidPolicyError
@@ -22,6 +23,7 @@ from tests.integration.conftest import (
     enabled_client,
     overload_fail_point,
     resolve,
+    wait_for,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -271,3 +273,51 @@ def test_test_mode_cap_applies(standalone_server: EmbeddedServer) -> None:
             client.db.coll.insert_one({"x": 1})
     summary: Any = retry_summary(raised.value)
     assert summary.attempts == 2
+
+
+FLAPPING = ADAPTIVE.replace(adaptive_window=0.2, adaptive_min_rate=20.0)
+"""Paced at 20/s or more once closed; reopens after a 0.2 s window without pushback or wait."""
+
+
+def _lines(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    """The INFO messages of the ``backpressure`` logger containing ``text``."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "backpressure" and r.levelno == logging.INFO and text in r.getMessage()
+    ]
+
+
+async def test_stats_and_log_show_a_server_paced_then_reopened(
+    clients: ClientFactory, standalone_server: EmbeddedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """stats(client).pacing follows the server's pacing; one INFO line at each change."""
+    caplog.set_level(logging.INFO, logger="backpressure")
+    client = enabled_client(clients, standalone_server.uri, FLAPPING)
+    host, port = standalone_server.addresses[0]
+    await resolve(client.db.coll.find_one({}))
+    (opened,) = backpressure.stats(client).pacing.values()
+    assert (opened.paced, opened.rate, opened.pushbacks, opened.waiting) == (False, None, 0, 0)
+    draft = enabled_client(clients, standalone_server.uri, FAST)
+    await resolve(draft.db.coll.find_one({}))
+    assert backpressure.stats(draft).pacing == {}
+    standalone_server.configure_fail_point(overload_fail_point(["insert"], times=2))
+    await resolve(client.db.coll.insert_one({"closing": True}))
+    paced = backpressure.stats(client).pacing[(host, port)]
+    assert paced.paced
+    assert paced.pushbacks == 2
+    assert paced.rate is not None
+    assert paced.rate >= 20.0
+    assert not paced.competing
+    (line,) = _lines(caplog, f"pacing attempts to {host}:{port} at ")
+    assert "pushed back" in line
+    assert "of the replies of the last 0.2s window" in line
+    reopened = f"no longer pacing attempts to {host}:{port}"
+    assert _lines(caplog, reopened) == []
+    # Idle for a window: reading the statistics opens the pacer (nobody waits, no pushback).
+    await wait_for(lambda: not backpressure.stats(client).pacing[(host, port)].paced, "reopened")
+    assert len(_lines(caplog, reopened)) == 1
+    assert len(_lines(caplog, f"pacing attempts to {host}:{port} at ")) == 1
+    after = backpressure.stats(client).pacing[(host, port)]
+    assert (after.paced, after.rate, after.waiting, after.backlog) == (False, None, 0, 0.0)
+    assert after.pushbacks == 2

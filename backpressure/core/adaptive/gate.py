@@ -10,7 +10,7 @@ from typing import Optional, Protocol
 
 from pymongo.errors import PyMongoError
 
-from backpressure.core.adaptive.pacer import Address
+from backpressure.core.adaptive.pacer import Address, ServerPacerSnapshot
 from backpressure.core.adaptive.pacers import ClientPacers
 from backpressure.core.adaptive.slots import SEND_NOW, Refusal, SlotGrant
 from backpressure.core.decision import StopReason
@@ -103,6 +103,9 @@ class PacingGate:
         self._logger = logger
         self._wait_log = LogRateLimit(log_interval, clock=pacers.clock)
         self._refusal_log = LogRateLimit(log_interval, clock=pacers.clock)
+        self._log_interval = log_interval
+        self._transition_logs: dict[tuple[Address, bool], LogRateLimit] = {}
+        pacers.on_transition = self._transition
 
     @property
     def engaged(self) -> bool:
@@ -185,6 +188,47 @@ class PacingGate:
             return False  # network errors and the like say nothing about what the server admits
         self.pacers.record(server, overloaded=overloaded, grant=grant)
         return overloaded
+
+    def _transition(self, server: Address, snapshot: ServerPacerSnapshot) -> None:
+        """Log (INFO) that ``server`` became paced or reopened, rate-limited per server and state.
+
+        At most one line per server and state per ``log_interval`` seconds; the next one counts
+        the transitions held back.  The window is the policy's ``adaptive_window``.
+        """
+        key = (server, snapshot.paced)
+        limit = self._transition_logs.get(key)
+        if limit is None:
+            limit = self._transition_logs.setdefault(
+                key, LogRateLimit(self._log_interval, clock=self.pacers.clock)
+            )
+        held = limit.admit()
+        if held is None:
+            return
+        window = float(self.pacers.policy.adaptive_window)
+        more = f"; {held} more such change(s) since the previous line" if held else ""
+        if snapshot.paced:
+            self._logger.info(
+                "pacing attempts to %s:%d at %.1f/s: it pushed back %.0f%% of the replies of "
+                "the last %.1fs window (%.1f replies/s)%s",
+                server[0],
+                server[1],
+                snapshot.rate or 0.0,
+                100.0 * snapshot.pushback_share,
+                window,
+                snapshot.reply_rate,
+                more,
+            )
+        else:
+            self._logger.info(
+                "no longer pacing attempts to %s:%d: no pushback and no local wait for a "
+                "%.1fs window (pushed back %.0f%% of %.1f replies/s)%s",
+                server[0],
+                server[1],
+                window,
+                100.0 * snapshot.pushback_share,
+                snapshot.reply_rate,
+                more,
+            )
 
     def _waited(self, operation: str, server: Address, wait: float) -> None:
         """Announce and log a local wait."""

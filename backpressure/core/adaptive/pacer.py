@@ -75,6 +75,12 @@ class ServerPacerSnapshot:
     competing: bool = False
     """Whether the pacer competes: its cuts did not move the pushback (neighbours that do not
     cut, such as stock clients), so it sends as the spec's retry loop alone does."""
+    waiting: int = 0
+    """Callers waiting for a reserved slot that is not due yet (0 while open)."""
+    pushback_share: float = 0.0
+    """Pushbacks over the replies of the last ``adaptive_window`` (0.0 without replies)."""
+    reply_rate: float = 0.0
+    """Replies (admitted or pushed back) per second over the last ``adaptive_window``."""
 
 
 class ServerPacer:
@@ -537,8 +543,19 @@ class ServerPacer:
     def snapshot(self, now: float) -> ServerPacerSnapshot:
         """Return the pacer's state at ``now``."""
         with self._lock:
+            replies, pushed, span = self._window_counts(now)
+            share = pushed / replies if replies else 0.0
+            reply_rate = replies / span if span > 0.0 else 0.0
             if not self.paced:
-                return ServerPacerSnapshot(False, None, None, 0.0, self._pushbacks)
+                return ServerPacerSnapshot(
+                    False,
+                    None,
+                    None,
+                    0.0,
+                    self._pushbacks,
+                    pushback_share=share,
+                    reply_rate=reply_rate,
+                )
             return ServerPacerSnapshot(
                 True,
                 self._rate_at(now),
@@ -546,4 +563,7 @@ class ServerPacer:
                 max(0.0, self._next_slot - now),
                 self._pushbacks,
                 self.competing,
+                sum(1 for ticket in self._waiting if ticket.slot > now),
+                share,
+                reply_rate,
             )

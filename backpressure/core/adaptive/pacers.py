@@ -10,7 +10,10 @@ from backpressure.core.adaptive.pacer import Address, ServerPacer, ServerPacerSn
 from backpressure.core.adaptive.slots import SEND_NOW, Refusal, SlotDecision, SlotGrant
 from backpressure.core.policy import Policy
 
-__all__ = ["ClientPacers", "pacers_for"]
+__all__ = ["ClientPacers", "PacingTransition", "pacers_for"]
+
+PacingTransition = Callable[[Address, ServerPacerSnapshot], None]
+"""Called once each time a server's pacer closes (``snapshot.paced``) or opens again."""
 
 
 def pacers_for(
@@ -34,6 +37,11 @@ class ClientPacers:
         self._max_wait = float(policy.max_local_wait)
         self._pacers: dict[Address, ServerPacer] = {}
         self._lock = threading.Lock()
+        self._announced: dict[Address, bool] = {}  # the last state told to ``on_transition``
+        self.on_transition: Optional[PacingTransition] = None
+        """Called (outside any lock) once per change of a server's pacing state: when its pacer
+        closes (a pushback is recorded) and when it opens again (asked to admit, or whether it
+        is paced); exceptions propagate to the caller (the gate's callback logs only)."""
         self.engaged = False
         """Whether some server may be paced: set by pushback, cleared once every pacer has
         opened again.  While it is False the adapters skip the pacing (nothing would wait)."""
@@ -87,6 +95,7 @@ class ClientPacers:
         decision = pacer.admit(now, limit, deadline_bound, retry, sheddable)
         if not pacer.paced:
             self._refresh_engaged()
+            self._announce(server, pacer, paced=False)
         return decision
 
     def record(
@@ -104,8 +113,11 @@ class ClientPacers:
             return
         if overloaded:
             slot = None if grant is None else grant.send_slot
-            self.pacer(server).record_pushback(self._clock(), slot)
+            pacer = self.pacer(server)
+            pacer.record_pushback(self._clock(), slot)
             self.engaged = True
+            if pacer.paced:
+                self._announce(server, pacer, paced=True)
         else:
             slot = None if grant is None else grant.send_slot
             self.pacer(server).record_admitted(self._clock(), slot)
@@ -139,7 +151,25 @@ class ClientPacers:
         if pacer.still_paced(self._clock()):
             return True
         self._refresh_engaged()
+        self._announce(server, pacer, paced=False)
         return False
+
+    def _announce(self, server: Address, pacer: ServerPacer, *, paced: bool) -> None:
+        """Tell ``on_transition`` that ``server``'s pacer is now ``paced`` (once per change).
+
+        Only a pushback can close a pacer and only ``admit``/``is_paced`` open it, so this runs
+        on those paths alone, never on the success path.  Callers racing over one change find
+        it told already under the lock, so exactly one of them reports it.
+        """
+        if self._announced.get(server, False) is paced:
+            return  # told already (read without the lock: most pushbacks find it so)
+        with self._lock:
+            if self._announced.get(server, False) is paced:
+                return
+            self._announced[server] = paced
+        callback = self.on_transition
+        if callback is not None:
+            callback(server, pacer.snapshot(self._clock()))
 
     def _refresh_engaged(self) -> None:
         """Recompute ``engaged`` after a pacer opened again."""
@@ -150,6 +180,14 @@ class ClientPacers:
         return any(pacer.paced for pacer in list(self._pacers.values()))
 
     def snapshot(self) -> dict[Address, ServerPacerSnapshot]:
-        """Return the state of every known server's pacer."""
+        """Return the state of every known server's pacer.
+
+        A pacer due to open again opens first (as :meth:`is_paced` does), so an idle client's
+        metrics and statistics do not show a server paced after its overload ended.
+        """
+        pacers = list(self._pacers.items())
+        for server, pacer in pacers:
+            if pacer.paced:
+                self.is_paced(server)
         now = self._clock()
-        return {server: pacer.snapshot(now) for server, pacer in list(self._pacers.items())}
+        return {server: pacer.snapshot(now) for server, pacer in pacers}
