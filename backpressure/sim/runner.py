@@ -23,7 +23,10 @@ from backpressure.sim.engine import REFUSED, simulate
 from backpressure.sim.model import Scenario
 from backpressure.workload.metrics import percentile
 
-__all__ = ["PhaseGoodput", "PolicyResult", "Result", "jain_index", "run"]
+__all__ = ["PhaseGoodput", "PolicyResult", "RecoveryFigures", "Result", "jain_index", "run"]
+
+RECOVERY_SECONDS = 4
+"""The recovery figures cover this many whole seconds after the overload ends."""
 
 PolicyLike = Union[str, Policy, SimArm]
 """A policy name, a package Policy, or a SimArm."""
@@ -190,6 +193,20 @@ class PolicyResult:
 
 
 @dataclass(frozen=True)
+class RecoveryFigures:
+    """One policy's goodput in the seconds after the overload ends (``Result.recovery``)."""
+
+    demand_share: tuple[float, ...]
+    """Successes in each whole second after the end, as a share of the demand."""
+    successes_1_to_4: int
+    """Successes from 1 s to 4 s after the end."""
+    versus_default: Optional[float]
+    """``successes_1_to_4`` as a share of the default policy's (None without its run)."""
+    errors_after: int
+    """App errors in the buckets that start at or after the end."""
+
+
+@dataclass(frozen=True)
 class Result:
     """A scenario's runs, one per policy, in the order given."""
 
@@ -198,6 +215,54 @@ class Result:
     duration_s: float
     policies: Mapping[str, PolicyResult]
     phases: tuple[tuple[float, str], ...] = ()
+    overload_end_s: Optional[float] = None
+    """When the scenario's overload ends (None: it marks no end)."""
+
+    def demand_per_s(self) -> Optional[float]:
+        """The demand after the overload: the highest goodput any policy of the run has over
+        the arrival window's last 2 s (with no limit left, every policy serves all of it; None
+        without an end, or when the buckets do not fit whole seconds)."""
+        if self.overload_end_s is None:
+            return None
+        best = 0.0
+        for policy in self.policies.values():
+            width, per_second = _bucket_seconds(policy)
+            if not per_second:
+                return None
+            end = round(self.duration_s / width)  # the arrival window's last bucket, exclusive
+            tail = policy.timeline["goodput"][max(0, end - 2 * per_second) : end]
+            best = max(best, sum(tail) / len(tail)) if tail else best
+        return best or None
+
+    def recovery(self, name: str) -> Optional[RecoveryFigures]:
+        """``name``'s goodput in each of the first seconds after the overload ends, as a share
+        of :meth:`demand_per_s`, its successes from 1 s to 4 s against the default's, and its
+        errors after the end (None when the scenario marks no end)."""
+        demand = self.demand_per_s()
+        if demand is None or self.overload_end_s is None:
+            return None
+        from backpressure.sim.arms import default_name
+
+        def seconds(policy: PolicyResult) -> tuple[list[float], int]:
+            width, per_second = _bucket_seconds(policy)
+            first = round(self.overload_end_s / width) if self.overload_end_s else 0
+            goodput, errors = policy.timeline["goodput"], policy.timeline["errors"]
+            each = [
+                sum(goodput[first + k * per_second : first + (k + 1) * per_second]) * width
+                for k in range(RECOVERY_SECONDS)
+            ]
+            return each, round(sum(errors[first:]) * width)
+
+        each, errors_after = seconds(self.policies[name])
+        later = round(sum(each[1:]))
+        default = self.policies.get(default_name())
+        base = round(sum(seconds(default)[0][1:])) if default is not None else 0
+        return RecoveryFigures(
+            tuple(second / demand for second in each),
+            later,
+            later / base if base else None,
+            errors_after,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """``{"scenario", "seed", "policies": {NAME: {...}}, "details": {NAME: {...}}}``."""
@@ -207,6 +272,14 @@ class Result:
             "policies": {name: policy.summary() for name, policy in self.policies.items()},
             "details": {name: policy.details() for name, policy in self.policies.items()},
         }
+
+
+def _bucket_seconds(policy: PolicyResult) -> tuple[float, int]:
+    """The timeline's bucket width and how many buckets make one second (0: not whole)."""
+    times = policy.timeline["t"]
+    width = times[1] - times[0] if len(times) > 1 else 1.0
+    per_second = round(1.0 / width)
+    return width, per_second if abs(per_second * width - 1.0) < 1e-9 else 0
 
 
 def phase_goodput(
@@ -330,4 +403,5 @@ def run(
         duration_s=scenario.duration_s,
         policies=results,
         phases=scenario.phases,
+        overload_end_s=scenario.overload_end_s,
     )

@@ -257,3 +257,32 @@ def test_sheddable_fraction_is_validated() -> None:
     """A share outside 0..1 names the field and the value."""
     with pytest.raises(ValueError, match=r"sheddable_fraction must be <= 1, got 1\.5"):
         ClientGroup(count=1, workload=ClosedLoop(1, 1.0), sheddable_fraction=1.5)
+
+
+def test_the_recovery_figures_follow_the_goodput_after_the_overload() -> None:
+    """In the recovery fleet (capacity 100/s for 10 s, then no limit) stock pymongo's loop
+    serves most of the demand in the first second after the end, all of it afterwards, with
+    no error; a policy that sends nothing but first attempts is measured against it, and the
+    table shows a row per policy, the default's first."""
+    result = run("recovery-fleet", ["no-retries", "current"], seed=1)
+    assert result.overload_end_s == 10.0
+    demand = result.demand_per_s()
+    assert demand is not None
+    assert 450.0 < demand < 560.0  # 32 workers, 60 ms think, a few ms per operation
+    stock = result.recovery("current")
+    assert stock is not None
+    assert len(stock.demand_share) == 4
+    assert stock.demand_share[0] >= 0.85
+    assert min(stock.demand_share[1:]) >= 0.95
+    assert stock.versus_default == 1.0
+    assert stock.errors_after == 0
+    other = result.recovery("no-retries")
+    assert other is not None
+    assert other.versus_default is not None
+    assert other.versus_default == other.successes_1_to_4 / stock.successes_1_to_4
+    table = format_table(result).splitlines()
+    header = next(i for i, line in enumerate(table) if line.split()[1:3] == ["1st", "s"])
+    rows = table[header + 2 : header + 4]
+    assert [row.split()[0] for row in rows] == ["default", "no-retries"]
+    assert rows[0].split()[2:6] == [f"{share:.0%}" for share in stock.demand_share]
+    assert run("closed-fleet", ["current"], seed=1).demand_per_s() is None  # no end marked

@@ -62,7 +62,9 @@ whatever share it saw).
    instants for every client of the clock, a paced pacer that sees pushback in at least 15 %
    of its replies cuts to half its send rate for up to a window: among polite peers, who all
    cut together, the pushback drains (the test ends early); next to clients that do not cut
-   (stock retry loops) it does not fall to a third.  After two such failed tests in a row the
+   (stock retry loops) it does not fall to a third.  A test with fewer than two pushbacks did
+   not fail: a client of a dense fleet sees a dozen replies a second, and one late pushback
+   among its peers' joint cut is noise.  After two such failed tests in a row the
    pacer *competes*: it sends as the spec's retry loop alone does (no local waits), testing
    again every third period, and is polite again once a test shows the pushback falling.
    The pushback level alone cannot tell the two apart (Copa's competitive mode, NSDI 2018).

@@ -55,6 +55,7 @@ _TEST_SCALE = 0.5  # ... at this share of its send rate: the pushback share must
 _TEST_DROP = 1.0 / 3.0  # ... to this share of the share before, or the test failed
 _COMPETE_TESTS = 2  # this many failed tests in a row: the pacer competes
 _TEST_REPLIES = 4  # a test with fewer replies tells nothing
+_FAIL_PUSHBACKS = 2  # a test with fewer pushbacks did not fail (one in a few replies is noise)
 _COMPETING_TESTS = 3  # a competing pacer tests in one period of this many
 
 
@@ -232,7 +233,7 @@ class ServerPacer:
             self._testing = False
             if replies < _TEST_REPLIES:
                 pass  # too few replies to tell: the test counts for nothing
-            elif pushed <= _TEST_DROP * self._before * replies:
+            elif pushed < _FAIL_PUSHBACKS or pushed <= _TEST_DROP * self._before * replies:
                 self.competing = False  # the neighbours cut too
                 self._failed_tests = 0
             else:
