@@ -14,8 +14,9 @@ Side by side in one server, the arms would share the limiter during the overload
 backing off would hand capacity to the other and change the state each ends the overload in.
 
 Per policy: successes in each of the 4 seconds after the end as a share of the demand (the
-arm's own goodput while nothing limits it: from 2 s to 10 s before the overload and from 5 s to
-10 s after its end), successes from
+arm's own best one-second goodput while nothing limits it: from 2 s to 10 s before the overload
+and from 5 s to 10 s after its end; on a loaded machine a second can only fall short of what the
+fleet asks, so the best one is the closest to it), successes from
 1 s to 4 s after the end against stock pymongo's (ratio), and the errors of operations started
 after the end.  Goals: >= 90 % of the demand within 1 s; >= 95 % of stock's from 1 s to 4 s;
 0 errors after the end.
@@ -63,7 +64,7 @@ AFTER_SECONDS = 4
 """Seconds after the end reported one by one."""
 
 STEADY_FROM_S = 5.0
-"""The demand counts the goodput from this many seconds after the end to the end of the run."""
+"""The demand is taken from this many seconds after the end to the end of the run..."""
 
 WARM_FROM_S = 2.0
 """... and from this many seconds after the start to the overload."""
@@ -101,8 +102,8 @@ class RecoveryRun:
     after_per_s: tuple[int, ...]
     """Successes in each of the first :data:`AFTER_SECONDS` seconds after the end."""
     demand_per_s: float
-    """Successes per second with no limit: from :data:`WARM_FROM_S` to the overload and from
-    :data:`STEADY_FROM_S` after its end to the end of the run."""
+    """The best one-second goodput with no limit: from :data:`WARM_FROM_S` to the overload and
+    from :data:`STEADY_FROM_S` after its end to the end of the run."""
     errors_started_after: int
     """Errors of operations started after the end."""
     errors_raised_after: int
@@ -170,7 +171,7 @@ def summarize_recovery(
         operations=sum(int(r["ops"]) for r in reports),
         errors=sum(int(r["errors"]) for r in reports),
         after_per_s=tuple(after),
-        demand_per_s=sum(steady) / len(steady) if steady else 0.0,
+        demand_per_s=float(max(steady, default=0)),
         errors_started_after=sum(_add(reports, "error_start_bins")[end_slot:]),
         errors_raised_after=sum(_add(reports, "error_bins")[end_slot:]),
         overload_successes=sum(bins[begin_slot:end_slot]),
@@ -253,7 +254,7 @@ def render_recovery_markdown(runs: Sequence[RecoveryRun], plan: FleetPlan) -> st
         f"{plan.processes} processes x {plan.threads} threads, {1000 * plan.think_s:g} ms think, "
         f"deadline {plan.deadline_s:g} s; no limit, capacity {plan.rates[1]:g} ops/s, no limit, "
         f"{plan.step_s:g} s each. Seconds after the end as a share of the demand (the arm's own "
-        f"goodput with no limit: from {WARM_FROM_S:g} s to the overload and from "
+        f"best one-second goodput with no limit: from {WARM_FROM_S:g} s to the overload and from "
         f"{STEADY_FROM_S:g} s after its end on). Errors after: of operations started after the "
         "end (raised after the end, any start, in brackets). Arms one after another on one "
         "server.",
