@@ -30,6 +30,7 @@ import json
 import logging
 import math
 import multiprocessing
+import os
 import random
 import sys
 import threading
@@ -48,7 +49,7 @@ from backpressure.cli import positive_float, positive_int, run_cli
 from backpressure.workload import POLICIES
 from backpressure.workload.driver import received_commands
 from backpressure.workload.policies import default_policy_name, policy_label
-from backpressure.workload.report import machine_info
+from backpressure.workload.report import code_revision, machine_info, run_line
 
 __all__ = [
     "FAULT_GOALS",
@@ -585,16 +586,24 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     def progress(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
+    info = machine_info()
+    load = [os.getloadavg()[0]]
+    started = time.monotonic()
     with EmbeddedServer("replicaset", subprocess=True) as server:
         runs = run_faults(server, policies, plan, progress=progress)
-    text = render_faults_markdown(runs, plan)
+    load.append(os.getloadavg()[0])
+    wall_s = time.monotonic() - started
+    text = run_line(info, load, wall_s) + "\n\n" + render_faults_markdown(runs, plan)
     sys.stdout.write(text)
     if args.markdown is not None:
         args.markdown.write_text(text, encoding="utf-8")
     if args.json is not None:
         current = _current(runs)
         data = {
-            "machine": machine_info(),
+            "machine": info,
+            "load_average": [round(x, 2) for x in load],
+            "wall_s": round(wall_s, 1),
+            "commit": code_revision(),
             "plan": asdict(plan),
             "schedule": [asdict(fault) for fault in fault_schedule(plan.seed, plan.seconds)],
             "runs": [{**run.to_dict(), "goals": judge(run, current)} for run in runs],

@@ -27,7 +27,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,7 +39,7 @@ from backpressure.bench.fleet import FleetPlan, fleet_policies, run_processes
 from backpressure.cli import positive_int, run_cli
 from backpressure.workload.driver import LoadTarget
 from backpressure.workload.policies import default_policy_name, policy_label
-from backpressure.workload.report import machine_info
+from backpressure.workload.report import code_revision, machine_info, run_line
 
 __all__ = [
     "RECOVERY_GOALS",
@@ -302,16 +304,24 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     def progress(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
+    info = machine_info()
+    load = [os.getloadavg()[0]]
+    started = time.monotonic()
     with EmbeddedServer("replicaset", subprocess=True) as server:
         runs = run_recovery(server, policies, plan, progress=progress)
-    text = render_recovery_markdown(runs, plan)
+    load.append(os.getloadavg()[0])
+    wall_s = time.monotonic() - started
+    text = run_line(info, load, wall_s) + "\n\n" + render_recovery_markdown(runs, plan)
     sys.stdout.write(text)
     if args.markdown is not None:
         args.markdown.write_text(text, encoding="utf-8")
     if args.json is not None:
         stock = _stock(runs)
         data = {
-            "machine": machine_info(),
+            "machine": info,
+            "load_average": [round(x, 2) for x in load],
+            "wall_s": round(wall_s, 1),
+            "commit": code_revision(),
             "plan": {**asdict(plan), "rates": [str(rate) for rate in plan.rates]},
             "runs": [
                 {
