@@ -5,8 +5,8 @@ default) for ``--seconds`` (120 by default) against the embedded replica set (it
 real TCP), whose ingress limiter admits ``capacity`` (2,000 ops/s).  Each writer writes
 documents with ids of its own, each written once by the application: most operations are one
 ``update_one({_id}, {$inc: {n: 1}}, upsert=True)``, one in ten a transaction upserting two such
-documents (``with_transaction``); every operation runs under ``pymongo.timeout(1)``.  Each
-writer records what was acknowledged.
+documents in the writer's own collection (``with_transaction``); every operation runs under
+``pymongo.timeout(1)``.  Each writer records what was acknowledged.
 
 From this process, every 1-3 s one fault drawn from ``random.Random(seed)``, the five kinds
 equally likely: the next 1-20 writes' connections closed; the next 1-20 writes blocked for
@@ -68,6 +68,7 @@ __all__ = [
 
 DATABASE = "faults"
 COLLECTION = "docs"
+TRANSACTION_PREFIX = "txn-"
 OVERLOAD_LABELS = ["RetryableError", "SystemOverloadedError"]
 """The labels of an overload rejection (code 462)."""
 
@@ -223,21 +224,22 @@ def _writer_process(
         counts = {"ops": 0, "errors": 0, "transactions": 0}
         lock = threading.Lock()
 
-        def upsert(key: int, session: Any = None) -> None:
-            collection.update_one({"_id": key}, {"$inc": {"n": 1}}, upsert=True, session=session)
+        def upsert(key: int, target: Any = collection, session: Any = None) -> None:
+            target.update_one({"_id": key}, {"$inc": {"n": 1}}, upsert=True, session=session)
 
-        def both(first: int, session: Any) -> None:
-            upsert(first, session)
-            upsert(first + 1, session)
+        def both(first: int, target: Any, session: Any) -> None:
+            upsert(first, target, session)
+            upsert(first + 1, target, session)
 
-        def transaction(first: int) -> None:
+        def transaction(first: int, target: Any) -> None:
             with client.client.start_session() as session:
-                session.with_transaction(functools.partial(both, first))
+                session.with_transaction(functools.partial(both, first, target))
 
         def writer(number: int) -> None:
             rng = random.Random(f"{plan.seed}:{index}:{number}")
             key = index * KEY_SPACE + number * (KEY_SPACE // 1000)
             own_acked: list[int] = []
+            own_collection = client.client[DATABASE][transaction_collection(index, number)]
             own_kinds: dict[str, int] = {}
             ops = errors = transactions = 0
             _wait_until(t0)
@@ -250,7 +252,7 @@ def _writer_process(
                 try:
                     with pymongo.timeout(plan.deadline_s):
                         if in_transaction:
-                            client.call(functools.partial(transaction, keys[0]))
+                            client.call(functools.partial(transaction, keys[0], own_collection))
                         else:
                             client.call(functools.partial(upsert, keys[0]))
                 except PyMongoError as exc:
@@ -369,13 +371,28 @@ class _Controller:
             self.target.set_rate_limit(self.plan.capacity)
 
 
+def transaction_collection(process: int, thread: int) -> str:
+    """The collection one writer's transactions write to.
+
+    The embedded server runs a transaction on a copy of each collection it touches (a
+    copy-on-touch workspace), so a transaction on one shared, growing collection would cost
+    the server time in proportion to the documents every writer has written; one small
+    collection per writer keeps each copy small.
+    """
+    return f"{TRANSACTION_PREFIX}{process}-{thread}"
+
+
 def _read_back(uri: str) -> dict[int, int]:
-    """Every document's ``n`` by id."""
+    """Every document's ``n`` by id (the shared collection and every writer's own)."""
     client: MongoClient[dict[str, Any]] = MongoClient(uri)
     try:
+        database = client[DATABASE]
+        own = [n for n in database.list_collection_names() if n.startswith(TRANSACTION_PREFIX)]
+        names = [COLLECTION, *sorted(own)]
         return {
             int(doc["_id"]): int(doc.get("n", 0))
-            for doc in client[DATABASE][COLLECTION].find({}, {"n": 1})
+            for name in names
+            for doc in database[name].find({}, {"n": 1})
         }
     finally:
         client.close()
@@ -402,8 +419,12 @@ def run_policy_faults(
     target.disable_rate_limit()
     seed_client: MongoClient[dict[str, Any]] = MongoClient(target.uri)
     try:
-        seed_client[DATABASE][COLLECTION].drop()
-        seed_client[DATABASE].create_collection(COLLECTION)  # transactions need it to exist
+        seed_client.drop_database(DATABASE)
+        seed_client[DATABASE].create_collection(COLLECTION)
+        for writer_process in range(plan.processes):  # transactions write to existing ones
+            for writer_thread in range(plan.threads):
+                name = transaction_collection(writer_process, writer_thread)
+                seed_client[DATABASE].create_collection(name)
     finally:
         seed_client.close()
     processes = [
