@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from backpressure.bench.fleet import FleetPlan, run_processes
+from backpressure.bench.fleet import FleetPlan, fleet_policies, run_processes
 from backpressure.bench.recovery import (
     RECOVERY_GOALS,
     STOCK,
@@ -15,10 +17,14 @@ from backpressure.bench.recovery import (
     ratio_to_stock,
     recovery_plan,
     render_recovery_markdown,
+    render_recovery_report,
     run_recovery,
     summarize_recovery,
 )
 from backpressure.testing import EmbeddedServer
+from backpressure.workload.policies import default_policy_name
+
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "adaptive-default"
 
 
 def test_a_lifted_limit_lets_the_thinking_fleet_through(replicaset_server: EmbeddedServer) -> None:
@@ -96,3 +102,14 @@ def test_a_recovery_plan_must_lift_the_limit(replicaset_server: EmbeddedServer) 
         run_recovery(replicaset_server, ["current"], FleetPlan(rates=(100.0, 200.0, 300.0)))
     with pytest.raises(ValueError, match="think_s must be in"):
         FleetPlan(think_s=-1.0)
+
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_the_committed_runs_are_the_rendering_of_their_raw_data(run: int) -> None:
+    """``recovery-run<n>.md`` is exactly what ``render_recovery_report`` makes of its JSON,
+    every policy's row there, the default's first."""
+    data = json.loads((RESULTS / f"recovery-run{run}.json").read_text(encoding="utf-8"))
+    text = (RESULTS / f"recovery-run{run}.md").read_text(encoding="utf-8")
+    assert text == render_recovery_report(data)
+    assert data["runs"][0]["policy"] == default_policy_name()
+    assert {entry["policy"] for entry in data["runs"]} == set(fleet_policies())

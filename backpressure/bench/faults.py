@@ -59,9 +59,11 @@ __all__ = [
     "FaultRun",
     "audit",
     "fault_schedule",
+    "faults_report",
     "judge",
     "main",
     "render_faults_markdown",
+    "render_faults_report",
     "run_faults",
     "run_policy_faults",
 ]
@@ -584,6 +586,41 @@ def render_faults_markdown(runs: Sequence[FaultRun], plan: FaultPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
+def faults_report(
+    runs: Sequence[FaultRun],
+    plan: FaultPlan,
+    info: dict[str, Any],
+    load: Sequence[float],
+    wall_s: float,
+    commit: str,
+) -> dict[str, Any]:
+    """The raw data of one soak of every policy, as written to JSON."""
+    current = _current(runs)
+    return {
+        "machine": info,
+        "load_average": [round(x, 2) for x in load],
+        "wall_s": round(wall_s, 1),
+        "commit": commit,
+        "plan": asdict(plan),
+        "schedule": [asdict(fault) for fault in fault_schedule(plan.seed, plan.seconds)],
+        "runs": [{**run.to_dict(), "goals": judge(run, current)} for run in runs],
+    }
+
+
+def render_faults_report(data: dict[str, Any]) -> str:
+    """The Markdown page of :func:`faults_report`'s data: the run's line, then the table."""
+    plan = FaultPlan(**data["plan"])
+    names = set(FaultRun.__dataclass_fields__)
+    runs = []
+    for entry in data["runs"]:
+        values = {k: v for k, v in entry.items() if k in names}
+        values["ok_bins"] = tuple(values.get("ok_bins", ()))
+        values["error_bins"] = tuple(values.get("error_bins", ()))
+        runs.append(FaultRun(**values))
+    line = run_line(data["machine"], data["load_average"], data["wall_s"], data["commit"])
+    return line + "\n\n" + render_faults_markdown(runs, plan)
+
+
 def _main(argv: Optional[Sequence[str]]) -> int:
     """Parse ``argv`` and soak every policy once on one embedded replica set."""
     parser = argparse.ArgumentParser(
@@ -607,28 +644,18 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     def progress(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    info = machine_info()
+    info, commit = machine_info(), code_revision()
     load = [os.getloadavg()[0]]
     started = time.monotonic()
     with EmbeddedServer("replicaset", subprocess=True) as server:
         runs = run_faults(server, policies, plan, progress=progress)
     load.append(os.getloadavg()[0])
-    wall_s = time.monotonic() - started
-    text = run_line(info, load, wall_s) + "\n\n" + render_faults_markdown(runs, plan)
+    data = faults_report(runs, plan, info, load, time.monotonic() - started, commit)
+    text = render_faults_report(data)
     sys.stdout.write(text)
     if args.markdown is not None:
         args.markdown.write_text(text, encoding="utf-8")
     if args.json is not None:
-        current = _current(runs)
-        data = {
-            "machine": info,
-            "load_average": [round(x, 2) for x in load],
-            "wall_s": round(wall_s, 1),
-            "commit": code_revision(),
-            "plan": asdict(plan),
-            "schedule": [asdict(fault) for fault in fault_schedule(plan.seed, plan.seconds)],
-            "runs": [{**run.to_dict(), "goals": judge(run, current)} for run in runs],
-        }
         args.json.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return 0
 

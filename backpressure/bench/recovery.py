@@ -48,7 +48,9 @@ __all__ = [
     "RecoveryRun",
     "main",
     "recovery_plan",
+    "recovery_report",
     "render_recovery_markdown",
+    "render_recovery_report",
     "run_recovery",
     "summarize_recovery",
 ]
@@ -285,6 +287,47 @@ def render_recovery_markdown(runs: Sequence[RecoveryRun], plan: FleetPlan) -> st
     return "\n".join(lines) + "\n"
 
 
+def recovery_report(
+    runs: Sequence[RecoveryRun],
+    plan: FleetPlan,
+    info: dict[str, Any],
+    load: Sequence[float],
+    wall_s: float,
+    commit: str,
+) -> dict[str, Any]:
+    """The raw data of one run of every policy, as written to JSON."""
+    stock = _stock(runs)
+    return {
+        "machine": info,
+        "load_average": [round(x, 2) for x in load],
+        "wall_s": round(wall_s, 1),
+        "commit": commit,
+        "plan": {**asdict(plan), "rates": [str(rate) for rate in plan.rates]},
+        "runs": [
+            {
+                **run.to_dict(),
+                "ratio_to_stock": ratio_to_stock(run, stock),
+                "goals": judge(run, stock),
+            }
+            for run in runs
+        ],
+    }
+
+
+def render_recovery_report(data: dict[str, Any]) -> str:
+    """The Markdown page of :func:`recovery_report`'s data: the run's line, then the table."""
+    plan = FleetPlan(**{**data["plan"], "rates": tuple(float(r) for r in data["plan"]["rates"])})
+    names = set(RecoveryRun.__dataclass_fields__)
+    runs = []
+    for entry in data["runs"]:
+        values = {k: v for k, v in entry.items() if k in names}
+        values["after_per_s"] = tuple(values["after_per_s"])
+        values["success_bins"] = tuple(values.get("success_bins", ()))
+        runs.append(RecoveryRun(**values))
+    line = run_line(data["machine"], data["load_average"], data["wall_s"], data["commit"])
+    return line + "\n\n" + render_recovery_markdown(runs, plan)
+
+
 def _main(argv: Optional[Sequence[str]]) -> int:
     """Parse ``argv`` and run every policy once on one embedded replica set."""
     parser = argparse.ArgumentParser(
@@ -304,34 +347,18 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     def progress(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    info = machine_info()
+    info, commit = machine_info(), code_revision()
     load = [os.getloadavg()[0]]
     started = time.monotonic()
     with EmbeddedServer("replicaset", subprocess=True) as server:
         runs = run_recovery(server, policies, plan, progress=progress)
     load.append(os.getloadavg()[0])
-    wall_s = time.monotonic() - started
-    text = run_line(info, load, wall_s) + "\n\n" + render_recovery_markdown(runs, plan)
+    data = recovery_report(runs, plan, info, load, time.monotonic() - started, commit)
+    text = render_recovery_report(data)
     sys.stdout.write(text)
     if args.markdown is not None:
         args.markdown.write_text(text, encoding="utf-8")
     if args.json is not None:
-        stock = _stock(runs)
-        data = {
-            "machine": info,
-            "load_average": [round(x, 2) for x in load],
-            "wall_s": round(wall_s, 1),
-            "commit": code_revision(),
-            "plan": {**asdict(plan), "rates": [str(rate) for rate in plan.rates]},
-            "runs": [
-                {
-                    **run.to_dict(),
-                    "ratio_to_stock": ratio_to_stock(run, stock),
-                    "goals": judge(run, stock),
-                }
-                for run in runs
-            ],
-        }
         args.json.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return 0
 

@@ -109,17 +109,17 @@ def code_revision() -> str:
     return commit + ("+" if dirty else "") if commit else "-"
 
 
-def run_line(info: dict[str, Any], load: Sequence[float], wall_s: float) -> str:
+def run_line(info: dict[str, Any], load: Sequence[float], wall_s: float, commit: str) -> str:
     """One sentence naming a run: its date, wall time, machine, load average and code.
 
     ``info`` is :func:`machine_info`'s, ``load`` the 1-minute load average at the start and the
-    end of the run.
+    end of the run, ``commit`` :func:`code_revision`'s.
     """
     return (
         f"Run on {info['date']} ({wall_s:,.0f} s wall), {info['cpu_count']} CPUs, load average "
         f"{load[0]:.1f} at the start and {load[-1]:.1f} at the end (the machine is shared with "
         f"other work), Python {info['python']}, pymongo {info['pymongo']}, backpressure "
-        f"{info['backpressure']} at commit {code_revision()}."
+        f"{info['backpressure']} at commit {commit}."
     )
 
 
