@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
@@ -17,9 +19,14 @@ from backpressure.bench.faults import (
     fault_schedule,
     judge,
     render_faults_markdown,
+    render_faults_report,
     run_policy_faults,
 )
+from backpressure.bench.fleet import fleet_policies
 from backpressure.testing import EmbeddedServer
+from backpressure.workload.policies import default_policy_name
+
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "adaptive-default"
 
 
 def test_the_schedule_is_seeded_and_draws_every_kind() -> None:
@@ -117,3 +124,14 @@ def test_a_bad_plan_names_the_option() -> None:
         FaultPlan(transaction_share=1.5)
     with pytest.raises(ValueError, match=r"FaultPlan\.seconds must be"):
         FaultPlan(seconds=0.0)
+
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_the_committed_soaks_are_the_rendering_of_their_raw_data(run: int) -> None:
+    """``faults-run<n>.md`` is exactly what ``render_faults_report`` makes of its JSON, every
+    policy's row there, the default's first."""
+    data = json.loads((RESULTS / f"faults-run{run}.json").read_text(encoding="utf-8"))
+    text = (RESULTS / f"faults-run{run}.md").read_text(encoding="utf-8")
+    assert text == render_faults_report(data)
+    assert data["runs"][0]["policy"] == default_policy_name()
+    assert {entry["policy"] for entry in data["runs"]} == set(fleet_policies())
