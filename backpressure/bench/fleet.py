@@ -67,7 +67,7 @@ class FleetPlan:
     processes: int = 8
     threads: int = 8
     rates: tuple[float, ...] = (200.0, 100.0, 300.0)
-    """The primary's rate limit in each phase, ops/s."""
+    """The primary's rate limit in each phase, ops/s (``math.inf``: no limit)."""
     step_s: float = 10.0
     """Length of each phase."""
     deadline_s: float = 1.0
@@ -82,6 +82,8 @@ class FleetPlan:
     """Width of the success-time histogram each process returns."""
     start_timeout_s: float = 120.0
     """How long the client processes may take to start and connect."""
+    think_s: float = 0.0
+    """Pause of each thread after each operation (0: back to back)."""
 
     def __post_init__(self) -> None:
         """Validate the numbers."""
@@ -96,6 +98,8 @@ class FleetPlan:
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"FleetPlan.{name} must be a finite number > 0, got {value!r}")
+        if not (0 <= self.think_s < 60 and math.isfinite(self.think_s)):
+            raise ValueError(f"FleetPlan.think_s must be in [0, 60), got {self.think_s!r}")
         if not 0 <= self.settle_s < self.step_s:
             raise ValueError(f"FleetPlan.settle_s must be in [0, step_s), got {self.settle_s!r}")
 
@@ -170,6 +174,7 @@ def _client_process(
         end = t0 + plan.duration_s
         bins = [0] * (int(plan.duration_s / plan.bin_s) + 2)
         error_bins = [0] * len(bins)
+        error_start_bins = [0] * len(bins)
         latencies: list[float] = []
         counts = {"ops": 0, "errors": 0}
         kinds: dict[str, int] = {}
@@ -177,11 +182,13 @@ def _client_process(
 
         def worker(number: int) -> None:
             rng = random.Random(f"{index}:{number}")
+            pause = threading.Event()  # never set: waits of think_s
             own: list[float] = []
             ops = errors = 0
             own_kinds: dict[str, int] = {}
             own_bins: dict[int, int] = {}
             own_error_bins: dict[int, int] = {}
+            own_error_starts: dict[int, int] = {}
             _wait_until(t0)  # the same start instant in every process
             while True:
                 started = time.time()
@@ -201,11 +208,15 @@ def _client_process(
                     own_kinds[name] = own_kinds.get(name, 0) + 1
                     slot = int((time.time() - t0) / plan.bin_s)
                     own_error_bins[slot] = own_error_bins.get(slot, 0) + 1
-                    continue
-                done = time.time()
-                own.append((done - started) * 1000.0)
-                slot = int((done - t0) / plan.bin_s)
-                own_bins[slot] = own_bins.get(slot, 0) + 1
+                    slot = int((started - t0) / plan.bin_s)
+                    own_error_starts[slot] = own_error_starts.get(slot, 0) + 1
+                else:
+                    done = time.time()
+                    own.append((done - started) * 1000.0)
+                    slot = int((done - t0) / plan.bin_s)
+                    own_bins[slot] = own_bins.get(slot, 0) + 1
+                if plan.think_s:
+                    pause.wait(plan.think_s)
             with lock:
                 latencies.extend(own)
                 counts["ops"] += ops
@@ -218,6 +229,9 @@ def _client_process(
                 for slot, n in own_error_bins.items():
                     if 0 <= slot < len(error_bins):
                         error_bins[slot] += n
+                for slot, n in own_error_starts.items():
+                    if 0 <= slot < len(error_start_bins):
+                        error_start_bins[slot] += n
 
         threads = [
             threading.Thread(target=worker, args=(n,), daemon=True) for n in range(plan.threads)
@@ -234,6 +248,7 @@ def _client_process(
                 "successes": counts["ops"] - counts["errors"],
                 "success_bins": bins,
                 "error_bins": error_bins,
+                "error_start_bins": error_start_bins,
                 "latencies_ms": latencies,
                 "error_kinds": kinds,
                 "local_waits": events.waits if events.reported else None,
@@ -392,6 +407,14 @@ def _await_ready(ready: Any, processes: Sequence[Any], timeout: float) -> None:
             raise RuntimeError(f"{waiting} fleet client process(es) not ready after {timeout} s")
 
 
+def _apply_rate(target: LoadTarget, rate: float, plan: FleetPlan) -> None:
+    """Limit the server to ``rate`` ops/s, or lift the limit when ``rate`` is infinite."""
+    if math.isinf(rate):
+        target.disable_rate_limit()
+    else:
+        target.set_rate_limit(rate, burst_seconds=plan.burst_seconds)
+
+
 def run_policy_fleet(target: LoadTarget, policy: str, plan: FleetPlan) -> FleetRun:
     """Run ``plan`` once with every process under ``policy`` and summarise it."""
     collected, received = run_processes(target, [policy] * plan.processes, plan)
@@ -430,14 +453,14 @@ def run_processes(
     collected: list[dict[str, Any]] = []
     try:
         _await_ready(ready, processes, plan.start_timeout_s)
-        target.set_rate_limit(plan.rates[0], burst_seconds=plan.burst_seconds)
+        _apply_rate(target, plan.rates[0], plan)
         target.stats(reset=True)
         t0 = time.time() + 0.2
         start_at.value = t0
         go.set()
         for number, rate in enumerate(plan.rates[1:], start=1):
             _wait_until(t0 + number * plan.step_s)
-            target.set_rate_limit(rate, burst_seconds=plan.burst_seconds)
+            _apply_rate(target, rate, plan)
         _wait_until(t0 + plan.duration_s)
         for _ in processes:
             collected.append(results.get(timeout=plan.deadline_s + 60.0))

@@ -18,10 +18,12 @@ import pymongo
 from backpressure.core.extras import require
 
 __all__ = [
+    "code_revision",
     "fmt",
     "format_table",
     "machine_info",
     "quiet_backpressure_logs",
+    "run_line",
     "write_json",
 ]
 
@@ -78,6 +80,47 @@ def machine_info() -> dict[str, Any]:
         "backpressure": __version__,
         "argv": sys.argv,
     }
+
+
+def code_revision() -> str:
+    """The checkout's short commit (with ``+`` when it has uncommitted changes), or ``-``."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "-"
+    return commit + ("+" if dirty else "") if commit else "-"
+
+
+def run_line(info: dict[str, Any], load: Sequence[float], wall_s: float, commit: str) -> str:
+    """One sentence naming a run: its date, wall time, machine, load average and code.
+
+    ``info`` is :func:`machine_info`'s, ``load`` the 1-minute load average at the start and the
+    end of the run, ``commit`` :func:`code_revision`'s.
+    """
+    return (
+        f"Run on {info['date']} ({wall_s:,.0f} s wall), {info['cpu_count']} CPUs, load average "
+        f"{load[0]:.1f} at the start and {load[-1]:.1f} at the end (the machine is shared with "
+        f"other work), Python {info['python']}, pymongo {info['pymongo']}, backpressure "
+        f"{info['backpressure']} at commit {commit}."
+    )
 
 
 def write_json(path: Path, data: Any) -> None:
