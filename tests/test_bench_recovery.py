@@ -22,7 +22,7 @@ from backpressure.bench.recovery import (
     summarize_recovery,
 )
 from backpressure.testing import EmbeddedServer
-from backpressure.workload.policies import default_policy_name
+from backpressure.workload.arms import default_policy_name
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "adaptive-default"
 

@@ -47,8 +47,8 @@ from pymongo.errors import PyMongoError
 from backpressure.bench.fleet import _await_ready, _wait_until, fleet_policies
 from backpressure.cli import positive_float, positive_int, run_cli
 from backpressure.workload import POLICIES
+from backpressure.workload.arms import default_policy_name, policy_label
 from backpressure.workload.driver import received_commands
-from backpressure.workload.policies import default_policy_name, policy_label
 from backpressure.workload.report import code_revision, machine_info, run_line
 
 __all__ = [

@@ -37,8 +37,8 @@ from typing import Any, Callable, Optional
 
 from backpressure.bench.fleet import FleetPlan, fleet_policies, run_processes
 from backpressure.cli import positive_int, run_cli
+from backpressure.workload.arms import default_policy_name, policy_label
 from backpressure.workload.driver import LoadTarget
-from backpressure.workload.policies import default_policy_name, policy_label
 from backpressure.workload.report import code_revision, machine_info, run_line
 
 __all__ = [
