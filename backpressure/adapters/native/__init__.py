@@ -14,9 +14,8 @@ client:
   attempt cap follow our policy whatever number pymongo passes in.
   ``should_retry`` is ``async def`` only where the loop awaits it (4.17 async).
 * ``client._retry_internal`` is wrapped on the instance (a pass-through around the original,
-  ``@_csot.apply`` included): it makes the operation current in a slot of the installation
-  (a thread-local attribute for a sync client, a context variable for an async one:
-  ``operation.ThreadSlot``, ``TaskSlot``), records success (token deposits, statistics) and
+  ``@_csot.apply`` included): it makes the operation current in a context variable of the
+  installation (thread- and task-local), records success (token deposits, statistics) and
   attaches the retry summary to the raised error.  Until something other than a first-attempt
   success outside a transaction happens, the operation is only a three-item list (the lean
   path, see ``operation.LeanCell``); it is then promoted to a ``TrackedOperation`` (an
@@ -47,13 +46,7 @@ from typing import Any, Callable, Optional
 
 from backpressure.adapters import seams
 from backpressure.adapters.native import async_wrappers, handshake, sync_wrappers
-from backpressure.adapters.native.operation import (
-    LeanCell,
-    OperationSlot,
-    TaskSlot,
-    ThreadSlot,
-    TrackedOperation,
-)
+from backpressure.adapters.native.operation import LeanCell, TrackedOperation
 from backpressure.core.client_state import ClientState
 from backpressure.core.decision import Decision, GiveUp, Retry, StopReason
 
@@ -184,29 +177,27 @@ class _Installation:
             else _PlainRetryPolicy
         )
         self.policy: NativeRetryHook = policy_class(self)
-        is_async = seams.is_async_client(client)
-        self.current: OperationSlot = (
-            TaskSlot("backpressure_native_operation") if is_async else ThreadSlot()
+        self.current: contextvars.ContextVar[Any] = contextvars.ContextVar(
+            "backpressure_native_operation", default=None
         )
-        """Where the operation of this client running in the task (async) or thread (sync) is
-        kept: a ``LeanCell``, a ``TrackedOperation`` or None."""
+        """The operation of this client running in the context: a ``LeanCell``, an
+        ``TrackedOperation`` or None."""
         self.signature: Optional[str] = seams.native_signature(client)
         """The known ``_retry_internal`` signature (``seams.NATIVE_RETRY_INTERNAL_SIGNATURES``'s
         key) the positional wrappers serve; None: the forwarding wrappers are installed."""
         self.retry_arity = seams.retry_internal_arity(client)
         """How many arguments the client's ``_retry_internal`` takes (``self`` left out)."""
-        flavour = async_wrappers if is_async else sync_wrappers
+        flavour = async_wrappers if seams.is_async_client(client) else sync_wrappers
         self.wrappers: dict[str, Callable[..., Any]] = flavour.lean_wrappers(self, client)
         if self.signature is None:
             self.wrappers.update(flavour.forwarding_wrappers(self, client))
 
     def operation(self) -> Optional[TrackedOperation]:
         """Return the current operation of this client, promoting a lean one (None: none)."""
-        slot = self.current
-        value = slot.value
+        value = self.current.get()
         if type(value) is LeanCell:
-            value = slot.value = TrackedOperation.promoted(self, value)
-            # the wrapper still restores the outer value when the operation ends
+            value = TrackedOperation.promoted(self, value)
+            self.current.set(value)  # the wrapper's ``reset`` still restores the outer value
         return value  # type: ignore[no-any-return]
 
     def delegate(self, client: Any, name: str) -> Callable[..., Any]:

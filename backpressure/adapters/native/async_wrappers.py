@@ -13,6 +13,7 @@ the retry policy object in :mod:`backpressure.adapters.native`.
 
 from __future__ import annotations
 
+from contextvars import Token
 from typing import Any, Callable, Optional
 
 from backpressure.adapters import seams
@@ -36,10 +37,8 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     """Build the instance-level wrappers of one client (the async flavour).
 
     The success path is the lean one (see ``native.LeanCell``): per operation a three-item list
-    (the server, the session, the operation) made current in the installation's slot (an
-    attribute of a thread-local for a sync client: no ``ContextVar.set``, see
-    ``operation.ThreadSlot``; a context variable for an async one) and the outer value put back
-    after it, per attempt one store of the selected server, per reply two key lookups, and a
+    (the server, the session, the operation) made current with ``ContextVar.set`` and
+    ``reset``, per attempt one store of the selected server, per reply two key lookups, and a
     lock-free success count written out in the wrapper (``ClientState.count_first_attempt``'s
     lock-free path, which is what ``AttemptCycle.succeeded`` does for a first-attempt success;
     the method itself is called for a server's first success).  ``_retry_internal`` and
@@ -62,7 +61,8 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     retry_internal = installation.delegate(client, "_retry_internal")
     select_server = installation.delegate(client, "_select_server")
     process_response = installation.delegate(client, "_process_response")
-    slot = installation.current
+    current = installation.current
+    current_get, current_set, current_reset = current.get, current.set, current.reset
     active_states = seams.ACTIVE_TRANSACTION_STATES
     server_address = seams.server_address
     operation_class = TrackedOperation
@@ -75,7 +75,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
 
     def finish_failed(exc: BaseException) -> None:
         """Account for the error the loop raised (the operation still current)."""
-        value = slot.value
+        value = current_get()
         if type(value) is cell_class:
             if value[0] is None:
                 return  # no server was ever selected: nothing to account for
@@ -99,13 +99,12 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     ) -> Any:
         state = installation.state
         gate = state.gate
-        outer = slot.value  # None unless called within another operation of this client
         if gate is None or not gate.engaged:
             cell: Any = [None, session, operation]
-            slot.value = cell
+            token = current_set(cell)
         else:
             cell = None
-            slot.value = operation_class(installation, session, operation)
+            token = current_set(operation_class(installation, session, operation))
         try:
             if with_conn_mgr:
                 result = await retry_internal(
@@ -121,10 +120,10 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
             try:
                 finish_failed(exc)
             finally:
-                slot.value = outer
+                current_reset(token)
             raise
-        value = slot.value
-        slot.value = outer
+        value = current_get()
+        current_reset(token)
         if value is not cell:
             value.succeeded()
             return result
@@ -151,7 +150,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
         deprioritized_servers: Optional[list[Any]] = None,
         operation_id: Optional[int] = None,
     ) -> Any:
-        value = slot.value
+        value = current_get()
         if (
             type(value) is cell_class
             and value[0] is None
@@ -176,8 +175,8 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
         if type(value) is not cell_class:
             tracked = value
         elif value[0] is None:  # the first attempt of a statement in a transaction
-            tracked = slot.value = operation_class(installation, value[1], value[2])
-            # the ``_retry_internal`` wrapper restores the outer value when the operation ends
+            tracked = operation_class(installation, value[1], value[2])
+            current_set(tracked)  # the wrapper's ``reset`` still restores the outer value
         else:
             tracked = installation.operation()
         if tracked is None:  # not within an operation of ours
@@ -187,7 +186,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     async def _process_response(reply: Any, session: Any) -> Any:
         if type(reply) is not dict_class or "errorLabels" in reply or "baseBackoffMS" in reply:
             seams.sanitize_reply(reply)
-        value = slot.value
+        value = current_get()
         if type(value) is operation_class and value.opens_transaction:
             value.reply_received(reply, session)
         return await process_response(ref(), reply, session)
@@ -209,34 +208,33 @@ def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Ca
     ref = installation.client_ref
     retry_internal = installation.delegate(client, "_retry_internal")
     select_server = installation.delegate(client, "_select_server")
-    slot = installation.current
+    current = installation.current
 
-    def failed(outer: Any, exc: BaseException) -> None:
+    def failed(token: Token[Any], exc: BaseException) -> None:
         try:
-            slot.value.raised(exc)
+            current.get().raised(exc)
         finally:
-            slot.value = outer
+            current.reset(token)
 
-    def succeeded(outer: Any) -> None:
-        operation = slot.value
-        slot.value = outer
+    def succeeded(token: Token[Any]) -> None:
+        operation = current.get()
+        current.reset(token)
         operation.succeeded()
 
     async def _retry_internal(*args: Any, **kwargs: Any) -> Any:
         session = seams.retry_internal_argument(args, kwargs, "session")
         operation = seams.retry_internal_argument(args, kwargs, "operation")
-        outer = slot.value
-        slot.value = TrackedOperation(installation, session, operation)
+        token = current.set(TrackedOperation(installation, session, operation))
         try:
             result = await retry_internal(ref(), *args, **kwargs)
         except BaseException as exc:
-            failed(outer, exc)
+            failed(token, exc)
             raise
-        succeeded(outer)
+        succeeded(token)
         return result
 
     async def _select_server(*args: Any, **kwargs: Any) -> Any:
-        tracked = slot.value
+        tracked = current.get()
         if type(tracked) is not TrackedOperation:
             return await select_server(ref(), *args, **kwargs)
         return await _select_tracked(tracked, select_server, ref(), args, kwargs)

@@ -12,7 +12,6 @@ installation on one client (``native._Installation``).
 from __future__ import annotations
 
 import contextvars
-import threading
 import time
 from typing import Any, Callable, Optional, Protocol
 
@@ -23,15 +22,7 @@ from backpressure.core.cycle import AttemptCycle, Backoff
 from backpressure.core.decision import Decision, GiveUp, StopReason
 from backpressure.core.labels import has_no_writes_performed
 
-__all__ = [
-    "Installation",
-    "LeanCell",
-    "OperationSlot",
-    "TaskSlot",
-    "ThreadSlot",
-    "TrackedOperation",
-    "avoid_paced",
-]
+__all__ = ["Installation", "LeanCell", "TrackedOperation", "avoid_paced"]
 
 
 class Installation(Protocol):
@@ -48,9 +39,9 @@ class Installation(Protocol):
         ...
 
     @property
-    def current(self) -> OperationSlot:
-        """Where the operation of this client running in the thread (sync) or task (async) is
-        kept: its ``value`` is a lean cell, an operation or None."""
+    def current(self) -> contextvars.ContextVar[Any]:
+        """The operation of this client running in the context: a lean cell, an operation or
+        None."""
         ...
 
     @property
@@ -65,45 +56,6 @@ class Installation(Protocol):
     def delegate(self, client: Any, name: str) -> Callable[..., Any]:
         """Return what the wrapper of ``name`` calls, as ``delegate(client, *args, **kwargs)``."""
         ...
-
-
-class OperationSlot(Protocol):
-    """Holds the operation of one client running in the current thread or task."""
-
-    value: Any
-    """A :data:`LeanCell`, a :class:`TrackedOperation` or None."""
-
-
-class ThreadSlot(threading.local):
-    """The sync flavour's :class:`OperationSlot`: one value per thread.
-
-    A thread-local attribute, not a context variable: ``ContextVar.set`` makes a new context,
-    which empties the lookup cache of every context variable, and pymongo reads its own
-    (``_csot``) many times per operation: that re-lookup cost more than everything else the
-    wrappers do.  A sync pymongo operation runs in the thread that called it.
-    """
-
-    value: Any = None
-
-
-class TaskSlot:
-    """The async flavour's :class:`OperationSlot`: one value per task (a context variable)."""
-
-    __slots__ = ("_var",)
-
-    def __init__(self, name: str) -> None:
-        """Create the slot's context variable, named ``name``."""
-        self._var: contextvars.ContextVar[Any] = contextvars.ContextVar(name, default=None)
-
-    @property
-    def value(self) -> Any:
-        """The value in the current context (None by default)."""
-        return self._var.get()
-
-    @value.setter
-    def value(self, value: Any) -> None:
-        """Set the value in the current context."""
-        self._var.set(value)
 
 
 class TrackedOperation(AttemptCycle):
