@@ -193,16 +193,14 @@ class _AsyncRetryLoop:
         client = self._client
         if avoided:
             seams.keep_candidate_servers(client)  # the filter steers this selection only
-        # The class's method: our instance override (``_select_server`` below) passes a call
-        # with ``deprioritized_servers`` given straight to it.
-        self._server = await type(client)._select_server(
-            client,
+        # Through the instance: the hedging wrapper (``adapters/hedging.py``) sits there.
+        self._server = await client._select_server(
             self._selector,
             self._session,
             self._operation,
-            self._address,
-            avoided,
-            self._operation_id,
+            address=self._address,
+            deprioritized_servers=avoided,
+            operation_id=self._operation_id,
         )
         server = self._server
         # Asked again after the selection (which may have waited): a server pushing back
