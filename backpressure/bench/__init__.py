@@ -522,9 +522,11 @@ def _overhead_md(section: dict[str, Any]) -> list[str]:
         if same
         else []
     )
+    note = section.get("note")
     return [
         "## Overhead without overload",
         "",
+        *([str(note), ""] if note else []),
         f"Stock `pymongo.MongoClient` against `backpressure.MongoClient` with the default preset "
         f"(`{section['preset']}`), same server, no overload; pymongo "
         f"{section.get('pymongo', 'unknown')}, the native adapter's "

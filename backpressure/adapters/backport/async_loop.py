@@ -66,6 +66,8 @@ __all__ = [
 
 # pymongo >= 4.17 moved some of these names; the backport only runs on 4.9-4.16.
 _CLIENT_MODULE: Any = _mongo_client
+_ACTIVE_STATES = seams.ACTIVE_TRANSACTION_STATES
+_STARTING_STATES = seams.STARTING_TRANSACTION_STATES
 _CLIENT_CLASS: Any = _CLIENT_MODULE.AsyncMongoClient
 
 
@@ -113,8 +115,8 @@ class _AsyncRetryLoop:
             state,
             self._operation_name,
             address_of=seams.server_address,
-            opens_transaction=not seams.outside_transaction(session)
-            and seams.transaction_starting(session),
+            opens_transaction=session is not None
+            and session._transaction.state in _STARTING_STATES,  # seams.transaction_starting
         )
 
     def _operation_name(self) -> str:
@@ -130,7 +132,11 @@ class _AsyncRetryLoop:
         if self._retryable and not self._is_read and session is not None:
             self._start_retryable_write(session)
         while True:
-            if self._is_retrying() and _shared.csot_expired():
+            if (
+                (self._retrying or self._bulk is not None)
+                and self._is_retrying()
+                and (_shared.csot_expired())
+            ):
                 self._deadline_passed()
             try:
                 result = await self._read_once() if self._is_read else await self._write_once()
@@ -181,11 +187,14 @@ class _AsyncRetryLoop:
         """Select the server for the next attempt, avoiding the deprioritized ones."""
         self._server = None
         cycle = self._cycle
-        paced = cycle.paced()
+        gate = cycle.gate  # ``cycle.paced()`` written out (twice): the success path's cost
+        paced = gate.is_paced if gate is not None and gate.engaged else None
         avoided = self._deprioritized if paced is None else self._avoided(paced)
+        client = self._client
         if avoided:
-            seams.keep_candidate_servers(self._client)  # the filter steers this selection only
-        self._server = await self._client._select_server(
+            seams.keep_candidate_servers(client)  # the filter steers this selection only
+        # Through the instance: the hedging wrapper (``adapters/hedging.py``) sits there.
+        self._server = await client._select_server(
             self._selector,
             self._session,
             self._operation,
@@ -196,7 +205,7 @@ class _AsyncRetryLoop:
         server = self._server
         # Asked again after the selection (which may have waited): a server pushing back
         # meanwhile paces this attempt too.  Nothing paced: send without asking.
-        if paced is not None or cycle.paced() is not None:
+        if paced is not None or (gate is not None and gate.engaged):
             step = cycle.admit(server, _shared.csot_deadline)
             if step is not SEND:
                 await carry_out(cycle, step)
@@ -240,7 +249,8 @@ class _AsyncRetryLoop:
                     self._watch_batches(conn)
                 session = self._session
                 if (
-                    not seams.outside_transaction(session)
+                    session is not None
+                    and session._transaction.state in _ACTIVE_STATES  # seams.outside_transaction
                     and self._operation_name() == "commitTransaction"
                 ):
                     self._commit_attempt = seams.commit_attempt(session)

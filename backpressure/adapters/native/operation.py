@@ -69,35 +69,28 @@ class TrackedOperation(AttemptCycle):
     """
 
     __slots__ = (
-        "args",
         "backoff",
         "commit_attempt",
         "decision",
         "in_transaction",
         "installation",
-        "kwargs",
+        "operation",
         "pinned",
         "session",
     )
 
-    def __init__(
-        self, installation: Installation, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> None:
-        """Track one ``_retry_internal(*args, **kwargs)`` call on ``installation``'s client."""
+    def __init__(self, installation: Installation, session: Any, operation: Any) -> None:
+        """Track one ``_retry_internal`` call on ``installation``'s client, made with
+        ``session`` and ``operation`` (its arguments of those names)."""
         self.installation = installation
-        self.args = args
-        self.kwargs = kwargs
         self.decision: Optional[Decision] = None
         self.backoff = 0.0
         """A backoff the executor sleeps at the next server selection (only with a sleep hook,
         ``ClientState.sleep``: pymongo's own loop is then handed a delay of 0)."""
-        if kwargs:
-            session = seams.retry_internal_argument(args, kwargs, "session")
-            operation = seams.retry_internal_argument(args, kwargs, "operation")
-        else:  # the wrappers pass every argument positionally
-            session, operation = args[1], args[3]
         self.session = session
         """The session argument of the ``_retry_internal`` call (None when absent)."""
+        self.operation = operation
+        """The operation argument of the ``_retry_internal`` call (see ``name``)."""
         state = None if session is None else session._transaction.state
         self.in_transaction = state in seams.ACTIVE_TRANSACTION_STATES
         super().__init__(
@@ -126,9 +119,7 @@ class TrackedOperation(AttemptCycle):
     def name(self) -> str:
         """The operation's name, for the pacing's events and the retry bookkeeping (read from
         the call's arguments only when needed)."""
-        return seams.operation_name(
-            seams.retry_internal_argument(self.args, self.kwargs, "operation")
-        )
+        return seams.operation_name(self.operation)
 
     def attempt_started(self, server: Any) -> None:
         """Record an attempt (the cycle records a classic retry pymongo made without asking)."""
@@ -206,7 +197,8 @@ class TrackedOperation(AttemptCycle):
 
 
 LeanCell = list
-"""An operation on the lean path: ``[first selected Server or None, args, kwargs]``.
+"""An operation on the lean path: ``[first selected Server or None, session, operation]`` (the
+last two: the arguments of the ``_retry_internal`` call of those names).
 
 While an operation of a client without pacing has neither failed nor been retried and is not
 in a transaction, this three-item list is all there is of it: the ``_retry_internal`` wrapper

@@ -23,6 +23,7 @@ from backpressure.adapters.native.operation import (
     TrackedOperation,
     avoid_paced,
 )
+from backpressure.core.client_state import LEAN_BATCH
 from backpressure.core.cycle import SEND
 
 # isort: split
@@ -36,13 +37,15 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     """Build the instance-level wrappers of one client (the sync flavour).
 
     The success path is the lean one (see ``native.LeanCell``): per operation a three-item list
-    made current with ``ContextVar.set`` and ``reset``, per attempt one store of the selected
-    server, per reply two key lookups, and a lock-free success count
-    (``ClientState.count_first_attempt``, which is what ``AttemptCycle.succeeded`` does for a
-    first-attempt success).  ``_retry_internal`` and ``_select_server`` take
-    pymongo's exact parameters (``seams.NATIVE_RETRY_INTERNAL_SIGNATURES``, probed on install;
-    ``_retry_internal`` takes the longest known one and passes on as many arguments as the
-    client's own takes) and pass them on positionally: forwarding ``*args, **kwargs`` cost more
+    (the server, the session, the operation) made current with ``ContextVar.set`` and
+    ``reset``, per attempt one store of the selected server, per reply two key lookups, and a
+    lock-free success count written out in the wrapper (``ClientState.count_first_attempt``'s
+    lock-free path, which is what ``AttemptCycle.succeeded`` does for a first-attempt success;
+    the method itself is called for a server's first success).  ``_retry_internal`` and
+    ``_select_server`` take pymongo's exact parameters
+    (``seams.NATIVE_RETRY_INTERNAL_SIGNATURES``, probed on install; ``_retry_internal`` takes
+    the longest known one and passes on as many arguments as the client's own takes) and pass
+    them on positionally, without building a tuple: forwarding ``*args, **kwargs`` cost more
     than everything else the wrappers do.
     A client with pacing (adaptive policy) takes the lean path too while none of its servers is
     paced (``PacingGate.engaged`` is False; its successes are counted for the pacing in
@@ -65,8 +68,10 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     operation_class = TrackedOperation
     cell_class = LeanCell
     dict_class = dict
-    no_kwargs: dict[str, Any] = {}  # the wrappers pass every argument positionally
-    arity = installation.retry_arity  # 11 before pymongo 4.20.1 (no conn_mgr), 12 from it
+    # 11 arguments before pymongo 4.20.1 (no conn_mgr), 12 from it: the call below passes as
+    # many as the client's own ``_retry_internal`` takes, the cell keeps all twelve.
+    with_conn_mgr = installation.retry_arity > 11
+    batch_every = LEAN_BATCH
 
     def finish_failed(exc: BaseException) -> None:
         """Account for the error the loop raised (the operation still current)."""
@@ -92,27 +97,25 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
         is_aggregate_write: bool = False,
         conn_mgr: Any = None,
     ) -> Any:
-        args = (
-            func,
-            session,
-            bulk,
-            operation,
-            is_read,
-            address,
-            read_pref,
-            retryable,
-            operation_id,
-            is_run_command,
-            is_aggregate_write,
-            conn_mgr,
-        )[:arity]
-        gate = installation.state.gate
+        state = installation.state
+        gate = state.gate
         if gate is None or not gate.engaged:
-            token = current_set([None, args, no_kwargs])
+            cell: Any = [None, session, operation]
+            token = current_set(cell)
         else:
-            token = current_set(operation_class(installation, args, no_kwargs))
+            cell = None
+            token = current_set(operation_class(installation, session, operation))
         try:
-            result = retry_internal(ref(), *args)
+            if with_conn_mgr:
+                result = retry_internal(
+                    ref(), func, session, bulk, operation, is_read, address, read_pref,
+                    retryable, operation_id, is_run_command, is_aggregate_write, conn_mgr,
+                )  # fmt: skip
+            else:
+                result = retry_internal(
+                    ref(), func, session, bulk, operation, is_read, address, read_pref,
+                    retryable, operation_id, is_run_command, is_aggregate_write,
+                )  # fmt: skip
         except BaseException as exc:
             try:
                 finish_failed(exc)
@@ -121,11 +124,22 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
             raise
         value = current_get()
         current_reset(token)
-        if type(value) is cell_class:
-            # A first-attempt success without pacing: AttemptCycle.succeeded's first branch.
-            installation.state.count_first_attempt(value[0], server_address)
-        else:
+        if value is not cell:
             value.succeeded()
+            return result
+        # A first-attempt success without pacing: AttemptCycle.succeeded's first branch, that
+        # is ``ClientState.count_first_attempt`` written out (its lock-free path).
+        server = cell[0]
+        entry = state.lean.get(server) if state.lean_success else None
+        if entry is None:
+            state.count_first_attempt(server, server_address)
+            return result
+        count = next(entry[0])
+        budget = entry[1]
+        if not budget.full:
+            budget.record_success(retried=False)
+        if entry[2] is not None and not count % batch_every:
+            entry[2]()
         return result
 
     def _select_server(
@@ -208,7 +222,9 @@ def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Ca
         operation.succeeded()
 
     def _retry_internal(*args: Any, **kwargs: Any) -> Any:
-        token = current.set(TrackedOperation(installation, args, kwargs))
+        session = seams.retry_internal_argument(args, kwargs, "session")
+        operation = seams.retry_internal_argument(args, kwargs, "operation")
+        token = current.set(TrackedOperation(installation, session, operation))
         try:
             result = retry_internal(ref(), *args, **kwargs)
         except BaseException as exc:
@@ -242,7 +258,8 @@ def _select_tracked(
     if tracked.backoff:  # a backoff the client's sleep hook sleeps (see TrackedOperation)
         seconds, tracked.backoff = tracked.backoff, 0.0
         pause(tracked.state, seconds)
-    paced = tracked.paced()
+    gate = tracked.gate  # ``tracked.paced()`` written out (every statement of a transaction)
+    paced = gate.is_paced if gate is not None and gate.engaged else None
     if paced is None:  # nothing is paced: select and send without asking
         server = select_server(client, *args, **kwargs)
     else:

@@ -72,9 +72,11 @@ def resume_transaction(session: Any) -> None:
 def pinned_address(session: Any) -> Optional[tuple[str, int]]:
     """The mongos address a transaction is pinned to, or None (no transaction, not pinned, or
     pinned to a load balancer connection, which cannot be pinned again by address)."""
-    if outside_transaction(session):
+    if session is None:
         return None
     transaction = session._transaction
+    if transaction.state not in ACTIVE_TRANSACTION_STATES:  # outside_transaction, written out
+        return None
     if getattr(transaction, "conn_mgr", None) is not None:
         return None
     address = transaction.pinned_address
