@@ -5,8 +5,19 @@ from __future__ import annotations
 import pytest
 
 from backpressure.bench.fleet import QUICK
-from backpressure.bench.mixed_fleet import STOCK, Half, MixedRun, render, run_mixed
+from backpressure.bench.mixed_fleet import (
+    STOCK,
+    Half,
+    MixedRun,
+    main,
+    mixed_report,
+    render,
+    render_mixed_report,
+    run_mixed,
+    upgraded_policies,
+)
 from backpressure.testing import EmbeddedServer
+from backpressure.workload.report import machine_info
 
 
 def test_a_quick_mixed_fleet_reports_each_half(replicaset_server: EmbeddedServer) -> None:
@@ -32,3 +43,37 @@ def test_the_goal_needs_both_the_share_and_the_error_rate() -> None:
     assert not MixedRun(stock, Half("adaptive", 4, 800, 200, 600), 0).met  # 86 %
     assert not MixedRun(stock, Half("adaptive", 4, 1100, 400, 700), 0).met  # 36 % errors
     assert MixedRun(stock, Half("adaptive", 4, 900, 200, 700), 0).share == pytest.approx(1.0)
+
+
+def test_the_default_policys_runs_come_first_and_unknown_names_are_usage_errors(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--policy`` lists the upgraded policies; the default preset's runs come first, a name
+    given twice runs once, and a name that is no package policy is a usage error naming it."""
+    assert upgraded_policies("adaptive,current") == ["current", "adaptive"]
+    assert upgraded_policies("draft, adaptive,draft") == ["draft", "adaptive"]
+    for bad in ("", "bogus", STOCK):
+        with pytest.raises(ValueError, match="--policy"):
+            upgraded_policies(bad)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--policy", "adaptive,bogus"])
+    assert exit_info.value.code == 2
+    assert "'bogus' is not a package policy" in capsys.readouterr().err
+
+
+def test_the_page_is_rendered_from_the_raw_data_with_the_run_line() -> None:
+    """The JSON keeps each run's stock share and both halves; the page is the run's line, then
+    the table the runs give, the default's runs first as they were run."""
+    stock = Half(STOCK, 1, 100, 10, 90)
+    runs = [
+        (1, MixedRun(stock, Half("current", 7, 700, 70, 630), 900)),
+        (1, MixedRun(stock, Half("adaptive", 7, 650, 50, 600), 850)),
+    ]
+    info = machine_info()
+    data = mixed_report(runs, QUICK, info, [1.0, 2.0], 12.5, "abc1234")
+    assert [entry["stock_processes"] for entry in data["runs"]] == [1, 1]
+    assert data["runs"][1]["upgraded"]["policy"] == "adaptive"
+    page = render_mixed_report(data)
+    line, table = page.split("\n\n", 1)
+    assert "abc1234" in line
+    assert table == render(runs, QUICK.processes)

@@ -545,7 +545,6 @@ def render_faults_markdown(runs: Sequence[FaultRun], plan: FaultPlan) -> str:
         "transactions",
         "stored",
         "attempts/op",
-        "errors by kind",
     ]
     lines = [
         f"{plan.processes} processes x {plan.threads} writers, {plan.seconds:g} s, deadline "
@@ -561,7 +560,6 @@ def render_faults_markdown(runs: Sequence[FaultRun], plan: FaultPlan) -> str:
     for run in runs:
         ratio = "-" if current is None or not current.acked else f"{run.acked / current.acked:.3f}"
         attempts = run.server_received / run.operations if run.operations else 0.0
-        kinds = ", ".join(f"{name} {n:,}" for name, n in run.error_kinds.items()) or "-"
         cells = [
             policy_label(run.policy),
             f"{run.acked:,}",
@@ -574,9 +572,12 @@ def render_faults_markdown(runs: Sequence[FaultRun], plan: FaultPlan) -> str:
             f"{run.transactions:,}",
             f"{run.stored:,}",
             f"{attempts:.2f}",
-            kinds,
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Errors by kind:", ""]
+    for run in runs:
+        kinds = ", ".join(f"{name} {n:,}" for name, n in run.error_kinds.items()) or "none"
+        lines.append(f"- **{policy_label(run.policy)}**: {kinds}")
     lines += ["", "Goals:", ""]
     for run in runs:
         verdicts = ", ".join(

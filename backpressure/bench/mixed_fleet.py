@@ -3,18 +3,22 @@
 ``python -m backpressure.bench.mixed_fleet`` runs the fleet benchmark's plan (8 processes x 8
 threads, capacity 200 -> 100 -> 300 ops/s, 1 s deadline; :mod:`backpressure.bench.fleet`) with
 a share of the processes on stock pymongo (``pymongo-native``, pymongo's own overload retries)
-and the rest on a package policy (``adaptive`` by default), in one run per share (1, 4 and 7
-of 8 by default), each ``--runs`` times.  Every row is one half of one run: its processes, its
+and the rest on a package policy, in one run per share (1, 4 and 7 of 8 by default) and
+policy (``--policy``: the default preset, ``current``, then ``adaptive``), each ``--runs``
+times.  Every row is one half of one run: its processes, its
 operations and error rate, the mean successes of one of its processes and, for the upgraded
 half, that as a share of a stock process's (the coexistence goal: >= 95 %, at an error rate no
-higher than the stock half's).  The stock half's row comes first in every run.
+higher than the stock half's).  The stock half's row comes first in every run, and the default
+policy's runs come first.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,10 +26,25 @@ from typing import Any, Optional
 
 from backpressure.bench.fleet import FleetPlan, run_processes
 from backpressure.cli import positive_int, run_cli
-from backpressure.workload.arms import policy_label
+from backpressure.workload.arms import (
+    POLICY_NAMES,
+    default_first,
+    default_policy_name,
+    policy_label,
+)
 from backpressure.workload.metrics import coexists
+from backpressure.workload.report import code_revision, machine_info, run_line
 
-__all__ = ["Half", "MixedRun", "main", "render", "run_mixed"]
+__all__ = [
+    "Half",
+    "MixedRun",
+    "main",
+    "mixed_report",
+    "render",
+    "render_mixed_report",
+    "run_mixed",
+    "upgraded_policies",
+]
 
 STOCK = "pymongo-native"
 """Stock pymongo's own overload retries (the processes not yet upgraded)."""
@@ -111,36 +130,105 @@ def render(runs: Sequence[tuple[int, MixedRun]], processes: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def mixed_report(
+    runs: Sequence[tuple[int, MixedRun]],
+    plan: FleetPlan,
+    info: dict[str, Any],
+    load: Sequence[float],
+    wall_s: float,
+    commit: str,
+) -> dict[str, Any]:
+    """The raw data of one invocation (every share and policy), as written to JSON."""
+    return {
+        "machine": info,
+        "load_average": [round(x, 2) for x in load],
+        "wall_s": round(wall_s, 1),
+        "commit": commit,
+        "processes": plan.processes,
+        "runs": [
+            {"stock_processes": stock, **asdict(run), "share": run.share, "met": run.met}
+            for stock, run in runs
+        ],
+    }
+
+
+def render_mixed_report(data: dict[str, Any]) -> str:
+    """The Markdown page of :func:`mixed_report`'s data: the run's line, then the table."""
+    runs = [
+        (
+            int(entry["stock_processes"]),
+            MixedRun(Half(**entry["stock"]), Half(**entry["upgraded"]), entry["server_received"]),
+        )
+        for entry in data["runs"]
+    ]
+    line = run_line(data["machine"], data["load_average"], data["wall_s"], data["commit"])
+    return line + "\n\n" + render(runs, int(data["processes"]))
+
+
+def upgraded_policies(spec: str) -> list[str]:
+    """The comma-separated policies of ``--policy``, the default preset's first.
+
+    Raises:
+        ValueError: a name is not a policy of the benchmarks, or none is given.
+    """
+    names = [part.strip() for part in spec.split(",") if part.strip()]
+    if not names:
+        raise ValueError("--policy: give at least one policy")
+    for name in names:
+        if name not in POLICY_NAMES or name == STOCK:
+            known = ", ".join(n for n in POLICY_NAMES if n != STOCK)
+            raise ValueError(f"--policy: {name!r} is not a package policy (known: {known})")
+    return default_first(list(dict.fromkeys(names)))
+
+
 def _main(argv: Optional[Sequence[str]]) -> int:
     """Parse ``argv``, run every share ``--runs`` times on one embedded replica set."""
     parser = argparse.ArgumentParser(
         prog="python -m backpressure.bench.mixed_fleet",
         description="Each half of a mixed fleet: stock pymongo processes beside upgraded ones.",
     )
-    parser.add_argument("--policy", default="adaptive", help="the upgraded processes' policy")
+    parser.add_argument(
+        "--policy",
+        default=f"{default_policy_name()},adaptive",
+        help="the upgraded processes' policies, comma-separated (the default's runs come first)",
+    )
     parser.add_argument(
         "--stock", default="1,4,7", help="stock processes per run, comma-separated (of 8)"
     )
     parser.add_argument("--runs", type=positive_int, default=1, help="repetitions of the set")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the page")
     args = parser.parse_args(argv)
     shares = [int(part) for part in args.stock.split(",") if part]
+    try:
+        policies = upgraded_policies(args.policy)
+    except ValueError as exc:
+        parser.error(str(exc))
     from backpressure.testing.server.embedded import EmbeddedServer
 
     plan = FleetPlan()
     runs: list[tuple[int, MixedRun]] = []
+    info, commit = machine_info(), code_revision()
+    load = [os.getloadavg()[0]]
+    started = time.monotonic()
     with EmbeddedServer("replicaset", subprocess=True) as server:
-        for _ in range(args.runs):
-            for stock in shares:
-                print(f"stock {stock} of {plan.processes} ...", file=sys.stderr, flush=True)
-                runs.append((stock, run_mixed(server, stock, args.policy, plan)))
-    sys.stdout.write(render(runs, plan.processes))
+        for policy in policies:
+            for _ in range(args.runs):
+                for stock in shares:
+                    print(
+                        f"{policy}: stock {stock} of {plan.processes} ...",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    runs.append((stock, run_mixed(server, stock, policy, plan)))
+    load.append(os.getloadavg()[0])
+    data = mixed_report(runs, plan, info, load, time.monotonic() - started, commit)
+    text = render_mixed_report(data)
+    sys.stdout.write(text)
+    if args.markdown is not None:
+        args.markdown.write_text(text, encoding="utf-8")
     if args.json is not None:
-        rows = [
-            {"stock": stock, **asdict(run), "share": run.share, "met": run.met}
-            for stock, run in runs
-        ]
-        args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+        args.json.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
