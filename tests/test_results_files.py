@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,9 @@ from backpressure.workload.arms import default_policy_name, policy_label
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 
 
-@pytest.mark.parametrize("stem", ["latest", "overload", "fleet-run2"])
+@pytest.mark.parametrize(
+    "stem", ["latest", "overload", "fleet-run2", "adaptive-default/fleet-run2"]
+)
 def test_a_results_page_is_the_rendering_of_its_raw_data(stem: str) -> None:
     """``<stem>.md`` is exactly what ``render_markdown`` makes of ``<stem>.json``."""
     report = json.loads((RESULTS / f"{stem}.json").read_text(encoding="utf-8"))
@@ -189,6 +192,106 @@ def prose_figures() -> dict[str, str]:
         "fleet_minutes": f"{fleet_s / 60:.0f}",
         "total_minutes": f"{(bench_s + fleet_s) / 60:.0f}",
         **_operator_view_figures(),
+        **_real_goal_figures(),
+    }
+
+
+def _both_runs(stem: str) -> list[list[dict[str, Any]]]:
+    """The policies' rows of ``adaptive-default/<stem>-run1.json`` and ``-run2.json``."""
+    folder = RESULTS / "adaptive-default"
+    return [
+        json.loads((folder / f"{stem}-run{n}.json").read_text(encoding="utf-8"))["runs"]
+        for n in (1, 2)
+    ]
+
+
+def _row(rows: list[dict[str, Any]], policy: str) -> dict[str, Any]:
+    """The row of ``policy`` in one run."""
+    return next(row for row in rows if row["policy"] == policy)
+
+
+def _real_goal_figures() -> dict[str, str]:
+    """The figures of the committed real recovery, fault-soak and mixed-fleet runs."""
+    recovery, soaks = _both_runs("recovery"), _both_runs("faults")
+
+    def first_second(policy: str) -> str:
+        return " and ".join(f"{_row(rows, policy)['shares'][0] * 100:.0f} %" for rows in recovery)
+
+    def acked(policy: str) -> str:
+        return " and ".join(
+            f"{_row(rows, policy)['acked'] / _row(rows, 'current')['acked']:.2f}" for rows in soaks
+        )
+
+    def errors(policy: str) -> str:
+        return " and ".join(f"{_row(rows, policy)['errors']:,}" for rows in soaks)
+
+    mixed = json.loads(
+        (RESULTS / "adaptive-default" / "mixed-fleet-run4.json").read_text(encoding="utf-8")
+    )
+
+    def shares(policy: str) -> str:
+        found = [
+            f"{run['share'] * 100:.0f} %"
+            for run in mixed["runs"]
+            if run["upgraded"]["policy"] == policy
+        ]
+        return ", ".join(found[:-1]) + " and " + found[-1]
+
+    def percent_acked(policy: str) -> str:
+        return " and ".join(
+            f"{100 * _row(rows, policy)['acked'] / _row(rows, 'current')['acked']:.1f} %"
+            for rows in soaks
+        )
+
+    def run_pairs(rows_of_runs: list[list[dict[str, Any]]], text: Any) -> str:
+        return "; ".join(text(rows) for rows in rows_of_runs)
+
+    today = json.loads(
+        (RESULTS / "adaptive-default" / "fleet-run2.json").read_text(encoding="utf-8")
+    )
+    fleets = {
+        run["shape"]: run
+        for shape in today["fleet"]
+        for run in shape["runs"]
+        if run["policy"] == "adaptive"
+    }
+
+    def fleet(shape: str) -> str:
+        run = fleets[shape]
+        return (
+            f"{run['error_fraction'] * 100:.1f} % errors at {run['attempts_per_op']:.2f} "
+            f"attempts per operation, Jain {run['jain']:.3f}"
+        )
+
+    return {
+        "today_8x8": fleet("8x8"),
+        "today_4x16": fleet("4x16"),
+        "soak_adaptive_pct": percent_acked("adaptive"),
+        "soak_stock_pct": percent_acked("pymongo-native"),
+        "soak_error_pairs": run_pairs(
+            soaks,
+            lambda rows: (
+                f"{_row(rows, 'adaptive')['errors']:,} against {_row(rows, 'current')['errors']:,}"
+            ),
+        ),
+        "recovery_current_vs_stock": " in the first run, ".join(
+            f"{_row(rows, 'current')['shares'][0] * 100:.0f} % against "
+            + ("stock's " if n == 0 else "")
+            + f"{_row(rows, 'pymongo-native')['shares'][0] * 100:.0f} %"
+            for n, rows in enumerate(recovery)
+        ),
+        "recovery_adaptive_ratio": " and ".join(
+            f"{_row(rows, 'adaptive')['ratio_to_stock']:.2f}" for rows in recovery
+        ),
+        "real_recovery_adaptive": first_second("adaptive"),
+        "real_recovery_stock": first_second("pymongo-native"),
+        "real_recovery_current": first_second("current"),
+        "soak_adaptive_acked": acked("adaptive"),
+        "soak_stock_acked": acked("pymongo-native"),
+        "soak_adaptive_errors": errors("adaptive"),
+        "soak_current_errors": errors("current"),
+        "real_mixed_adaptive": shares("adaptive"),
+        "real_mixed_current": shares("current"),
     }
 
 
@@ -273,6 +376,41 @@ PROSE: list[tuple[str, str]] = [
     ),
     ("docs/observability.md", "({ov_reopened_after} s after the limit was lifted here)"),
     ("docs/observability.md", "> `{ov_reopened_line}`"),
+    (
+        "docs/benchmarks.md",
+        "`adaptive` acked {soak_adaptive_pct} of `current`'s writes, with fewer errors "
+        "({soak_error_pairs}); stock pymongo, whose retry loop `current` shares, acked "
+        "{soak_stock_pct} of `current`'s in the same runs",
+    ),
+    (
+        "docs/benchmarks.md",
+        "(`current` has stock pymongo's retry loop: {recovery_current_vs_stock} in the second)",
+    ),
+    (
+        "docs/benchmarks.md",
+        "`adaptive`'s first second was {real_recovery_adaptive} of the demand",
+    ),
+    ("docs/benchmarks.md", "its 1-4 s ratio to stock was {recovery_adaptive_ratio}."),
+    (
+        "docs/adaptive.md",
+        "8 x 8 fleet {today_8x8}, and in the 4 x 16 fleet {today_4x16}",
+    ),
+    (
+        "docs/adaptive.md",
+        "an adaptive process got {real_mixed_adaptive} of a stock process's successes at 1, 4 and "
+        "7 stock processes of 8, where a process on the default got {real_mixed_current}",
+    ),
+    (
+        "docs/adaptive.md",
+        "serves {real_recovery_adaptive} of the demand with `adaptive`, {real_recovery_stock} with "
+        "stock pymongo and {real_recovery_current} with the default",
+    ),
+    (
+        "docs/adaptive.md",
+        "`adaptive` acked {soak_adaptive_acked} of the default's writes, with fewer errors "
+        "({soak_adaptive_errors} against {soak_current_errors}); stock pymongo, which runs the "
+        "default's loop, acked {soak_stock_acked} of them in the same runs",
+    ),
 ]
 """(page, sentence with placeholders of ``prose_figures``): each page says exactly that."""
 

@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import logging
 import math
 import multiprocessing
-import os
 import random
 import sys
 import threading
@@ -45,11 +43,12 @@ from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
 from backpressure.bench.fleet import _await_ready, _wait_until, fleet_policies
+from backpressure.bench.publish import publish_run
 from backpressure.cli import positive_float, positive_int, run_cli
 from backpressure.workload import POLICIES
 from backpressure.workload.arms import default_policy_name, policy_label
 from backpressure.workload.driver import received_commands
-from backpressure.workload.report import code_revision, machine_info, run_line
+from backpressure.workload.report import run_line
 
 __all__ = [
     "FAULT_GOALS",
@@ -640,24 +639,19 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     plan = FaultPlan(
         processes=args.processes, threads=args.threads, seconds=args.seconds, seed=args.seed
     )
-    from backpressure.testing.server.embedded import EmbeddedServer
 
     def progress(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    info, commit = machine_info(), code_revision()
-    load = [os.getloadavg()[0]]
-    started = time.monotonic()
-    with EmbeddedServer("replicaset", subprocess=True) as server:
-        runs = run_faults(server, policies, plan, progress=progress)
-    load.append(os.getloadavg()[0])
-    data = faults_report(runs, plan, info, load, time.monotonic() - started, commit)
-    text = render_faults_report(data)
-    sys.stdout.write(text)
-    if args.markdown is not None:
-        args.markdown.write_text(text, encoding="utf-8")
-    if args.json is not None:
-        args.json.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    publish_run(
+        lambda server: run_faults(server, policies, plan, progress=progress),
+        lambda runs, info, load, wall_s, commit: faults_report(
+            runs, plan, info, load, wall_s, commit
+        ),
+        render_faults_report,
+        markdown=args.markdown,
+        json_path=args.json,
+    )
     return 0
 
 

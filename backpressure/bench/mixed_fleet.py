@@ -15,16 +15,14 @@ policy's runs come first.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from backpressure.bench.fleet import FleetPlan, run_processes
+from backpressure.bench.publish import publish_run
 from backpressure.cli import positive_int, run_cli
 from backpressure.workload.arms import (
     POLICY_NAMES,
@@ -33,7 +31,7 @@ from backpressure.workload.arms import (
     policy_label,
 )
 from backpressure.workload.metrics import coexists
-from backpressure.workload.report import code_revision, machine_info, run_line
+from backpressure.workload.report import run_line
 
 __all__ = [
     "Half",
@@ -204,14 +202,10 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         policies = upgraded_policies(args.policy)
     except ValueError as exc:
         parser.error(str(exc))
-    from backpressure.testing.server.embedded import EmbeddedServer
-
     plan = FleetPlan()
-    runs: list[tuple[int, MixedRun]] = []
-    info, commit = machine_info(), code_revision()
-    load = [os.getloadavg()[0]]
-    started = time.monotonic()
-    with EmbeddedServer("replicaset", subprocess=True) as server:
+
+    def run(server: Any) -> list[tuple[int, MixedRun]]:
+        runs = []
         for policy in policies:
             for _ in range(args.runs):
                 for stock in shares:
@@ -221,14 +215,17 @@ def _main(argv: Optional[Sequence[str]]) -> int:
                         flush=True,
                     )
                     runs.append((stock, run_mixed(server, stock, policy, plan)))
-    load.append(os.getloadavg()[0])
-    data = mixed_report(runs, plan, info, load, time.monotonic() - started, commit)
-    text = render_mixed_report(data)
-    sys.stdout.write(text)
-    if args.markdown is not None:
-        args.markdown.write_text(text, encoding="utf-8")
-    if args.json is not None:
-        args.json.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        return runs
+
+    publish_run(
+        run,
+        lambda runs, info, load, wall_s, commit: mixed_report(
+            runs, plan, info, load, wall_s, commit
+        ),
+        render_mixed_report,
+        markdown=args.markdown,
+        json_path=args.json,
+    )
     return 0
 
 

@@ -25,21 +25,19 @@ after the end.  Goals: >= 90 % of the demand within 1 s; >= 95 % of stock's from
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from backpressure.bench.fleet import FleetPlan, fleet_policies, run_processes
+from backpressure.bench.publish import publish_run
 from backpressure.cli import positive_int, run_cli
 from backpressure.workload.arms import default_policy_name, policy_label
 from backpressure.workload.driver import LoadTarget
-from backpressure.workload.report import code_revision, machine_info, run_line
+from backpressure.workload.report import run_line
 
 __all__ = [
     "RECOVERY_GOALS",
@@ -342,24 +340,19 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     args = parser.parse_args(argv)
     policies = [p for p in args.policies.split(",") if p] if args.policies else None
     plan = recovery_plan(args.processes, args.threads)
-    from backpressure.testing.server.embedded import EmbeddedServer
 
     def progress(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    info, commit = machine_info(), code_revision()
-    load = [os.getloadavg()[0]]
-    started = time.monotonic()
-    with EmbeddedServer("replicaset", subprocess=True) as server:
-        runs = run_recovery(server, policies, plan, progress=progress)
-    load.append(os.getloadavg()[0])
-    data = recovery_report(runs, plan, info, load, time.monotonic() - started, commit)
-    text = render_recovery_report(data)
-    sys.stdout.write(text)
-    if args.markdown is not None:
-        args.markdown.write_text(text, encoding="utf-8")
-    if args.json is not None:
-        args.json.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    publish_run(
+        lambda server: run_recovery(server, policies, plan, progress=progress),
+        lambda runs, info, load, wall_s, commit: recovery_report(
+            runs, plan, info, load, wall_s, commit
+        ),
+        render_recovery_report,
+        markdown=args.markdown,
+        json_path=args.json,
+    )
     return 0
 
 
