@@ -130,6 +130,10 @@ class ClientState:
         """Split ``listeners`` by the protocols they implement."""
         self._retry_listeners = _retry_listeners(self.listeners)
         self._operation_listeners: tuple[Any, ...] = _operation_listeners(self.listeners)
+        self.timed: bool = bool(self._operation_listeners)
+        """Whether operations starting now are timed (an operation listener, such as the
+        metrics, wants their duration and name): the executors read the clock at an operation's
+        start only then (``AttemptCycle.started_at``)."""
         if self.gate is not None:
             self.gate.listeners = self.listeners
         budget = self.controller.budget
@@ -217,14 +221,20 @@ class ClientState:
                 self.logger.exception("backpressure operation listener %r failed", listener)
 
     def first_attempt_succeeded(
-        self, server: Optional[Address], *, paced_counted: bool = False
+        self,
+        server: Optional[Address],
+        *,
+        paced_counted: bool = False,
+        operation: Optional[str] = None,
+        duration: Optional[float] = None,
     ) -> None:
         """Record an operation that succeeded on its first attempt on ``server``.
 
         The adapters' success path: a token deposit, the statistics' counters, the pacing's
         count of admitted replies (unless ``paced_counted``: the adapter handed the reply to it),
-        and for operation listeners (metrics) one finished event, cached per server so nothing
-        is allocated after the first.
+        and for operation listeners (metrics) one finished event: for a timed operation
+        (``duration`` given) with its ``operation`` name and duration, otherwise cached per
+        server so nothing is allocated after the first.
         """
         self.controller.record_success(retried=False, server=server)
         self.stats.first_attempt_succeeded(server)
@@ -232,6 +242,18 @@ class ClientState:
         if not paced_counted and isinstance(pacing, ClientPacers):
             pacing.record(server, overloaded=False)
         if not self._operation_listeners:
+            return
+        if duration is not None:
+            self._notify(
+                OperationFinishedEvent(
+                    operation=operation,
+                    attempt_servers=(server,),
+                    retry_delays=(),
+                    succeeded=True,
+                    stop_reason=None,
+                    duration=duration,
+                )
+            )
             return
         event = self._first_attempt_events.get(server)
         if event is None:
@@ -283,12 +305,14 @@ class ClientState:
         *,
         opens_transaction: bool = False,
         criticality: Optional[Criticality] = None,
+        started: Optional[float] = None,
     ) -> OperationRetries:
         """Start the retry bookkeeping of one operation (one call of the retry loop).
 
         ``opens_transaction``: the operation is the first statement of a transaction.
         ``criticality``: the operation's criticality when the caller knows it (the simulator);
-        None: from ``settings`` (critical when nothing says otherwise).
+        None: from ``settings`` (critical when nothing says otherwise).  ``started``: when a
+        timed operation started, on the controller's clock (None: untimed).
         """
         controller = self.controller
         known = criticality
@@ -309,4 +333,5 @@ class ClientState:
             on_finished=self.operation_finished,
             criticality=criticality,
             opens_transaction=opens_transaction,
+            started=started,
         )

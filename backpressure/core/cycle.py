@@ -22,7 +22,10 @@ the cycle never sleeps, sends or reads a clock it was not given.  One attempt go
 
 The per-operation record (:class:`~backpressure.core.operation.OperationRetries` and its ledger)
 is created only when something other than a first-attempt success happens, so the success path
-allocates nothing but the cycle itself.  Era-specific rules (pymongo's classic retryable reads and
+allocates nothing but the cycle itself.  A cycle is timed only while its client has an operation
+listener (``ClientState.timed``: metrics are on): it then reads the client's clock when it is
+created (``started_at``) and when the operation ends, and the finished event carries the
+operation's name and duration.  Era-specific rules (pymongo's classic retryable reads and
 writes, transaction fix-ups) stay in the executors; they reach the record through
 :meth:`AttemptCycle.record`.
 """
@@ -111,6 +114,7 @@ class AttemptCycle:
         "pushed_back",
         "retries",
         "server",
+        "started_at",
         "state",
     )
 
@@ -154,6 +158,8 @@ class AttemptCycle:
         """The server pushed the last attempt back (its retry goes ahead of the pacing queue)."""
         self.processed = False
         """A reply to the statement opening a transaction came before ``retries`` existed."""
+        self.started_at: Optional[float] = state.controller.clock() if state.timed else None
+        """When the operation started, on the client's clock, if it is timed (None: not)."""
 
     # -- the per-operation record -------------------------------------------------------------
 
@@ -176,6 +182,7 @@ class AttemptCycle:
                 self.name(),
                 opens_transaction=self.opens_transaction,
                 criticality=self._criticality,
+                started=self.started_at,
             )
             first = self.first
             if first is not _NONE:
@@ -253,7 +260,7 @@ class AttemptCycle:
         retries = self.record()
         retries.stopped(exc.reason)
         attach_summary(exc, retries.summary())
-        retries.ended()
+        retries.ended(exc)
         return Stop(exc, exc.reason)
 
     # -- sending and the reply ----------------------------------------------------------------
@@ -315,12 +322,20 @@ class AttemptCycle:
         self.attempt_open = False
         retries = self.retries
         if retries is None:
-            first = self.first
+            first = None if self.first is _NONE else self.first
+            started = self.started_at
+            if started is not None:  # timed: the event carries the name and the duration
+                state = self.state
+                state.first_attempt_succeeded(
+                    None if first is None else self._address_of(first),
+                    paced_counted=counted,
+                    operation=self.name(),
+                    duration=state.controller.clock() - started,
+                )
+                return
             # A first attempt sent unpaced is counted for the pacing by the lean count (in
             # batches); a paced one was handed to the pacing above.
-            self.state.count_first_attempt(
-                None if first is _NONE else first, self._address_of, paced_counted=counted
-            )
+            self.state.count_first_attempt(first, self._address_of, paced_counted=counted)
         else:
             retries.succeeded()
 
@@ -367,4 +382,4 @@ class AttemptCycle:
         if summary.stop_reason is None and reason is not None:
             summary = dataclasses.replace(summary, stop_reason=reason)
         attach_summary(error, summary)
-        retries.ended()
+        retries.ended(error)

@@ -72,8 +72,16 @@ class OperationFinishedEvent:
     ``retry_delays`` the backoff granted after each failed attempt (one per retry).
     ``stop_reason`` is set when the operation gave up on an overload error (what listeners get
     a ``GiveUpEvent`` for); it is None when it succeeded and when it failed on an error that has
-    nothing to do with overload.  ``operation`` is None for first-attempt successes, whose
-    command name is not resolved (to keep the success path cheap).
+    nothing to do with overload.
+
+    An operation is timed when its client had an operation listener (metrics, or one of yours)
+    as it started: ``duration`` is then the seconds from its start to its end on the client's
+    monotonic clock, retries, backoffs and local waits included.  An untimed operation (no
+    listener: the cheapest success path reads no clock) has ``duration`` None, and ``operation``
+    None when it succeeded on its first attempt (its command name is not resolved either).
+    ``error_type`` is set when the operation failed: ``SystemOverloadedError`` for a server's
+    overload error, otherwise the exception's class name (``LocalOverloadError`` for a local
+    refusal); ``error_code`` is the server's error code when the error has one.
     """
 
     operation: Optional[str]
@@ -81,6 +89,14 @@ class OperationFinishedEvent:
     retry_delays: tuple[float, ...]
     succeeded: bool
     stop_reason: Optional[StopReason]
+    duration: Optional[float] = None
+    error_type: Optional[str] = None
+    error_code: Optional[int] = None
+
+    @property
+    def server(self) -> Optional[Address]:
+        """The server of the last attempt (None when unknown or when nothing was sent)."""
+        return self.attempt_servers[-1] if self.attempt_servers else None
 
     @property
     def attempts(self) -> int:

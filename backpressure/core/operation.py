@@ -17,6 +17,7 @@ import logging
 from collections.abc import Sequence
 from typing import Callable, Optional
 
+from backpressure.core.adaptive import LocalOverloadError
 from backpressure.core.decision import Decision, GiveUp, Retry, RetryController, StopReason
 from backpressure.core.events import (
     Address,
@@ -27,12 +28,12 @@ from backpressure.core.events import (
     RetrySummary,
     attach_summary,
 )
-from backpressure.core.labels import error_labels, is_overload
+from backpressure.core.labels import SYSTEM_OVERLOADED, error_labels, is_overload
 from backpressure.core.ledger import AttemptLedger, AttemptOutcome
 from backpressure.core.log_limit import LogRateLimit
 from backpressure.core.overrides import Criticality
 
-__all__ = ["BudgetWarnings", "OperationRetries"]
+__all__ = ["BudgetWarnings", "OperationRetries", "error_type"]
 
 _LOGGER = logging.getLogger("backpressure")
 
@@ -56,6 +57,18 @@ def _error_code(error: BaseException) -> Optional[int]:
     except Exception:
         return None
     return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def error_type(error: BaseException) -> str:
+    """The class of error an operation ended with, as metrics name it (``error.type``).
+
+    ``SystemOverloadedError`` for a server's overload error (whatever pymongo class carries
+    the label), otherwise the exception's class name (``LocalOverloadError`` for a local
+    refusal, though it carries the label too).
+    """
+    if is_overload(error) and not isinstance(error, LocalOverloadError):
+        return SYSTEM_OVERLOADED
+    return type(error).__name__
 
 
 def _describe(error: BaseException) -> str:
@@ -89,6 +102,7 @@ class OperationRetries:
         on_finished: Optional[Callable[[OperationFinishedEvent], None]] = None,
         criticality: Criticality = Criticality.CRITICAL,
         opens_transaction: bool = False,
+        started: Optional[float] = None,
     ) -> None:
         """Start tracking ``operation`` (a command name) under ``controller``.
 
@@ -98,8 +112,11 @@ class OperationRetries:
         gives up (the client's statistics and metrics).  ``criticality`` is the operation's hint
         from ``backpressure.overrides`` (for a policy that sheds sheddable work first).
         ``opens_transaction``: the operation is the first statement of a transaction.
+        ``started``: when the operation started on the controller's clock, for a timed
+        operation (its finished event then has a ``duration``); None: untimed.
         """
         self._controller = controller
+        self._started = started
         self._budget_warnings = (
             BudgetWarnings(clock=controller.clock) if budget_warnings is None else budget_warnings
         )
@@ -204,25 +221,35 @@ class OperationRetries:
             except Exception:
                 self._logger.exception("backpressure retry listener %r failed", listener)
 
-    def ended(self) -> None:
-        """Report the operation as finished with an error, if no outcome was reported yet.
+    def ended(self, error: Optional[BaseException] = None) -> None:
+        """Report the operation as finished with ``error``, if no outcome was reported yet.
 
         For adapters whose operation raises without a decision of the core (e.g. no server
         could be selected for a granted retry).
         """
-        self._finish(succeeded=False, reason=self._stop_reason)
+        self._finish(succeeded=False, reason=self._stop_reason, error=error)
 
-    def _finish(self, *, succeeded: bool, reason: Optional[StopReason]) -> None:
+    def _finish(
+        self,
+        *,
+        succeeded: bool,
+        reason: Optional[StopReason],
+        error: Optional[BaseException] = None,
+    ) -> None:
         """Send the ``OperationFinishedEvent`` (once) to ``on_finished``."""
         callback, self._on_finished = self._on_finished, None
         if callback is None:
             return
+        started = self._started
         event = OperationFinishedEvent(
             operation=self._operation,
             attempt_servers=tuple(record.server for record in self._ledger.records),
             retry_delays=tuple(self._delays),
             succeeded=succeeded,
             stop_reason=reason,
+            duration=None if started is None else self._controller.clock() - started,
+            error_type=None if error is None else error_type(error),
+            error_code=None if error is None else _error_code(error),
         )
         try:
             callback(event)
@@ -336,7 +363,7 @@ class OperationRetries:
                     decision.reason.value,
                     _describe(error),
                 )
-            self._finish(succeeded=False, reason=None)
+            self._finish(succeeded=False, reason=None, error=error)
             return
         level = logging.INFO
         note = ""
@@ -376,4 +403,4 @@ class OperationRetries:
                 listener.gave_up(event)
             except Exception:
                 self._logger.exception("backpressure retry listener %r failed", listener)
-        self._finish(succeeded=False, reason=decision.reason)
+        self._finish(succeeded=False, reason=decision.reason, error=error)

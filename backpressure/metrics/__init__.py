@@ -9,13 +9,14 @@ Turning them on is one call; neither library is imported before it::
 
 Without ``clients`` the metrics cover every client enabled now and later; with ``clients`` only
 those.  Calling again for the same registry or meter provider returns the same object.  What is
-measured: operations by outcome, the retries and the total backoff of each retried operation
-(histograms, as gRPC's A96 retry metrics), retries (by operation, server, retry number and
-error code), give-ups by reason, each client's budget tokens, the amplification (attempts over
-operations) of the last ``window`` seconds, the adaptive policy's local waits (by server, and
-their seconds) and local refusals (by reason), and hedged reads.  Names and attributes follow
-OpenTelemetry's semantic conventions where one exists; the Prometheus names are the
-OpenTelemetry ones under its Prometheus mapping.
+measured: the duration of every operation (OpenTelemetry's ``db.client.operation.duration``,
+timed only while metrics are on), operations by outcome, the retries and the total backoff of
+each retried operation (histograms, as gRPC's A96 retry metrics), retries (by operation,
+server, retry number and error code), give-ups by reason, each client's budget tokens, the
+amplification (attempts over operations) of the last ``window`` seconds, the adaptive policy's
+local waits (by server, and their seconds) and local refusals (by reason), and hedged reads.
+Names and attributes follow OpenTelemetry's semantic conventions where one exists; the
+Prometheus names are the OpenTelemetry ones under its Prometheus mapping.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ __all__ = [
     "AMPLIFICATION",
     "BACKOFF_BUCKETS",
     "BUDGET_TOKENS",
+    "DURATION_BUCKETS",
     "GIVEUPS",
     "HEDGES",
     "LOCAL_REFUSALS",
@@ -47,6 +48,7 @@ __all__ = [
     "LOCAL_WAIT_DURATION",
     "METRICS",
     "OPERATIONS",
+    "OPERATION_DURATION",
     "OPERATION_RETRIES",
     "OPERATION_RETRY_DELAY",
     "PACING_BACKLOG",
@@ -63,6 +65,7 @@ __all__ = [
     "MetricSpec",
     "MetricsBackend",
     "MetricsListener",
+    "duration_attributes",
     "pacing_value",
     "server_attributes",
 ]
@@ -92,6 +95,10 @@ BACKOFF_BUCKETS: tuple[float, ...] = (
 )
 """Histogram bounds of backoff delays and local waits in seconds (one retry's ceiling is 10 s
 by default; an operation's total may be several)."""
+
+DURATION_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
+"""Histogram bounds of operation durations in seconds: the boundaries OpenTelemetry's database
+client metrics advise for ``db.client.operation.duration``."""
 
 DB_SYSTEM = "mongodb"
 """The value of ``db.system.name`` (OpenTelemetry's well-known name for MongoDB)."""
@@ -138,6 +145,14 @@ class MetricSpec:
 _OPERATION = ("db.system.name", "db.operation.name")
 _SERVER = ("server.address", "server.port")
 
+OPERATION_DURATION = MetricSpec(
+    "db.client.operation.duration",
+    "histogram",
+    "s",
+    "Duration of database client operations (retries, backoffs and local waits included).",
+    (*_OPERATION, "error.type", "db.response.status_code", *_SERVER),
+    DURATION_BUCKETS,
+)
 OPERATIONS = MetricSpec(
     "backpressure.client.operations",
     "counter",
@@ -291,6 +306,7 @@ def pacing_value(metric: MetricSpec, snapshot: ServerPacerSnapshot) -> Optional[
 
 
 METRICS: tuple[MetricSpec, ...] = (
+    OPERATION_DURATION,
     OPERATIONS,
     OPERATION_RETRIES,
     OPERATION_RETRY_DELAY,
@@ -310,6 +326,25 @@ METRICS: tuple[MetricSpec, ...] = (
 def server_attributes(server: Optional[Address]) -> dict[str, AttributeValue]:
     """``server.address`` and ``server.port`` of ``server`` (none when it is unknown)."""
     return {} if server is None else {"server.address": server[0], "server.port": server[1]}
+
+
+def duration_attributes(event: OperationFinishedEvent) -> dict[str, AttributeValue]:
+    """The attributes of ``db.client.operation.duration`` for a finished operation.
+
+    ``db.system.name``, ``db.operation.name`` (the command), the last attempt's
+    ``server.address`` and ``server.port`` when known, and for a failure ``error.type`` and
+    ``db.response.status_code`` (when the error has a code).
+    """
+    attributes: dict[str, AttributeValue] = {
+        "db.system.name": DB_SYSTEM,
+        "db.operation.name": event.operation or "unknown",
+    }
+    if event.error_type is not None:
+        attributes["error.type"] = event.error_type
+    if event.error_code is not None:
+        attributes["db.response.status_code"] = str(event.error_code)
+    attributes.update(server_attributes(event.server))
+    return attributes
 
 
 _SUCCEEDED: dict[str, AttributeValue] = {
@@ -511,11 +546,15 @@ class MetricsListener:
             self._backend.record(GIVEUPS, 1, {"backpressure.reason": _reason_label(event)})
 
     def operation_finished(self, event: OperationFinishedEvent) -> None:
-        """Count a finished operation; for a retried one, record its retries and backoff."""
+        """Count a finished operation and record its duration (when it was timed); for a
+        retried one, record its retries and backoff."""
         if self._closed:
             return
         backend = self._backend
         backend.record(OPERATIONS, 1, _SUCCEEDED if event.succeeded else _FAILED)
+        duration = event.duration
+        if duration is not None:
+            backend.record(OPERATION_DURATION, duration, duration_attributes(event))
         retries = event.retries
         if retries:
             attributes: dict[str, AttributeValue] = {

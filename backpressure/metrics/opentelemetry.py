@@ -2,18 +2,18 @@
 
 Instruments of the meter ``backpressure``: one per metric of
 ``backpressure.metrics._recorder.METRICS``, with its name, unit and attributes
-(``backpressure.client.operations``, ``backpressure.client.operation.retries``,
-``backpressure.client.operation.retry_delay``, ``backpressure.retries``,
-``backpressure.giveups``, ``backpressure.budget.tokens``, ``backpressure.amplification``,
-``backpressure.local.waits``, ``backpressure.local.wait.duration``,
-``backpressure.local.refusals``, ``backpressure.hedges``, and per server of an adaptive
-client, observed from its pacer at collection time, ``backpressure.pacing.paced``,
-``backpressure.pacing.rate``, ``backpressure.pacing.waiting``, ``backpressure.pacing.backlog``,
-``backpressure.pacing.competing`` (gauges) and ``backpressure.pacing.pushbacks`` (an observable
-counter)).  The two per-operation histograms
+(``db.client.operation.duration``, ``backpressure.client.operations``,
+``backpressure.client.operation.retries``, ``backpressure.client.operation.retry_delay``,
+``backpressure.retries``, ``backpressure.giveups``, ``backpressure.budget.tokens``,
+``backpressure.amplification``, ``backpressure.local.waits``,
+``backpressure.local.wait.duration``, ``backpressure.local.refusals``, ``backpressure.hedges``,
+and per server of an adaptive client, observed from its pacer at collection time,
+``backpressure.pacing.paced``, ``backpressure.pacing.rate``, ``backpressure.pacing.waiting``,
+``backpressure.pacing.backlog``, ``backpressure.pacing.competing`` (gauges) and
+``backpressure.pacing.pushbacks`` (an observable counter)).  The two per-operation histograms
 take the shape of gRPC's retry metrics (proposal A96); the attributes follow OpenTelemetry's
 semantic conventions where one exists (``db.system.name``, ``db.operation.name``,
-``server.address``, ``server.port``, ``db.response.status_code``).
+``server.address``, ``server.port``, ``db.response.status_code``, ``error.type``).
 """
 
 from __future__ import annotations

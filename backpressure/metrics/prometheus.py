@@ -3,7 +3,8 @@
 One custom collector per registry serves, at scrape time, every metric of
 ``backpressure.metrics._recorder.METRICS`` under its OpenTelemetry name mapped to Prometheus
 (``MetricSpec.prometheus_name``; the labels are the attributes with underscores for dots):
-``backpressure_client_operations_total``, ``backpressure_client_operation_retries`` and
+``db_client_operation_duration_seconds`` (histogram), ``backpressure_client_operations_total``,
+``backpressure_client_operation_retries`` and
 ``backpressure_client_operation_retry_delay_seconds`` (histograms), ``backpressure_retries_total``,
 ``backpressure_giveups_total``, ``backpressure_budget_tokens`` and
 ``backpressure_amplification_ratio`` (gauges), ``backpressure_local_waits_total``,

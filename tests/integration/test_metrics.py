@@ -14,19 +14,20 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
-from pymongo.errors import PyMongoError
+from pymongo.errors import DuplicateKeyError, PyMongoError
 
 import backpressure
 import backpressure.metrics
 import backpressure.switch.registry
 from backpressure import ADAPTIVE, DRAFT, LocalOverloadError
-from backpressure.metrics._recorder import METRICS
+from backpressure.metrics._recorder import DURATION_BUCKETS, METRICS
 from backpressure.switch.client import budget as budget_of
 from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
     NEVER_WAIT_TWICE,
     ClientFactory,
+    RetryRecorder,
     enabled_client,
     overload_fail_point,
     resolve,
@@ -38,6 +39,8 @@ pytestmark = pytest.mark.timeout(60)
 FAST = DRAFT.replace(max_retries=3, base_backoff=0.001)
 FAMILIES = {metric.prometheus_name for metric in METRICS}
 """Every family the Prometheus exporter serves (counters without their ``_total``)."""
+DURATION = "db_client_operation_duration_seconds"
+"""The Prometheus family of ``db.client.operation.duration``."""
 LOCAL = {
     "backpressure_local_waits",
     "backpressure_local_wait_duration_seconds",
@@ -253,6 +256,12 @@ async def test_prometheus_counts_local_waits_and_refusals(
     assert [(s.name, s.labels, s.value) for s in giveups] == [
         ("backpressure_giveups_total", {"backpressure_reason": "local_wait_limit"}, 1.0)
     ]
+    # The reads lasted at least the local wait they were held for; the refusal's error type.
+    durations = families[DURATION]
+    reads = _value(durations, f"{DURATION}_sum", db_operation_name="find")
+    assert reads >= _value(seconds, f"{name}_sum")
+    refused = {"db_operation_name": "insert", "error_type": "LocalOverloadError"}
+    assert _value(durations, f"{DURATION}_count", **refused) == 1
 
 
 def test_prometheus_enable_twice_returns_the_same_exporter(registry: CollectorRegistry) -> None:
@@ -321,6 +330,7 @@ async def test_opentelemetry_instruments_with_units(
     await _retry_twice_then_give_up(client, standalone_server)
     points = _otel_points(reader)
     assert {name: unit for name, (unit, _) in points.items()} == {
+        "db.client.operation.duration": "s",
         "backpressure.client.operations": "{operation}",
         "backpressure.client.operation.retries": "{retry}",
         "backpressure.client.operation.retry_delay": "s",
@@ -528,3 +538,160 @@ async def test_opentelemetry_observes_each_servers_pacing(
     stats_rate = backpressure.stats(client).pacing[(host, port)].rate
     assert stats_rate is not None
     assert 2.0 <= rate.value <= stats_rate  # the stats are read later: the rate only grew
+
+
+BACKING_OFF = FAST.replace(base_backoff=0.02)
+"""Three retries of backoffs in tens of milliseconds (jitter 1): an operation's duration is
+measurably longer than its first attempt."""
+
+
+def _full_jitter() -> float:
+    """A random source pinned to 1 (the full backoff)."""
+    return 1.0
+
+
+async def _four_outcomes(client: Any, server: EmbeddedServer) -> None:
+    """A find that succeeds at once, an insert retried twice, one that gives up after 4
+    attempts on overload, and one failing at once on a duplicate key."""
+    await resolve(client.db.coll.find_one({}))
+    server.configure_fail_point(overload_fail_point(["insert"], times=2))
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    server.configure_fail_point(overload_fail_point(["insert"]))
+    with pytest.raises(PyMongoError):
+        await resolve(client.db.coll.insert_one({"_id": 2}))
+    server.configure_fail_point({"configureFailPoint": "failCommand", "mode": "off"})
+    with pytest.raises(DuplicateKeyError):
+        await resolve(client.db.coll.insert_one({"_id": 1}))
+
+
+async def test_prometheus_operation_duration(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    registry: CollectorRegistry,
+    retries: RetryRecorder,
+) -> None:
+    """db.client.operation.duration of a client enabled before the exporter: one series per
+    command and outcome, with the server and, for a failure, its error type and code; a retried
+    operation lasts at least its backoffs; the semantic conventions' buckets."""
+    client = enabled_client(
+        clients, standalone_server.uri, BACKING_OFF, backpressure_class=False,
+        listeners=[retries], random=_full_jitter,
+    )  # fmt: skip
+    backpressure.metrics.enable_prometheus(registry)
+    state = state_of(client)
+    assert state is not None
+    assert state.timed
+    host, port = standalone_server.addresses[0]
+    await _four_outcomes(client, standalone_server)
+    samples = _scrape(registry)[DURATION]
+    where = {"db_system_name": "mongodb", "server_address": host, "server_port": str(port)}
+    counts = {
+        tuple(s.labels[k] for k in ("db_operation_name", "error_type", "db_response_status_code")):
+        s.value
+        for s in samples
+        if s.name == f"{DURATION}_count" and all(s.labels[k] == v for k, v in where.items())
+    }  # fmt: skip
+    assert counts == {
+        ("find", "", ""): 1,
+        ("insert", "", ""): 1,
+        ("insert", "SystemOverloadedError", "462"): 1,
+        ("insert", "DuplicateKeyError", "11000"): 1,
+    }
+    delays = retries.delays
+    assert len(delays) == 2 + 3
+    assert min(delays) > 0
+    retried = _value(samples, f"{DURATION}_sum", db_operation_name="insert", error_type="")
+    assert retried >= sum(delays[:2])
+    gave_up = _value(samples, f"{DURATION}_sum", error_type="SystemOverloadedError")
+    assert gave_up >= sum(delays[2:])
+    assert 0.0 < _value(samples, f"{DURATION}_sum", db_operation_name="find") < gave_up
+    bounds = {s.labels["le"] for s in samples if s.name == f"{DURATION}_bucket"}
+    assert sorted(float(bound) for bound in bounds - {"+Inf"}) == list(DURATION_BUCKETS)
+    backpressure.metrics.disable_metrics()
+    assert not state.timed  # metrics off: no clock read on the success path again
+
+
+async def test_opentelemetry_operation_duration(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    otel_reader: tuple[MeterProvider, InMemoryMetricReader],
+    retries: RetryRecorder,
+) -> None:
+    """The OpenTelemetry histogram db.client.operation.duration, for a client enabled after
+    the reporter: the attributes of the semantic conventions, advised bucket boundaries, and
+    durations at least the backoffs slept."""
+    provider, reader = otel_reader
+    backpressure.metrics.enable_opentelemetry(provider)
+    client = enabled_client(
+        clients, standalone_server.uri, BACKING_OFF, backpressure_class=False,
+        listeners=[retries], random=_full_jitter,
+    )  # fmt: skip
+    host, port = standalone_server.addresses[0]
+    await _four_outcomes(client, standalone_server)
+    unit, points = _otel_points(reader)["db.client.operation.duration"]
+    assert unit == "s"
+    found = {(p.attributes["db.operation.name"], p.attributes.get("error.type")): p for p in points}
+    assert set(found) == {
+        ("find", None),
+        ("insert", None),
+        ("insert", "SystemOverloadedError"),
+        ("insert", "DuplicateKeyError"),
+    }
+    server = {"db.system.name": "mongodb", "server.address": host, "server.port": port}
+    assert dict(found["find", None].attributes) == {"db.operation.name": "find", **server}
+    assert dict(found["insert", "SystemOverloadedError"].attributes) == {
+        "db.operation.name": "insert",
+        "error.type": "SystemOverloadedError",
+        "db.response.status_code": "462",
+        **server,
+    }
+    assert all(p.count == 1 for p in points)
+    assert all(tuple(p.explicit_bounds) == DURATION_BUCKETS for p in points)
+    delays = retries.delays
+    assert found["insert", None].sum >= sum(delays[:2])
+    assert found["insert", "SystemOverloadedError"].sum >= sum(delays[2:])
+
+
+async def test_run_command_duration(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    registry: CollectorRegistry,
+    retries: RetryRecorder,
+) -> None:
+    """runCommand (which pymongo 4.9-4.16 runs outside its retry loop: the backport retries the
+    method itself) is timed too, its retries and backoff included."""
+    client = enabled_client(
+        clients, standalone_server.uri, BACKING_OFF, listeners=[retries], random=_full_jitter
+    )
+    backpressure.metrics.enable_prometheus(registry, clients=[client])
+    standalone_server.configure_fail_point(overload_fail_point(["ping"], times=2))
+    await resolve(client.db.command("ping"))
+    samples = _scrape(registry)[DURATION]
+    counts = [
+        (s.labels["db_operation_name"], s.value) for s in samples if s.name.endswith("_count")
+    ]
+    assert counts == [("ping", 1)]
+    assert _value(samples, f"{DURATION}_sum") >= sum(retries.delays) > 0
+
+
+async def test_motor_operation_duration(
+    standalone_server: EmbeddedServer, registry: CollectorRegistry
+) -> None:
+    """Motor's operations are timed like the others (its delegate is a sync pymongo client)."""
+    backpressure.metrics.enable_prometheus(registry)
+    motor = backpressure.AsyncIOMotorClient(standalone_server.uri, serverSelectionTimeoutMS=3000)
+    try:
+        standalone_server.configure_fail_point(overload_fail_point(["insert"], times=1))
+        await motor.db.coll.insert_one({"_id": 1})
+        assert await motor.db.coll.find_one({}) == {"_id": 1}
+        with pytest.raises(DuplicateKeyError):
+            await motor.db.coll.insert_one({"_id": 1})
+    finally:
+        motor.close()
+    samples = _scrape(registry)[DURATION]
+    counts = {
+        (s.labels["db_operation_name"], s.labels["error_type"]): s.value
+        for s in samples
+        if s.name.endswith("_count")
+    }
+    assert counts == {("insert", ""): 1, ("find", ""): 1, ("insert", "DuplicateKeyError"): 1}

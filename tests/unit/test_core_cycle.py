@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable, Optional, Union
 
 import pytest
-from pymongo.errors import NetworkTimeout, PyMongoError
+from pymongo.errors import NetworkTimeout, OperationFailure, PyMongoError
 
 from backpressure.core.adaptive import LocalOverloadError, pacers_for
 from backpressure.core.client_state import ClientState
@@ -314,3 +314,70 @@ def test_an_attempt_sent_without_asking_admit_carries_no_earlier_admission() -> 
     cycle.started(B)  # no admit: sent unpaced
     assert cycle.grant is None
     assert cycle.address is None
+
+
+class CountingClock(FakeClock):
+    """A fake clock that counts how often it is read."""
+
+    def __init__(self) -> None:
+        """Start at the fake clock's time, read 0 times."""
+        super().__init__()
+        self.reads = 0
+
+    def __call__(self) -> float:
+        """Count the read, return the fake time."""
+        self.reads += 1
+        return self.now
+
+
+def test_without_operation_listeners_an_operation_reads_no_clock() -> None:
+    """Untimed (no listener: metrics off): a first-attempt success never reads the clock and
+    its cycle has no start time; with a listener it is timed, and removing it untimes it."""
+    clock = CountingClock()
+    state = client(CURRENT_SPEC, clock)
+    cycle = AttemptCycle(state, "find")
+    assert drive(cycle, clock, lambda _server: None) == ["ok on a"]
+    assert (cycle.started_at, clock.reads, state.timed) == (None, 0, False)
+    finished = Finished()
+    state.add_listener(finished)
+    assert state.timed
+    cycle = AttemptCycle(state, "find")
+    assert drive(cycle, clock, lambda _server: None) == ["ok on a"]
+    assert clock.reads == 2  # the start and the end
+    state.remove_listener(finished)
+    reads = clock.reads
+    assert drive(AttemptCycle(state, "find"), clock, lambda _server: None) == ["ok on a"]
+    assert (state.timed, clock.reads) == (False, reads)
+
+
+def test_timed_operations_carry_their_name_duration_and_error_type() -> None:
+    """With an operation listener every operation's event has its name and its duration from
+    start to end (each attempt takes 0.01 s, backoffs included); a failure has its error type
+    (the overload label for a server's overload error, else the class name) and code."""
+    clock = FakeClock()
+    finished = Finished()
+    state = client(CURRENT_SPEC, clock, (finished,))
+
+    def slow(reply: Reply) -> Callable[[tuple[str, int]], Reply]:
+        def answer(_server: tuple[str, int]) -> Reply:
+            clock.advance(0.01)
+            return reply
+
+        return answer
+
+    drive(AttemptCycle(state, "find"), clock, slow(None))
+    replies = iter([overload(), overload(), None])
+    drive(AttemptCycle(state, "insert"), clock, lambda s: slow(next(replies))(s))
+    shed = OperationFailure("shed", 462, {"errorLabels": [SYSTEM_OVERLOADED, RETRYABLE]})
+    drive(AttemptCycle(state, "update"), clock, slow(shed))
+    drive(AttemptCycle(state, "delete"), clock, slow(NetworkTimeout("slow")))
+    events = [
+        (e.operation, round(e.duration or -1, 6), e.error_type, e.error_code, e.server)
+        for e in finished.events
+    ]
+    assert events == [
+        ("find", 0.01, None, None, A),
+        ("insert", 0.03 + 0.2 + 0.4, None, None, A),
+        ("update", 0.03 + 0.2 + 0.4, "SystemOverloadedError", 462, A),
+        ("delete", 0.01, "NetworkTimeout", None, A),
+    ]

@@ -52,8 +52,10 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     batches, see ``ClientState.count_first_attempt``), and tracks every operation with a
     ``TrackedOperation`` (its ``AttemptCycle``) from its start while one is: the cycle answers
     at ``_select_server`` (send, or wait and ask again, or refuse: ``carry_out``),
-    at our policy's ``backoff`` and at the end of ``_retry_internal``.  A failure is recorded
-    while the operation is still current, a success after it stopped being current.
+    at our policy's ``backoff`` and at the end of ``_retry_internal``.  While the client has an
+    operation listener (``ClientState.timed``: metrics are on) every operation is tracked too,
+    so that its cycle times it; without one, that check is all the timing costs.  A failure is
+    recorded while the operation is still current, a success after it stopped being current.
     ``_process_response`` sees every reply before pymongo builds an error from it: hostile
     fields are made harmless there (see ``seams.sanitize_reply``).
     """
@@ -99,7 +101,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     ) -> Any:
         state = installation.state
         gate = state.gate
-        if gate is None or not gate.engaged:
+        if (gate is None or not gate.engaged) and not state.timed:
             cell: Any = [None, session, operation]
             token = current_set(cell)
         else:
