@@ -20,11 +20,14 @@ import backpressure
 import backpressure.metrics
 import backpressure.switch.registry
 from backpressure import ADAPTIVE, DRAFT, LocalOverloadError
+from backpressure.adapters import seams
+from backpressure.adapters.native import wrapper_flavour
 from backpressure.metrics._recorder import DURATION_BUCKETS, METRICS
 from backpressure.switch.client import budget as budget_of
 from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import (
+    NATIVE_LOOP_ONLY,
     NEVER_WAIT_TWICE,
     ClientFactory,
     RetryRecorder,
@@ -695,3 +698,36 @@ async def test_motor_operation_duration(
         if s.name.endswith("_count")
     }
     assert counts == {("insert", ""): 1, ("find", ""): 1, ("insert", "DuplicateKeyError"): 1}
+
+
+@NATIVE_LOOP_ONLY
+async def test_forwarding_wrappers_time_operations(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    registry: CollectorRegistry,
+    retries: RetryRecorder,
+) -> None:
+    """The native wrappers for an unknown pymongo signature (forwarding ``*args, **kwargs``)
+    time every operation as the positional ones do."""
+    backpressure.metrics.enable_prometheus(registry)
+    with seams.forwarding_only():
+        client = enabled_client(
+            clients, standalone_server.uri, BACKING_OFF, backpressure_class=False,
+            listeners=[retries], random=_full_jitter,
+        )  # fmt: skip
+    assert wrapper_flavour(client) == "forwarding"
+    await _four_outcomes(client, standalone_server)
+    samples = _scrape(registry)[DURATION]
+    counts = {
+        (s.labels["db_operation_name"], s.labels["error_type"]): s.value
+        for s in samples
+        if s.name == f"{DURATION}_count"
+    }
+    assert counts == {
+        ("find", ""): 1,
+        ("insert", ""): 1,
+        ("insert", "SystemOverloadedError"): 1,
+        ("insert", "DuplicateKeyError"): 1,
+    }
+    retried = _value(samples, f"{DURATION}_sum", db_operation_name="insert", error_type="")
+    assert retried >= sum(retries.delays[:2])
