@@ -607,7 +607,7 @@ async def test_prometheus_operation_duration(
     assert retried >= sum(delays[:2])
     gave_up = _value(samples, f"{DURATION}_sum", error_type="SystemOverloadedError")
     assert gave_up >= sum(delays[2:])
-    assert 0.0 < _value(samples, f"{DURATION}_sum", db_operation_name="find") < gave_up
+    assert _value(samples, f"{DURATION}_sum", db_operation_name="find") > 0.0
     bounds = {s.labels["le"] for s in samples if s.name == f"{DURATION}_bucket"}
     assert sorted(float(bound) for bound in bounds - {"+Inf"}) == list(DURATION_BUCKETS)
     backpressure.metrics.disable_metrics()
