@@ -428,3 +428,20 @@ def test_the_adaptive_figures_agree_between_pages() -> None:
     """README, presets, adaptive and simulator quote the same fleet range for ``adaptive``."""
     pages = {page for page, template in PROSE if "{adaptive_errors}" in template}
     assert pages == {"README.md", "docs/presets.md", "docs/simulator.md", "docs/adaptive.md"}
+
+
+def test_the_simulated_mixed_fleets_page_and_table_are_the_committed_runs() -> None:
+    """``sim-mixed-fleet.md`` is the rendering of ``sim-mixed-fleet.json`` (the default's runs
+    first), and the coexistence table of ``docs/adaptive.md`` is its table over the seeds."""
+    pytest.importorskip("simpy")
+    from backpressure.sim.mixed import load_runs, render_markdown, render_seeds
+
+    folder = RESULTS / "adaptive-default"
+    rows = json.loads((folder / "sim-mixed-fleet.json").read_text(encoding="utf-8"))
+    runs = load_runs(rows)
+    assert list(runs) == ["current", "adaptive"]
+    seeds = sorted({row["seed"] for row in rows})
+    page = (folder / "sim-mixed-fleet.md").read_text(encoding="utf-8")
+    assert page == render_markdown(runs, seeds)
+    adaptive = (RESULTS.parents[1] / "docs" / "adaptive.md").read_text(encoding="utf-8")
+    assert render_seeds(*runs.values()) in adaptive

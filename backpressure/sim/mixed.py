@@ -6,7 +6,10 @@ under test (``adaptive`` by default), and prints one row per half: its processes
 successes of one of its processes, its error rate, and the upgraded half's successes per process
 as a share of the stock half's (the coexistence goal: >= 95 %, with an error rate <= the stock
 half's).  The stock half's row comes first (``current`` is the default).  A fleet's total hides
-a starved half, so each half is reported on its own.
+a starved half, so each half is reported on its own.  One run's share moves by tens of points
+from seed to seed: ``--seeds N`` runs N seeds from ``--seed`` and adds a table of each share's
+mean and range, and how many runs met the goal.  ``--policy`` takes a list (the default's runs
+first, as every table here); ``--json`` and ``--markdown`` write the runs and the results page.
 """
 
 from __future__ import annotations
@@ -17,15 +20,23 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-from backpressure.cli import add_seed_argument, run_cli
+from backpressure.cli import add_seed_argument, name_list, run_cli
 from backpressure.core.extras import require
-from backpressure.sim.arms import resolve
+from backpressure.sim.arms import available_policies, resolve
 from backpressure.sim.scenarios import mixed_fleet
 from backpressure.workload.metrics import coexists
 
-__all__ = ["HalfResult", "MixedResult", "main", "run_mixed"]
+__all__ = [
+    "HalfResult",
+    "MixedResult",
+    "load_runs",
+    "main",
+    "render_markdown",
+    "render_seeds",
+    "run_mixed",
+]
 
 STOCK_SHARES: tuple[int, ...] = (1, 4, 7)
 """Processes of 8 on stock pymongo in the three runs: f = 1/8, 1/2, 7/8."""
@@ -124,24 +135,115 @@ def render(results: Sequence[MixedResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_seeds(*policies: Sequence[Sequence[MixedResult]]) -> str:
+    """A Markdown table over several seeds' runs: for each policy (its seeds' runs, each a run
+    per stock share in the same order) and stock share, the upgraded half's mean share of a
+    stock process's successes with its range, the mean difference of the error rates, and the
+    runs that met the goal."""
+    lines = [
+        "| stock share | upgraded | runs | of stock's: mean | range | errors minus stock's | "
+        "goal met |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for runs in policies:
+        for column in zip(*runs):
+            first = column[0]
+            shares = [result.success_share for result in column]
+            gaps = [result.upgraded.error_rate - result.stock.error_rate for result in column]
+            met = sum(result.goal_met for result in column)
+            lines.append(
+                f"| {first.stock_processes}/{first.processes} | {first.upgraded.policy} | "
+                f"{len(column)} | {sum(shares) / len(shares):.0%} | "
+                f"{min(shares):.0%}-{max(shares):.0%} | "
+                f"{sum(gaps) / len(gaps) * 100:+.1f} points | {met} of {len(column)} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def load_runs(rows: Sequence[dict[str, Any]]) -> dict[str, list[list[MixedResult]]]:
+    """The runs of a ``--json`` file, by upgraded policy, then by seed (in the file's order)."""
+    by_policy: dict[str, dict[int, list[MixedResult]]] = {}
+    for row in rows:
+        result = MixedResult(
+            row["stock_processes"],
+            row["processes"],
+            HalfResult(**row["stock"]),
+            HalfResult(**row["upgraded"]),
+            row["jain"],
+        )
+        seeds = by_policy.setdefault(result.upgraded.policy, {})
+        seeds.setdefault(row.get("seed", 0), []).append(result)
+    return {policy: list(seeds.values()) for policy, seeds in by_policy.items()}
+
+
+def render_markdown(runs: dict[str, list[list[MixedResult]]], seeds: Sequence[int]) -> str:
+    """The results page: the table over the seeds, then each policy's run of each seed."""
+    span = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
+    parts = [
+        f"# Simulated mixed fleets ({span}): 8 x 8, a share of the processes on stock "
+        "pymongo's loop\n",
+        "In the simulator, stock pymongo >= 4.17's loop is the `current` preset, so the stock "
+        "half's rows are labelled `current`. `python -m backpressure.sim.mixed --policy "
+        f"{','.join(runs)} --seed {seeds[0]} --seeds {len(seeds)}`.\n",
+        f"## Over {span}\n",
+        render_seeds(*runs.values()),
+    ]
+    for policy, policy_runs in runs.items():
+        for seed, results in zip(seeds, policy_runs):
+            parts.append(f"## `{policy}` as the upgraded half, seed {seed}\n")
+            parts.append(render(results))
+    return "\n".join(parts)
+
+
 def _main(argv: Optional[Sequence[str]]) -> int:
     """Parse ``argv``, run the three mixed fleets, print (and optionally write) the halves."""
     parser = argparse.ArgumentParser(
         prog="python -m backpressure.sim.mixed",
         description="Each half of a mixed fleet (stock pymongo and a policy), simulated.",
     )
-    parser.add_argument("--policy", default="adaptive", help="the upgraded half's policy")
+    parser.add_argument(
+        "--policy",
+        type=name_list(available_policies()),
+        default="adaptive",
+        help="the upgraded half's policies, comma-separated (default: adaptive)",
+    )
     add_seed_argument(parser)
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N seeds from --seed and add a table over them (default: 1)",
+    )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the results page")
     args = parser.parse_args(argv)
-    results = [run_mixed(stock, args.policy, seed=args.seed) for stock in STOCK_SHARES]
-    sys.stdout.write(render(results))
+    if not 1 <= args.seeds <= 100:
+        parser.error(f"--seeds must be in 1..100, got {args.seeds}")
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    runs = {
+        policy: [[run_mixed(stock, policy, seed=seed) for stock in STOCK_SHARES] for seed in seeds]
+        for policy in args.policy
+    }
+    for policy, policy_runs in runs.items():
+        for seed, results in zip(seeds, policy_runs):
+            sys.stdout.write(f"\n{policy}, seed {seed}\n\n" + render(results))
+    sys.stdout.write("\n" + render_seeds(*runs.values()))
     if args.json is not None:
         rows = [
-            {**asdict(result), "success_share": result.success_share, "met": result.goal_met}
+            {
+                "seed": seed,
+                **asdict(result),
+                "success_share": result.success_share,
+                "met": result.goal_met,
+            }
+            for policy_runs in runs.values()
+            for seed, results in zip(seeds, policy_runs)
             for result in results
         ]
         args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    if args.markdown is not None:
+        args.markdown.write_text(render_markdown(runs, seeds), encoding="utf-8")
     return 0
 
 

@@ -51,3 +51,25 @@ def test_each_half_is_reported_stock_first(capsys: pytest.CaptureFixture[str]) -
     assert result.stock.successes_per_process != result.upgraded.successes_per_process
     rows = render([result]).splitlines()[2:]
     assert [row.split("|")[2].strip() for row in rows] == ["current", "adaptive"]
+
+
+def test_the_seeds_table_gives_each_share_its_mean_range_and_goal_count() -> None:
+    """Over seeds, each stock share's row: the upgraded half's mean share of a stock process's
+    successes, its range, the mean error gap and the runs that met the goal."""
+    from backpressure.sim.mixed import HalfResult, MixedResult, render_seeds
+
+    def result(upgraded: float, errors: int) -> MixedResult:
+        stock = HalfResult("current", 4, 1000, 300, 700.0)
+        return MixedResult(4, 8, stock, HalfResult("adaptive", 4, 1000, errors, upgraded), None)
+
+    table = render_seeds([[result(700.0, 250)], [result(630.0, 350)]])
+    row = table.splitlines()[2]
+    assert row.split("|")[1:-1] == [
+        " 4/8 ",
+        " adaptive ",
+        " 2 ",
+        " 95% ",
+        " 90%-100% ",
+        " +0.0 points ",
+        " 1 of 2 ",
+    ]

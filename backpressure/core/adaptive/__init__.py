@@ -58,16 +58,19 @@ whatever share it saw).
    nothing.  A pacer that still limits callers keeps climbing instead (reopened, it would
    close again at a rate measured while it was paced).
 
-8. **Compete when the cuts move nothing.**  Every ``_TEST_PERIOD`` (4) windows, at the same
-   instants for every client of the clock, a paced pacer that sees pushback in at least 15 %
-   of its replies cuts to half its send rate for up to a window: among polite peers, who all
-   cut together, the pushback drains (the test ends early); next to clients that do not cut
-   (stock retry loops) it does not fall to a third.  A test with fewer than two pushbacks did
-   not fail: a client of a dense fleet sees a dozen replies a second, and one late pushback
-   among its peers' joint cut is noise.  After two such failed tests in a row the
-   pacer *competes*: it sends as the spec's retry loop alone does (no local waits), testing
-   again every third period, and is polite again once a test shows the pushback falling.
-   The pushback level alone cannot tell the two apart (Copa's competitive mode, NSDI 2018).
+8. **Compete when the cuts move nothing.**  At instants one window apart, the same for every
+   client of the clock, every pacer paced for a window and pushed back in 5 % of its replies
+   cuts to half its send rate for 0.3 to 0.5 window: at every instant until 4 windows after it
+   closed (peers close together when an overload begins, so they test together), then at every
+   other one.  Among polite peers, who all cut together, the pushback drains; next to clients
+   that do not cut (stock retry loops) it does not.  A pacer that saw pushback in at least 15 %
+   of its replies judges its cut's replies: each adds to a log-likelihood ratio (pushed back as
+   often as before the cut, against a tenth as often), summed over tests because one test has
+   only a few replies, and bounded to +-3.  At +3 the pacer *competes*: it sends as the spec's
+   retry loop alone does (no local waits), testing at one instant in 8 with a cut to three
+   quarters of what the server admitted it; back at 0 it is polite again, from that test's rate.
+   A window in which the server admitted nothing is a fault, not a neighbour: no test.  The
+   pushback level alone cannot tell the two apart (Copa's competitive mode, NSDI 2018).
 
 Retries to a paced server spend no budget (a paced retry takes the slot of another attempt);
 before the pacer closes, they draw on the per-server budget (see :mod:`backpressure.core.budget`).

@@ -46,17 +46,26 @@ _HELD_QUIET = 0.25  # after a held round, the climb starts after this share of a
 _MAX_DOUBLINGS = 30.0  # the fast climb's exponent stops here (no float overflow)
 _MAX_RATE = 1e6  # attempts per second: far above any server's
 _EARLY = 1e-3  # a recheck this close to the slot sends (timers may fire a little early)
-_TEST_PERIOD = 4.0  # a paced pacer tests its neighbours every this many windows ...
-_TEST_SHARE = 0.15  # ... when at least this share of its replies of the last window pushed back
-_JUDGE_REPLIES = 5  # ... out of at least this many replies, and pushed back within ...
-_TEST_RECENT = 0.2  # ... this many windows (an overload that ended needs no test);
-_TEST_LENGTH = 1.0  # it sends for this many windows ...
-_TEST_SCALE = 0.5  # ... at this share of its send rate: the pushback share must fall ...
-_TEST_DROP = 1.0 / 3.0  # ... to this share of the share before, or the test failed
-_COMPETE_TESTS = 2  # this many failed tests in a row: the pacer competes
-_TEST_REPLIES = 4  # a test with fewer replies tells nothing
-_FAIL_PUSHBACKS = 2  # a test with fewer pushbacks did not fail (one in a few replies is noise)
-_COMPETING_TESTS = 3  # a competing pacer tests in one period of this many
+_TEST_GRID = 1.0  # the neighbour tests start at instants this many windows apart (the same
+# instants for every client of the clock): a pacer paced for at least ...
+_SETTLE = 1.0  # ... this many windows (its closing cut has settled) cuts at every instant ...
+_ONSET_TESTS = 4.0  # ... until this many windows after it closed, then ...
+_TEST_EVERY = 2  # ... at one instant in this many (a test costs its peers a little each time)
+_TEST_SCALE = 0.5  # a polite pacer cuts to this share of its send rate ...
+_TEST_LENGTH = 0.5  # ... for at most this many windows, and ends early without pushback ...
+_TEST_MIN = 0.3  # ... after this many (the neighbours' retry loops answer a cut within their
+# backoff: a shorter cut looks drained even next to clients that do not cut)
+_COMPETING_SCALE = 0.75  # a competing pacer cuts to this share of what the server admitted it
+_COMPETING_TESTS = 8  # ... at one instant in this many
+_CUT_SHARE = 0.05  # a pacer cuts only when at least this share of the last window's replies
+# pushed back (a client alone at its capacity loses nothing to the tests), and ...
+_TEST_SHARE = 0.15  # a pacer judges its cut when at least this share of its replies of the
+_JUDGE_REPLIES = 5  # last window (of at least this many) pushed back, one within ...
+_TEST_RECENT = 0.2  # ... this many windows (an overload that ended needs no test)
+_MIN_UNMOVED = 0.15  # a cut's pushback share next to neighbours that do not cut: the share
+_MAX_UNMOVED = 0.6  # of the window before it, within these bounds ...
+_DRAINED = 0.1  # ... and among peers who cut too, this share of it
+_EVIDENCE = 3.0  # the log-likelihood ratio at which the pacer competes (and its bound)
 
 
 @dataclass(frozen=True)
@@ -66,7 +75,8 @@ class ServerPacerSnapshot:
     paced: bool
     """Whether attempts to this server are paced (False: the inert, open state)."""
     rate: Optional[float]
-    """The paced rate in attempts per second (None while open)."""
+    """The paced rate in attempts per second (None while open); during a neighbour test, the
+    rate the test returns to."""
     peak: Optional[float]
     """The rate the last decrease started from: the fast climb's ceiling (None while open)."""
     backlog: float
@@ -122,10 +132,12 @@ class ServerPacer:
         because its neighbours do not cut when it cuts (read without the lock)."""
         self._test = -1  # the test period whose test has run (or runs)
         self._testing = False
-        self._before = 0.0  # the pushback share in the window before the test
+        self._judging = False  # whether the running test's replies count as evidence
         # The rate, its anchor, held flag and peak before the test.
         self._restore: tuple[float, float, bool, float] = (0.0, 0.0, False, 0.0)
-        self._failed_tests = 0  # tests in a row in which the pushback did not fall
+        self._closed_at = 0.0  # when the pacer last closed
+        self._before = 0.0  # the pushback share of the window before the running test
+        self._evidence = 0.0  # log-likelihood ratio: neighbours that do not cut vs peers
 
     # -- measurement ---------------------------------------------------------------------------
 
@@ -208,16 +220,25 @@ class ServerPacer:
         only hand its share over, and the pushback stays as high.  Among polite peers a cut
         that everyone makes drains the pushback at once.  The pushback *level* cannot tell the
         two apart (it is as high among peers converging after a capacity step as next to stock
-        clients); a joint cut can: every ``_TEST_PERIOD`` windows, at the same instants for
-        every client of the clock, a paced pacer that saw pushback in at least
-        ``_TEST_SHARE`` of its replies sends at ``_TEST_SCALE`` of its send rate for
-        ``_TEST_LENGTH`` windows.  If the pushback share falls to ``_TEST_DROP`` of the share
-        before, the neighbours cut too: the pacer is (or becomes again) polite.  If it does not
-        fall in ``_COMPETE_TESTS`` tests in a row, the pacer competes: it sends as the spec's
-        retry loop alone does (no local waits), until a test shows the pushback falling or the
-        overload ends.  The server's burst allowance keeps the tokens a test leaves unused.
+        clients); a joint cut can.  At instants ``_TEST_GRID`` windows apart, the same for every
+        client of the clock, a pacer paced for at least ``_SETTLE`` windows cuts for
+        ``_TEST_MIN`` to ``_TEST_LENGTH`` windows: at every instant until ``_ONSET_TESTS``
+        windows after it closed (peers close together when an overload begins, so they test
+        together and decide fast), then at one in ``_TEST_EVERY``.  A polite pacer cuts to
+        ``_TEST_SCALE`` of its send rate; a competing one, at one instant in
+        ``_COMPETING_TESTS``, to ``_COMPETING_SCALE`` of what the server admitted it over the
+        last window.  Every paced pacer cuts, so among peers the cut is joint; one whose replies
+        of the last window were pushed back in at least ``_TEST_SHARE`` of them also *judges*:
+        each of the cut's replies (without its first bucket, sent before it) adds to a log-
+        likelihood ratio, pushed back as often as in the window before the cut (within
+        ``_MIN_UNMOVED`` and ``_MAX_UNMOVED``) against ``_DRAINED`` of that.  One test has a few
+        replies (a dense fleet's client sees a dozen a second), so the evidence adds up over
+        tests, bounded to +-``_EVIDENCE``.  At ``+_EVIDENCE`` the pacer competes: it sends as
+        the spec's retry loop alone does (no local waits).  Back at 0 it is polite again, at its
+        test's rate.  A window in which the server admitted nothing (a fault) is no evidence and
+        gets no test.  The server's burst allowance keeps the tokens a cut leaves unused.
         """
-        period = self._window * _TEST_PERIOD
+        period = self._window * _TEST_GRID
         index = int(now / period)
         since = now - index * period
         length = _TEST_LENGTH * self._window
@@ -226,43 +247,68 @@ class ServerPacer:
             buckets = int(min(since, length) / self._width)
             replies, pushed = self._recent(now, buckets) if buckets else (0, 0)
             running = since < length and index == self._test
-            if running and (pushed or replies < _TEST_REPLIES or self.competing):
+            if running and (
+                pushed or self.competing or not replies or since < _TEST_MIN * self._window
+            ):
                 return
             # Over, or polite with no pushback since the cut: the neighbours cut too, and the
             # test ends early (among peers a test then costs a round or two).
             self._testing = False
-            if replies < _TEST_REPLIES:
-                pass  # too few replies to tell: the test counts for nothing
-            elif pushed < _FAIL_PUSHBACKS or pushed <= _TEST_DROP * self._before * replies:
-                self.competing = False  # the neighbours cut too
-                self._failed_tests = 0
-            else:
-                self._failed_tests += 1
-                if self._failed_tests >= _COMPETE_TESTS and not self.competing:
+            if self._judging and replies:
+                # Next to neighbours that do not cut, the cut's replies are pushed back as
+                # often as the window's before it; among peers, a tenth as often at most.
+                unmoved = min(max(self._before, _MIN_UNMOVED), _MAX_UNMOVED)
+                drained = _DRAINED * unmoved
+                evidence = (
+                    self._evidence
+                    + pushed * math.log(unmoved / drained)
+                    + (replies - pushed) * math.log((1.0 - unmoved) / (1.0 - drained))
+                )
+                self._evidence = min(max(evidence, -_EVIDENCE), _EVIDENCE)
+                if not self.competing and self._evidence >= _EVIDENCE:
                     self.competing = True
                     self._waiting.clear()  # their callers are sent on their next recheck
                     self._next_slot = now
+                elif self.competing and self._evidence <= 0.0:
+                    # The neighbours cut too: polite again, from the test's rate.
+                    self.competing = False
+                    self._peak = self._rate
+                    return
             # The rate goes on as if there had been no test (a climb after a fault included).
             self._rate, self._anchor, self._held, self._peak = self._restore
             self._spaced_rate = min(self._spaced_rate, self._rate)
             return
         if index == self._test or since >= length:
             return
+        if now - self._closed_at < _SETTLE * self._window:
+            return
         self._test = index
-        if self.competing and index % _COMPETING_TESTS:
-            return  # competing, a test costs a share the neighbours take: test less often
+        if self.competing:
+            every = _COMPETING_TESTS  # a test costs a share the neighbours take: test seldom
+        elif now - self._closed_at < _ONSET_TESTS * self._window:
+            every = 1  # the overload began: peers that closed with this one test together
+        else:
+            every = _TEST_EVERY
+        if index % every:
+            return
         replies, pushed = self._recent(now, _BUCKETS)
-        if (
-            replies < _JUDGE_REPLIES
-            or pushed < _TEST_SHARE * replies
-            or now - self._last_pushback > _TEST_RECENT * self._window
-        ):
-            self._failed_tests = 0  # the failed tests must come in a row of overloaded periods
-            return  # no overload now (or too little to tell): no test
+        if replies < _JUDGE_REPLIES or pushed < _CUT_SHARE * replies or pushed == replies:
+            # Too little to tell, or too little overload to cut for; or the server admits
+            # nothing (a fault rejecting everything, whoever the neighbours are): no test.
+            return
+        self._judging = (
+            pushed >= _TEST_SHARE * replies
+            and now - self._last_pushback <= _TEST_RECENT * self._window
+            and not self._held
+        )
         self._testing = True
         self._before = pushed / replies
         self._restore = (self._rate, self._anchor, self._held, self._peak)
-        self._set_rate(now, _TEST_SCALE * min(self._rate_at(now), self._send_rate(now)))
+        if self.competing:
+            admitted = (replies - pushed) / self._window
+            self._set_rate(now, _COMPETING_SCALE * admitted)
+        else:
+            self._set_rate(now, _TEST_SCALE * min(self._rate_at(now), self._send_rate(now)))
         self._next_slot = max(self._next_slot, now)
 
     def _send_rate(self, now: float) -> float:
@@ -307,6 +353,17 @@ class ServerPacer:
                 rate = min(rate, max(self._peak, linear))
         return min(max(self._min_rate, rate), _MAX_RATE)
 
+    def _learned_rate(self, now: float) -> float:
+        """The paced rate at ``now`` without a running test's cut (lock held)."""
+        if not self._testing:
+            return self._rate_at(now)
+        during = (self._rate, self._anchor, self._held, self._peak)
+        self._rate, self._anchor, self._held, self._peak = self._restore
+        try:
+            return self._rate_at(now)
+        finally:
+            self._rate, self._anchor, self._held, self._peak = during
+
     def record_pushback(self, now: float, slot: Optional[float] = None) -> None:
         """Account for an overload error from the server: close the pacer or lower its rate.
 
@@ -326,6 +383,7 @@ class ServerPacer:
                 if pushed < _CLOSE_PUSHBACKS or pushed < _CLOSE_FRACTION * replies:
                     return  # a blip, not an overload: nothing changes
                 self.paced = True
+                self._closed_at = now
                 self._next_slot = now
                 self._waiting.clear()
                 self._last_wait = -math.inf
@@ -517,7 +575,7 @@ class ServerPacer:
         self.paced = False
         self.competing = False
         self._testing = False
-        self._failed_tests = 0
+        self._evidence = 0.0
 
     def _reopens(self, now: float) -> bool:
         """Whether the pacer should open again at ``now`` (lock held)."""
@@ -559,7 +617,7 @@ class ServerPacer:
                 )
             return ServerPacerSnapshot(
                 True,
-                self._rate_at(now),
+                self._learned_rate(now),
                 self._peak,
                 max(0.0, self._next_slot - now),
                 self._pushbacks,
