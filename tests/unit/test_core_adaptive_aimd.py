@@ -158,6 +158,19 @@ def test_total_rejection_holds_the_rate_and_recovers_within_a_second() -> None:
     assert count(alone.admitted, 8.5, 10.0) >= 0.9 * 200.0 * 1.5
 
 
+def test_the_first_admitted_round_after_a_total_rejection_starts_the_climb() -> None:
+    """A fault rejecting everything ends at 7.5 s (between two of the competing tests'
+    instants): once the server has admitted everything for a round, the held rate climbs at
+    once, so the client serves 70 % of the capacity in the 0.5 s after the end (waiting the
+    held quiet stretch after the last pushback first, it served 60 of 100)."""
+    clock = FakeClock(START)
+    server = Server(capacity=lambda t: 200.0, rejects=lambda t: 5.0 <= t - START < 7.5)
+    alone = client(clock)
+    run([alone], server, clock, until=9.0)
+    assert count(alone.admitted, 5.0 + RTT, 7.5) == 0
+    assert count(alone.admitted, 7.5, 8.0) >= 0.7 * 200.0 * 0.5
+
+
 def test_follows_a_capacity_drop_and_rise() -> None:
     """Capacity 200 -> 50 -> 300: the client follows the drop within two seconds, and the
     rise within five (a single client's additive increase is slow; the fast climb starts

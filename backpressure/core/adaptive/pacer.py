@@ -120,6 +120,7 @@ class ServerPacer:
         self._round = 0
         self._admitted_in_round = 0
         self._held = False  # the last round admitted nothing: the rate is held, not learned
+        self._resumed = math.inf  # when the server first admitted again after a held round
         self._last_wait = -math.inf
         self._pushbacks = 0
         self._first_sample: Optional[float] = None
@@ -152,6 +153,7 @@ class ServerPacer:
             with self._lock:
                 self._count(now)
                 self._admitted_in_round += 1
+                self._resume(now)
                 if slot is not None:
                     self._learn_latency(max(0.0, now - slot))
                 if self.paced:
@@ -165,8 +167,18 @@ class ServerPacer:
             with self._lock:
                 self._count(now, count)
                 self._admitted_in_round += count
+                self._resume(now)
         else:
             self._count(now, count)
+
+    def _resume(self, now: float) -> None:
+        """Note the first admitted reply after a held round: the fault ended (lock held)."""
+        if self._held and now < self._resumed:
+            self._resumed = now
+
+    def _round_length(self) -> float:
+        """The shortest round: twice the slot-to-reply time, and a tenth of the window."""
+        return max(_ROUND_LATENCIES * self._latency, _MIN_ROUND * self._window)
 
     def _learn_latency(self, sample: float) -> None:
         """Fold one slot-to-reply time into the estimate (lock held)."""
@@ -335,13 +347,18 @@ class ServerPacer:
         ``_CLIMB_DOUBLING`` windows from there, back up to the rate of the last decrease (where
         the server pushed back; from there the additive increase goes on), and without that
         ceiling once the server has been quiet for ``_FREE_CLIMB`` windows (its capacity rose)
-        or after a held round (a fault ended).
+        or after a held round (a fault ended).  After a held round the climb starts as soon as
+        the server has admitted everything for a round, if that comes first: the first admitted
+        round says the fault ended.
         """
         start = self._anchor
         # After a round the server admitted nothing in (a fault rejecting everything), the
         # first quiet stretch is enough: the rate was held, not learned.
         quiet = self._quiet * _HELD_QUIET if self._held else self._quiet
         climb = self._last_pushback + quiet
+        # ... or, sooner, once the server has admitted everything for a round since then: the
+        # fault ended.
+        climb = min(climb, self._resumed + self._round_length())
         if now <= climb:
             rate = self._rate + self._increase * (now - start)
         else:
@@ -375,6 +392,7 @@ class ServerPacer:
             current = self._rate_at(now) if self.paced else 0.0  # before this pushback
             self._pushbacks += 1
             self._last_pushback = now
+            self._resumed = math.inf  # the fault goes on
             self._count(now, 1, 1)
             if self.paced:
                 self._judge(now)
@@ -397,8 +415,7 @@ class ServerPacer:
                 return
             if slot is None or slot < self._anchor:
                 return  # sent before the last decrease (or unpaced): reacted to already
-            least = max(_ROUND_LATENCIES * self._latency, _MIN_ROUND * self._window)
-            if now - self._anchor < least:
+            if now - self._anchor < self._round_length():
                 # A round is at least this long: a decrease reaches the server's queue only
                 # after the replies queued there before it (the slot-to-reply time).
                 return
@@ -421,6 +438,7 @@ class ServerPacer:
         self._round += 1
         self._admitted_in_round = 0
         self._held = False
+        self._resumed = math.inf
 
     def _respace(self, now: float, rate: float) -> None:
         """Space the waiting slots at ``rate`` from the first one, so a rate change acts at once.
