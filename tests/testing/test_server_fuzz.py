@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from wire_hostile_messages import (
     many_tiny_documents,
     op_msg,
     zlib_bomb,
+    zlib_zeros,
 )
 
 
@@ -69,6 +71,13 @@ def test_hostile_messages_never_take_the_server_down(
 def test_too_many_documents_in_a_sequence_are_refused(fuzz_target: EmbeddedServer) -> None:
     """A sequence beyond maxWriteBatchSize (100,000) is refused before any document is decoded."""
     assert _send(fuzz_target.primary_address, many_tiny_documents(1_000_000)) == "closed"
+
+
+@pytest.mark.parametrize("size", [0, 1, 65521, MIB - 1, MIB, 3 * MIB + 65522])
+def test_the_zlib_stream_of_zeros_inflates_to_exactly_its_size(size: int) -> None:
+    """The bombs' stream (one MiB's blocks repeated) is a whole zlib stream of ``size`` zeros,
+    its Adler-32 included (``zlib.decompress`` checks it)."""
+    assert zlib.decompress(zlib_zeros(size)) == bytes(size)
 
 
 def _status_bytes(pid: int, field: str) -> int:
