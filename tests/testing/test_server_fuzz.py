@@ -50,6 +50,7 @@ def fuzz_target() -> Iterator[EmbeddedServer]:
         yield server
 
 
+@pytest.mark.slow
 @settings(
     max_examples=100,
     deadline=None,
@@ -87,6 +88,7 @@ def _status_bytes(pid: int, field: str) -> int:
     raise KeyError(field)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc (VmHWM, clear_refs)"
 )
