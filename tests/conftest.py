@@ -12,6 +12,7 @@ the tests takes the variable out of its environment before the first test.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 
 import pytest
@@ -51,3 +52,30 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if current is not None:
         current.stop()
         current.save()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker, put the ``slow`` tests first in each worker's share.
+
+    The work-stealing scheduler hands each of the ``n`` workers a contiguous share of the
+    collection, in order (the first ``len // n`` tests, then a share of the rest, ...), and an
+    idle worker later takes the back half of the longest queue. A slow test that came late
+    in its share would start near the end and run alone; so the slow tests are dealt round
+    the shares, at their heads, and every other test keeps its order. Every worker reorders
+    the same collection alike, as xdist requires.
+    """
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 0))
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if workers < 2 or not slow:
+        return
+    rest = iter([item for item in items if item.get_closest_marker("slow") is None])
+    shares: list[list[pytest.Item]] = [slow[index::workers] for index in range(workers)]
+    left = len(items)
+    ordered: list[pytest.Item] = []
+    for index, share in enumerate(shares):
+        size = left // (workers - index)  # the scheduler's split of what is left
+        share += itertools.islice(rest, max(0, size - len(share)))
+        ordered += share
+        left -= len(share)
+    ordered += rest
+    items[:] = ordered

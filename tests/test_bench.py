@@ -262,6 +262,7 @@ def test_closed_loop_records_every_operation(replicaset_server: EmbeddedServer) 
     assert sum(result.timeline["sent_by_arrival"]) == result.client_attempts
 
 
+@pytest.mark.slow
 def test_bench_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> None:
     """A tiny benchmark run writes latest.json and latest.md with every section and goal."""
     args = build_parser().parse_args(
@@ -350,6 +351,7 @@ def test_overhead_names_the_wrappers_it_measures(replicaset_server: EmbeddedServ
         pass
 
 
+@pytest.mark.slow
 def test_fleet_quick_mode_runs_real_processes(
     replicaset_server: EmbeddedServer, tmp_path: Path
 ) -> None:

@@ -227,6 +227,7 @@ def test_fewest_errors_per_phase_and_for_the_run() -> None:
     assert fewest_errors([], phases, config) == {"calm": 0, "overload": 0, "run": 0}
 
 
+@pytest.mark.slow
 def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> None:
     """A tiny demo run prints the table and writes a JSON report and a non-empty PNG."""
     args = build_parser().parse_args(
@@ -471,6 +472,7 @@ def test_fleet_series_regroups_the_bins() -> None:
     assert errors == [6.0, 0.0, 3.0]
 
 
+@pytest.mark.slow
 def test_fleet_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> None:
     """A quick fleet run with real client processes: the table, JSON and PNG hold what the
     processes and the servers counted, the default policy's row first."""

@@ -76,6 +76,7 @@ def test_summary_of_a_paced_then_reopened_server() -> None:
     }
 
 
+@pytest.mark.slow
 def test_the_chart_is_drawn_from_a_report(tmp_path: Path) -> None:
     """The committed report draws (the module's ``--chart-only`` path)."""
     report = json.loads((RESULTS / "operator-view.json").read_text(encoding="utf-8"))

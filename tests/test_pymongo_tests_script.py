@@ -58,6 +58,7 @@ def test_clients():
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("preset", "expected"), [("adaptive", "adaptive"), ("stock", "-")])
 def test_the_hook_enables_every_client_the_tests_make(
     tmp_path: Path, preset: str, expected: str

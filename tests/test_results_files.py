@@ -85,6 +85,7 @@ def test_the_sim_agreement_table_has_a_row_per_fleet_run_in_order() -> None:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("shape", "index"), _fleet_runs())
 def test_the_sim_agreement_table_is_generated_from_the_fleet_results(
     shape: int, index: int

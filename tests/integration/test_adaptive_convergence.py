@@ -262,6 +262,7 @@ async def _converge(
     assert failures <= 0.01 * operations, report
 
 
+@pytest.mark.slow
 async def test_two_clients_converge_to_fair_shares_of_the_server(
     clients: ClientFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

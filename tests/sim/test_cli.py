@@ -107,6 +107,7 @@ def test_usage_errors_name_the_flag(
     assert f"error: {message}" in err
 
 
+@pytest.mark.slow
 def test_the_seed_defaults_to_1_and_progress_off_draws_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -39,6 +39,7 @@ def test_the_mixed_fleet_splits_the_processes() -> None:
         mixed_fleet(8)
 
 
+@pytest.mark.slow
 def test_each_half_is_reported_stock_first(capsys: pytest.CaptureFixture[str]) -> None:
     """Both halves' operations add up to the run's, and the stock half's row comes first.
 

@@ -58,6 +58,7 @@ def _small(
     )
 
 
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_result() -> None:
     """Two runs with one seed agree in every figure; another seed changes the arrivals."""
     policies = ["no-retries", "retry-storm", "current", "draft"]
@@ -71,6 +72,7 @@ def test_the_same_seed_gives_the_same_result() -> None:
     assert other["policies"]["draft"] != first["policies"]["draft"]
 
 
+@pytest.mark.slow
 def test_every_policy_sees_the_same_arrivals() -> None:
     """Open-loop arrivals do not depend on the policy: the oracle's floor is the same for all."""
     result = run(_small(), ["no-retries", "current", "draft"], seed=1)
@@ -80,6 +82,7 @@ def test_every_policy_sees_the_same_arrivals() -> None:
     assert len(ops) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["no-retries", "retry-storm", "current", "draft"])
 def test_no_policy_beats_the_physical_limit(name: str) -> None:
     """App errors are never below the oracle's floor, open loop or closed loop."""
@@ -105,6 +108,7 @@ def test_without_overload_nothing_fails_and_nothing_is_retried() -> None:
         assert policy.physical_min_errors == 0
 
 
+@pytest.mark.slow
 def test_the_policies_attempt_caps_come_from_the_core() -> None:
     """Without a deadline, current makes at most 3 attempts per operation, draft at most 6."""
     case = _small(10.0, timeout_ms=None, work_capacity_per_s=1e6)
@@ -116,6 +120,7 @@ def test_the_policies_attempt_caps_come_from_the_core() -> None:
     assert result.policies["draft"].attempts_per_op <= 6.0
 
 
+@pytest.mark.slow
 def test_a_changed_policy_shows_up_unchanged() -> None:
     """A Policy value runs through the same core: one retry allowed means <= 2 attempts/op."""
     one_retry = CURRENT_SPEC.replace(max_retries=1, name="one-retry")
@@ -125,6 +130,7 @@ def test_a_changed_policy_shows_up_unchanged() -> None:
     assert result.policies["one-retry"].attempts_per_op < result.policies["current"].attempts_per_op
 
 
+@pytest.mark.slow
 def test_draft_budgets_are_per_client() -> None:
     """A draft client's 20-token bucket runs dry under overload; current has no bucket."""
     small_budget = DRAFT.replace(budget_capacity=20.0, name="draft-20")
@@ -233,6 +239,7 @@ def test_bad_specs_name_the_field() -> None:
     assert math.isinf(ServerSpec("a").work_capacity())
 
 
+@pytest.mark.slow
 def test_criticality_scenario_counts_critical_and_sheddable_errors_apart() -> None:
     """Half the operations are sheddable: both classes are counted, and under the adaptive
     preset the sheddable half takes most of the errors (a short run of the named scenario)."""
@@ -259,6 +266,7 @@ def test_sheddable_fraction_is_validated() -> None:
         ClientGroup(count=1, workload=ClosedLoop(1, 1.0), sheddable_fraction=1.5)
 
 
+@pytest.mark.slow
 def test_the_recovery_figures_follow_the_goodput_after_the_overload() -> None:
     """In the recovery fleet (capacity 100/s for 10 s, then no limit) stock pymongo's loop
     serves most of the demand in the first second after the end, all of it afterwards, with

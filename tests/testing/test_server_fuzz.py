@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from wire_hostile_messages import (
     many_tiny_documents,
     op_msg,
     zlib_bomb,
+    zlib_zeros,
 )
 
 
@@ -48,6 +50,7 @@ def fuzz_target() -> Iterator[EmbeddedServer]:
         yield server
 
 
+@pytest.mark.slow
 @settings(
     max_examples=100,
     deadline=None,
@@ -71,6 +74,13 @@ def test_too_many_documents_in_a_sequence_are_refused(fuzz_target: EmbeddedServe
     assert _send(fuzz_target.primary_address, many_tiny_documents(1_000_000)) == "closed"
 
 
+@pytest.mark.parametrize("size", [0, 1, 65521, MIB - 1, MIB, 3 * MIB + 65522])
+def test_the_zlib_stream_of_zeros_inflates_to_exactly_its_size(size: int) -> None:
+    """The bombs' stream (one MiB's blocks repeated) is a whole zlib stream of ``size`` zeros,
+    its Adler-32 included (``zlib.decompress`` checks it)."""
+    assert zlib.decompress(zlib_zeros(size)) == bytes(size)
+
+
 def _status_bytes(pid: int, field: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -78,6 +88,7 @@ def _status_bytes(pid: int, field: str) -> int:
     raise KeyError(field)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc (VmHWM, clear_refs)"
 )

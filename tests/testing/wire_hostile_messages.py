@@ -50,13 +50,18 @@ def compressed(inner_op: int, declared: int, data: bytes, compressor: int = 2) -
 
 
 def zlib_zeros(size: int) -> bytes:
-    """zlib stream of ``size`` zero bytes, built in chunks (no ``size``-byte buffer)."""
-    deflater = zlib.compressobj(9)
-    chunk = bytes(MIB)
-    parts = [deflater.compress(chunk) for _ in range(size // MIB)]
-    parts.append(deflater.compress(bytes(size % MIB)))
-    parts.append(deflater.flush())
-    return b"".join(parts)
+    """zlib stream of ``size`` zero bytes, compressing one MiB only (no ``size``-byte buffer).
+
+    After a full flush a deflater starts afresh, so every MiB of zeros compresses to the same
+    bytes: the stream is the zlib header, that MiB's deflate blocks repeated, the rest's blocks
+    and the Adler-32 of ``size`` zeros (a = 1, b = size mod 65521).
+    """
+    whole, rest = divmod(size, MIB)
+    deflater = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)  # raw deflate, no header
+    one_mib = deflater.compress(bytes(MIB)) + deflater.flush(zlib.Z_FULL_FLUSH) if whole else b""
+    tail = deflater.compress(bytes(rest)) + deflater.flush()
+    adler = ((size % 65521) << 16) | 1
+    return b"\x78\xda" + one_mib * whole + tail + struct.pack(">I", adler)
 
 
 def zlib_bomb(inflated: int, declared: int) -> bytes:

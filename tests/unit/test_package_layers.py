@@ -146,6 +146,7 @@ def test_every_module_belongs_to_a_layer() -> None:
         _layer(module)
 
 
+@pytest.mark.slow
 def test_no_import_cycle() -> None:
     """No chain of imports (lazy and type-only ones included) leads from a module back to it."""
     graph = {module: set(_imports(module)) for module in MODULES}
