@@ -51,6 +51,8 @@ class Sender:
     errors: int = 0
     competed: list[float] = field(default_factory=list)
     """Times (seconds after START) at which its pacer was seen competing."""
+    succeeded: list[float] = field(default_factory=list)
+    """Times (seconds after START) of its successes."""
 
     @property
     def competing(self) -> bool:
@@ -111,6 +113,7 @@ def run(senders: list[Sender], bucket: Bucket, clock: FakeClock, until: float) -
                 control.record(SERVER, overloaded=not admitted, grant=admission)
             if admitted:
                 sender.successes += 1
+                sender.succeeded.append(now - START)
             elif retry < ADAPTIVE.max_retries:
                 backoff = jitter() * ADAPTIVE.base_backoff * 2.0 ** (retry + 1)
                 if now + backoff < start + DEADLINE:
@@ -128,23 +131,29 @@ def adaptive(clock: FakeClock) -> Sender:
 
 
 def test_next_to_a_stock_sender_the_adaptive_one_competes() -> None:
-    """One stock-like sender and one adaptive sender share 100/s: the adaptive one finds that
-    its cuts do not move the pushback, competes within 12 s and for the rest of the run, and
-    its successes are at least half the stock sender's (polite throughout: about a tenth).
+    """One stock-like sender and one adaptive sender share 100/s.  Polite, the adaptive one
+    gets about a tenth of the server; its cuts do not move the pushback, so it competes, keeps
+    competing (no flip-flop), and from then on gets at least 80 % of the stock sender's
+    successes.
 
-    The issue's goal is 95 %: a lone adaptive sender starved by its neighbour sees only a
-    reply or two per test, so its evidence takes seconds to add up; and once competing, each
-    test costs it a little more."""
+    The issue's goal is 95 % of the whole run: starved by its neighbour, the adaptive sender
+    sees only a reply or two per cut, so its evidence takes 10-20 s to add up here (when it
+    comes is sensitive to single replies; the simulated 8 x 8 mixed fleets judge faster)."""
     clock = FakeClock(START)
     stock, paced = Sender(None), adaptive(clock)
-    run([stock, paced], Bucket(lambda t: 100.0), clock, until=30.0)
+    run([stock, paced], Bucket(lambda t: 100.0), clock, until=40.0)
     assert paced.competed, "the adaptive sender never competed"
     first = paced.competed[0]
-    assert first < 12.0
+    assert first < 25.0
     seconds = {int(t) for t in paced.competed}
-    assert seconds == set(range(int(first), 30))  # it keeps competing: no flip-flop
-    assert paced.successes >= 0.5 * stock.successes
-    assert paced.successes + stock.successes >= 0.95 * 100.0 * 29.0  # the server stays busy
+    assert seconds == set(range(int(first), 40))  # it keeps competing: no flip-flop
+    since = int(first) + 1
+    ours = sum(1 for t in paced.succeeded if t >= since)
+    theirs = sum(1 for t in stock.succeeded if t >= since)
+    assert ours >= 0.8 * theirs
+    before = sum(1 for t in paced.succeeded if 1.0 <= t < first)
+    assert before <= 0.3 * sum(1 for t in stock.succeeded if 1.0 <= t < first)  # polite
+    assert paced.successes + stock.successes >= 0.95 * 100.0 * 39.0  # the server stays busy
 
 
 def test_polite_peers_never_compete() -> None:
@@ -163,13 +172,15 @@ def test_polite_peers_never_compete() -> None:
     assert errors <= 0.05 * (successes + errors)
 
 
-def _feed(pacer: ServerPacer, seconds: float, pushed: Callable[[float, int], bool]) -> list[float]:
-    """Hand ``pacer`` a reply every 1/12 s for ``seconds`` from START; reply ``number`` at
-    ``t`` seconds after START is an overload error when ``pushed(t, number)``.  Return the
-    times (seconds after START) at which the pacer was seen competing."""
+def _feed(
+    pacer: ServerPacer, seconds: float, pushed: Callable[[float, int], bool], start: float = 0.0
+) -> list[float]:
+    """Hand ``pacer`` a reply every 1/12 s from ``start`` to ``seconds`` after START; reply
+    ``number`` at ``t`` seconds after START is an overload error when ``pushed(t, number)``.
+    Return the times (seconds after START) at which the pacer was seen competing."""
     competed = []
     step = 1.0 / 12.0
-    for number in range(round(seconds / step)):
+    for number in range(round(start / step), round(seconds / step)):
         t = number * step
         if pushed(t, number):
             pacer.record_pushback(START + t, START + t)
@@ -212,19 +223,22 @@ def test_a_drained_cut_keeps_the_pacer_polite() -> None:
 
 
 def test_a_competing_pacer_whose_cut_drains_is_polite_again() -> None:
-    """Once competing, a cut that drains the pushback (the neighbours left, or every client
-    competed and all cut together) takes the pacer back to polite."""
+    """Once competing (half its replies pushed back), a cut that drains the pushback (the
+    neighbours left, or every client competed and all cut together) takes the pacer back to
+    polite: it tests at one instant in 8, and two drained cuts outweigh the evidence that made
+    it compete, so one lucky cut next to stock clients does not."""
     pacer = ServerPacer(ADAPTIVE)
-    assert _feed(pacer, 6.0, lambda t, n: n % 4 == 3)
+    assert _feed(pacer, 6.0, lambda t, n: n % 2 == 1)
     assert pacer.competing
     later = 6.0
 
     def pushed(t: float, n: int) -> bool:
-        return n % 4 == 3 and (t < later or not _in_cut(t))
+        in_cut = _in_cut(t) and round(t) % 8 == 0  # a competing pacer cuts at one instant in 8
+        return n % 2 == 1 and (t < later or not in_cut)
 
-    competed = _feed(pacer, 40.0, pushed)
+    competed = _feed(pacer, 30.0, pushed, start=later)
     assert not pacer.competing
-    assert competed[-1] < 40.0
+    assert 16.0 <= competed[-1] < 30.0  # the second drained cut after 6 s, at 16 s or later
 
 
 def test_a_fault_that_admits_nothing_is_not_a_neighbour() -> None:

@@ -61,16 +61,16 @@ whatever share it saw).
    close again at a rate measured while it was paced).
 
 8. **Compete when the cuts move nothing.**  At instants one window apart, the same for every
-   client of the clock, every pacer paced for a window and pushed back in 5 % of its replies
+   client of the clock, every pacer paced for a window and pushed back in 2 % of its replies
    cuts to half its send rate for 0.3 to 0.5 window: at every instant until 4 windows after it
    closed (peers close together when an overload begins, so they test together), then at every
-   other one.  Among polite peers, who all cut together, the pushback drains; next to clients
+   third one.  Among polite peers, who all cut together, the pushback drains; next to clients
    that do not cut (stock retry loops) it does not.  A pacer that saw pushback in at least 15 %
    of its replies judges its cut's replies: each adds to a log-likelihood ratio (pushed back as
    often as before the cut, against a tenth as often), summed over tests because one test has
    only a few replies, and bounded to +-3.  At +3 the pacer *competes*: it sends as the spec's
    retry loop alone does (no local waits), testing at one instant in 8 with a cut to three
-   quarters of what the server admitted it; back at 0 it is polite again, from that test's rate.
+   quarters of what the server admitted it; back at -3 it is polite again, from that test's rate.
    A window in which the server admitted nothing is a fault, not a neighbour: no test.  The
    pushback level alone cannot tell the two apart (Copa's competitive mode, NSDI 2018).
 

@@ -50,14 +50,14 @@ _TEST_GRID = 1.0  # the neighbour tests start at instants this many windows apar
 # instants for every client of the clock): a pacer paced for at least ...
 _SETTLE = 1.0  # ... this many windows (its closing cut has settled) cuts at every instant ...
 _ONSET_TESTS = 4.0  # ... until this many windows after it closed, then ...
-_TEST_EVERY = 2  # ... at one instant in this many (a test costs its peers a little each time)
+_TEST_EVERY = 3  # ... at one instant in this many (a test costs its peers a little each time)
 _TEST_SCALE = 0.5  # a polite pacer cuts to this share of its send rate ...
 _TEST_LENGTH = 0.5  # ... for at most this many windows, and ends early without pushback ...
 _TEST_MIN = 0.3  # ... after this many (the neighbours' retry loops answer a cut within their
 # backoff: a shorter cut looks drained even next to clients that do not cut)
 _COMPETING_SCALE = 0.75  # a competing pacer cuts to this share of what the server admitted it
 _COMPETING_TESTS = 8  # ... at one instant in this many
-_CUT_SHARE = 0.05  # a pacer cuts only when at least this share of the last window's replies
+_CUT_SHARE = 0.02  # a pacer cuts only when at least this share of the last window's replies
 # pushed back (a client alone at its capacity loses nothing to the tests), and ...
 _TEST_SHARE = 0.15  # a pacer judges its cut when at least this share of its replies of the
 _JUDGE_REPLIES = 5  # last window (of at least this many) pushed back, one within ...
@@ -229,9 +229,9 @@ class ServerPacer:
         """Test, at fixed instants, whether this client's cuts move the pushback (lock held).
 
         A polite (AIMD) pacer loses to neighbours that do not cut (stock retry loops): its cuts
-        only hand its share over, and the pushback stays as high.  Among polite peers a cut
-        that everyone makes drains the pushback at once.  The pushback *level* cannot tell the
-        two apart (it is as high among peers converging after a capacity step as next to stock
+        only hand its share over, and the pushback stays as high.  Among polite peers a cut that
+        everyone makes drains the pushback at once.  The pushback *level* cannot tell the two
+        apart (it is as high among peers converging after a capacity step as next to stock
         clients); a joint cut can.  At instants ``_TEST_GRID`` windows apart, the same for every
         client of the clock, a pacer paced for at least ``_SETTLE`` windows cuts for
         ``_TEST_MIN`` to ``_TEST_LENGTH`` windows: at every instant until ``_ONSET_TESTS``
@@ -246,9 +246,10 @@ class ServerPacer:
         ``_MIN_UNMOVED`` and ``_MAX_UNMOVED``) against ``_DRAINED`` of that.  One test has a few
         replies (a dense fleet's client sees a dozen a second), so the evidence adds up over
         tests, bounded to +-``_EVIDENCE``.  At ``+_EVIDENCE`` the pacer competes: it sends as
-        the spec's retry loop alone does (no local waits).  Back at 0 it is polite again, at its
-        test's rate.  A window in which the server admitted nothing (a fault) is no evidence and
-        gets no test.  The server's burst allowance keeps the tokens a cut leaves unused.
+        the spec's retry loop alone does (no local waits).  Back at -``_EVIDENCE`` it is polite
+        again, at its test's rate.  A window in which the server admitted nothing (a fault) is
+        no evidence and gets no test.  The server's burst allowance keeps the tokens a cut
+        leaves unused.
         """
         period = self._window * _TEST_GRID
         index = int(now / period)
@@ -281,7 +282,7 @@ class ServerPacer:
                     self.competing = True
                     self._waiting.clear()  # their callers are sent on their next recheck
                     self._next_slot = now
-                elif self.competing and self._evidence <= 0.0:
+                elif self.competing and self._evidence <= -_EVIDENCE:
                     # The neighbours cut too: polite again, from the test's rate.
                     self.competing = False
                     self._peak = self._rate
@@ -554,17 +555,18 @@ class ServerPacer:
         stops there: the slot it leaves is taken by the one before it.
         """
         waiting = self._waiting
-        slots = [ticket.slot for ticket in itertools.islice(waiting, index, None)]
+        # One pass over the moved tickets (indexing the middle of a deque walks it).
+        moved = list(itertools.islice(waiting, index, None))
+        slots = [ticket.slot for ticket in moved]
         slots.append(self._next_slot)
-        for position in range(index, len(waiting)):
-            ticket = waiting[position]
-            moved = slots[position - index + 1]
-            if moved > ticket.latest:
-                ticket.slot = moved
+        for offset, ticket in enumerate(moved):
+            slot = slots[offset + 1]
+            if slot > ticket.latest:
+                ticket.slot = slot
                 ticket.refused = True
-                del waiting[position]
+                del waiting[index + offset]
                 return
-            ticket.slot = moved
+            ticket.slot = slot
         self._next_slot += interval
 
     def recheck(self, now: float, ticket: SlotTicket) -> Union[float, Refusal]:
@@ -617,6 +619,17 @@ class ServerPacer:
                 self._open()
             return self.paced
 
+    def _still_waiting(self, now: float) -> int:
+        """The waiting attempts whose slot is after ``now`` (lock held).
+
+        The queue is in slot order, so the due ones (their callers are sending) are at its
+        head: dropped here as :meth:`admit` drops them, the rest is its length.
+        """
+        waiting = self._waiting
+        while waiting and waiting[0].slot <= now:
+            waiting.popleft()
+        return len(waiting)
+
     def snapshot(self, now: float) -> ServerPacerSnapshot:
         """Return the pacer's state at ``now``."""
         with self._lock:
@@ -640,7 +653,7 @@ class ServerPacer:
                 max(0.0, self._next_slot - now),
                 self._pushbacks,
                 self.competing,
-                sum(1 for ticket in self._waiting if ticket.slot > now),
+                self._still_waiting(now),
                 share,
                 reply_rate,
             )
