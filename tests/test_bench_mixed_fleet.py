@@ -82,12 +82,13 @@ def test_the_page_is_rendered_from_the_raw_data_with_the_run_line() -> None:
     assert table == render(runs, QUICK.processes)
 
 
-def test_the_committed_mixed_fleet_page_is_the_rendering_of_its_raw_data() -> None:
-    """``mixed-fleet-run4.md`` is what ``render_mixed_report`` makes of its JSON, and the
+@pytest.mark.parametrize("run", [4, 5, 6])
+def test_the_committed_mixed_fleet_page_is_the_rendering_of_its_raw_data(run: int) -> None:
+    """``mixed-fleet-run<N>.md`` is what ``render_mixed_report`` makes of its JSON, and the
     default's runs come before ``adaptive``'s."""
     folder = Path(__file__).resolve().parents[1] / "bench" / "results" / "adaptive-default"
-    data = json.loads((folder / "mixed-fleet-run4.json").read_text(encoding="utf-8"))
-    page = (folder / "mixed-fleet-run4.md").read_text(encoding="utf-8")
+    data = json.loads((folder / f"mixed-fleet-run{run}.json").read_text(encoding="utf-8"))
+    page = (folder / f"mixed-fleet-run{run}.md").read_text(encoding="utf-8")
     assert page == render_mixed_report(data)
     upgraded = [run["upgraded"]["policy"] for run in data["runs"]]
     assert upgraded == sorted(upgraded, key=lambda name: name != "current")
