@@ -17,7 +17,14 @@ RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 
 
 @pytest.mark.parametrize(
-    "stem", ["latest", "overload", "fleet-run2", "adaptive-default/fleet-run2"]
+    "stem",
+    [
+        "latest",
+        "overload",
+        "fleet-run2",
+        "adaptive-default/fleet-run2",
+        "adaptive-default/fleet-run3",
+    ],
 )
 def test_a_results_page_is_the_rendering_of_its_raw_data(stem: str) -> None:
     """``<stem>.md`` is exactly what ``render_markdown`` makes of ``<stem>.json``."""
@@ -259,7 +266,7 @@ def _real_goal_figures() -> dict[str, str]:
         return "; ".join(text(rows) for rows in rows_of_runs)
 
     today = json.loads(
-        (RESULTS / "adaptive-default" / "fleet-run2.json").read_text(encoding="utf-8")
+        (RESULTS / "adaptive-default" / "fleet-run3.json").read_text(encoding="utf-8")
     )
     fleets = {
         run["shape"]: run
