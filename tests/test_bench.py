@@ -33,6 +33,7 @@ from backpressure.bench.fleet import (
     FleetRun,
     fleet_policies,
     plan_from_dict,
+    render_fleet_markdown,
     summarize,
 )
 from backpressure.bench.overhead import _settrace_counter, _Tally, bootstrap_ratio_ci, verdict
@@ -391,6 +392,8 @@ def test_fleet_quick_mode_runs_real_processes(
         assert 0 < run.jain <= 1.0
         assert run.p99_ms is not None
         assert set(run.judge()) == set(FLEET_GOALS)
+        assert run.per_process_competed_s == (None,) * QUICK.processes  # neither paces
+    assert "Seconds competing" not in markdown
     no_retries = next(run for run in runs if run.policy == "no-retries")
     assert no_retries.attempts_per_op == pytest.approx(1.0, abs=0.01)
     header = "| policy | ops | app errors | attempts/op | Jain |"
@@ -438,6 +441,14 @@ def test_fleet_summary_arithmetic() -> None:
     assert run.error_fraction == 0.25
     assert run.judge()[FLEET_GOALS[3]] is False
     assert run.floor_fraction == 0.0
+    assert run.per_process_competed_s == (None, None)  # reports without the count
+    paced = summarize(
+        "adaptive", plan, [{**r, "competed_s": 2.5 * r["index"]} for r in reports], received=30
+    )
+    assert paced.per_process_competed_s == (0.0, 2.5)
+    assert FleetRun.from_dict(paced.to_dict()) == paced
+    page = render_fleet_markdown([run, paced], plan)
+    assert "Seconds competing per process (the neighbour test's mode): adaptive: 0.0, 2.5." in page
 
 
 @pytest.mark.parametrize(

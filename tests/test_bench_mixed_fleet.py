@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from backpressure.bench.fleet import QUICK
+import backpressure
+from backpressure.bench.fleet import QUICK, competed_seconds
 from backpressure.bench.mixed_fleet import (
     STOCK,
     Half,
@@ -33,6 +34,9 @@ def test_a_quick_mixed_fleet_reports_each_half(replicaset_server: EmbeddedServer
         assert half.operations > 0
         assert half.successes + half.errors == half.operations
     assert run.server_received >= run.stock.operations + run.upgraded.operations
+    assert run.stock.competed_s is None  # neither half paces
+    assert run.upgraded.competed_s is None
+    assert "Seconds competing" not in render([(1, run)], QUICK.processes)
     rows = render([(1, run)], QUICK.processes).splitlines()[2:]
     assert [row.split("|")[2].strip() for row in rows] == ["stock pymongo", "default (current)"]
     with pytest.raises(ValueError, match=r"stock must be in 1\.\.1"):
@@ -94,3 +98,34 @@ def test_the_committed_mixed_fleet_page_is_the_rendering_of_its_raw_data(run: in
     assert upgraded == sorted(upgraded, key=lambda name: name != "current")
     assert upgraded[0] == "current"
     assert "adaptive" in upgraded
+
+
+def test_competing_seconds_come_from_the_pacers_of_an_adaptive_client(
+    replicaset_server: EmbeddedServer,
+) -> None:
+    """A fleet process reports how long its pacers competed: 0.0 for an adaptive client that
+    never did, None for clients without pacers (stock, or a preset that does not pace)."""
+    import pymongo
+
+    with backpressure.MongoClient(replicaset_server.uri, backpressure="adaptive") as client:
+        client.db.c.insert_one({"x": 1})
+        assert competed_seconds(client) == 0.0
+    with backpressure.MongoClient(replicaset_server.uri, backpressure="current") as client:
+        assert competed_seconds(client) is None
+    with pymongo.MongoClient(replicaset_server.uri) as plain:
+        assert competed_seconds(plain) is None
+
+
+def test_the_page_names_the_seconds_each_upgraded_half_competed() -> None:
+    """With the count recorded, a line after the table gives each upgraded half's competing
+    seconds per run; halves that do not pace are left out, and old runs render as before."""
+    stock = Half(STOCK, 1, 100, 10, 90)
+    runs = [
+        (1, MixedRun(stock, Half("current", 7, 700, 70, 630), 900)),
+        (1, MixedRun(stock, Half("adaptive", 7, 650, 50, 600, 12.25), 850)),
+    ]
+    page = render(runs, 8)
+    assert page.endswith(
+        "Seconds competing (the neighbour test's mode), summed over the upgraded half's "
+        "processes: adaptive at 1 of 8: 12.2.\n"
+    )

@@ -254,10 +254,25 @@ def _client_process(
                 "local_waits": events.waits if events.reported else None,
                 "local_refusals": events.refusals if events.reported else None,
                 "cpu_s": time.process_time() - cpu_start,
+                "competed_s": competed_seconds(client.client),
             }
         )
     finally:
         client.close()
+
+
+def competed_seconds(client: Any) -> Optional[float]:
+    """Seconds ``client``'s pacers competed (summed over servers); None without pacing.
+
+    A stock or non-adaptive client has no pacers to ask: its processes report None, so a
+    table can tell "never competed" (0.0) from "cannot compete".
+    """
+    import backpressure
+
+    if not backpressure.is_enabled(client) or not backpressure.policy(client).adaptive:
+        return None
+    pacing = backpressure.stats(client).pacing
+    return round(sum(snapshot.competed_s for snapshot in pacing.values()), 3)
 
 
 # -- one policy's run -------------------------------------------------------------------------
@@ -298,6 +313,9 @@ class FleetRun:
     floor_fraction: float
     """max(0, 1 - C * deadline / N) of the worst phase: no policy can do better there."""
     goals: dict[str, bool] = field(default_factory=dict)
+    per_process_competed_s: tuple[Optional[float], ...] = ()
+    """Seconds each process's pacers competed (None: the policy does not pace; empty: not
+    recorded, as in runs from before it was)."""
     success_bins: tuple[int, ...] = ()
     """Successes of all processes per ``bin_s`` from the start (by completion time)."""
     error_bins: tuple[int, ...] = ()
@@ -350,7 +368,7 @@ class FleetRun:
         names = {f for f in cls.__dataclass_fields__ if f != "goals"}
         values = {k: v for k, v in data.items() if k in names}
         values["per_process_successes"] = tuple(values["per_process_successes"])
-        for name in ("success_bins", "error_bins"):
+        for name in ("per_process_competed_s", "success_bins", "error_bins"):
             values[name] = tuple(values.get(name, ()))
         values["phases"] = tuple(
             PhaseShare(p["rate"], p["goodput_per_s"]) for p in values["phases"]
@@ -512,6 +530,7 @@ def summarize(
         app_errors=sum(int(r["errors"]) for r in processes),
         server_received=received,
         per_process_successes=tuple(int(r["successes"]) for r in processes),
+        per_process_competed_s=tuple(r.get("competed_s") for r in processes),
         phases=tuple(phases),
         p50_ms=percentile(latencies, 50),
         p99_ms=percentile(latencies, 99),
@@ -599,6 +618,16 @@ def render_fleet_markdown(runs: Sequence[FleetRun], plan: FleetPlan) -> str:
         for run in runs
     )
     lines += ["", f"App errors by kind: {kinds}.", "", f"Successes per process: {successes}.", ""]
+    competed = [
+        run for run in runs if any(seconds is not None for seconds in run.per_process_competed_s)
+    ]
+    if competed:
+        seconds = "; ".join(
+            f"{policy_label(run.policy)}: "
+            + ", ".join(f"{s:.1f}" for s in run.per_process_competed_s if s is not None)
+            for run in competed
+        )
+        lines += [f"Seconds competing per process (the neighbour test's mode): {seconds}.", ""]
     return "\n".join(lines)
 
 

@@ -57,6 +57,9 @@ class Half:
     operations: int
     errors: int
     successes: int
+    competed_s: Optional[float] = None
+    """Seconds its processes' pacers competed, summed (None: its policy does not pace, or the
+    run predates the count)."""
 
     @property
     def error_rate(self) -> float:
@@ -97,7 +100,14 @@ def _half(policy: str, reports: Sequence[dict[str, Any]]) -> Half:
         sum(int(r["ops"]) for r in reports),
         sum(int(r["errors"]) for r in reports),
         sum(int(r["successes"]) for r in reports),
+        _competed(reports),
     )
+
+
+def _competed(reports: Sequence[dict[str, Any]]) -> Optional[float]:
+    """The processes' competing seconds, summed; None when none of them paces."""
+    seconds = [float(r["competed_s"]) for r in reports if r.get("competed_s") is not None]
+    return round(sum(seconds), 3) if seconds else None
 
 
 def run_mixed(target: Any, stock: int, policy: str, plan: FleetPlan) -> MixedRun:
@@ -125,6 +135,18 @@ def render(runs: Sequence[tuple[int, MixedRun]], processes: int) -> str:
                 f"{f'{run.share:.0%}' if upgraded else '-'} | "
                 f"{('met' if run.met else 'missed') if upgraded else '-'} |"
             )
+    competed = [
+        f"{policy_label(run.upgraded.policy)} at {stock} of {processes}: "
+        f"{run.upgraded.competed_s:.1f}"
+        for stock, run in runs
+        if run.upgraded.competed_s is not None
+    ]
+    if competed:
+        lines += [
+            "",
+            "Seconds competing (the neighbour test's mode), summed over the upgraded half's "
+            f"processes: {'; '.join(competed)}.",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -229,8 +229,10 @@ def test_a_competing_pacer_whose_cut_drains_is_polite_again() -> None:
     polite: it tests at one instant in 8, and two drained cuts outweigh the evidence that made
     it compete, so one lucky cut next to stock clients does not."""
     pacer = ServerPacer(ADAPTIVE)
-    assert _feed(pacer, 6.0, lambda t, n: n % 2 == 1)
+    began = _feed(pacer, 6.0, lambda t, n: n % 2 == 1)
+    assert began
     assert pacer.competing
+    assert pacer.snapshot(START + 6.0).competing_spells == 1
     later = 6.0
 
     def pushed(t: float, n: int) -> bool:
@@ -240,6 +242,12 @@ def test_a_competing_pacer_whose_cut_drains_is_polite_again() -> None:
     competed = _feed(pacer, 30.0, pushed, start=later)
     assert not pacer.competing
     assert 16.0 <= competed[-1] < 30.0  # the second drained cut after 6 s, at 16 s or later
+    # The snapshot counts the spell from its first competing reply to the polite one after
+    # its last (one reply, 1/12 s, later), and still one spell.
+    snapshot = pacer.snapshot(START + 30.0)
+    assert snapshot.competing_spells == 1
+    spell = competed[-1] - began[0]
+    assert spell <= snapshot.competed_s <= spell + 0.1
 
 
 def test_a_fault_that_admits_nothing_is_not_a_neighbour() -> None:

@@ -92,6 +92,10 @@ class ServerPacerSnapshot:
     """Pushbacks over the replies of the last ``adaptive_window`` (0.0 without replies)."""
     reply_rate: float = 0.0
     """Replies (admitted or pushed back) per second over the last ``adaptive_window``."""
+    competed_s: float = 0.0
+    """Seconds the pacer has competed since it was created (the current spell included)."""
+    competing_spells: int = 0
+    """How many times the pacer started to compete since it was created."""
 
 
 class ServerPacer:
@@ -131,6 +135,9 @@ class ServerPacer:
         self.competing = False
         """Whether the pacer competes: sends as the spec's loop alone does (no local waits)
         because its neighbours do not cut when it cuts (read without the lock)."""
+        self._competed = 0.0  # seconds of the finished competing spells
+        self._competing_since = 0.0  # when the current competing spell began
+        self._spells = 0  # competing spells begun
         self._test = -1  # the test period whose test has run (or runs)
         self._testing = False
         self._judging = False  # whether the running test's replies count as evidence
@@ -280,11 +287,13 @@ class ServerPacer:
                 self._evidence = min(max(evidence, -_EVIDENCE), _EVIDENCE)
                 if not self.competing and self._evidence >= _EVIDENCE:
                     self.competing = True
+                    self._competing_since = now
+                    self._spells += 1
                     self._waiting.clear()  # their callers are sent on their next recheck
                     self._next_slot = now
                 elif self.competing and self._evidence <= -_EVIDENCE:
                     # The neighbours cut too: polite again, from the test's rate.
-                    self.competing = False
+                    self._stop_competing(now)
                     self._peak = self._rate
                     return
             # The rate goes on as if there had been no test (a climb after a fault included).
@@ -494,7 +503,7 @@ class ServerPacer:
             if not self.paced:
                 return SEND_NOW
             if self._reopens(now):
-                self._open()
+                self._open(now)
                 return SEND_NOW
             self._judge(now)
             if self.competing and not self._testing:
@@ -590,10 +599,16 @@ class ServerPacer:
             wait = ticket.slot - now
         return min(wait, self._nap) if wait > _EARLY else 0.0
 
-    def _open(self) -> None:
+    def _stop_competing(self, now: float) -> None:
+        """End a competing spell, adding its length to the total (lock held)."""
+        if self.competing:
+            self._competed += max(0.0, now - self._competing_since)
+        self.competing = False
+
+    def _open(self, now: float) -> None:
         """Open the pacer (the inert state), polite again (lock held)."""
         self.paced = False
-        self.competing = False
+        self._stop_competing(now)
         self._testing = False
         self._evidence = 0.0
 
@@ -616,7 +631,7 @@ class ServerPacer:
             return False
         with self._lock:
             if self.paced and self._reopens(now):
-                self._open()
+                self._open(now)
             return self.paced
 
     def _still_waiting(self, now: float) -> int:
@@ -636,6 +651,9 @@ class ServerPacer:
             replies, pushed, span = self._window_counts(now)
             share = pushed / replies if replies else 0.0
             reply_rate = replies / span if span > 0.0 else 0.0
+            competed = self._competed
+            if self.competing:
+                competed += max(0.0, now - self._competing_since)
             if not self.paced:
                 return ServerPacerSnapshot(
                     False,
@@ -645,6 +663,8 @@ class ServerPacer:
                     self._pushbacks,
                     pushback_share=share,
                     reply_rate=reply_rate,
+                    competed_s=competed,
+                    competing_spells=self._spells,
                 )
             return ServerPacerSnapshot(
                 True,
@@ -656,4 +676,6 @@ class ServerPacer:
                 self._still_waiting(now),
                 share,
                 reply_rate,
+                competed,
+                self._spells,
             )
