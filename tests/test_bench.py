@@ -442,6 +442,8 @@ def test_fleet_summary_arithmetic() -> None:
     assert run.judge()[FLEET_GOALS[3]] is False
     assert run.floor_fraction == 0.0
     assert run.per_process_competed_s == (None, None)  # reports without the count
+    assert run.phase_successes == ((10, 0), (5, 0))  # whole steps, by process
+    assert run.phase_jain == (0.5, 0.5)  # one of two processes took everything
     paced = summarize(
         "adaptive", plan, [{**r, "competed_s": 2.5 * r["index"]} for r in reports], received=30
     )
@@ -449,6 +451,7 @@ def test_fleet_summary_arithmetic() -> None:
     assert FleetRun.from_dict(paced.to_dict()) == paced
     page = render_fleet_markdown([run, paced], plan)
     assert "Seconds competing per process (the neighbour test's mode): adaptive: 0.0, 2.5." in page
+    assert "Jain within each phase (10/s -> 20/s): default (current): 0.500, 0.500;" in page
 
 
 @pytest.mark.parametrize(

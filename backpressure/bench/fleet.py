@@ -41,7 +41,7 @@ from pymongo.errors import PyMongoError
 from backpressure.workload import POLICIES
 from backpressure.workload.arms import default_first, default_policy_name, policy_label
 from backpressure.workload.driver import LoadTarget, LocalEventCounter, received_commands
-from backpressure.workload.metrics import percentile
+from backpressure.workload.metrics import jain_index, percentile
 
 __all__ = [
     "FLEET_GOALS",
@@ -313,6 +313,9 @@ class FleetRun:
     floor_fraction: float
     """max(0, 1 - C * deadline / N) of the worst phase: no policy can do better there."""
     goals: dict[str, bool] = field(default_factory=dict)
+    phase_successes: tuple[tuple[int, ...], ...] = ()
+    """Each phase's successes per process (the whole step, settle time included; empty in
+    runs from before it was recorded)."""
     per_process_competed_s: tuple[Optional[float], ...] = ()
     """Seconds each process's pacers competed (None: the policy does not pace; empty: not
     recorded, as in runs from before it was)."""
@@ -335,11 +338,12 @@ class FleetRun:
     @property
     def jain(self) -> float:
         """Jain's fairness index over the processes' successes (1.0: equal shares)."""
-        values = self.per_process_successes
-        squares = sum(x * x for x in values)
-        if not values or squares == 0:
-            return 1.0
-        return sum(values) ** 2 / (len(values) * squares)
+        return jain_index(self.per_process_successes) or 1.0
+
+    @property
+    def phase_jain(self) -> tuple[float, ...]:
+        """Jain's index over the processes' successes within each phase."""
+        return tuple(jain_index(values) or 1.0 for values in self.phase_successes)
 
     @property
     def worst_phase(self) -> float:
@@ -368,6 +372,7 @@ class FleetRun:
         names = {f for f in cls.__dataclass_fields__ if f != "goals"}
         values = {k: v for k, v in data.items() if k in names}
         values["per_process_successes"] = tuple(values["per_process_successes"])
+        values["phase_successes"] = tuple(tuple(p) for p in values.get("phase_successes", ()))
         for name in ("per_process_competed_s", "success_bins", "error_bins"):
             values[name] = tuple(values.get(name, ()))
         values["phases"] = tuple(
@@ -382,6 +387,7 @@ class FleetRun:
             error_fraction=self.error_fraction,
             attempts_per_op=self.attempts_per_op,
             jain=self.jain,
+            phase_jain=self.phase_jain,
             worst_phase=self.worst_phase,
             refusals_per_s=self.refusals_per_s,
             goals=self.judge(),
@@ -507,6 +513,14 @@ def summarize(
         for slot, n in enumerate(report.get("error_bins", ())):
             if slot < len(error_bins):
                 error_bins[slot] += n
+    steps = [
+        (round(number * plan.step_s / plan.bin_s), round((number + 1) * plan.step_s / plan.bin_s))
+        for number in range(len(plan.rates))
+    ]
+    phase_successes = tuple(
+        tuple(sum(report["success_bins"][first:last]) for report in processes)
+        for first, last in steps
+    )
     phases = []
     for number, rate in enumerate(plan.rates):
         begin = number * plan.step_s + plan.settle_s
@@ -530,6 +544,7 @@ def summarize(
         app_errors=sum(int(r["errors"]) for r in processes),
         server_received=received,
         per_process_successes=tuple(int(r["successes"]) for r in processes),
+        phase_successes=phase_successes,
         per_process_competed_s=tuple(r.get("competed_s") for r in processes),
         phases=tuple(phases),
         p50_ms=percentile(latencies, 50),
@@ -618,6 +633,14 @@ def render_fleet_markdown(runs: Sequence[FleetRun], plan: FleetPlan) -> str:
         for run in runs
     )
     lines += ["", f"App errors by kind: {kinds}.", "", f"Successes per process: {successes}.", ""]
+    fair = [run for run in runs if run.phase_successes]
+    if fair:
+        steps = " -> ".join(f"{rate:g}/s" for rate in plan.rates)
+        jains = "; ".join(
+            f"{policy_label(run.policy)}: {', '.join(f'{j:.3f}' for j in run.phase_jain)}"
+            for run in fair
+        )
+        lines += [f"Jain within each phase ({steps}): {jains}.", ""]
     competed = [
         run for run in runs if any(seconds is not None for seconds in run.per_process_competed_s)
     ]

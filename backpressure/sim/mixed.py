@@ -87,7 +87,7 @@ def run_mixed(
     ``policy``; return each half's figures."""
     require("simpy", "sim", "the simulator")
     from backpressure.sim.engine import simulate
-    from backpressure.sim.runner import jain_index
+    from backpressure.workload.metrics import jain_index
 
     scenario = mixed_fleet(stock, stock_policy=stock_policy)
     data = simulate(scenario, resolve(policy), seed)

@@ -21,27 +21,15 @@ from backpressure.core.policy import Policy
 from backpressure.sim.arms import SimArm, resolve_all
 from backpressure.sim.engine import REFUSED, simulate
 from backpressure.sim.model import Scenario
-from backpressure.workload.metrics import percentile
+from backpressure.workload.metrics import jain_index, percentile
 
-__all__ = ["PhaseGoodput", "PolicyResult", "RecoveryFigures", "Result", "jain_index", "run"]
+__all__ = ["PhaseGoodput", "PolicyResult", "RecoveryFigures", "Result", "run"]
 
 RECOVERY_SECONDS = 4
 """The recovery figures cover this many whole seconds after the overload ends."""
 
 PolicyLike = Union[str, Policy, SimArm]
 """A policy name, a package Policy, or a SimArm."""
-
-
-def jain_index(values: Sequence[float]) -> Optional[float]:
-    """Jain's fairness index ``(sum x)^2 / (n * sum x^2)``: 1.0 when all are equal, 1/n when
-    one takes everything (None for fewer than two values; 1.0 when all are 0)."""
-    if len(values) < 2:
-        return None
-    squares = sum(x * x for x in values)
-    if squares == 0:
-        return 1.0
-    total = sum(values)
-    return total * total / (len(values) * squares)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ __all__ = [
     "amplification",
     "bucket_counts",
     "coexists",
+    "jain_index",
     "percentile",
     "rate_per_second",
 ]
@@ -32,6 +33,21 @@ def percentile(values: Sequence[float], q: float) -> Optional[float]:
     # q * n / 100 rather than q / 100 * n: exact for a whole q (0.07 * 100 is 7.000000000000001).
     rank = max(1, math.ceil(q * len(ordered) / 100.0))
     return ordered[rank - 1]
+
+
+def jain_index(values: Sequence[float]) -> Optional[float]:
+    """Jain's fairness index ``(sum x)^2 / (n * sum x^2)``: 1.0 when all are equal, 1/n when
+    one takes everything (None for fewer than two values; 1.0 when all are 0).
+
+    Every fairness figure (the simulator's, the fleet benchmarks') comes from this function.
+    """
+    if len(values) < 2:
+        return None
+    squares = sum(x * x for x in values)
+    if squares == 0:
+        return 1.0
+    total = sum(values)
+    return float(total * total / (len(values) * squares))
 
 
 def amplification(attempts: int, successes: int) -> Optional[float]:

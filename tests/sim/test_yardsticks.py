@@ -12,10 +12,10 @@ from backpressure.sim import LimiterSpec, ServerSpec, run
 from backpressure.sim.arms import default_first, default_name, display_name
 from backpressure.sim.model import ClosedLoop
 from backpressure.sim.report import format_fleet_markdown
-from backpressure.sim.runner import jain_index
 from backpressure.sim.scenarios import closed_fleet, fault_schedule, faults, scenario, transient
 from backpressure.sim.server import SimServer
 from backpressure.sim.yardsticks import main
+from backpressure.workload.metrics import jain_index
 
 
 def test_jain_index() -> None:
