@@ -173,14 +173,19 @@ def test_polite_peers_never_compete() -> None:
 
 
 def _feed(
-    pacer: ServerPacer, seconds: float, pushed: Callable[[float, int], bool], start: float = 0.0
+    pacer: ServerPacer,
+    seconds: float,
+    pushed: Callable[[float, int], bool],
+    start: float = 0.0,
+    per_second: int = 12,
 ) -> list[float]:
-    """Hand ``pacer`` a reply every 1/12 s from ``start`` to ``seconds`` after START; reply
-    ``number`` at ``t`` seconds after START is an overload error when ``pushed(t, number)``.
-    Return the times (seconds after START) at which the pacer was seen competing."""
+    """Hand ``pacer`` ``per_second`` replies a second from ``start`` to ``seconds`` after
+    START; reply ``number`` at ``t`` seconds after START is an overload error when
+    ``pushed(t, number)``. Return the times (seconds after START) at which the pacer was seen
+    competing."""
     competed = []
-    step = 1.0 / 12.0
-    for number in range(round(start / step), round(seconds / step)):
+    step = 1.0 / per_second
+    for number in range(round(start * per_second), round(seconds * per_second)):
         t = number * step
         if pushed(t, number):
             pacer.record_pushback(START + t, START + t)
@@ -248,6 +253,33 @@ def test_a_competing_pacer_whose_cut_drains_is_polite_again() -> None:
     assert snapshot.competing_spells == 1
     spell = competed[-1] - began[0]
     assert spell <= snapshot.competed_s <= spell + 0.1
+
+
+def test_one_drained_cut_with_many_replies_does_not_make_a_competing_pacer_polite() -> None:
+    """A competing pacer with many replies per cut (48 a second here, a dozen in its cut): a
+    joint cut of competing peers next to a stock sender drains for a moment, and one such cut
+    alone must not end the competing mode, however many replies say so. It takes two drained
+    cuts, as with few replies."""
+    pacer = ServerPacer(ADAPTIVE)
+    assert _feed(pacer, 6.0, lambda t, n: n % 2 == 1, per_second=48)
+    assert pacer.competing
+    later = 6.0
+
+    def pushed(t: float, n: int) -> bool:
+        in_cut = _in_cut(t) and round(t) % 8 == 0  # a competing pacer cuts at one instant in 8
+        return n % 2 == 1 and (t < later or not in_cut)
+
+    competed = _feed(pacer, 15.0, pushed, start=later, per_second=48)
+    assert pacer.competing  # the drained cut at 8 s alone did not end it
+    assert competed[-1] >= 14.9
+    competed = _feed(pacer, 16.9, pushed, start=15.0, per_second=48)
+    assert not pacer.competing  # the second drained cut, at 16 s, did
+    assert 16.0 <= competed[-1] < 16.9
+    assert pacer.snapshot(START + 16.9).competing_spells == 1
+    # Outside the cuts the pushback never moved (a stock neighbour): the next polite test says
+    # so, and the pacer competes again.
+    assert _feed(pacer, 18.0, pushed, start=16.9, per_second=48)
+    assert pacer.snapshot(START + 18.0).competing_spells == 2
 
 
 def test_a_fault_that_admits_nothing_is_not_a_neighbour() -> None:

@@ -279,11 +279,15 @@ class ServerPacer:
                 # often as the window's before it; among peers, a tenth as often at most.
                 unmoved = min(max(self._before, _MIN_UNMOVED), _MAX_UNMOVED)
                 drained = _DRAINED * unmoved
-                evidence = (
-                    self._evidence
-                    + pushed * math.log(unmoved / drained)
-                    + (replies - pushed) * math.log((1.0 - unmoved) / (1.0 - drained))
+                step = pushed * math.log(unmoved / drained) + (replies - pushed) * math.log(
+                    (1.0 - unmoved) / (1.0 - drained)
                 )
+                if self.competing:
+                    # One test's replies take a competing pacer at most half way back: it
+                    # takes two drained cuts, however many replies one has (a joint cut of
+                    # competing peers next to a stock sender drains for a moment too).
+                    step = max(step, -_EVIDENCE)
+                evidence = self._evidence + step
                 self._evidence = min(max(evidence, -_EVIDENCE), _EVIDENCE)
                 if not self.competing and self._evidence >= _EVIDENCE:
                     self.competing = True
