@@ -22,11 +22,13 @@ from backpressure.bench.faults import (
     faults_report,
     judge,
     judge_rounds,
+    kind_ratios,
     mean_interval,
     paired_ratios,
     render_faults_markdown,
     render_faults_report,
     round_faults,
+    rounds_from_report,
     run_faults,
     run_policy_faults,
     total_run,
@@ -283,3 +285,8 @@ def test_an_interleaved_report_renders_from_its_json(tmp_path: Path) -> None:
     assert "| round 1 | round 2 |" in text
     assert "acked >= 98% of current's: NOT met" in text
     assert "in round 1 and the reverse in 2" in text
+    back = rounds_from_report(data)
+    assert [one.order for one in back] == [one.order for one in rounds]
+    ratios = kind_ratios(back, "adaptive")
+    assert set(ratios) == {fault.kind for one in rounds for fault in one.faults} | {"none"}
+    assert kind_ratios(back, "current") == dict.fromkeys(ratios, 1.0)

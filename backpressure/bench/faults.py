@@ -76,6 +76,7 @@ __all__ = [
     "faults_report",
     "judge",
     "judge_rounds",
+    "kind_ratios",
     "main",
     "mean_interval",
     "paired_ratios",
@@ -83,6 +84,7 @@ __all__ = [
     "render_faults_report",
     "round_faults",
     "round_order",
+    "rounds_from_report",
     "run_faults",
     "run_policy_faults",
     "total_run",
@@ -1064,6 +1066,30 @@ def _fault(entry: Mapping[str, Any]) -> Fault:
     return Fault(**entry)
 
 
+def rounds_from_report(data: Mapping[str, Any]) -> list[FaultRound]:
+    """The rounds of :func:`faults_report`'s data (KeyError for a soak without rounds)."""
+    return [
+        FaultRound(
+            index=int(entry["index"]),
+            order=tuple(entry["order"]),
+            faults=tuple(_fault(fault) for fault in entry["schedule"]),
+            runs=tuple(_fault_run(run) for run in entry["runs"]),
+            load=entry.get("load"),
+        )
+        for entry in data["rounds"]
+    ]
+
+
+def kind_ratios(
+    rounds: Sequence[FaultRound], policy: str, base: str = "current"
+) -> dict[str, float]:
+    """``policy``'s acked writes by fault kind (:func:`acked_by_kind`, all rounds) over
+    ``base``'s; kinds where ``base`` acked nothing are left out."""
+    mine = _kind_totals([acked_by_kind(one.run_of(policy), one.faults) for one in rounds])
+    theirs = _kind_totals([acked_by_kind(one.run_of(base), one.faults) for one in rounds])
+    return {kind: mine.get(kind, 0) / n for kind, n in theirs.items() if n}
+
+
 def render_faults_report(data: dict[str, Any]) -> str:
     """The Markdown page of :func:`faults_report`'s data: the run's line, then the tables.
 
@@ -1075,17 +1101,7 @@ def render_faults_report(data: dict[str, Any]) -> str:
     if "rounds" not in data:
         runs = [_fault_run(entry) for entry in data["runs"]]
         return line + "\n\n" + render_faults_markdown(runs, plan)
-    rounds = [
-        FaultRound(
-            index=int(entry["index"]),
-            order=tuple(entry["order"]),
-            faults=tuple(_fault(fault) for fault in entry["schedule"]),
-            runs=tuple(_fault_run(run) for run in entry["runs"]),
-            load=entry.get("load"),
-        )
-        for entry in data["rounds"]
-    ]
-    return line + "\n\n" + render_rounds_markdown(rounds, plan)
+    return line + "\n\n" + render_rounds_markdown(rounds_from_report(data), plan)
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:
