@@ -127,6 +127,9 @@ def test_a_short_soak_loses_nothing_under_closes_rejections_and_failed_commits(
     assert run.faults == len(faults)
     assert sum(run.ok_bins) == run.acked
     assert sum(run.error_bins) == run.errors
+    assert run.seconds == plan.seconds
+    assert run.cpu_s > 0
+    assert run.machine_busy is None or 0.0 <= run.machine_busy <= 1.0
 
 
 def test_a_bad_plan_names_the_option() -> None:
