@@ -942,6 +942,9 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
         "error rate",
         "duplicated",
         "lost",
+    ]
+    costs = [
+        "policy",
         "operations",
         "transactions",
         "attempts/op",
@@ -950,6 +953,7 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
         "machine busy",
     ]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    cost_lines = ["| " + " | ".join(costs) + " |", "|" + "---|" * len(costs)]
     for row in rows:
         total = totals[row["policy"]]
         interval = (
@@ -966,6 +970,10 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
             f"{100 * total.error_rate:.2f}%",
             f"{total.duplicated:,}",
             f"{total.lost:,}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+        cells = [
+            policy_label(total.policy),
             f"{total.operations:,}",
             f"{total.transactions:,}",
             f"{attempts:.2f}",
@@ -973,7 +981,8 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
             f"{total.cpu_cores:.2f}",
             busy,
         ]
-        lines.append("| " + " | ".join(cells) + " |")
+        cost_lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Operations and the client's CPU:", "", *cost_lines]
     lines += [
         "",
         "Acked writes per round (`vs current` in that round):",
