@@ -20,16 +20,16 @@ raised), duplicated (a document whose ``n`` is above 1: a write applied twice), 
 absent).
 
 The policies run in interleaved rounds (``--rounds``): the schedule is cut into that many
-slices of ``seconds / rounds``, and round ``r`` replays its slice under every policy, in the
-default-first order in even rounds and the reverse order in odd ones, so that a slow stretch of
-a shared machine falls on every arm alike.  Each policy's acked writes are compared with
-``current``'s round by round (the same slice, minutes apart at most): the mean of those paired
-ratios and its 95 % confidence interval over the rounds (Student's t).  The client processes'
-CPU seconds and the machine's busy share during each soak tell a client-cost difference from an
-overload-control one.  The default's row comes first, stock pymongo beside it.  Goals for
-``adaptive``: acked >= 98 % of ``current``'s (met when the interval's low end is at or above
-0.98, missed when its high end is below), errors <= ``current``'s; for every policy, 0
-duplicated and 0 lost.
+slices of ``seconds / rounds``, and each round replays its slice under every policy, in the
+default-first order in the first round, the reverse order in the second, and so on, so that a
+slow stretch of a shared machine falls on every arm alike.  Each policy's acked writes are
+compared with ``current``'s round by round (the same slice, a minute or two apart): the mean of
+those paired ratios and its 95 % confidence interval over the rounds (Student's t).  The client
+processes' CPU seconds and the machine's busy share during each soak tell a client-cost
+difference from an overload-control one.  The default's row comes first, stock pymongo beside
+it.  Goals for ``adaptive``: acked >= 98 % of ``current``'s (met when the interval's low end is
+at or above 0.98, missed when its high end is below), errors <= ``current``'s; for every
+policy, 0 duplicated and 0 lost.
 """
 
 from __future__ import annotations
