@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -15,12 +16,22 @@ from backpressure.bench.faults import (
     Fault,
     FaultPlan,
     FaultRun,
+    acked_by_kind,
     audit,
     fault_schedule,
+    faults_report,
     judge,
+    judge_rounds,
+    kind_ratios,
+    mean_interval,
+    paired_ratios,
     render_faults_markdown,
     render_faults_report,
+    round_faults,
+    rounds_from_report,
+    run_faults,
     run_policy_faults,
+    total_run,
 )
 from backpressure.bench.fleet import fleet_policies
 from backpressure.testing import EmbeddedServer
@@ -116,6 +127,9 @@ def test_a_short_soak_loses_nothing_under_closes_rejections_and_failed_commits(
     assert run.faults == len(faults)
     assert sum(run.ok_bins) == run.acked
     assert sum(run.error_bins) == run.errors
+    assert run.seconds == plan.seconds
+    assert run.cpu_s > 0
+    assert run.machine_busy is None or 0.0 <= run.machine_busy <= 1.0
 
 
 def test_a_bad_plan_names_the_option() -> None:
@@ -126,7 +140,7 @@ def test_a_bad_plan_names_the_option() -> None:
         FaultPlan(seconds=0.0)
 
 
-@pytest.mark.parametrize("run", [1, 2])
+@pytest.mark.parametrize("run", [1, 2, 3, 4])
 def test_the_committed_soaks_are_the_rendering_of_their_raw_data(run: int) -> None:
     """``faults-run<n>.md`` is exactly what ``render_faults_report`` makes of its JSON, every
     policy's row there, the default's first."""
@@ -135,3 +149,147 @@ def test_the_committed_soaks_are_the_rendering_of_their_raw_data(run: int) -> No
     assert text == render_faults_report(data)
     assert data["runs"][0]["policy"] == default_policy_name()
     assert {entry["policy"] for entry in data["runs"]} == set(fleet_policies())
+
+
+def test_a_round_replays_its_slice_of_the_schedule_shifted_and_cut() -> None:
+    """Round r holds the faults starting in its slice, shifted to 0 and cut at the slice's
+    end; a window the cut would leave shorter than 0.1 s is left out."""
+    plan = FaultPlan(seconds=20.0, rounds=2)
+    faults = [
+        Fault(1.0, 1.0, "close", "3 closed"),
+        Fault(8.0, 12.0, "overload", "all rejected 4.0 s"),
+        Fault(9.95, 11.0, "limit", "50/s for 1.1 s", rate=50.0),
+        Fault(14.5, 15.5, "limit", "20/s for 1.0 s", rate=20.0),
+    ]
+    assert round_faults(faults, plan, 0) == [
+        faults[0],
+        dataclasses.replace(faults[1], end=10.0),
+    ]
+    assert round_faults(faults, plan, 1) == [dataclasses.replace(faults[3], at=4.5, end=5.5)]
+    with pytest.raises(ValueError, match=r"round index must be in 0\.\.1"):
+        round_faults(faults, plan, 2)
+    with pytest.raises(ValueError, match=r"FaultPlan\.rounds must be an int >= 1"):
+        FaultPlan(rounds=0)
+
+
+def test_the_rounds_alternate_their_order_and_pair_each_policy_with_current() -> None:
+    """A fake runner records the calls: every round runs every policy on that round's slice,
+    the default first in even rounds and last in odd ones, each on a round-long plan."""
+    calls: list[tuple[str, float, int, tuple[float, ...]]] = []
+    acked = {"current": 1000, "adaptive": 900}
+
+    def runner(_target: object, policy: str, plan: FaultPlan, faults: Sequence[Fault]) -> FaultRun:
+        calls.append((policy, plan.seconds, plan.rounds, tuple(f.at for f in faults)))
+        number = sum(1 for call in calls if call[0] == policy)
+        return _run(policy, acked[policy] + 10 * number, 5)
+
+    plan = FaultPlan(seconds=30.0, rounds=3)
+    rounds = run_faults(None, ["adaptive", "current"], plan, runner=runner)
+    assert [one.order for one in rounds] == [
+        ("current", "adaptive"),
+        ("adaptive", "current"),
+        ("current", "adaptive"),
+    ]
+    assert [call[0] for call in calls] == [
+        "current", "adaptive", "adaptive", "current", "current", "adaptive",
+    ]  # fmt: skip
+    assert {(call[1], call[2]) for call in calls} == {(10.0, 1)}
+    schedule = fault_schedule(plan.seed, plan.seconds)
+    for one in rounds:
+        assert one.faults == tuple(round_faults(schedule, plan, one.index))
+        assert calls[2 * one.index][3] == calls[2 * one.index + 1][3]
+    ratios = paired_ratios(rounds, "adaptive")
+    assert ratios == pytest.approx([910 / 1010, 920 / 1020, 930 / 1030])
+    assert paired_ratios(rounds, "current") == [1.0, 1.0, 1.0]
+
+
+def test_the_interval_is_students_t_over_the_rounds() -> None:
+    """Mean +- t(0.975, n-1) * s / sqrt(n); one value has no interval; none is refused."""
+    mean, low, high = mean_interval([0.9, 1.0, 1.1])
+    assert mean == pytest.approx(1.0)
+    half = 4.303 * 0.1 / 3**0.5
+    assert low == pytest.approx(1.0 - half)
+    assert high == pytest.approx(1.0 + half)
+    assert mean_interval([0.5]) == (0.5, None, None)
+    _, low, high = mean_interval([1.0] * 40)
+    assert low == high == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="at least one value"):
+        mean_interval([])
+
+
+def test_the_acked_goal_is_decided_only_when_the_interval_clears_98_percent() -> None:
+    """met: the whole interval at or above 0.98; NOT met: all of it below; otherwise not
+    decided. Errors against current's totals; duplicates and losses in any round fail."""
+    current = _run("current", 3000, 30)
+    assert judge_rounds(_run("adaptive", 3000, 30), [0.995, 1.0, 1.005], current) == {
+        FAULT_GOALS[0]: "met",
+        FAULT_GOALS[1]: "met",
+        FAULT_GOALS[2]: "met",
+        FAULT_GOALS[3]: "met",
+    }
+    verdicts = judge_rounds(_run("adaptive", 2000, 31, lost=1), [0.6, 0.7, 0.65], current)
+    assert verdicts[FAULT_GOALS[0]] == "NOT met"
+    assert verdicts[FAULT_GOALS[1]] == verdicts[FAULT_GOALS[3]] == "NOT met"
+    assert judge_rounds(_run("adaptive", 2900, 3), [0.9, 1.1], current)[FAULT_GOALS[0]] == (
+        "not decided"
+    )
+    assert judge_rounds(_run("adaptive", 2900, 3), [1.0], None)[FAULT_GOALS[0]] == "-"
+
+
+def test_totals_add_up_the_rounds_and_acks_are_counted_by_fault_kind() -> None:
+    """A policy's total is the sum of its rounds (CPU too); each fault's acks run from its
+    start to 1 s after its end, the rest is ``none``."""
+    one = dataclasses.replace(
+        _run("adaptive", 10, 1),
+        ok_bins=(1, 2, 3, 4, 5, 6, 7, 8),
+        bin_s=0.5,
+        seconds=4.0,
+        cpu_s=2.0,
+        machine_busy=0.5,
+    )
+    two = dataclasses.replace(one, acked=30, cpu_s=4.0, machine_busy=1.0, error_kinds={"X": 2})
+    total = total_run([one, two])
+    assert (total.acked, total.errors, total.cpu_s, total.seconds) == (40, 2, 6.0, 8.0)
+    assert total.machine_busy == 0.75
+    assert total.error_kinds == {"X": 2}
+    assert total.cpu_ms_per_ack == pytest.approx(150.0)
+    assert total.cpu_cores == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="one policy"):
+        total_run([one, _run("current", 1, 1)])
+    faults = [Fault(0.5, 0.5, "close", "1 closed"), Fault(2.0, 2.5, "overload", "all rejected")]
+    assert acked_by_kind(one, faults) == {"close": 2 + 3, "overload": 5 + 6 + 7, "none": 1 + 4 + 8}
+
+
+def test_an_interleaved_report_renders_from_its_json(tmp_path: Path) -> None:
+    """The report of fake rounds goes through JSON and back to the same page: the default's
+    row first, the per-round and per-kind tables, the goals."""
+    plan = FaultPlan(seconds=30.0, rounds=2)
+
+    def runner(_target: object, policy: str, plan: FaultPlan, faults: Sequence[Fault]) -> FaultRun:
+        bins = (100,) * int(plan.seconds / 0.25)
+        acked = sum(bins) if policy == "current" else sum(bins) - 300
+        return dataclasses.replace(
+            _run(policy, acked, 4),
+            ok_bins=bins,
+            seconds=plan.seconds,
+            cpu_s=3.0,
+            faults=len(faults),
+        )
+
+    rounds = run_faults(None, ["adaptive", "current"], plan, runner=runner)
+    info = {"date": "d", "cpu_count": 2, "python": "3", "pymongo": "4", "backpressure": "0"}
+    data = json.loads(json.dumps(faults_report(rounds, plan, info, [1.0, 2.0], 9.0, "abc")))
+    text = render_faults_report(data)
+    assert [row["policy"] for row in data["runs"]] == [default_policy_name(), "adaptive"]
+    table = [row for row in text.splitlines() if row.startswith("| default (current) | 12,000")]
+    assert len(table) == 1
+    assert "| 1.000 | 1.000-1.000 |" in table[0]
+    assert "| adaptive | 11,400 | 0.950 | 0.950-0.950 |" in text
+    assert "| round 1 | round 2 |" in text
+    assert "acked >= 98% of current's: NOT met" in text
+    assert "in round 1 and the reverse in 2" in text
+    back = rounds_from_report(data)
+    assert [one.order for one in back] == [one.order for one in rounds]
+    ratios = kind_ratios(back, "adaptive")
+    assert set(ratios) == {fault.kind for one in rounds for fault in one.faults} | {"none"}
+    assert kind_ratios(back, "current") == dict.fromkeys(ratios, 1.0)

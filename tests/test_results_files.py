@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from backpressure.bench import render_markdown
+from backpressure.bench.faults import kind_ratios, rounds_from_report
 from backpressure.workload.arms import default_policy_name, policy_label
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
@@ -235,9 +236,6 @@ def _real_goal_figures() -> dict[str, str]:
             f"{_row(rows, policy)['acked'] / _row(rows, 'current')['acked']:.2f}" for rows in soaks
         )
 
-    def errors(policy: str) -> str:
-        return " and ".join(f"{_row(rows, policy)['errors']:,}" for rows in soaks)
-
     mixed = [
         json.loads(
             (RESULTS / "adaptive-default" / f"mixed-fleet-run{n}.json").read_text(encoding="utf-8")
@@ -255,12 +253,6 @@ def _real_goal_figures() -> dict[str, str]:
             ]
             runs.append(_and_list(found))
         return " in run 5; ".join(runs) + " in run 6"
-
-    def percent_acked(policy: str) -> str:
-        return " and ".join(
-            f"{100 * _row(rows, policy)['acked'] / _row(rows, 'current')['acked']:.1f} %"
-            for rows in soaks
-        )
 
     def run_pairs(rows_of_runs: list[list[dict[str, Any]]], text: Any) -> str:
         return "; ".join(text(rows) for rows in rows_of_runs)
@@ -285,14 +277,8 @@ def _real_goal_figures() -> dict[str, str]:
     return {
         "today_8x8": fleet("8x8"),
         "today_4x16": fleet("4x16"),
-        "soak_adaptive_pct": percent_acked("adaptive"),
-        "soak_stock_pct": percent_acked("pymongo-native"),
-        "soak_error_pairs": run_pairs(
-            soaks,
-            lambda rows: (
-                f"{_row(rows, 'adaptive')['errors']:,} against {_row(rows, 'current')['errors']:,}"
-            ),
-        ),
+        **_interleaved_soak_figures(),
+        "soak_stock_old": acked("pymongo-native"),
         "recovery_current_vs_stock": " in the first run, ".join(
             f"{_row(rows, 'current')['shares'][0] * 100:.0f} % against "
             + ("stock's " if n == 0 else "")
@@ -305,10 +291,6 @@ def _real_goal_figures() -> dict[str, str]:
         "real_recovery_adaptive": first_second("adaptive"),
         "real_recovery_stock": first_second("pymongo-native"),
         "real_recovery_current": first_second("current"),
-        "soak_adaptive_acked": acked("adaptive"),
-        "soak_stock_acked": acked("pymongo-native"),
-        "soak_adaptive_errors": errors("adaptive"),
-        "soak_current_errors": errors("current"),
         "real_mixed_adaptive": shares("adaptive"),
         "real_mixed_run4": _and_list(
             [
@@ -322,6 +304,79 @@ def _real_goal_figures() -> dict[str, str]:
             ]
         ),
         "real_mixed_current": shares("current"),
+    }
+
+
+SOAK_RUNS = (3, 4)
+"""The interleaved real fault soaks the pages quote."""
+
+
+def _interleaved_soak_figures() -> dict[str, str]:
+    """The figures of the interleaved fault soaks (``faults-run3``/``run4``) and of the
+    simulator's calibrated ``faults`` section of ``sim-fleet.md``."""
+    reports = [
+        json.loads(
+            (RESULTS / "adaptive-default" / f"faults-run{n}.json").read_text(encoding="utf-8")
+        )
+        for n in SOAK_RUNS
+    ]
+    rounds = [rounds_from_report(report) for report in reports]
+
+    def per_round(policy: str) -> str:
+        texts = []
+        for report in reports:
+            row = _row(report["runs"], policy)
+            texts.append(
+                f"{row['ratio_mean']:.3f} ({row['ratio_low']:.3f}-{row['ratio_high']:.3f})"
+            )
+        return " and ".join(texts)
+
+    def of_totals(policy: str) -> str:
+        return " and ".join(
+            f"{_row(r['runs'], policy)['acked'] / _row(r['runs'], 'current')['acked']:.3f}"
+            for r in reports
+        )
+
+    def kind(policy: str, name: str) -> str:
+        return " and ".join(f"{kind_ratios(one, policy)[name]:.3f}" for one in rounds)
+
+    def cpu(policy: str, field: str = "cpu_ms_per_ack") -> str:
+        return " and ".join(f"{_row(r['runs'], policy)[field]:.2f}" for r in reports)
+
+    text = (RESULTS / "sim-fleet.md").read_text(encoding="utf-8")
+    section = text[text.index("## `faults`") : text.index("## `fleet`")]
+    goal = next(line for line in section.splitlines() if line.startswith("- **adaptive**"))
+    share = goal.split("acked >= 98% of current's: ")[1].split("(")[1].split(")")[0]
+    table = section[section.index("Successes by fault kind") :].splitlines()
+    header = next(line for line in table if line.startswith("| policy |"))
+    row = next(line for line in table if line.startswith("| adaptive |"))
+    cells = dict(zip(header.split("|")[2:-1], row.split("|")[2:-1]))
+
+    def simulated(name: str) -> str:
+        return cells[f" {name} "].split("(")[1].split(")")[0]
+
+    return {
+        "soak_adaptive_rounds": per_round("adaptive"),
+        "soak_stock_rounds": per_round("pymongo-native"),
+        "soak_adaptive_totals": of_totals("adaptive"),
+        "soak_error_pairs": "; ".join(
+            f"{_row(r['runs'], 'adaptive')['errors']:,} against "
+            f"{_row(r['runs'], 'current')['errors']:,}"
+            for r in reports
+        ),
+        "soak_limit_adaptive": kind("adaptive", "limit"),
+        "soak_limit_stock": kind("pymongo-native", "limit"),
+        "soak_overload_adaptive": kind("adaptive", "overload"),
+        "soak_overload_stock": kind("pymongo-native", "overload"),
+        "soak_none_adaptive": kind("adaptive", "none"),
+        "soak_none_stock": kind("pymongo-native", "none"),
+        "soak_cpu_adaptive": cpu("adaptive"),
+        "soak_cpu_current": cpu("current"),
+        "soak_cores_adaptive": cpu("adaptive", "cpu_cores"),
+        "soak_cores_current": cpu("current", "cpu_cores"),
+        "sim_soak_adaptive": share,
+        "sim_soak_limit": simulated("limit"),
+        "sim_soak_overload": simulated("overload"),
     }
 
 
@@ -408,9 +463,23 @@ PROSE: list[tuple[str, str]] = [
     ("docs/observability.md", "> `{ov_reopened_line}`"),
     (
         "docs/benchmarks.md",
-        "`adaptive` acked {soak_adaptive_pct} of `current`'s writes, with fewer errors "
-        "({soak_error_pairs}); stock pymongo, whose retry loop `current` shares, acked "
-        "{soak_stock_pct} of `current`'s in the same runs",
+        "`adaptive` acked {soak_adaptive_rounds} of `current`'s writes per round (mean and "
+        "95 % interval; {soak_adaptive_totals} of the totals), with fewer errors "
+        "({soak_error_pairs}); stock pymongo, which runs `current`'s loop, acked "
+        "{soak_stock_rounds}.",
+    ),
+    (
+        "docs/benchmarks.md",
+        "from a tight limit's start to 1 s after its end it acked {soak_limit_adaptive} of "
+        "`current`'s writes (stock pymongo {soak_limit_stock}), around the all-reject windows "
+        "{soak_overload_adaptive} (stock {soak_overload_stock}), and outside the faults "
+        "{soak_none_adaptive} (stock {soak_none_stock}). Its client processes spent "
+        "{soak_cpu_adaptive} ms of CPU per acked write against `current`'s {soak_cpu_current}, "
+        "using {soak_cores_adaptive} cores against {soak_cores_current}",
+    ),
+    (
+        "docs/benchmarks.md",
+        "so their ratios (stock pymongo {soak_stock_old} of `current`'s, the same loop)",
     ),
     (
         "docs/benchmarks.md",
@@ -442,9 +511,27 @@ PROSE: list[tuple[str, str]] = [
     ),
     (
         "docs/adaptive.md",
-        "`adaptive` acked {soak_adaptive_acked} of the default's writes, with fewer errors "
-        "({soak_adaptive_errors} against {soak_current_errors}); stock pymongo, which runs the "
-        "default's loop, acked {soak_stock_acked} of them in the same runs",
+        "`adaptive` acked {soak_adaptive_rounds} of the default's writes per round (mean and 95 % "
+        "interval; {soak_adaptive_totals} of the totals), with fewer errors ({soak_error_pairs}); "
+        "stock pymongo, which runs the default's loop, acked {soak_stock_rounds}.",
+    ),
+    (
+        "docs/adaptive.md",
+        "from a tight limit's start to 1 s after its end it acked {soak_limit_adaptive} of the "
+        "default's writes, around all-reject windows {soak_overload_adaptive}, where stock "
+        "pymongo got {soak_limit_stock} around tight limits and {soak_overload_stock} around "
+        "all-reject windows.",
+    ),
+    (
+        "docs/adaptive.md",
+        "Its client processes also spent {soak_cpu_adaptive} ms of CPU per acked write against "
+        "the default's {soak_cpu_current}, using {soak_cores_adaptive} cores against "
+        "{soak_cores_current}",
+    ),
+    (
+        "docs/adaptive.md",
+        "gives `adaptive` {sim_soak_adaptive} of the default's acks, {sim_soak_limit} around "
+        "tight limits and {sim_soak_overload} around all-reject windows",
     ),
 ]
 """(page, sentence with placeholders of ``prose_figures``): each page says exactly that."""

@@ -17,19 +17,32 @@ the server's control connection.
 
 At the end the collection is read back: acked (documents acknowledged), errors (operations that
 raised), duplicated (a document whose ``n`` is above 1: a write applied twice), lost (acked but
-absent).  The policies run one after another on the same seeded schedule, the default's row
-first, stock pymongo beside it.  Goals for ``adaptive``: acked >= 98 % of ``current``'s, errors
-<= ``current``'s; for every policy, 0 duplicated and 0 lost.
+absent).
+
+The policies run in interleaved rounds (``--rounds``): the schedule is cut into that many
+slices of ``seconds / rounds``, and each round replays its slice under every policy, in the
+default-first order in the first round, the reverse order in the second, and so on, so that a
+slow stretch of a shared machine falls on every arm alike.  Each policy's acked writes are
+compared with ``current``'s round by round (the same slice, a minute or two apart): the mean of
+those paired ratios and its 95 % confidence interval over the rounds (Student's t).  The client
+processes' CPU seconds and the machine's busy share during each soak tell a client-cost
+difference from an overload-control one.  The default's row comes first, stock pymongo beside
+it.  Goals for ``adaptive``: acked >= 98 % of ``current``'s (met when the interval's low end is
+at or above 0.98, missed when its high end is below), errors <= ``current``'s; for every
+policy, 0 duplicated and 0 lost.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import logging
 import math
 import multiprocessing
+import os
 import random
+import statistics
 import sys
 import threading
 import time
@@ -55,16 +68,26 @@ __all__ = [
     "QUICK_FAULTS",
     "Fault",
     "FaultPlan",
+    "FaultRound",
     "FaultRun",
+    "acked_by_kind",
     "audit",
     "fault_schedule",
     "faults_report",
     "judge",
+    "judge_rounds",
+    "kind_ratios",
     "main",
+    "mean_interval",
+    "paired_ratios",
     "render_faults_markdown",
     "render_faults_report",
+    "round_faults",
+    "round_order",
+    "rounds_from_report",
     "run_faults",
     "run_policy_faults",
+    "total_run",
 ]
 
 DATABASE = "faults"
@@ -100,6 +123,9 @@ class FaultPlan:
     """Share of the operations that are a two-document transaction."""
     bin_s: float = 0.25
     start_timeout_s: float = 120.0
+    rounds: int = 6
+    """Interleaved rounds: each replays its ``seconds / rounds`` slice of the schedule under
+    every policy (the module's docstring)."""
 
     def __post_init__(self) -> None:
         """Validate the numbers."""
@@ -108,6 +134,8 @@ class FaultPlan:
                 f"FaultPlan needs processes >= 1 and threads in 1..999, got "
                 f"{self.processes} and {self.threads}"
             )
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
+            raise ValueError(f"FaultPlan.rounds must be an int >= 1, got {self.rounds!r}")
         for name in ("seconds", "capacity", "deadline_s", "bin_s"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
@@ -117,8 +145,13 @@ class FaultPlan:
                 f"FaultPlan.transaction_share must be in 0..1, got {self.transaction_share!r}"
             )
 
+    @property
+    def round_s(self) -> float:
+        """The length of one round's slice of the schedule, in seconds."""
+        return self.seconds / self.rounds
 
-QUICK_FAULTS = FaultPlan(processes=2, threads=2, seconds=4.0, capacity=500.0)
+
+QUICK_FAULTS = FaultPlan(processes=2, threads=2, seconds=4.0, capacity=500.0, rounds=2)
 """A soak of a few seconds for the tests."""
 
 
@@ -184,6 +217,32 @@ def fault_schedule(seed: int, seconds: float) -> list[Fault]:
     return faults
 
 
+MIN_WINDOW_S = 0.1
+"""An all-reject window or a tight limit cut shorter than this by a round's end is left out."""
+
+
+def round_faults(faults: Sequence[Fault], plan: FaultPlan, index: int) -> list[Fault]:
+    """The faults of round ``index``: those starting in its slice of the schedule (``index *
+    plan.round_s`` onwards), shifted to start at 0 and cut at the slice's end.
+
+    A window (all-reject or tight limit) that the cut would leave shorter than
+    :data:`MIN_WINDOW_S` is left out.
+    """
+    if not 0 <= index < plan.rounds:
+        raise ValueError(f"round index must be in 0..{plan.rounds - 1}, got {index!r}")
+    start = index * plan.round_s
+    stop = start + plan.round_s
+    chosen = []
+    for fault in faults:
+        if not start <= fault.at < stop:
+            continue
+        at, end = round(fault.at - start, 3), round(min(fault.end, stop) - start, 3)
+        if fault.end > fault.at and end - at < MIN_WINDOW_S:
+            continue
+        chosen.append(dataclasses.replace(fault, at=at, end=end))
+    return chosen
+
+
 def _fail_point(mode: Any, commands: list[str], **data: Any) -> dict[str, Any]:
     """A ``failCommand`` configuration."""
     return {
@@ -215,6 +274,7 @@ def _writer_process(
         ready.put(index)
         if not go.wait(plan.start_timeout_s * 2):
             return
+        cpu_start = time.process_time()
         t0 = float(start_at.value)
         end = t0 + plan.seconds
         slots = int(plan.seconds / plan.bin_s) + 2
@@ -286,6 +346,7 @@ def _writer_process(
         results.put(
             {
                 "index": index,
+                "cpu_s": time.process_time() - cpu_start,
                 **counts,
                 "acked": acked,
                 "ok_bins": ok_bins,
@@ -325,15 +386,37 @@ class FaultRun:
     error_bins: tuple[int, ...] = ()
     """Errors per ``bin_s`` from the start."""
     bin_s: float = 0.25
+    seconds: float = 0.0
+    """The soak's length (0: not recorded)."""
+    cpu_s: float = 0.0
+    """CPU seconds the client processes used during the soak (all their threads)."""
+    machine_busy: Optional[float] = None
+    """Share of the machine's CPU time busy during the soak, every process counted (None:
+    not measured)."""
 
     @property
     def error_rate(self) -> float:
         """Errors per operation."""
         return self.errors / self.operations if self.operations else 0.0
 
+    @property
+    def cpu_ms_per_ack(self) -> float:
+        """Client CPU milliseconds per acknowledged document (0 without acks)."""
+        return 1000.0 * self.cpu_s / self.acked if self.acked else 0.0
+
+    @property
+    def cpu_cores(self) -> float:
+        """The client processes' CPU as cores kept busy on average (0 without a length)."""
+        return self.cpu_s / self.seconds if self.seconds else 0.0
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary."""
-        return {**asdict(self), "error_rate": self.error_rate}
+        return {
+            **asdict(self),
+            "error_rate": self.error_rate,
+            "cpu_ms_per_ack": round(self.cpu_ms_per_ack, 4),
+            "cpu_cores": round(self.cpu_cores, 4),
+        }
 
 
 class _Controller:
@@ -399,6 +482,27 @@ def _read_back(uri: str) -> dict[int, int]:
         client.close()
 
 
+def _cpu_times() -> Optional[tuple[float, float]]:
+    """(busy, total) CPU ticks of the whole machine from ``/proc/stat`` (None elsewhere)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [float(x) for x in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = sum(fields[3:5])  # idle and iowait
+    total = sum(fields[:8])  # up to steal; guest time is already counted in user
+    return total - idle, total
+
+
+def _busy_share(
+    before: Optional[tuple[float, float]], after: Optional[tuple[float, float]]
+) -> Optional[float]:
+    """The machine's busy share between two :func:`_cpu_times` readings."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return round((after[0] - before[0]) / (after[1] - before[1]), 4)
+
+
 def audit(acked: Sequence[int], stored: Mapping[int, int]) -> tuple[int, int]:
     """(duplicated, lost): documents stored with ``n`` above 1, and acked ids not stored."""
     return sum(1 for n in stored.values() if n > 1), sum(1 for key in acked if key not in stored)
@@ -447,8 +551,11 @@ def run_policy_faults(
         t0 = time.time() + 0.2
         start_at.value = t0
         go.set()
+        _wait_until(t0)
+        machine_before = _cpu_times()
         _Controller(target, plan, faults).run(t0)
         _wait_until(t0 + plan.seconds)
+        machine_after = _cpu_times()
         for _ in processes:
             reports.append(results.get(timeout=plan.deadline_s + 60.0))
         stats = target.stats()
@@ -484,7 +591,51 @@ def run_policy_faults(
         ok_bins=tuple(sum(r["ok_bins"][i] for r in reports) for i in range(slots)),
         error_bins=tuple(sum(r["error_bins"][i] for r in reports) for i in range(slots)),
         bin_s=plan.bin_s,
+        seconds=plan.seconds,
+        cpu_s=round(sum(float(r["cpu_s"]) for r in reports), 3),
+        machine_busy=_busy_share(machine_before, machine_after),
     )
+
+
+@dataclass(frozen=True)
+class FaultRound:
+    """One round: its slice of the schedule run under every policy, one after another."""
+
+    index: int
+    order: tuple[str, ...]
+    """The policies in the order they ran."""
+    faults: tuple[Fault, ...]
+    """The round's slice of the schedule (:func:`round_faults`)."""
+    runs: tuple[FaultRun, ...]
+    """One per policy, in ``order``."""
+    load: Optional[float] = None
+    """The machine's 1-minute load average when the round started."""
+
+    def run_of(self, policy: str) -> FaultRun:
+        """The run of ``policy`` in this round (KeyError if it did not run)."""
+        for run in self.runs:
+            if run.policy == policy:
+                return run
+        raise KeyError(policy)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready round."""
+        return {
+            "index": self.index,
+            "order": list(self.order),
+            "load": self.load,
+            "schedule": [asdict(fault) for fault in self.faults],
+            "runs": [run.to_dict() for run in self.runs],
+        }
+
+
+Runner = Callable[[Any, str, FaultPlan, Sequence[Fault]], FaultRun]
+"""Runs one policy's soak: ``(target, policy, plan, faults)`` (:func:`run_policy_faults`)."""
+
+
+def round_order(policies: Sequence[str], index: int) -> list[str]:
+    """The order of round ``index``: ``policies`` as given in even rounds, reversed in odd ones."""
+    return list(policies) if index % 2 == 0 else list(reversed(policies))
 
 
 def run_faults(
@@ -493,14 +644,115 @@ def run_faults(
     plan: FaultPlan = FaultPlan(),
     *,
     progress: Optional[Callable[[str], None]] = None,
-) -> list[FaultRun]:
-    """Run every policy (the default's first) through the same seeded schedule."""
-    runs = []
-    for policy in fleet_policies(policies):
-        if progress is not None:
-            progress(f"faults: {policy}")
-        runs.append(run_policy_faults(target, policy, plan))
-    return runs
+    runner: Runner = run_policy_faults,
+) -> list[FaultRound]:
+    """Run every policy (the default's first) through the seeded schedule in ``plan.rounds``
+    interleaved rounds: round ``r`` runs its slice of the schedule under every policy, in
+    :func:`round_order`."""
+    names = fleet_policies(policies)
+    schedule = fault_schedule(plan.seed, plan.seconds)
+    one = dataclasses.replace(plan, seconds=plan.round_s, rounds=1)
+    rounds = []
+    for index in range(plan.rounds):
+        faults = round_faults(schedule, plan, index)
+        order = round_order(names, index)
+        load = round(os.getloadavg()[0], 2)
+        runs = []
+        for policy in order:
+            if progress is not None:
+                progress(f"faults: round {index + 1} of {plan.rounds}, {policy}")
+            runs.append(runner(target, policy, one, faults))
+        rounds.append(FaultRound(index, tuple(order), tuple(faults), tuple(runs), load))
+    return rounds
+
+
+def total_run(runs: Sequence[FaultRun]) -> FaultRun:
+    """One policy's runs added up (their bins left out; the machine's busy share averaged)."""
+    if not runs or len({run.policy for run in runs}) != 1:
+        raise ValueError("total_run needs one or more runs of one policy")
+    kinds: dict[str, int] = {}
+    for run in runs:
+        for name, n in run.error_kinds.items():
+            kinds[name] = kinds.get(name, 0) + n
+    busy = [run.machine_busy for run in runs if run.machine_busy is not None]
+    return FaultRun(
+        policy=runs[0].policy,
+        operations=sum(run.operations for run in runs),
+        transactions=sum(run.transactions for run in runs),
+        errors=sum(run.errors for run in runs),
+        acked=sum(run.acked for run in runs),
+        stored=sum(run.stored for run in runs),
+        duplicated=sum(run.duplicated for run in runs),
+        lost=sum(run.lost for run in runs),
+        server_received=sum(run.server_received for run in runs),
+        faults=sum(run.faults for run in runs),
+        error_kinds=dict(sorted(kinds.items())),
+        bin_s=runs[0].bin_s,
+        seconds=round(sum(run.seconds for run in runs), 3),
+        cpu_s=round(sum(run.cpu_s for run in runs), 3),
+        machine_busy=round(statistics.fmean(busy), 4) if busy else None,
+    )
+
+
+def paired_ratios(rounds: Sequence[FaultRound], policy: str, base: str = "current") -> list[float]:
+    """``policy``'s acked documents over ``base``'s, round by round (rounds where ``base``
+    acked nothing are left out)."""
+    ratios = []
+    for one in rounds:
+        acked = one.run_of(base).acked
+        if acked:
+            ratios.append(one.run_of(policy).acked / acked)
+    return ratios
+
+
+T_975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+"""Student's t at 0.975 for 1 to 30 degrees of freedom (two-sided 95 %)."""
+
+
+def _t_975(df: int) -> float:
+    """Student's t at 0.975 for ``df`` degrees of freedom (above 30: a first-order expansion
+    around the normal's 1.96)."""
+    if df <= len(T_975):
+        return T_975[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df)
+
+
+def mean_interval(values: Sequence[float]) -> tuple[float, Optional[float], Optional[float]]:
+    """The mean of ``values`` and its 95 % confidence interval, ``(mean, low, high)``
+    (Student's t over the values; no interval, None, for a single value)."""
+    if not values:
+        raise ValueError("mean_interval needs at least one value")
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None, None
+    half = _t_975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+AFTER_FAULT_S = 1.0
+""":func:`acked_by_kind` counts each fault's acks until this long after its end."""
+
+
+def acked_by_kind(run: FaultRun, faults: Sequence[Fault]) -> dict[str, int]:
+    """Acked documents from each fault's start to :data:`AFTER_FAULT_S` after its end, added
+    up by kind; the rest of the run under ``"none"`` (whole bins of ``run.bin_s``)."""
+    bins, width = run.ok_bins, run.bin_s
+    taken = [False] * len(bins)
+    counts: dict[str, int] = {}
+    for fault in faults:
+        first = int(fault.at / width)
+        last = min(len(bins), math.ceil((fault.end + AFTER_FAULT_S) / width))
+        for slot in range(first, last):
+            if not taken[slot]:
+                taken[slot] = True
+                counts[fault.kind] = counts.get(fault.kind, 0) + bins[slot]
+    counts["none"] = sum(n for n, used in zip(bins, taken) if not used)
+    return counts
 
 
 # -- the report -------------------------------------------------------------------------------
@@ -586,16 +838,217 @@ def render_faults_markdown(runs: Sequence[FaultRun], plan: FaultPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
+def judge_rounds(
+    total: FaultRun, ratios: Sequence[float], current: Optional[FaultRun]
+) -> dict[str, str]:
+    """Each of :data:`FAULT_GOALS` for interleaved rounds: the acked goal is ``met`` when the
+    95 % interval of the paired ratios lies at or above 0.98, ``NOT met`` when it lies below,
+    and ``not decided`` when it holds 0.98 (or there is one round); ``-`` without ``current``."""
+    acked = "-"
+    if current is not None and ratios:
+        _, low, high = mean_interval(ratios)
+        if low is None or high is None:
+            acked = "not decided"
+        elif low >= 0.98:
+            acked = "met"
+        elif high < 0.98:
+            acked = "NOT met"
+        else:
+            acked = "not decided"
+    errors = "-" if current is None else _verdict(total.errors <= current.errors)
+    return {
+        FAULT_GOALS[0]: acked,
+        FAULT_GOALS[1]: errors,
+        FAULT_GOALS[2]: _verdict(total.duplicated == 0),
+        FAULT_GOALS[3]: _verdict(total.lost == 0),
+    }
+
+
+def _policies(rounds: Sequence[FaultRound]) -> list[str]:
+    """The policies of the rounds, the default's first (the first round's order otherwise)."""
+    return sorted(rounds[0].order, key=lambda name: name != default_policy_name())
+
+
+def _summary(rounds: Sequence[FaultRound]) -> list[dict[str, Any]]:
+    """Each policy's totals over the rounds, its paired ratios and goals, the default's first."""
+    policies = _policies(rounds)
+    totals = {name: total_run([one.run_of(name) for one in rounds]) for name in policies}
+    current = totals.get("current")
+    rows = []
+    for name in policies:
+        total = totals[name]
+        ratios = paired_ratios(rounds, name) if current is not None else []
+        mean, low, high = mean_interval(ratios) if ratios else (None, None, None)
+        rows.append(
+            {
+                **total.to_dict(),
+                "ratios": [round(r, 4) for r in ratios],
+                "ratio_mean": None if mean is None else round(mean, 4),
+                "ratio_low": None if low is None else round(low, 4),
+                "ratio_high": None if high is None else round(high, 4),
+                "goals": judge_rounds(total, ratios, current),
+            }
+        )
+    return rows
+
+
+def _figure(value: Optional[float], digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _round_list(items: Sequence[int]) -> str:
+    """``1, 3 and 5``."""
+    words = [str(n) for n in items]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str:
+    """The interleaved soak's tables (every policy, the default's first) and goals."""
+    rows = _summary(rounds)
+    policies = [row["policy"] for row in rows]
+    totals = {name: total_run([one.run_of(name) for one in rounds]) for name in policies}
+    schedule = fault_schedule(plan.seed, plan.seconds)
+    by_kind: dict[str, int] = {}
+    for fault in schedule:
+        by_kind[fault.kind] = by_kind.get(fault.kind, 0) + 1
+    forward = [one.index + 1 for one in rounds if one.index % 2 == 0]
+    backward = [one.index + 1 for one in rounds if one.index % 2 == 1]
+    order = f"in round{'s' if len(forward) > 1 else ''} {_round_list(forward)}"
+    if backward:
+        order += f" and the reverse in {_round_list(backward)}"
+    loads = ", ".join(_figure(one.load, 1) for one in rounds)
+    lines = [
+        f"{plan.processes} processes x {plan.threads} writers, deadline {plan.deadline_s:g} s, "
+        f"capacity {plan.capacity:g} ops/s, {100 * plan.transaction_share:g}% two-document "
+        f"transactions; fault schedule {plan.seed}: {plan.seconds:g} s, {len(schedule)} faults ("
+        + ", ".join(f"{kind} {n}" for kind, n in sorted(by_kind.items()))
+        + f"), cut into {plan.rounds} rounds of {plan.round_s:g} s. Each round replays its "
+        f"slice under every policy, one after another, in the order of the table {order}. "
+        f"Load average at each round's start: {loads}.",
+        "",
+        "`vs current`: the mean over the rounds of the policy's acked writes divided by "
+        "`current`'s in the same round, with its 95% confidence interval. Client CPU: the "
+        "client processes' CPU time (all threads) per acked write, and in cores kept busy; "
+        "machine busy: the share of the machine's CPU time in use during the soaks, every "
+        "process counted.",
+        "",
+    ]
+    header = [
+        "policy",
+        "acked",
+        "vs current",
+        "95% CI",
+        "errors",
+        "error rate",
+        "duplicated",
+        "lost",
+    ]
+    costs = [
+        "policy",
+        "operations",
+        "transactions",
+        "attempts/op",
+        "client CPU ms/ack",
+        "client CPU, cores",
+        "machine busy",
+    ]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    cost_lines = ["| " + " | ".join(costs) + " |", "|" + "---|" * len(costs)]
+    for row in rows:
+        total = totals[row["policy"]]
+        interval = (
+            "-" if row["ratio_low"] is None else f"{row['ratio_low']:.3f}-{row['ratio_high']:.3f}"
+        )
+        attempts = total.server_received / total.operations if total.operations else 0.0
+        busy = "-" if total.machine_busy is None else f"{100 * total.machine_busy:.0f}%"
+        cells = [
+            policy_label(total.policy),
+            f"{total.acked:,}",
+            _figure(row["ratio_mean"]),
+            interval,
+            f"{total.errors:,}",
+            f"{100 * total.error_rate:.2f}%",
+            f"{total.duplicated:,}",
+            f"{total.lost:,}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+        cells = [
+            policy_label(total.policy),
+            f"{total.operations:,}",
+            f"{total.transactions:,}",
+            f"{attempts:.2f}",
+            f"{total.cpu_ms_per_ack:.2f}",
+            f"{total.cpu_cores:.2f}",
+            busy,
+        ]
+        cost_lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Operations and the client's CPU:", "", *cost_lines]
+    lines += [
+        "",
+        "Acked writes per round (`vs current` in that round):",
+        "",
+        "| policy | " + " | ".join(f"round {one.index + 1}" for one in rounds) + " |",
+        "|" + "---|" * (len(rounds) + 1),
+    ]
+    for name in policies:
+        cells = []
+        for one in rounds:
+            acked, base = one.run_of(name).acked, one.run_of(policies[0]).acked
+            if "current" in policies:
+                base = one.run_of("current").acked
+            cells.append(f"{acked:,} ({acked / base:.3f})" if base else f"{acked:,}")
+        lines.append(f"| {policy_label(name)} | " + " | ".join(cells) + " |")
+    kinds = sorted({fault.kind for one in rounds for fault in one.faults})
+    counted = {
+        name: _kind_totals([acked_by_kind(one.run_of(name), one.faults) for one in rounds])
+        for name in policies
+    }
+    base_kinds = counted.get("current")
+    lines += [
+        "",
+        f"Acked writes by fault kind, from each fault's start to {AFTER_FAULT_S:g} s after its "
+        "end, all rounds (`vs current`); `no fault`: the rest of the time:",
+        "",
+        "| policy | " + " | ".join([*kinds, "no fault"]) + " |",
+        "|" + "---|" * (len(kinds) + 2),
+    ]
+    for name in policies:
+        cells = []
+        for kind in [*kinds, "none"]:
+            acked = counted[name].get(kind, 0)
+            base = 0 if base_kinds is None else base_kinds.get(kind, 0)
+            cells.append(f"{acked:,} ({acked / base:.3f})" if base else f"{acked:,}")
+        lines.append(f"| {policy_label(name)} | " + " | ".join(cells) + " |")
+    lines += ["", "Errors by kind:", ""]
+    for name in policies:
+        listed = ", ".join(f"{k} {n:,}" for k, n in totals[name].error_kinds.items()) or "none"
+        lines.append(f"- **{policy_label(name)}**: {listed}")
+    lines += ["", "Goals:", ""]
+    for row in rows:
+        verdicts = ", ".join(f"{goal}: {met}" for goal, met in row["goals"].items())
+        lines.append(f"- **{policy_label(row['policy'])}**: {verdicts}")
+    return "\n".join(lines) + "\n"
+
+
+def _kind_totals(counts: Sequence[Mapping[str, int]]) -> dict[str, int]:
+    """Per-kind counts added up."""
+    total: dict[str, int] = {}
+    for one in counts:
+        for kind, n in one.items():
+            total[kind] = total.get(kind, 0) + n
+    return total
+
+
 def faults_report(
-    runs: Sequence[FaultRun],
+    rounds: Sequence[FaultRound],
     plan: FaultPlan,
     info: dict[str, Any],
     load: Sequence[float],
     wall_s: float,
     commit: str,
 ) -> dict[str, Any]:
-    """The raw data of one soak of every policy, as written to JSON."""
-    current = _current(runs)
+    """The raw data of one interleaved soak of every policy, as written to JSON: each round's
+    runs, and each policy's totals, paired ratios and goals (``runs``, the default's first)."""
     return {
         "machine": info,
         "load_average": [round(x, 2) for x in load],
@@ -603,32 +1056,79 @@ def faults_report(
         "commit": commit,
         "plan": asdict(plan),
         "schedule": [asdict(fault) for fault in fault_schedule(plan.seed, plan.seconds)],
-        "runs": [{**run.to_dict(), "goals": judge(run, current)} for run in runs],
+        "rounds": [one.to_dict() for one in rounds],
+        "runs": _summary(rounds),
     }
 
 
-def render_faults_report(data: dict[str, Any]) -> str:
-    """The Markdown page of :func:`faults_report`'s data: the run's line, then the table."""
-    plan = FaultPlan(**data["plan"])
+def _fault_run(entry: Mapping[str, Any]) -> FaultRun:
+    """A :class:`FaultRun` from its JSON (derived figures left out)."""
     names = set(FaultRun.__dataclass_fields__)
-    runs = []
-    for entry in data["runs"]:
-        values = {k: v for k, v in entry.items() if k in names}
-        values["ok_bins"] = tuple(values.get("ok_bins", ()))
-        values["error_bins"] = tuple(values.get("error_bins", ()))
-        runs.append(FaultRun(**values))
+    values = {k: v for k, v in entry.items() if k in names}
+    values["ok_bins"] = tuple(values.get("ok_bins", ()))
+    values["error_bins"] = tuple(values.get("error_bins", ()))
+    return FaultRun(**values)
+
+
+def _fault(entry: Mapping[str, Any]) -> Fault:
+    """A :class:`Fault` from its JSON."""
+    return Fault(**entry)
+
+
+def rounds_from_report(data: Mapping[str, Any]) -> list[FaultRound]:
+    """The rounds of :func:`faults_report`'s data (KeyError for a soak without rounds)."""
+    return [
+        FaultRound(
+            index=int(entry["index"]),
+            order=tuple(entry["order"]),
+            faults=tuple(_fault(fault) for fault in entry["schedule"]),
+            runs=tuple(_fault_run(run) for run in entry["runs"]),
+            load=entry.get("load"),
+        )
+        for entry in data["rounds"]
+    ]
+
+
+def kind_ratios(
+    rounds: Sequence[FaultRound], policy: str, base: str = "current"
+) -> dict[str, float]:
+    """``policy``'s acked writes by fault kind (:func:`acked_by_kind`, all rounds) over
+    ``base``'s; kinds where ``base`` acked nothing are left out."""
+    mine = _kind_totals([acked_by_kind(one.run_of(policy), one.faults) for one in rounds])
+    theirs = _kind_totals([acked_by_kind(one.run_of(base), one.faults) for one in rounds])
+    return {kind: mine.get(kind, 0) / n for kind, n in theirs.items() if n}
+
+
+def render_faults_report(data: dict[str, Any]) -> str:
+    """The Markdown page of :func:`faults_report`'s data: the run's line, then the tables.
+
+    Data without ``rounds`` (the soaks before the interleaved rounds: the policies one after
+    another over the whole schedule) renders as :func:`render_faults_markdown` does.
+    """
+    plan = FaultPlan(**data["plan"])
     line = run_line(data["machine"], data["load_average"], data["wall_s"], data["commit"])
-    return line + "\n\n" + render_faults_markdown(runs, plan)
+    if "rounds" not in data:
+        runs = [_fault_run(entry) for entry in data["runs"]]
+        return line + "\n\n" + render_faults_markdown(runs, plan)
+    return line + "\n\n" + render_rounds_markdown(rounds_from_report(data), plan)
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:
-    """Parse ``argv`` and soak every policy once on one embedded replica set."""
+    """Parse ``argv`` and soak every policy in interleaved rounds on one embedded replica set."""
     parser = argparse.ArgumentParser(
         prog="python -m backpressure.bench.faults",
         description="Writers under a seeded fault schedule; every acked write checked.",
     )
     parser.add_argument("--policies", help="comma-separated (default: every available policy)")
-    parser.add_argument("--seconds", type=positive_float, default=120.0, help="soak length")
+    parser.add_argument(
+        "--seconds", type=positive_float, default=120.0, help="the fault schedule's length"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=6,
+        help="interleaved rounds, each replaying its slice of the schedule under every policy",
+    )
     parser.add_argument("--processes", type=positive_int, default=4, help="client processes")
     parser.add_argument("--threads", type=positive_int, default=8, help="writers per process")
     parser.add_argument("--seed", type=int, default=1, help="the fault schedule's seed")
@@ -637,7 +1137,11 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     args = parser.parse_args(argv)
     policies = [p for p in args.policies.split(",") if p] if args.policies else None
     plan = FaultPlan(
-        processes=args.processes, threads=args.threads, seconds=args.seconds, seed=args.seed
+        processes=args.processes,
+        threads=args.threads,
+        seconds=args.seconds,
+        seed=args.seed,
+        rounds=args.rounds,
     )
 
     def progress(text: str) -> None:

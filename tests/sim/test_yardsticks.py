@@ -8,13 +8,14 @@ import pytest
 
 pytest.importorskip("simpy")
 
+from backpressure.bench.faults import fault_schedule as real_fault_schedule
 from backpressure.sim import LimiterSpec, ServerSpec, run
 from backpressure.sim.arms import default_first, default_name, display_name
 from backpressure.sim.model import ClosedLoop
 from backpressure.sim.report import format_fleet_markdown
 from backpressure.sim.scenarios import closed_fleet, fault_schedule, faults, scenario, transient
 from backpressure.sim.server import SimServer
-from backpressure.sim.yardsticks import main
+from backpressure.sim.yardsticks import acked_by_kind, main
 from backpressure.workload.metrics import jain_index
 
 
@@ -80,19 +81,45 @@ def test_reject_windows_reject_everything_and_take_no_token() -> None:
 
 
 def test_the_fault_schedule_is_seeded_and_within_its_ranges() -> None:
-    """The same seed gives the same schedule; every fault is within the brief's ranges."""
+    """The same seed gives the same schedule; every fault is within the real soak's ranges."""
     assert fault_schedule(3) == fault_schedule(3)
     assert fault_schedule(1) != fault_schedule(2)
     for seed in range(1, 8):
-        schedule = fault_schedule(seed)
+        schedule = fault_schedule(seed, 20.0)
         for _at, count in schedule.bursts:
-            assert 1 <= count <= 40
+            assert 1 <= count <= 5
         for start, end in schedule.windows:
             length = end - start
             assert 0.3 <= length <= 1.5 or 3.0 <= length <= 8.0 or end == 20.0
         for _at, rate in schedule.rate_changes[::2]:
             assert 20 <= rate <= 200
     assert faults(1).servers[0].reject_windows == fault_schedule(1).windows
+
+
+def test_the_simulated_soak_replays_the_real_soaks_schedule() -> None:
+    """Seed for seed, the simulator draws the real soak's faults: its all-reject windows, its
+    limits and its rejected commits run; closes, blocks and closed commits are listed only."""
+    for seed in (1, 2, 3):
+        real = real_fault_schedule(seed, 96.0)
+        simulated = fault_schedule(seed, 96.0)
+        assert [(f.at, f.end, f.kind, f.label) for f in real] == list(simulated.faults)
+        assert simulated.windows == tuple((f.at, f.end) for f in real if f.kind == "overload")
+        limits = [(f.at, f.rate, f.end) for f in real if f.kind == "limit"]
+        assert simulated.rate_changes == tuple(
+            change for at, rate, end in limits for change in ((at, rate), (end, 2000.0))
+        )
+        rejected = [
+            (f.at, f.fail_point["mode"]["times"])
+            for f in real
+            if f.kind == "commit" and f.fail_point and "errorCode" in f.fail_point["data"]
+        ]
+        assert simulated.bursts == tuple(rejected)
+    soak = faults(1)
+    (writers,) = soak.clients
+    assert (writers.count, writers.workload.duration_s) == (4, 96.0)
+    assert isinstance(writers.workload, ClosedLoop)
+    assert writers.workload.workers == 8
+    assert [label for _, label in soak.phases][:2] == ["round 1", "round 2"]
 
 
 def test_tables_put_the_default_first_and_show_every_policy() -> None:
@@ -132,3 +159,11 @@ def test_the_recovery_fleet_ends_its_overload_at_ten_seconds() -> None:
     limiter = shape.servers[0].limiter
     assert limiter is not None
     assert (limiter.rate_at(9.9), limiter.rate_at(10.0)) == (100.0, 100_000.0)
+
+
+def test_successes_are_counted_by_fault_kind_as_the_real_soak_counts_them() -> None:
+    """From each fault's start to 1 s after its end, whole buckets, each bucket once; the rest
+    is ``none``."""
+    goodput = [4.0, 8.0, 12.0, 16.0, 20.0, 24.0, 28.0, 32.0]  # per second, 0.5 s buckets
+    faults = [(0.5, 0.5, "close", "1 closed"), (2.0, 2.5, "overload", "all rejected 0.5 s")]
+    assert acked_by_kind(goodput, 0.5, faults) == {"close": 10.0, "overload": 36.0, "none": 26.0}
