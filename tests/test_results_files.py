@@ -25,6 +25,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
         "fleet-run2",
         "adaptive-default/fleet-run2",
         "adaptive-default/fleet-run3",
+        "adaptive-default/fleet-run4",
     ],
 )
 def test_a_results_page_is_the_rendering_of_its_raw_data(stem: str) -> None:
@@ -258,7 +259,7 @@ def _real_goal_figures() -> dict[str, str]:
         return "; ".join(text(rows) for rows in rows_of_runs)
 
     today = json.loads(
-        (RESULTS / "adaptive-default" / "fleet-run3.json").read_text(encoding="utf-8")
+        (RESULTS / "adaptive-default" / "fleet-run4.json").read_text(encoding="utf-8")
     )
     fleets = {
         run["shape"]: run
@@ -274,9 +275,36 @@ def _real_goal_figures() -> dict[str, str]:
             f"attempts per operation, Jain {run['jain']:.3f}"
         )
 
+    def phase_jain(shape: str) -> str:
+        return _and_list([f"{j:.3f}" for j in fleets[shape]["phase_jain"]])
+
+    run7 = json.loads(
+        (RESULTS / "adaptive-default" / "mixed-fleet-run7.json").read_text(encoding="utf-8")
+    )
+    upgraded7 = [run for run in run7["runs"] if run["upgraded"]["policy"] == "adaptive"]
+
+    lone_stock = next(run for run in upgraded7 if run["stock_processes"] == 1)
+    equal = (lone_stock["stock"]["successes"] + lone_stock["upgraded"]["successes"]) / (
+        lone_stock["stock"]["processes"] + lone_stock["upgraded"]["processes"]
+    )
+
     return {
+        "real_mixed_run7_equal": (
+            f"{lone_stock['upgraded']['successes'] / lone_stock['upgraded']['processes'] / equal:.0%}"
+            f" of an equal share of the fleet's successes and the stock process "
+            f"{lone_stock['stock']['successes'] / equal:.0%}"
+        ).replace("%", " %"),
         "today_8x8": fleet("8x8"),
         "today_4x16": fleet("4x16"),
+        "today_4x16_phases": phase_jain("4x16"),
+        "today_8x8_low_phase": f"{fleets['8x8']['phases'][1]['goodput_per_s'] / fleets['8x8']['phases'][1]['rate'] * 100:.1f} %",
+        "real_mixed_run7": _and_list([f"{run['share'] * 100:.0f} %" for run in upgraded7]),
+        "real_mixed_run7_competed": _and_list(
+            [
+                f"{run['upgraded']['competed_s'] / run['upgraded']['processes']:.0f} s"
+                for run in upgraded7
+            ]
+        ),
         **_interleaved_soak_figures(),
         "soak_stock_old": acked("pymongo-native"),
         "recovery_current_vs_stock": " in the first run, ".join(
@@ -493,6 +521,20 @@ PROSE: list[tuple[str, str]] = [
     (
         "docs/adaptive.md",
         "8 x 8 fleet {today_8x8}, and in the 4 x 16 fleet {today_4x16}",
+    ),
+    (
+        "docs/adaptive.md",
+        "Jain within the 200/s, 100/s and 300/s steps of the 4 x 16 fleet was {today_4x16_phases}",
+    ),
+    ("docs/adaptive.md", "served {today_8x8_low_phase} of the capacity in the 100/s step"),
+    (
+        "docs/adaptive.md",
+        "With one stock process of 8, an adaptive process got {real_mixed_run7_equal}",
+    ),
+    (
+        "docs/adaptive.md",
+        "In run 7 an adaptive process got {real_mixed_run7} of a stock process's successes at 1, "
+        "4 and 7 stock processes of 8, its pacers competing for {real_mixed_run7_competed}",
     ),
     (
         "docs/adaptive.md",
