@@ -288,16 +288,18 @@ def _real_goal_figures() -> dict[str, str]:
         lone_stock["stock"]["processes"] + lone_stock["upgraded"]["processes"]
     )
 
+    adaptive_share = lone_stock["upgraded"]["successes"] / lone_stock["upgraded"]["processes"]
+    low = fleets["8x8"]["phases"][1]
+
     return {
         "real_mixed_run7_equal": (
-            f"{lone_stock['upgraded']['successes'] / lone_stock['upgraded']['processes'] / equal:.0%}"
-            f" of an equal share of the fleet's successes and the stock process "
-            f"{lone_stock['stock']['successes'] / equal:.0%}"
-        ).replace("%", " %"),
+            f"{adaptive_share / equal * 100:.0f} % of an equal share of the fleet's successes "
+            f"and the stock process {lone_stock['stock']['successes'] / equal * 100:.0f} %"
+        ),
         "today_8x8": fleet("8x8"),
         "today_4x16": fleet("4x16"),
         "today_4x16_phases": phase_jain("4x16"),
-        "today_8x8_low_phase": f"{fleets['8x8']['phases'][1]['goodput_per_s'] / fleets['8x8']['phases'][1]['rate'] * 100:.1f} %",
+        "today_8x8_low_phase": f"{low['goodput_per_s'] / low['rate'] * 100:.1f} %",
         "real_mixed_run7": _and_list([f"{run['share'] * 100:.0f} %" for run in upgraded7]),
         "real_mixed_run7_competed": _and_list(
             [
