@@ -7,7 +7,7 @@
 # embedded server, simulator and bench tests do not depend on the client's era; `make test` runs
 # them with the newest pymongo. COMPAT_TESTS overrides the selection; PYTEST_ARGS adds arguments
 # to every pytest run (e.g. PYTEST_ARGS="-x" or a plugin's options). The tests run in
-# PYTEST_WORKERS pytest-xdist workers (3, as in `make test`; 0 runs them in one process).
+# PYTEST_WORKERS pytest-xdist workers (3; 0 runs them in one process).
 default_tests="tests/unit tests/integration tests/spec tests/test_readme.py"
 default_tests+=" tests/test_docs.py tests/test_pytest_plugin.py"
 read -r -a envs_tests <<< "${COMPAT_TESTS:-$default_tests}"

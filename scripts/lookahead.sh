@@ -5,7 +5,7 @@
 # the method and its parameters (backpressure.adapters.seams.signature_report), not with an error
 # deep in a test. `scripts/lookahead.sh 4.21.0` checks a given release instead; LOOKAHEAD_PYTHON
 # points at an existing interpreter (a scratch venv) instead of building one. The tests run in
-# PYTEST_WORKERS pytest-xdist workers (3, as in `make test`; 0 runs them in one process).
+# PYTEST_WORKERS pytest-xdist workers (3; 0 runs them in one process).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}

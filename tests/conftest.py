@@ -7,6 +7,11 @@ before the package's pytest plugin imports the package. Each process writes its 
 (``parallel = true``), and ``coverage combine`` merges them. The subprocesses the tests start
 (CLIs, servers in a subprocess) are not measured, as in a single process: the process that runs
 the tests takes the variable out of its environment before the first test.
+
+A test marked ``unmeasured`` runs with the tracer off on its own thread: a test that only
+re-checks a committed figure by re-running the simulator, whose code paths the other tests
+(including one measured run of the same check) cover, and which coverage would make several
+times slower.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import sys
+from collections.abc import Generator
 
 import pytest
 
@@ -52,6 +59,28 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if current is not None:
         current.stop()
         current.save()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    """Run an ``unmeasured`` test with this thread's coverage tracer off, then put it back.
+
+    Only this thread's trace function is taken away (``sys.settrace``), so threads that other
+    tests started (servers of a session) stay measured; coverage's tracer takes itself back as
+    its C trace function at the next call. Without coverage running, nothing changes.
+    """
+    tracer = sys.gettrace()
+    if tracer is None or item.get_closest_marker("unmeasured") is None:
+        return (yield)
+    import coverage
+
+    if coverage.Coverage.current() is None:
+        return (yield)
+    sys.settrace(None)
+    try:
+        return (yield)
+    finally:
+        sys.settrace(tracer)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
