@@ -61,6 +61,7 @@ from backpressure.cli import positive_float, positive_int, run_cli
 from backpressure.workload import POLICIES
 from backpressure.workload.arms import default_policy_name, policy_label
 from backpressure.workload.driver import received_commands
+from backpressure.workload.metrics import AFTER_FAULT_S, counts_by_fault
 from backpressure.workload.report import run_line
 
 __all__ = [
@@ -734,25 +735,12 @@ def mean_interval(values: Sequence[float]) -> tuple[float, Optional[float], Opti
     return mean, mean - half, mean + half
 
 
-AFTER_FAULT_S = 1.0
-""":func:`acked_by_kind` counts each fault's acks until this long after its end."""
-
-
 def acked_by_kind(run: FaultRun, faults: Sequence[Fault]) -> dict[str, int]:
     """Acked documents from each fault's start to :data:`AFTER_FAULT_S` after its end, added
     up by kind; the rest of the run under ``"none"`` (whole bins of ``run.bin_s``)."""
-    bins, width = run.ok_bins, run.bin_s
-    taken = [False] * len(bins)
-    counts: dict[str, int] = {}
-    for fault in faults:
-        first = int(fault.at / width)
-        last = min(len(bins), math.ceil((fault.end + AFTER_FAULT_S) / width))
-        for slot in range(first, last):
-            if not taken[slot]:
-                taken[slot] = True
-                counts[fault.kind] = counts.get(fault.kind, 0) + bins[slot]
-    counts["none"] = sum(n for n, used in zip(bins, taken) if not used)
-    return counts
+    return counts_by_fault(
+        run.ok_bins, run.bin_s, ((fault.at, fault.end, fault.kind) for fault in faults)
+    )
 
 
 # -- the report -------------------------------------------------------------------------------

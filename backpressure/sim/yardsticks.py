@@ -23,7 +23,6 @@ Without SimPy (the ``sim`` extra) the command prints the ``MissingExtraError`` m
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ from backpressure.core.extras import require
 from backpressure.sim.arms import available_policies, default_first, default_name, display_name
 from backpressure.sim.model import ClosedLoop, Scenario
 from backpressure.sim.scenarios import fault_schedule, scenario
+from backpressure.workload.metrics import AFTER_FAULT_S, counts_by_fault
 
 if TYPE_CHECKING:  # the runner needs SimPy: imported where it runs, so that --help needs none
     from backpressure.sim.runner import PolicyResult, Result
@@ -114,11 +114,6 @@ def _sparse_goals(policy: PolicyResult, _result: Result) -> list[Goal]:
     ]
 
 
-AFTER_FAULT_S = 1.0
-""":func:`acked_by_kind` counts each fault's acks until this long after its end (as the real
-soak's report does)."""
-
-
 def acked_by_kind(
     goodput_per_s: Sequence[float], bucket_s: float, faults: Sequence[tuple[float, float, str, str]]
 ) -> dict[str, float]:
@@ -126,16 +121,7 @@ def acked_by_kind(
     kind, and the rest under ``"none"`` (whole buckets; ``faults`` as
     ``FaultSchedule.faults``)."""
     acked = [rate * bucket_s for rate in goodput_per_s]
-    taken = [False] * len(acked)
-    counts: dict[str, float] = {}
-    for start, end, kind, _label in faults:
-        last = min(len(acked), math.ceil((end + AFTER_FAULT_S) / bucket_s))
-        for slot in range(int(start / bucket_s), last):
-            if not taken[slot]:
-                taken[slot] = True
-                counts[kind] = counts.get(kind, 0.0) + acked[slot]
-    counts["none"] = sum(n for n, used in zip(acked, taken) if not used)
-    return counts
+    return counts_by_fault(acked, bucket_s, ((start, end, kind) for start, end, kind, _ in faults))
 
 
 def _fault_kinds(result: Result, built: Scenario) -> list[str]:

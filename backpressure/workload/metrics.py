@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Optional
+from typing import Optional, TypeVar
 
 __all__ = [
+    "AFTER_FAULT_S",
     "COEXISTENCE_SHARE",
     "amplification",
     "bucket_counts",
     "coexists",
+    "counts_by_fault",
     "jain_index",
     "percentile",
     "rate_per_second",
@@ -48,6 +50,34 @@ def jain_index(values: Sequence[float]) -> Optional[float]:
         return 1.0
     total = sum(values)
     return float(total * total / (len(values) * squares))
+
+
+N = TypeVar("N", int, float)
+
+AFTER_FAULT_S = 1.0
+""":func:`counts_by_fault` counts each fault's stretch until this long after its end."""
+
+
+def counts_by_fault(
+    bins: Sequence[N], width: float, faults: Iterable[tuple[float, float, str]]
+) -> dict[str, N]:
+    """Counts per time bin added up by fault kind, from each fault's start to
+    :data:`AFTER_FAULT_S` after its end (whole bins of ``width`` seconds; a bin counts for the
+    first fault that reaches it), and the rest under ``"none"``.
+
+    ``faults`` are ``(start_s, end_s, kind)``.  The real fault soak and the simulated one both
+    count their acks by fault kind with this function.
+    """
+    taken = [False] * len(bins)
+    counts: dict[str, N] = {}
+    for start, end, kind in faults:
+        last = min(len(bins), math.ceil((end + AFTER_FAULT_S) / width))
+        for slot in range(int(start / width), last):
+            if not taken[slot]:
+                taken[slot] = True
+                counts[kind] = counts.get(kind, 0) + bins[slot]
+    counts["none"] = sum(n for n, used in zip(bins, taken) if not used)
+    return counts
 
 
 def amplification(attempts: int, successes: int) -> Optional[float]:
