@@ -44,7 +44,11 @@ def test_a_lifted_limit_lets_the_thinking_fleet_through(replicaset_server: Embed
         sum(r["success_bins"][i] for r in reports) for i in range(len(reports[0]["success_bins"]))
     ]
     per_phase = [sum(bins[15 * k : 15 * (k + 1)]) for k in range(3)]
-    assert per_phase[1] <= 20 * 1.5 + 20 + 4  # rate, burst, and one in flight per thread
+    # The parent applies the limit on its own schedule, late by however long a loaded machine
+    # makes it, and until then the fleet runs at 200/s: the bound leaves out the limited
+    # phase's first 0.2 s (the burst may still be spent after it).
+    limited = sum(bins[17:30])
+    assert limited <= 20 * 1.3 + 20 + 4  # rate, burst, and one in flight per thread
     assert per_phase[0] > per_phase[1]
     assert per_phase[2] > per_phase[1]
     ops = sum(int(r["ops"]) for r in reports)
