@@ -50,14 +50,15 @@ PACED_FOR_THE_TEST = ADAPTIVE.replace(adaptive_min_rate=1000.0, adaptive_window=
 apart: nothing waits noticeably) for at least a minute (the window): the server stays paced for
 the whole test however slow the machine."""
 
-TEST_MODE_POLICY = ADAPTIVE.replace(adaptive_window=60.0)
-"""The adaptive preset (a freshly paced server gets one slot a second), with a window long
-enough that the pacer cannot open again before the test looks at it, however slow the machine."""
+TEST_MODE_POLICY = ADAPTIVE.replace(adaptive_window=60.0, adaptive_min_rate=0.1)
+"""The adaptive preset with a window long enough that the pacer cannot open again before the
+test looks at it, however slow the machine; a freshly paced server then gets a slot every few
+seconds (the test checks the rate against ``DEADLINE``)."""
 
-DEADLINE = 0.5
-"""The operations' ``pymongo.timeout`` in the test-mode tests: shorter than the 1 s slot the
-adaptive preset's pacing gives a freshly paced server (``adaptive_min_rate``), so a held attempt
-would be refused at once, and long enough for a few round trips on a loaded machine."""
+DEADLINE = 2.0
+"""The operations' ``pymongo.timeout`` in the test-mode tests: shorter than the slot interval the
+pacing gives the freshly paced server, so a held attempt would be refused at once, and long
+enough for a few round trips on a heavily loaded machine (0.5 s failed once at load 9-15)."""
 
 
 class Clients:
@@ -205,6 +206,9 @@ async def test_test_mode_never_holds_an_attempt_for_the_pacing(
                 assert not isinstance(info.value, LocalOverloadError)
                 assert info.value.code == OVERLOAD_CODE
         assert pacing_of(client).is_paced(address)  # outside test mode, attempts would wait
+        rate = pacing_of(client).snapshot()[address].rate
+        assert rate is not None
+        assert 1.0 / rate > DEADLINE  # ... and be refused
         with pymongo.timeout(DEADLINE):
             await resolve(client.db.coll.find_one({}))
     assert (
