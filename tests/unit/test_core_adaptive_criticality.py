@@ -109,6 +109,31 @@ def test_sheddable_attempt_moved_past_its_deadline_is_held_until_it_then_refused
     assert refusal.reason is StopReason.LOCAL_WAIT_DEADLINE
 
 
+def test_a_move_back_stops_at_the_attempt_it_refuses() -> None:
+    """A critical caller moves the sheddable ones behind it back one slot each until one passes
+    its bound: that one is refused (holding the slot it would have had), the ones behind it keep
+    their slots and the backlog does not grow."""
+    clock = FakeClock()
+    control, rate = paced(clock, adaptive_min_rate=1.0)
+    control.admit(A)  # the slot due now
+    start, step = clock(), 1.0 / rate
+    loose = clock() + 10.0
+    shed = [
+        admission(control.admit(A, deadline, sheddable=True))
+        for deadline in (loose, clock() + 2.5 * step, loose, loose)
+    ]
+    assert [slot(d) for d in shed] == pytest.approx([start + i * step for i in (1, 2, 3, 4)])
+    crit = admission(control.admit(A, loose))
+    assert slot(crit) == pytest.approx(start + step)
+    assert [slot(d) for d in shed] == pytest.approx([start + i * step for i in (2, 3, 3, 4)])
+    assert [d.ticket is not None and d.ticket.refused for d in shed] == [False, True, False, False]
+    assert control.snapshot()[A].backlog == pytest.approx(5 * step)
+    assert control.snapshot()[A].waiting == 4  # the refused one left the queue
+    later = admission(control.admit(A, loose))  # the next critical caller takes slot 2
+    assert slot(later) == pytest.approx(start + 2 * step)
+    assert [slot(d) for d in shed] == pytest.approx([start + i * step for i in (3, 3, 4, 5)])
+
+
 def test_critical_attempt_moved_past_its_bound_by_a_retry_is_refused_as_before() -> None:
     """Unmarked operations keep today's rule: a first attempt moved past its bound by a retry
     learns it on its next recheck."""
