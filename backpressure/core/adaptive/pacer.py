@@ -69,7 +69,6 @@ _DRAINED = 0.1  # ... and among peers who cut too, this share of it
 _EVIDENCE = 3.0  # the log-likelihood ratio at which the pacer competes (and its bound)
 
 _SLOT_OF = operator.attrgetter("slot")
-_RANK_OF = operator.attrgetter("rank")
 
 
 @dataclass(frozen=True)
@@ -568,10 +567,17 @@ class ServerPacer:
     def _class_end(waiting: deque[SlotTicket], rank: int) -> int:
         """The index of the first waiting attempt of a rank above ``rank`` (there is one).
 
-        The same first match as a loop over the queue, with the comparisons done in C.
+        The queue is in class order (an attempt joins it at the end of its class, and nothing
+        reorders it), so a binary search finds it in a few probes whatever the queue's length.
         """
-        later = map(operator.gt, map(_RANK_OF, waiting), itertools.repeat(rank))
-        return next(itertools.compress(itertools.count(), later))
+        low, high = 0, len(waiting)
+        while low < high:
+            middle = (low + high) // 2
+            if waiting[middle].rank > rank:
+                high = middle
+            else:
+                low = middle + 1
+        return low
 
     def _move_back(self, index: int, interval: float) -> None:
         """Give every waiting attempt from ``index`` on the slot of the one behind it (lock held).
