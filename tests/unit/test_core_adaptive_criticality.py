@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from pymongo.errors import PyMongoError
 
 from backpressure.core.adaptive import (
@@ -11,7 +15,9 @@ from backpressure.core.adaptive import (
     PacingGate,
     Refusal,
     SlotGrant,
+    SlotTicket,
 )
+from backpressure.core.adaptive.pacer import ServerPacer
 from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
 from backpressure.core.policy import ADAPTIVE
@@ -132,6 +138,22 @@ def test_a_move_back_stops_at_the_attempt_it_refuses() -> None:
     later = admission(control.admit(A, loose))  # the next critical caller takes slot 2
     assert slot(later) == pytest.approx(start + 2 * step)
     assert [slot(d) for d in shed] == pytest.approx([start + i * step for i in (3, 3, 4, 5)])
+
+
+@given(st.lists(st.integers(0, 3), max_size=300).map(sorted), st.integers(0, 2))
+def test_the_class_boundary_is_the_first_waiting_attempt_of_a_later_class(
+    ranks: list[int], rank: int
+) -> None:
+    """In a queue in class order, the boundary an attempt of ``rank`` takes its place at is the
+    first waiting attempt of a later class, however long the queue and its classes."""
+    assume(bool(ranks) and ranks[-1] > rank)
+    waiting = deque(
+        SlotTicket(float(i), 10.0, StopReason.LOCAL_WAIT_LIMIT, r in (0, 2), r >= 2)
+        for i, r in enumerate(ranks)
+    )
+    assert [t.rank for t in waiting] == ranks
+    first = next(i for i, t in enumerate(waiting) if t.rank > rank)
+    assert ServerPacer._class_end(waiting, rank) == first
 
 
 def test_critical_attempt_moved_past_its_bound_by_a_retry_is_refused_as_before() -> None:
