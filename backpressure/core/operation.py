@@ -78,10 +78,10 @@ def error_type(error: BaseException) -> str:
 def _error_type(error: BaseException, overload: Optional[bool]) -> str:
     """:func:`error_type`, with ``overload`` the error's label when it was read (None: not)."""
     if isinstance(error, LocalOverloadError):
-        return type(error).__name__
-    if is_overload(error) if overload is None else overload:
-        return SYSTEM_OVERLOADED
-    return type(error).__name__
+        return type(error).__name__  # it carries the label, but is a local refusal
+    if overload is None:
+        overload = is_overload(error)
+    return SYSTEM_OVERLOADED if overload else type(error).__name__
 
 
 def _describe(error: BaseException) -> str:

@@ -186,10 +186,9 @@ class PacingGate:
         read its labels (None: read here).  Returns whether the server pushed the attempt back
         (its retry goes ahead of the queue).
         """
-        if error is None:
-            overloaded = False
-        else:
-            overloaded = is_overload(error) if overload is None else overload
+        if overload is None:
+            overload = error is not None and is_overload(error)
+        overloaded = error is not None and overload
         if error is not None and not overloaded:
             return False  # network errors and the like say nothing about what the server admits
         self.pacers.record(server, overloaded=overloaded, grant=grant)
