@@ -40,6 +40,7 @@ from backpressure.core.adaptive import LocalOverloadError, PacingGate, SlotGrant
 from backpressure.core.client_state import ClientState
 from backpressure.core.decision import Decision, Retry, StopReason
 from backpressure.core.events import Address, attach_summary
+from backpressure.core.labels import overload_labels
 from backpressure.core.operation import OperationRetries
 from backpressure.core.overrides import Criticality
 
@@ -297,9 +298,9 @@ class AttemptCycle:
         else:
             self.record().command_processed()
 
-    def settle(self, error: Optional[BaseException]) -> None:
+    def settle(self, error: Optional[BaseException], overload: Optional[bool] = None) -> None:
         """Hand the open attempt's outcome to the pacing (``error`` None: a reply, no overload)
-        and close it."""
+        and close it; ``overload``: whether ``error`` carries the overload label, if read."""
         gate = self.gate
         if gate is not None and self.attempt_open:
             address = self.address
@@ -307,7 +308,7 @@ class AttemptCycle:
                 server = self.server if self.server is not _NONE else self.first
                 if server is not _NONE:
                     address = self._address_of(server)
-            self.pushed_back = gate.record(address, self.grant, error)
+            self.pushed_back = gate.record(address, self.grant, error, overload)
         self.attempt_open = False
 
     def succeeded(self) -> None:
@@ -354,15 +355,21 @@ class AttemptCycle:
         ``outcome`` is the error the pacing judges (default ``error``; the backport passes the
         error a bulk write wraps).  ``deadline`` and ``now`` are on the client's clock;
         ``classic_retryable``: pymongo's own retryable read/write rules would retry ``error``.
+        The error's overload labels are read once for the pacing and every retry rule.
         """
+        labels = overload_labels(error)
         if self.attempt_open:
-            self.settle(error if outcome is None else outcome)
+            if outcome is None or outcome is error:
+                self.settle(error, labels.overload)
+            else:
+                self.settle(outcome)
         decision = self.record().failed(
             error,
             deadline=deadline,
             now=now,
             retries_allowed=retries_allowed,
             classic_retryable=classic_retryable,
+            labels=labels,
         )
         return self.step(error, decision)
 

@@ -28,7 +28,7 @@ from typing import Callable, Optional, Protocol, Union
 
 from backpressure.core.backoff import backoff_delay
 from backpressure.core.budget import Budget, budget_for
-from backpressure.core.labels import is_overload, is_retryable_overload, server_base_backoff
+from backpressure.core.labels import OverloadLabels, overload_labels, server_base_backoff
 from backpressure.core.policy import Policy
 
 
@@ -142,6 +142,7 @@ class RetryController:
         classic_retryable: bool = False,
         server: Optional[tuple[str, int]] = None,
         sheddable: bool = False,
+        labels: Optional[OverloadLabels] = None,
     ) -> Decision:
         """Return ``Retry`` or ``GiveUp`` for retry ``retry_number`` (1 for the first retry).
 
@@ -154,12 +155,15 @@ class RetryController:
         backoff).  A token is taken only when the answer is ``Retry`` for an error labelled
         ``RetryableError``.
         A token is taken only when the answer is ``Retry``, from the budget of ``server`` (the
-        server that failed) when the budget is per server.
+        server that failed) when the budget is per server.  ``labels``: ``error``'s overload
+        labels when the caller has read them already (None: read here).
         """
         policy = self.policy
-        if not is_overload(error):
+        if labels is None:
+            labels = overload_labels(error)
+        if not labels.overload:
             return GiveUp(StopReason.NOT_RETRYABLE)
-        always_retryable = is_retryable_overload(error)
+        always_retryable = labels.retryable
         if not always_retryable and not classic_retryable:
             return GiveUp(StopReason.NOT_RETRYABLE)
         if not retries_allowed:
@@ -205,14 +209,15 @@ class RetryController:
         *,
         retried: bool,
         server: Optional[tuple[str, int]] = None,
+        labels: Optional[OverloadLabels] = None,
     ) -> None:
         """Account for a failed attempt on ``server``.
 
         A failed retry without the overload label refunds; an overload failure counts against
-        the server in the A6 mode.
+        the server in the A6 mode.  ``labels``: ``error``'s overload labels, if read already.
         """
         budget = self.budget.for_server(server)
-        if is_overload(error):
+        if (overload_labels(error) if labels is None else labels).overload:
             budget.record_overload_failure()
         elif retried:
             budget.record_non_overload_failure()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from pymongo.errors import ClientBulkWriteException, PyMongoError
@@ -22,11 +23,13 @@ __all__ = [
     "RETRYABLE",
     "RETRYABLE_WRITE",
     "SYSTEM_OVERLOADED",
+    "OverloadLabels",
     "add_overload_labels",
     "error_labels",
     "has_no_writes_performed",
     "is_overload",
     "is_retryable_overload",
+    "overload_labels",
     "server_base_backoff",
     "valid_milliseconds",
 ]
@@ -127,6 +130,30 @@ def is_overload(exc: BaseException) -> bool:
 def is_retryable_overload(exc: BaseException) -> bool:
     """Return True if ``exc`` carries both ``SystemOverloadedError`` and ``RetryableError``."""
     return _carries(exc, SYSTEM_OVERLOADED) and _carries(exc, RETRYABLE)
+
+
+@dataclass(frozen=True)
+class OverloadLabels:
+    """The overload labels of one error, read once: the answers of :func:`is_overload` and
+    :func:`is_retryable_overload` for it, for a failed attempt's several checks."""
+
+    overload: bool
+    """The error carries ``SystemOverloadedError`` (:func:`is_overload`)."""
+    retryable: bool
+    """It carries ``RetryableError`` too (:func:`is_retryable_overload`)."""
+
+
+_NO_OVERLOAD = OverloadLabels(overload=False, retryable=False)
+_OVERLOAD = OverloadLabels(overload=True, retryable=False)
+_RETRYABLE_OVERLOAD = OverloadLabels(overload=True, retryable=True)
+
+
+def overload_labels(exc: BaseException) -> OverloadLabels:
+    """Read the overload labels of ``exc`` once (as :func:`is_overload` and
+    :func:`is_retryable_overload` do, a client bulk write's top-level error included)."""
+    if not _carries(exc, SYSTEM_OVERLOADED):
+        return _NO_OVERLOAD
+    return _RETRYABLE_OVERLOAD if _carries(exc, RETRYABLE) else _OVERLOAD
 
 
 def has_no_writes_performed(exc: BaseException) -> bool:

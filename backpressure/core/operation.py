@@ -28,7 +28,13 @@ from backpressure.core.events import (
     RetrySummary,
     attach_summary,
 )
-from backpressure.core.labels import SYSTEM_OVERLOADED, error_labels, is_overload
+from backpressure.core.labels import (
+    SYSTEM_OVERLOADED,
+    OverloadLabels,
+    error_labels,
+    is_overload,
+    overload_labels,
+)
 from backpressure.core.ledger import AttemptLedger, AttemptOutcome
 from backpressure.core.log_limit import LogRateLimit
 from backpressure.core.overrides import Criticality
@@ -66,9 +72,16 @@ def error_type(error: BaseException) -> str:
     the label), otherwise the exception's class name (``LocalOverloadError`` for a local
     refusal, though it carries the label too).
     """
-    if is_overload(error) and not isinstance(error, LocalOverloadError):
-        return SYSTEM_OVERLOADED
-    return type(error).__name__
+    return _error_type(error, None)
+
+
+def _error_type(error: BaseException, overload: Optional[bool]) -> str:
+    """:func:`error_type`, with ``overload`` the error's label when it was read (None: not)."""
+    if isinstance(error, LocalOverloadError):
+        return type(error).__name__  # it carries the label, but is a local refusal
+    if overload is None:
+        overload = is_overload(error)
+    return SYSTEM_OVERLOADED if overload else type(error).__name__
 
 
 def _describe(error: BaseException) -> str:
@@ -235,8 +248,10 @@ class OperationRetries:
         succeeded: bool,
         reason: Optional[StopReason],
         error: Optional[BaseException] = None,
+        overload: Optional[bool] = None,
     ) -> None:
-        """Send the ``OperationFinishedEvent`` (once) to ``on_finished``."""
+        """Send the ``OperationFinishedEvent`` (once) to ``on_finished`` (``overload``: the
+        error's overload label, when it was read)."""
         callback, self._on_finished = self._on_finished, None
         if callback is None:
             return
@@ -248,7 +263,7 @@ class OperationRetries:
             succeeded=succeeded,
             stop_reason=reason,
             duration=None if started is None else self._controller.clock() - started,
-            error_type=None if error is None else error_type(error),
+            error_type=None if error is None else _error_type(error, overload),
             error_code=None if error is None else _error_code(error),
         )
         try:
@@ -279,6 +294,7 @@ class OperationRetries:
         retries_allowed: bool = True,
         now: Optional[float] = None,
         classic_retryable: bool = False,
+        labels: Optional[OverloadLabels] = None,
     ) -> Decision:
         """Record a failed attempt and return ``Retry`` or ``GiveUp``.
 
@@ -287,8 +303,12 @@ class OperationRetries:
         The retry number counts every failed attempt (the ledger's), classic ones included.
         A ``GiveUp`` for an error unrelated to overload on an operation that was never retried is
         logged at DEBUG only and not reported to listeners: it is not a backpressure event.
+        ``labels``: ``error``'s overload labels when the caller has read them (None: read here,
+        once for every check of the attempt).
         """
-        if is_overload(error):
+        if labels is None:
+            labels = overload_labels(error)
+        if labels.overload:
             outcome = AttemptOutcome.OVERLOAD
         elif classic_retryable:
             outcome = AttemptOutcome.CLASSIC_RETRYABLE
@@ -296,7 +316,9 @@ class OperationRetries:
             outcome = AttemptOutcome.OTHER
         self._ledger.finished(outcome)
         server = self._current_server
-        self._controller.record_failure(error, retried=self._tokens_taken > 0, server=server)
+        self._controller.record_failure(
+            error, retried=self._tokens_taken > 0, server=server, labels=labels
+        )
         decision = self._controller.decide(
             retry_number=max(self._ledger.retry_number(), 1),
             error=error,
@@ -306,11 +328,12 @@ class OperationRetries:
             classic_retryable=classic_retryable,
             server=server,
             sheddable=self._criticality is Criticality.SHEDDABLE,
+            labels=labels,
         )
         if isinstance(decision, Retry):
             self._on_retry(error, decision)
         else:
-            self._on_give_up(error, decision)
+            self._on_give_up(error, decision, labels.overload)
         return decision
 
     def _on_retry(self, error: BaseException, decision: Retry) -> None:
@@ -330,6 +353,8 @@ class OperationRetries:
                 _format_server(self._current_server),
                 _describe(error),
             )
+        if not self._listeners:
+            return  # nobody reads the event: its label copy is not built
         event = RetryEvent(
             operation=self._operation,
             attempt=attempt,
@@ -346,14 +371,13 @@ class OperationRetries:
             except Exception:
                 self._logger.exception("backpressure retry listener %r failed", listener)
 
-    def _on_give_up(self, error: BaseException, decision: GiveUp) -> None:
-        """Log, announce and attach the summary when retrying stops."""
+    def _on_give_up(self, error: BaseException, decision: GiveUp, overload: bool) -> None:
+        """Log, announce and attach the summary when retrying stops (``overload``: the error
+        carries ``SystemOverloadedError``)."""
         self._stop_reason = decision.reason
         attach_summary(error, self.summary())
         unrelated = (
-            decision.reason is StopReason.NOT_RETRYABLE
-            and self._retries == 0
-            and not is_overload(error)
+            decision.reason is StopReason.NOT_RETRYABLE and self._retries == 0 and not overload
         )
         if unrelated:
             if self._logger.isEnabledFor(logging.DEBUG):
@@ -363,7 +387,7 @@ class OperationRetries:
                     decision.reason.value,
                     _describe(error),
                 )
-            self._finish(succeeded=False, reason=None, error=error)
+            self._finish(succeeded=False, reason=None, error=error, overload=overload)
             return
         level = logging.INFO
         note = ""
@@ -403,4 +427,4 @@ class OperationRetries:
                 listener.gave_up(event)
             except Exception:
                 self._logger.exception("backpressure retry listener %r failed", listener)
-        self._finish(succeeded=False, reason=decision.reason, error=error)
+        self._finish(succeeded=False, reason=decision.reason, error=error, overload=overload)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from pymongo.errors import PyMongoError
 
 from backpressure.core.adaptive import (
@@ -11,7 +15,9 @@ from backpressure.core.adaptive import (
     PacingGate,
     Refusal,
     SlotGrant,
+    SlotTicket,
 )
+from backpressure.core.adaptive.pacer import ServerPacer
 from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
 from backpressure.core.policy import ADAPTIVE
@@ -107,6 +113,47 @@ def test_sheddable_attempt_moved_past_its_deadline_is_held_until_it_then_refused
     refusal = control.recheck(A, shed)
     assert isinstance(refusal, Refusal)
     assert refusal.reason is StopReason.LOCAL_WAIT_DEADLINE
+
+
+def test_a_move_back_stops_at_the_attempt_it_refuses() -> None:
+    """A critical caller moves the sheddable ones behind it back one slot each until one passes
+    its bound: that one is refused (holding the slot it would have had), the ones behind it keep
+    their slots and the backlog does not grow."""
+    clock = FakeClock()
+    control, rate = paced(clock, adaptive_min_rate=1.0)
+    control.admit(A)  # the slot due now
+    start, step = clock(), 1.0 / rate
+    loose = clock() + 10.0
+    shed = [
+        admission(control.admit(A, deadline, sheddable=True))
+        for deadline in (loose, clock() + 2.5 * step, loose, loose)
+    ]
+    assert [slot(d) for d in shed] == pytest.approx([start + i * step for i in (1, 2, 3, 4)])
+    crit = admission(control.admit(A, loose))
+    assert slot(crit) == pytest.approx(start + step)
+    assert [slot(d) for d in shed] == pytest.approx([start + i * step for i in (2, 3, 3, 4)])
+    assert [d.ticket is not None and d.ticket.refused for d in shed] == [False, True, False, False]
+    assert control.snapshot()[A].backlog == pytest.approx(5 * step)
+    assert control.snapshot()[A].waiting == 4  # the refused one left the queue
+    later = admission(control.admit(A, loose))  # the next critical caller takes slot 2
+    assert slot(later) == pytest.approx(start + 2 * step)
+    assert [slot(d) for d in shed] == pytest.approx([start + i * step for i in (3, 3, 4, 5)])
+
+
+@given(st.lists(st.integers(0, 3), max_size=300).map(sorted), st.integers(0, 2))
+def test_the_class_boundary_is_the_first_waiting_attempt_of_a_later_class(
+    ranks: list[int], rank: int
+) -> None:
+    """In a queue in class order, the boundary an attempt of ``rank`` takes its place at is the
+    first waiting attempt of a later class, however long the queue and its classes."""
+    assume(bool(ranks) and ranks[-1] > rank)
+    waiting = deque(
+        SlotTicket(float(i), 10.0, StopReason.LOCAL_WAIT_LIMIT, r in (0, 2), r >= 2)
+        for i, r in enumerate(ranks)
+    )
+    assert [t.rank for t in waiting] == ranks
+    first = next(i for i, t in enumerate(waiting) if t.rank > rank)
+    assert ServerPacer._class_end(waiting, rank) == first
 
 
 def test_critical_attempt_moved_past_its_bound_by_a_retry_is_refused_as_before() -> None:

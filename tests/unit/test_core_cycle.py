@@ -6,6 +6,7 @@ Each test runs the loop every executor runs (admit, wait, recheck, send, record,
 
 from __future__ import annotations
 
+import logging
 from typing import Callable, Optional, Union
 
 import pytest
@@ -252,6 +253,46 @@ def test_a_retry_of_a_pushed_back_attempt_is_marked_for_the_queue() -> None:
     cycle.started(A)
     cycle.succeeded()
     assert not cycle.pushed_back
+
+
+class CountingError(PyMongoError):
+    """An overload error that counts the lookups of its labels."""
+
+    reads = 0
+
+    def has_error_label(self, label: str) -> bool:
+        """Count the lookup, then answer it."""
+        self.reads += 1
+        return super().has_error_label(label)
+
+
+def test_a_failed_attempt_reads_its_error_labels_once_for_every_check(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The pacing, the ledger, the budget and the retry rules share one reading of the error's
+    labels (two lookups); with no retry listener and no INFO log, nothing else reads them."""
+    caplog.set_level(logging.WARNING, logger="backpressure")
+    clock = FakeClock()
+    cycle = AttemptCycle(client(ADAPTIVE, clock), "find")
+    cycle.admit(A, None)
+    cycle.started(A)
+    error = CountingError("rate exceeded", error_labels=[SYSTEM_OVERLOADED, RETRYABLE])
+    assert type(cycle.failed(error, classic_retryable=True)) is Backoff
+    assert error.reads == 2
+    assert cycle.pushed_back
+
+
+def test_the_pacing_judges_the_outcome_the_executor_names() -> None:
+    """With ``outcome`` (the error a bulk write wraps) the pacing records that error's labels,
+    and the retry rules judge the error raised."""
+    clock = FakeClock()
+    cycle = AttemptCycle(client(ADAPTIVE, clock), "insert")
+    cycle.admit(A, None)
+    cycle.started(A)
+    step = cycle.failed(PyMongoError("wrapper"), outcome=overload())
+    assert cycle.pushed_back
+    assert type(step) is Stop
+    assert step.reason is StopReason.NOT_RETRYABLE
 
 
 def test_an_attempt_started_while_the_last_is_open_is_a_classic_retry() -> None:

@@ -19,11 +19,13 @@ from backpressure.core.labels import (
     RETRYABLE,
     RETRYABLE_WRITE,
     SYSTEM_OVERLOADED,
+    OverloadLabels,
     add_overload_labels,
     error_labels,
     has_no_writes_performed,
     is_overload,
     is_retryable_overload,
+    overload_labels,
     server_base_backoff,
 )
 
@@ -184,6 +186,31 @@ def test_private_backoff_attribute_is_not_read() -> None:
         _base_backoff_ms = 75
 
     assert server_base_backoff(Legacy("x")) is None
+
+
+def _broken() -> PyMongoError:
+    """An error whose label container is corrupted (``has_error_label`` raises)."""
+    exc = PyMongoError("x")
+    exc._error_labels = 42  # type: ignore[assignment]
+    return exc
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        overload,
+        lambda: overload(label_list=[SYSTEM_OVERLOADED]),
+        lambda: overload(label_list=[RETRYABLE]),
+        lambda: PyMongoError("plain"),
+        lambda: ValueError("x"),
+        lambda: ClientBulkWriteException({"error": overload(), "writeErrors": []}, verbose=False),
+        _broken,
+    ],
+)
+def test_overload_labels_answer_as_the_predicates(make: Any) -> None:
+    """The labels read once give the answers of ``is_overload`` and ``is_retryable_overload``."""
+    exc = make()
+    assert overload_labels(exc) == OverloadLabels(is_overload(exc), is_retryable_overload(exc))
 
 
 def test_module_exports() -> None:

@@ -178,12 +178,17 @@ class PacingGate:
         server: Optional[Address],
         grant: Optional[SlotGrant],
         error: Optional[BaseException] = None,
+        overload: Optional[bool] = None,
     ) -> bool:
         """Record the outcome of an attempt: ``error`` None for a reply that is no overload.
 
-        Returns whether the server pushed the attempt back (its retry goes ahead of the queue).
+        ``overload``: whether ``error`` carries ``SystemOverloadedError``, when the caller has
+        read its labels (None: read here).  Returns whether the server pushed the attempt back
+        (its retry goes ahead of the queue).
         """
-        overloaded = error is not None and is_overload(error)
+        if overload is None:
+            overload = error is not None and is_overload(error)
+        overloaded = error is not None and overload
         if error is not None and not overloaded:
             return False  # network errors and the like say nothing about what the server admits
         self.pacers.record(server, overloaded=overloaded, grant=grant)

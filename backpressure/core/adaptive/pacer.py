@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ _MIN_UNMOVED = 0.15  # a cut's pushback share next to neighbours that do not cut
 _MAX_UNMOVED = 0.6  # of the window before it, within these bounds ...
 _DRAINED = 0.1  # ... and among peers who cut too, this share of it
 _EVIDENCE = 3.0  # the log-likelihood ratio at which the pacer competes (and its bound)
+
+_SLOT_OF = operator.attrgetter("slot")
 
 
 @dataclass(frozen=True)
@@ -532,7 +535,7 @@ class ServerPacer:
             if rank < 3 and waiting and waiting[-1].rank > rank:
                 # Go ahead of the waiting attempts of later classes (the queue is in class
                 # order): take the first such slot, and move those behind it back one slot.
-                index = next(i for i, t in enumerate(waiting) if t.rank > rank)
+                index = self._class_end(waiting, rank)
                 if waiting[index].slot - now <= limit:
                     slot = waiting[index].slot
                     self._move_back(index, interval)
@@ -560,26 +563,43 @@ class ServerPacer:
             self._last_wait = now
             return SlotGrant(min(wait, self._nap), self._round, slot, ticket)
 
+    @staticmethod
+    def _class_end(waiting: deque[SlotTicket], rank: int) -> int:
+        """The index of the first waiting attempt of a rank above ``rank`` (there is one).
+
+        The queue is in class order (an attempt joins it at the end of its class, and nothing
+        reorders it), so a binary search finds it in a few probes whatever the queue's length.
+        """
+        low, high = 0, len(waiting)
+        while low < high:
+            middle = (low + high) // 2
+            if waiting[middle].rank > rank:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
     def _move_back(self, index: int, interval: float) -> None:
         """Give every waiting attempt from ``index`` on the slot of the one behind it (lock held).
 
         The last one takes ``next_slot``, which moves one interval later.  An attempt whose new
         slot passes its bound is refused instead (its caller learns it on recheck) and the move
-        stops there: the slot it leaves is taken by the one before it.
+        stops there: the slot it leaves is taken by the one before it.  The walk copies nothing
+        and ends at the refusal: under a long queue the first attempt moved is usually the one
+        refused (the oldest of its class, nearest its bound), and those behind it cost nothing.
         """
         waiting = self._waiting
-        # One pass over the moved tickets (indexing the middle of a deque walks it).
-        moved = list(itertools.islice(waiting, index, None))
-        slots = [ticket.slot for ticket in moved]
-        slots.append(self._next_slot)
-        for offset, ticket in enumerate(moved):
-            slot = slots[offset + 1]
-            if slot > ticket.latest:
-                ticket.slot = slot
-                ticket.refused = True
-                del waiting[index + offset]
-                return
+        # Each new slot is read just before the ticket behind it moves (no copy of the queue).
+        slots = itertools.chain(
+            map(_SLOT_OF, itertools.islice(waiting, index + 1, None)), (self._next_slot,)
+        )
+        moved = itertools.islice(waiting, index, None)
+        for position, ticket, slot in zip(itertools.count(index), moved, slots):
             ticket.slot = slot
+            if slot > ticket.latest:
+                ticket.refused = True
+                del waiting[position]
+                return
         self._next_slot += interval
 
     def recheck(self, now: float, ticket: SlotTicket) -> Union[float, Refusal]:
