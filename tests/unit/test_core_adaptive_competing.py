@@ -228,11 +228,34 @@ def test_a_drained_cut_keeps_the_pacer_polite() -> None:
     )
 
 
+def test_a_first_test_that_begins_late_judges_only_its_own_cut() -> None:
+    """Peers that closed with this pacer (at 0.42 s) settle with it and cut when it does: its
+    first test begins 1.42 s in, late in its second, and stops with the others at 1.5 s. Three
+    quarters of the replies outside the cuts are pushed back, none inside. The pushback from
+    1.1 s to the cut and the reply at 1.5 s that ends it are no evidence: the pacer never
+    competes (it did at 1.5 s when they counted)."""
+    pacer = ServerPacer(ADAPTIVE)
+    closed: Optional[float] = None
+    for number in range(5 * 24):
+        t = number / 24
+        cutting = closed is not None and t >= closed + 1.0 and t % 1.0 < 0.5
+        if t >= 0.3 and not cutting and number % 4 != 0:
+            pacer.record_pushback(START + t, START + t)
+        else:
+            pacer.record_admitted(START + t, START + t)
+        if closed is None and pacer.paced:
+            closed = t
+        assert not pacer.competing, t
+    assert closed is not None
+    assert 0.4 < closed < 0.5
+
+
 def test_a_competing_pacer_whose_cut_drains_is_polite_again() -> None:
-    """Once competing (half its replies pushed back), a cut that drains the pushback (the
-    neighbours left, or every client competed and all cut together) takes the pacer back to
-    polite: it tests at one instant in 8, and two drained cuts outweigh the evidence that made
-    it compete, so one lucky cut next to stock clients does not."""
+    """Once competing (half its replies pushed back), cuts that drain the pushback (the
+    neighbours left, or every client competed and all cut together) take the pacer back to
+    polite: it tests at one instant in 8, one lucky cut next to stock clients is not enough, and
+    at 12 replies a second a cut judges 4 (those from its second bucket to its end), so the
+    third drained cut, at 24 s, ends the spell."""
     pacer = ServerPacer(ADAPTIVE)
     began = _feed(pacer, 6.0, lambda t, n: n % 2 == 1)
     assert began
@@ -244,12 +267,14 @@ def test_a_competing_pacer_whose_cut_drains_is_polite_again() -> None:
         in_cut = _in_cut(t) and round(t) % 8 == 0  # a competing pacer cuts at one instant in 8
         return n % 2 == 1 and (t < later or not in_cut)
 
-    competed = _feed(pacer, 30.0, pushed, start=later)
+    competed = _feed(pacer, 16.9, pushed, start=later)
+    assert pacer.competing  # the drained cuts at 8 and 16 s
+    competed = _feed(pacer, 25.0, pushed, start=16.9)
     assert not pacer.competing
-    assert 16.0 <= competed[-1] < 30.0  # the second drained cut after 6 s, at 16 s or later
+    assert 24.0 <= competed[-1] < 25.0  # the third drained cut, at 24 s
     # The snapshot counts the spell from its first competing reply to the polite one after
     # its last (one reply, 1/12 s, later), and still one spell.
-    snapshot = pacer.snapshot(START + 30.0)
+    snapshot = pacer.snapshot(START + 25.0)
     assert snapshot.competing_spells == 1
     spell = competed[-1] - began[0]
     assert spell <= snapshot.competed_s <= spell + 0.1

@@ -66,7 +66,10 @@ whatever share it saw).
    closed (peers close together when an overload begins, so they test together), then at every
    third one.  Among polite peers, who all cut together, the pushback drains; next to clients
    that do not cut (stock retry loops) it does not.  A pacer that saw pushback in at least 15 %
-   of its replies judges its cut's replies: each adds to a log-likelihood ratio (pushed back as
+   of its replies judges its cut's replies (from the tenth of a window after the one its cut
+   began in, to the end of the cut: a first test that begins late, once the pacer settled, is
+   not judged on the pushback before it, nor on the reply that ends it): each adds to a
+   log-likelihood ratio (pushed back as
    often as before the cut, against a tenth as often), summed over tests because one test has
    only a few replies, and bounded to +-3.  At +3 the pacer *competes*: it sends as the spec's
    retry loop alone does (no local waits), testing at one instant in 8 with a cut to three

@@ -30,6 +30,7 @@ Address = tuple[str, int]
 """A server's (host, port)."""
 
 _BUCKETS = 10  # time buckets per measurement window
+_BUCKET_EDGE = 1e-6  # an instant this close below a bucket's start counts as that start
 _SEND_BUCKETS = 3  # the send rate a decrease starts from is measured over this many buckets
 _LATENCY_RISE = 0.5  # weight of a slot-to-reply time above the estimate (follows rises fast)
 _LATENCY_FALL = 0.05  # weight of one below it (forgets slowly)
@@ -143,6 +144,7 @@ class ServerPacer:
         self._spells = 0  # competing spells begun
         self._test = -1  # the test period whose test has run (or runs)
         self._testing = False
+        self._test_start = 0.0  # when the running (or last) test's cut began
         self._judging = False  # whether the running test's replies count as evidence
         # The rate, its anchor, held flag and peak before the test.
         self._restore: tuple[float, float, bool, float] = (0.0, 0.0, False, 0.0)
@@ -226,9 +228,13 @@ class ServerPacer:
     def _recent(self, now: float, buckets: int) -> tuple[int, int]:
         """Replies and pushbacks over the last ``buckets`` time buckets (lock held)."""
         current = int(now / self._width)
+        return self._between(current - buckets + 1, current)
+
+    def _between(self, first: int, last: int) -> tuple[int, int]:
+        """Replies and pushbacks in the time buckets ``first`` to ``last`` (lock held)."""
         replies = pushed = 0
         for bucket, count, push in zip(self._bucket_ids, self._replies, self._pushed):
-            if current - buckets < bucket <= current:
+            if first <= bucket <= last:
                 replies += count
                 pushed += push
         return replies, pushed
@@ -266,10 +272,15 @@ class ServerPacer:
         since = now - index * period
         length = _TEST_LENGTH * self._window
         if self._testing:
-            # The test's replies, without those of its first bucket (sent before the cut).
-            buckets = int(min(since, length) / self._width)
-            replies, pushed = self._recent(now, buckets) if buckets else (0, 0)
+            # The test's replies: from the bucket after the one its cut began in (that one
+            # holds replies to attempts sent before the cut) to the last bucket that ended
+            # before the test did (a reply counted after it answers the rate it returned to).
             running = since < length and index == self._test
+            end = min(now, self._test * period + length)
+            replies, pushed = self._between(
+                int(self._test_start / self._width) + 1,
+                int(end / self._width + _BUCKET_EDGE) - 1,
+            )
             if running and (
                 pushed or self.competing or not replies or since < _TEST_MIN * self._window
             ):
@@ -312,6 +323,7 @@ class ServerPacer:
         if now - self._closed_at < _SETTLE * self._window:
             return
         self._test = index
+        self._test_start = now
         if self.competing:
             every = _COMPETING_TESTS  # a test costs a share the neighbours take: test seldom
         elif now - self._closed_at < _ONSET_TESTS * self._window:
