@@ -74,8 +74,8 @@ whatever share it saw).
    only a few replies, and bounded to +-3.  At +3 the pacer *competes*: it sends as the spec's
    retry loop alone does (no local waits), testing at one instant in 8 with a cut to three
    quarters of what the server admitted it; back at -3 it is polite again, from that test's rate
-   (one test lowers a competing pacer's evidence by at most 3: two drained cuts, however many
-   replies one has).
+   (one test lowers a competing pacer's evidence by at most 3: at least two drained cuts,
+   however many replies one has).
    A window in which the server admitted nothing is a fault, not a neighbour: no test.  The
    pushback level alone cannot tell the two apart (Copa's competitive mode, NSDI 2018).
 

@@ -298,7 +298,7 @@ class ServerPacer:
                 )
                 if self.competing:
                     # One test's replies take a competing pacer at most half way back: it
-                    # takes two drained cuts, however many replies one has (a joint cut of
+                    # takes at least two drained cuts, however many replies one has (a joint cut of
                     # competing peers next to a stock sender drains for a moment too).
                     step = max(step, -_EVIDENCE)
                 evidence = self._evidence + step
