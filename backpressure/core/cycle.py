@@ -348,21 +348,16 @@ class AttemptCycle:
         now: Optional[float] = None,
         retries_allowed: bool = True,
         classic_retryable: bool = False,
-        outcome: Optional[BaseException] = None,
     ) -> Union[Backoff, Stop]:
         """Record a failed attempt; answer :class:`Backoff` or :class:`Stop`.
 
-        ``outcome`` is the error the pacing judges (default ``error``; the backport passes the
-        error a bulk write wraps).  ``deadline`` and ``now`` are on the client's clock;
+        ``deadline`` and ``now`` are on the client's clock;
         ``classic_retryable``: pymongo's own retryable read/write rules would retry ``error``.
         The error's overload labels are read once for the pacing and every retry rule.
         """
         labels = overload_labels(error)
         if self.attempt_open:
-            if outcome is None or outcome is error:
-                self.settle(error, labels.overload)
-            else:
-                self.settle(outcome)
+            self.settle(error, labels.overload)
         decision = self.record().failed(
             error,
             deadline=deadline,

@@ -282,19 +282,6 @@ def test_a_failed_attempt_reads_its_error_labels_once_for_every_check(
     assert cycle.pushed_back
 
 
-def test_the_pacing_judges_the_outcome_the_executor_names() -> None:
-    """With ``outcome`` (the error a bulk write wraps) the pacing records that error's labels,
-    and the retry rules judge the error raised."""
-    clock = FakeClock()
-    cycle = AttemptCycle(client(ADAPTIVE, clock), "insert")
-    cycle.admit(A, None)
-    cycle.started(A)
-    step = cycle.failed(PyMongoError("wrapper"), outcome=overload())
-    assert cycle.pushed_back
-    assert type(step) is Stop
-    assert step.reason is StopReason.NOT_RETRYABLE
-
-
 def test_an_attempt_started_while_the_last_is_open_is_a_classic_retry() -> None:
     """pymongo's own loop retried an error without asking: the ledger sees a classic retry."""
     clock = FakeClock()
