@@ -368,17 +368,7 @@ def _real_goal_figures() -> dict[str, str]:
         "real_recovery_stock": first_second("pymongo-native"),
         "real_recovery_current": first_second("current"),
         "real_mixed_adaptive": shares("adaptive"),
-        "real_mixed_run4": _and_list(
-            [
-                f"{run['share'] * 100:.0f} %"
-                for run in json.loads(
-                    (RESULTS / "adaptive-default" / "mixed-fleet-run4.json").read_text(
-                        encoding="utf-8"
-                    )
-                )["runs"]
-                if run["upgraded"]["policy"] == "adaptive"
-            ]
-        ),
+        "real_mixed_run4": mixed_shares(upgraded(4)),
         "real_mixed_current": shares("current"),
     }
 
