@@ -371,13 +371,18 @@ def test_rate_never_goes_below_min_rate() -> None:
     policy = ADAPTIVE.replace(adaptive_min_rate=5.0, adaptive_increase=0.001)
     control = ClientPacers(policy, clock=clock)
     close(control)
+    rates = []
     for _ in range(100):
         clock.advance(0.2)  # a round is at least a tenth of the window
         for overloaded in (False, True):
             sent = admission(control.admit(A))
             clock.advance(sent.wait)
             control.record(A, overloaded=overloaded, grant=sent)
-    assert control.snapshot()[A].rate == pytest.approx(5.0, rel=1e-3)
+        rates.append(control.snapshot()[A].rate)
+    # (A pushback that no cut moves makes the pacer compete after a while: its rate then
+    # stays where it was.)
+    assert min(rates) == pytest.approx(5.0, rel=1e-3)
+    assert rates.index(min(rates)) < 20
 
 
 def test_unknown_server_is_never_paced() -> None:

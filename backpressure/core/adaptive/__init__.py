@@ -21,8 +21,10 @@ whatever share it saw).
    rate and the send rate of the last 0.3 window, at most once per round: a round lasts at
    least twice the learned slot-to-reply time (a decrease reaches the server's queue only
    after what was queued there before it) and a tenth of the window.  A round in which the
-   server admitted nothing holds the rate instead (a fault rejecting everything): the pacer
-   goes on probing at a steady pace, so it finds the server admitting again at once.
+   server admitted nothing (and pushed back at least 3 attempts: a client starved by its
+   neighbours sees a reply or two a round) holds the rate instead (a fault rejecting
+   everything): the pacer goes on probing at a steady pace, so it finds the server admitting
+   again at once.
 3. **Additive increase, then a fast climb.**  Between decreases the rate grows by
    ``adaptive_increase`` attempts/s every second, the same for every client.  Once the server
    has not pushed back for ``adaptive_quiet`` seconds (a quarter of it after a held round),
@@ -62,20 +64,24 @@ whatever share it saw).
 
 8. **Compete when the cuts move nothing.**  At instants one window apart, the same for every
    client of the clock, every pacer paced for a window and pushed back in 2 % of its replies
-   cuts to half its send rate for 0.3 to 0.5 window: at every instant until 4 windows after it
-   closed (peers close together when an overload begins, so they test together), then at every
-   third one.  Among polite peers, who all cut together, the pushback drains; next to clients
-   that do not cut (stock retry loops) it does not.  A pacer that saw pushback in at least 15 %
-   of its replies judges its cut's replies (from the tenth of a window after the one its cut
-   began in, to the end of the cut: a first test that begins late, once the pacer settled, is
-   not judged on the pushback before it, nor on the reply that ends it): each adds to a
-   log-likelihood ratio (pushed back as
-   often as before the cut, against a tenth as often), summed over tests because one test has
-   only a few replies, and bounded to +-3.  At +3 the pacer *competes*: it sends as the spec's
-   retry loop alone does (no local waits), testing at one instant in 8 with a cut to three
-   quarters of what the server admitted it; back at -3 it is polite again, from that test's rate
-   (one test lowers a competing pacer's evidence by at most 3: at least two drained cuts,
-   however many replies one has).
+   cuts to 0.8 of its send rate for 0.3 to 0.5 window: at every instant until 4 windows after
+   it closed (peers close together when an overload begins, so they test together), then at
+   every third one.  The cut acts at once: the callers already waiting are spaced at its rate
+   (none past its bound), or the queue's old slots would answer for most of the cut.  Among
+   polite peers, who all cut together, the pushback drains; next to clients that do not cut
+   (stock retry loops) it does not.  A pacer that saw pushback in at least 15 % of its replies,
+   one of them within 0.2 window or among its last 5 replies, judges its cut's replies (from
+   the tenth of a window after the one its cut began in, to the end of the cut: a first test
+   that begins late, once the pacer settled, is not judged on the pushback before it, nor on
+   the reply that ends it; a cut without pushback ends early only once it has 3 such
+   replies): each adds to a log-likelihood ratio (pushed back as often as before the cut,
+   against a fifth as often), summed over tests because one test has only a few replies
+   (one test lowers a polite pacer's evidence by at most 0.5: a starved client's few admitted
+   replies must not outweigh the tests before), and bounded to +-3.  At +3 the pacer
+   *competes*: it sends as the spec's retry loop alone does (no local waits), testing at one
+   instant in 8 with a cut to three quarters of what the server admitted it; back at -3 it is
+   polite again, from that test's rate (one test lowers a competing pacer's evidence by at
+   most 3: at least two drained cuts, however many replies one has).
    A window in which the server admitted nothing is a fault, not a neighbour: no test.  The
    pushback level alone cannot tell the two apart (Copa's competitive mode, NSDI 2018).
 

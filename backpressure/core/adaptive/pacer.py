@@ -53,21 +53,25 @@ _TEST_GRID = 1.0  # the neighbour tests start at instants this many windows apar
 _SETTLE = 1.0  # ... this many windows (its closing cut has settled) cuts at every instant ...
 _ONSET_TESTS = 4.0  # ... until this many windows after it closed, then ...
 _TEST_EVERY = 3  # ... at one instant in this many (a test costs its peers a little each time)
-_TEST_SCALE = 0.5  # a polite pacer cuts to this share of its send rate ...
+_TEST_SCALE = 0.8  # a polite pacer cuts to this share of its send rate ...
 _TEST_LENGTH = 0.5  # ... for at most this many windows, and ends early without pushback ...
 _TEST_MIN = 0.3  # ... after this many (the neighbours' retry loops answer a cut within their
-# backoff: a shorter cut looks drained even next to clients that do not cut)
+# backoff: a shorter cut looks drained even next to clients that do not cut) and once it has ...
+_EARLY_REPLIES = 3  # ... this many replies to judge (a client starved by its neighbours has few)
 _COMPETING_SCALE = 0.75  # a competing pacer cuts to this share of what the server admitted it
 _COMPETING_TESTS = 8  # ... at one instant in this many
 _CUT_SHARE = 0.02  # a pacer cuts only when at least this share of the last window's replies
 # pushed back (a client alone at its capacity loses nothing to the tests), and ...
 _TEST_SHARE = 0.15  # a pacer judges its cut when at least this share of its replies of the
 _JUDGE_REPLIES = 5  # last window (of at least this many) pushed back, one within ...
-_TEST_RECENT = 0.2  # ... this many windows (an overload that ended needs no test)
+_TEST_RECENT = 0.2  # ... this many windows or among the last ...
+_RECENT_REPLIES = 5  # ... this many replies (an overload that ended needs no test)
 _MIN_UNMOVED = 0.15  # a cut's pushback share next to neighbours that do not cut: the share
 _MAX_UNMOVED = 0.6  # of the window before it, within these bounds ...
-_DRAINED = 0.1  # ... and among peers who cut too, this share of it
+_DRAINED = 0.2  # ... and among peers who cut too, this share of it
 _EVIDENCE = 3.0  # the log-likelihood ratio at which the pacer competes (and its bound)
+_POLITE_STEP = 0.5  # one test lowers a polite pacer's evidence by at most this much
+_HELD_PUSHBACKS = 3  # a round is held (admitted nothing) only after this many pushbacks
 
 _SLOT_OF = operator.attrgetter("slot")
 
@@ -125,8 +129,10 @@ class ServerPacer:
         self._next_slot = 0.0
         self._waiting: deque[SlotTicket] = deque()  # reserved slots not yet due, in order
         self._last_pushback = -math.inf
+        self._admitted_since = 0  # replies admitted since the last pushback
         self._round = 0
         self._admitted_in_round = 0
+        self._pushed_in_round = 0  # pushbacks of attempts sent in this round
         self._held = False  # the last round admitted nothing: the rate is held, not learned
         self._resumed = math.inf  # when the server first admitted again after a held round
         self._last_wait = -math.inf
@@ -165,6 +171,7 @@ class ServerPacer:
             with self._lock:
                 self._count(now)
                 self._admitted_in_round += 1
+                self._admitted_since += 1
                 self._resume(now)
                 if slot is not None:
                     self._learn_latency(max(0.0, now - slot))
@@ -179,6 +186,7 @@ class ServerPacer:
             with self._lock:
                 self._count(now, count)
                 self._admitted_in_round += count
+                self._admitted_since += count
                 self._resume(now)
         else:
             self._count(now, count)
@@ -253,7 +261,8 @@ class ServerPacer:
         ``_TEST_MIN`` to ``_TEST_LENGTH`` windows: at every instant until ``_ONSET_TESTS``
         windows after it closed (peers close together when an overload begins, so they test
         together and decide fast), then at one in ``_TEST_EVERY``.  A polite pacer cuts to
-        ``_TEST_SCALE`` of its send rate; a competing one, at one instant in
+        ``_TEST_SCALE`` of its send rate (the waiting slots too: :meth:`_stretch`); a
+        competing one, at one instant in
         ``_COMPETING_TESTS``, to ``_COMPETING_SCALE`` of what the server admitted it over the
         last window.  Every paced pacer cuts, so among peers the cut is joint; one whose replies
         of the last window were pushed back in at least ``_TEST_SHARE`` of them also *judges*:
@@ -282,25 +291,30 @@ class ServerPacer:
                 int(end / self._width + _BUCKET_EDGE) - 1,
             )
             if running and (
-                pushed or self.competing or not replies or since < _TEST_MIN * self._window
+                pushed
+                or self.competing
+                or replies < _EARLY_REPLIES
+                or since < _TEST_MIN * self._window
             ):
                 return
-            # Over, or polite with no pushback since the cut: the neighbours cut too, and the
-            # test ends early (among peers a test then costs a round or two).
+            # Over, or polite with no pushback in a few replies since the cut: the neighbours
+            # cut too, and the test ends early (among peers a test then costs a round or two).
             self._testing = False
             if self._judging and replies:
                 # Next to neighbours that do not cut, the cut's replies are pushed back as
-                # often as the window's before it; among peers, a tenth as often at most.
+                # often as the window's before it; among peers, a fifth as often at most.
                 unmoved = min(max(self._before, _MIN_UNMOVED), _MAX_UNMOVED)
                 drained = _DRAINED * unmoved
                 step = pushed * math.log(unmoved / drained) + (replies - pushed) * math.log(
                     (1.0 - unmoved) / (1.0 - drained)
                 )
-                if self.competing:
-                    # One test's replies take a competing pacer at most half way back: it
-                    # takes at least two drained cuts, however many replies one has (a joint cut of
-                    # competing peers next to a stock sender drains for a moment too).
-                    step = max(step, -_EVIDENCE)
+                # One test lowers the evidence only so far.  A polite pacer starved by its
+                # neighbours judges a cut on a reply or two: a few admitted ones must not
+                # outweigh the tests before.  A competing one goes at most half way back: it
+                # takes two drained cuts, however many replies one has (a joint cut of
+                # competing peers next to a stock sender drains for a moment too).
+                floor = _EVIDENCE if self.competing else _POLITE_STEP
+                step = max(step, -floor)
                 evidence = self._evidence + step
                 self._evidence = min(max(evidence, -_EVIDENCE), _EVIDENCE)
                 if not self.competing and self._evidence >= _EVIDENCE:
@@ -339,7 +353,10 @@ class ServerPacer:
             return
         self._judging = (
             pushed >= _TEST_SHARE * replies
-            and now - self._last_pushback <= _TEST_RECENT * self._window
+            and (
+                now - self._last_pushback <= _TEST_RECENT * self._window
+                or self._admitted_since < _RECENT_REPLIES
+            )
             and not self._held
         )
         self._testing = True
@@ -351,6 +368,29 @@ class ServerPacer:
         else:
             self._set_rate(now, _TEST_SCALE * min(self._rate_at(now), self._send_rate(now)))
         self._next_slot = max(self._next_slot, now)
+        self._stretch(now, self._rate)
+
+    def _stretch(self, now: float, rate: float) -> None:
+        """Space the waiting slots at a test's ``rate`` at once, none past its bound (lock held).
+
+        The callers queued before the cut hold slots at the old rate, often for most of the
+        test (a closed loop's queue is a third of a window long and more): sent as reserved,
+        they would answer the old rate, not the cut.  Unlike a decrease's re-spacing, a slot
+        that would pass its bound stays at the bound (the test must refuse nobody), and no
+        slot moves earlier.
+        """
+        self._spaced_rate = rate
+        waiting = self._waiting
+        while waiting and waiting[0].slot <= now:
+            waiting.popleft()
+        interval = 1.0 / rate
+        previous: Optional[float] = None
+        for ticket in waiting:
+            if previous is not None:
+                ticket.slot = max(ticket.slot, min(previous + interval, ticket.latest))
+            previous = ticket.slot
+        if previous is not None:
+            self._next_slot = max(self._next_slot, previous + interval)
 
     def _send_rate(self, now: float) -> float:
         """Replies (admitted or pushed back) per second over the last ``_SEND_BUCKETS`` buckets.
@@ -421,6 +461,7 @@ class ServerPacer:
             current = self._rate_at(now) if self.paced else 0.0  # before this pushback
             self._pushbacks += 1
             self._last_pushback = now
+            self._admitted_since = 0
             self._resumed = math.inf  # the fault goes on
             self._count(now, 1, 1)
             if self.paced:
@@ -444,11 +485,16 @@ class ServerPacer:
                 return
             if slot is None or slot < self._anchor:
                 return  # sent before the last decrease (or unpaced): reacted to already
+            self._pushed_in_round += 1
             if now - self._anchor < self._round_length():
                 # A round is at least this long: a decrease reaches the server's queue only
                 # after the replies queued there before it (the slot-to-reply time).
                 return
             if self._admitted_in_round == 0:
+                if self._pushed_in_round < _HELD_PUSHBACKS:
+                    # A client starved by its neighbours sees a reply or two a round: that
+                    # nothing was admitted says nothing yet.  Wait for more.
+                    return
                 # Nothing admitted for a whole round: the server rejects everything.  Hold the
                 # rate (a collapse would take seconds to climb back once the server admits).
                 self._set_rate(now, self._rate)
@@ -466,6 +512,7 @@ class ServerPacer:
         self._anchor = now
         self._round += 1
         self._admitted_in_round = 0
+        self._pushed_in_round = 0
         self._held = False
         self._resumed = math.inf
 
