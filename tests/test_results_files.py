@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 
@@ -26,6 +26,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
         "adaptive-default/fleet-run2",
         "adaptive-default/fleet-run3",
         "adaptive-default/fleet-run4",
+        "adaptive-default/fleet-run5",
     ],
 )
 def test_a_results_page_is_the_rendering_of_its_raw_data(stem: str) -> None:
@@ -281,25 +282,26 @@ def _real_goal_figures() -> dict[str, str]:
     def run_pairs(rows_of_runs: list[list[dict[str, Any]]], text: Any) -> str:
         return "; ".join(text(rows) for rows in rows_of_runs)
 
-    today = json.loads(
-        (RESULTS / "adaptive-default" / "fleet-run4.json").read_text(encoding="utf-8")
-    )
-    fleets = {
-        run["shape"]: run
-        for shape in today["fleet"]
-        for run in shape["runs"]
-        if run["policy"] == "adaptive"
-    }
+    def adaptive_fleets(number: int) -> dict[str, dict[str, Any]]:
+        page = RESULTS / "adaptive-default" / f"fleet-run{number}.json"
+        return {
+            run["shape"]: run
+            for shape in json.loads(page.read_text(encoding="utf-8"))["fleet"]
+            for run in shape["runs"]
+            if run["policy"] == "adaptive"
+        }
 
-    def fleet(shape: str) -> str:
-        run = fleets[shape]
+    fleets, fleets4 = adaptive_fleets(5), adaptive_fleets(4)
+
+    def fleet(shape: str, runs: Optional[dict[str, dict[str, Any]]] = None) -> str:
+        run = (runs or fleets)[shape]
         return (
             f"{run['error_fraction'] * 100:.1f} % errors at {run['attempts_per_op']:.2f} "
             f"attempts per operation, Jain {run['jain']:.3f}"
         )
 
-    def phase_jain(shape: str) -> str:
-        return _and_list([f"{j:.3f}" for j in fleets[shape]["phase_jain"]])
+    def phase_jain(shape: str, runs: Optional[dict[str, dict[str, Any]]] = None) -> str:
+        return _and_list([f"{j:.3f}" for j in (runs or fleets)[shape]["phase_jain"]])
 
     def upgraded(number: int) -> list[dict[str, Any]]:
         page = RESULTS / "adaptive-default" / f"mixed-fleet-run{number}.json"
@@ -313,10 +315,29 @@ def _real_goal_figures() -> dict[str, str]:
         seconds = [run["upgraded"]["competed_s"] / run["upgraded"]["processes"] for run in runs]
         return _and_list([f"{value:.0f} s" for value in seconds])
 
+    def recovery_run(number: int) -> dict[str, str]:
+        page = RESULTS / "adaptive-default" / f"recovery-run{number}.json"
+        rows = json.loads(page.read_text(encoding="utf-8"))["runs"]
+        adaptive = _row(rows, "adaptive")
+        first = _and_list(
+            [
+                f"{_row(rows, policy)['shares'][0] * 100:.0f} % with {name}"
+                for policy, name in (
+                    ("adaptive", "`adaptive`"),
+                    ("pymongo-native", "stock pymongo"),
+                    ("current", "the default"),
+                )
+            ]
+        )
+        return {
+            f"recovery_run{number}_first": first,
+            f"recovery_run{number}_adaptive": (
+                f"{adaptive['shares'][1] * 100:.0f} % in the second, and "
+                f"{adaptive['ratio_to_stock']:.2f} of stock's successes from 1 s to 4 s"
+            ),
+        }
+
     upgraded7, upgraded8 = upgraded(7), upgraded(8)
-    run3 = json.loads(
-        (RESULTS / "adaptive-default" / "recovery-run3.json").read_text(encoding="utf-8")
-    )["runs"]
 
     lone_stock = next(run for run in upgraded7 if run["stock_processes"] == 1)
     equal = (lone_stock["stock"]["successes"] + lone_stock["upgraded"]["successes"]) / (
@@ -334,25 +355,21 @@ def _real_goal_figures() -> dict[str, str]:
         "today_8x8": fleet("8x8"),
         "today_4x16": fleet("4x16"),
         "today_4x16_phases": phase_jain("4x16"),
+        "today_8x8_phases": phase_jain("8x8"),
+        "run4_8x8": fleet("8x8", fleets4),
+        "run4_4x16": fleet("4x16", fleets4),
+        "run4_4x16_phases": phase_jain("4x16", fleets4),
         "today_8x8_low_phase": f"{low['goodput_per_s'] / low['rate'] * 100:.1f} %",
         "real_mixed_run7": mixed_shares(upgraded7),
         "real_mixed_run7_competed": mixed_competed(upgraded7),
         "real_mixed_run8": mixed_shares(upgraded8),
         "real_mixed_run8_competed": mixed_competed(upgraded8),
-        "recovery_run3_first": _and_list(
-            [
-                f"{_row(run3, policy)['shares'][0] * 100:.0f} % with {name}"
-                for policy, name in (
-                    ("adaptive", "`adaptive`"),
-                    ("pymongo-native", "stock pymongo"),
-                    ("current", "the default"),
-                )
-            ]
-        ),
-        "recovery_run3_adaptive": (
-            f"{_row(run3, 'adaptive')['shares'][1] * 100:.0f} % in the second, and "
-            f"{_row(run3, 'adaptive')['ratio_to_stock']:.2f} of stock's successes from 1 s to 4 s"
-        ),
+        "real_mixed_run9": mixed_shares(upgraded(9)),
+        "real_mixed_run9_competed": mixed_competed(upgraded(9)),
+        "real_mixed_run10": mixed_shares(upgraded(10)),
+        "real_mixed_run10_competed": mixed_competed(upgraded(10)),
+        **recovery_run(3),
+        **recovery_run(4),
         **_interleaved_soak_figures(),
         "soak_stock_old": acked("pymongo-native"),
         "recovery_current_vs_stock": " in the first run, ".join(
@@ -562,7 +579,16 @@ PROSE: list[tuple[str, str]] = [
     ),
     (
         "docs/adaptive.md",
-        "Jain within the 200/s, 100/s and 300/s steps of the 4 x 16 fleet was {today_4x16_phases}",
+        "Jain within the 200/s, 100/s and 300/s steps of the 4 x 16 fleet was {run4_4x16_phases}",
+    ),
+    (
+        "docs/adaptive.md",
+        "Run 4 (`fleet-run4.md`, before that change) gave {run4_8x8} and {run4_4x16}",
+    ),
+    (
+        "docs/adaptive.md",
+        "Jain within the steps was {today_8x8_phases} in the 8 x 8 fleet and {today_4x16_phases} "
+        "in the 4 x 16 one",
     ),
     ("docs/adaptive.md", "served {today_8x8_low_phase} of the capacity in the 100/s step"),
     (
@@ -578,6 +604,17 @@ PROSE: list[tuple[str, str]] = [
         "docs/adaptive.md",
         "the first second after the overload served {recovery_run3_first}, and `adaptive` "
         "{recovery_run3_adaptive}",
+    ),
+    (
+        "docs/adaptive.md",
+        "In a fourth (`recovery-run4.md`, load average 0.9-1.1, after the neighbour test's cut "
+        "acted at once) it served {recovery_run4_first}, and `adaptive` {recovery_run4_adaptive}",
+    ),
+    (
+        "docs/adaptive.md",
+        "In run 9 (`mixed-fleet-run9.md`, after the neighbour test's cut acted at once) an "
+        "adaptive process got {real_mixed_run9}, competing for {real_mixed_run9_competed}, and in "
+        "run 10 {real_mixed_run10}, competing for {real_mixed_run10_competed}",
     ),
     (
         "docs/adaptive.md",
