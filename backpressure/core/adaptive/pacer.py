@@ -262,15 +262,14 @@ class ServerPacer:
         windows after it closed (peers close together when an overload begins, so they test
         together and decide fast), then at one in ``_TEST_EVERY``.  A polite pacer cuts to
         ``_TEST_SCALE`` of its send rate (the waiting slots too: :meth:`_stretch`); a
-        competing one, at one instant in
-        ``_COMPETING_TESTS``, to ``_COMPETING_SCALE`` of what the server admitted it over the
-        last window.  Every paced pacer cuts, so among peers the cut is joint; one whose replies
-        of the last window were pushed back in at least ``_TEST_SHARE`` of them also *judges*:
-        each of the cut's replies (without its first bucket, sent before it) adds to a log-
-        likelihood ratio, pushed back as often as in the window before the cut (within
-        ``_MIN_UNMOVED`` and ``_MAX_UNMOVED``) against ``_DRAINED`` of that.  One test has a few
-        replies (a dense fleet's client sees a dozen a second), so the evidence adds up over
-        tests, bounded to +-``_EVIDENCE``.  At ``+_EVIDENCE`` the pacer competes: it sends as
+        competing one, at one instant in ``_COMPETING_TESTS``, to ``_COMPETING_SCALE`` of what
+        the server admitted it over the last window.  Every paced pacer cuts, so among peers the
+        cut is joint; one whose replies of the last window were pushed back in at least
+        ``_TEST_SHARE`` of them also *judges*: each of the cut's replies (without its first
+        bucket, sent before it) adds to a log-likelihood ratio, pushed back as often as in the
+        window before the cut (within ``_MIN_UNMOVED`` and ``_MAX_UNMOVED``) against
+        ``_DRAINED`` of that.  One test has a few replies (a dense fleet's client sees a dozen a
+        second), so the evidence adds up over tests, bounded to +-``_EVIDENCE``.  At ``+_EVIDENCE`` the pacer competes: it sends as
         the spec's retry loop alone does (no local waits).  Back at -``_EVIDENCE`` it is polite
         again, at its test's rate.  A window in which the server admitted nothing (a fault) is
         no evidence and gets no test.  The server's burst allowance keeps the tokens a cut
@@ -380,12 +379,10 @@ class ServerPacer:
         slot moves earlier.
         """
         self._spaced_rate = rate
-        waiting = self._waiting
-        while waiting and waiting[0].slot <= now:
-            waiting.popleft()
+        self._still_waiting(now)
         interval = 1.0 / rate
         previous: Optional[float] = None
-        for ticket in waiting:
+        for ticket in self._waiting:
             if previous is not None:
                 ticket.slot = max(ticket.slot, min(previous + interval, ticket.latest))
             previous = ticket.slot
@@ -526,11 +523,9 @@ class ServerPacer:
         ``_NAP`` windows at most).  A slot moved past its bound is refused on its recheck.
         """
         self._spaced_rate = rate
-        waiting = self._waiting
-        while waiting and waiting[0].slot <= now:
-            waiting.popleft()
-        if not waiting:
+        if not self._still_waiting(now):
             return
+        waiting = self._waiting
         interval = 1.0 / rate
         slot = max(now, waiting[0].slot)
         kept: deque[SlotTicket] = deque()
@@ -583,9 +578,8 @@ class ServerPacer:
             reason = (
                 StopReason.LOCAL_WAIT_DEADLINE if deadline_bound else StopReason.LOCAL_WAIT_LIMIT
             )
+            self._still_waiting(now)  # drops the due ones: those callers are sending
             waiting = self._waiting
-            while waiting and waiting[0].slot <= now:
-                waiting.popleft()  # due: those callers are sending
             rate = self._rate_at(now)
             if rate > _RESPACE_RISE * self._spaced_rate:
                 self._respace(now, rate)  # the queue drains at the new pace
@@ -721,7 +715,7 @@ class ServerPacer:
         """The waiting attempts whose slot is after ``now`` (lock held).
 
         The queue is in slot order, so the due ones (their callers are sending) are at its
-        head: dropped here as :meth:`admit` drops them, the rest is its length.
+        head: dropped here (for :meth:`admit` and the re-spacings too), the rest is its length.
         """
         waiting = self._waiting
         while waiting and waiting[0].slot <= now:
