@@ -252,28 +252,27 @@ class ServerPacer:
     def _judge(self, now: float) -> None:
         """Test, at fixed instants, whether this client's cuts move the pushback (lock held).
 
-        A polite (AIMD) pacer loses to neighbours that do not cut (stock retry loops): its cuts
-        only hand its share over, and the pushback stays as high.  Among polite peers a cut that
-        everyone makes drains the pushback at once.  The pushback *level* cannot tell the two
-        apart (it is as high among peers converging after a capacity step as next to stock
-        clients); a joint cut can.  At instants ``_TEST_GRID`` windows apart, the same for every
-        client of the clock, a pacer paced for at least ``_SETTLE`` windows cuts for
-        ``_TEST_MIN`` to ``_TEST_LENGTH`` windows: at every instant until ``_ONSET_TESTS``
-        windows after it closed (peers close together when an overload begins, so they test
-        together and decide fast), then at one in ``_TEST_EVERY``.  A polite pacer cuts to
-        ``_TEST_SCALE`` of its send rate (the waiting slots too: :meth:`_stretch`); a
-        competing one, at one instant in ``_COMPETING_TESTS``, to ``_COMPETING_SCALE`` of what
-        the server admitted it over the last window.  Every paced pacer cuts, so among peers the
-        cut is joint; one whose replies of the last window were pushed back in at least
-        ``_TEST_SHARE`` of them also *judges*: each of the cut's replies (without its first
-        bucket, sent before it) adds to a log-likelihood ratio, pushed back as often as in the
-        window before the cut (within ``_MIN_UNMOVED`` and ``_MAX_UNMOVED``) against
-        ``_DRAINED`` of that.  One test has a few replies (a dense fleet's client sees a dozen a
-        second), so the evidence adds up over tests, bounded to +-``_EVIDENCE``.  At ``+_EVIDENCE`` the pacer competes: it sends as
-        the spec's retry loop alone does (no local waits).  Back at -``_EVIDENCE`` it is polite
-        again, at its test's rate.  A window in which the server admitted nothing (a fault) is
-        no evidence and gets no test.  The server's burst allowance keeps the tokens a cut
-        leaves unused.
+        A polite (AIMD) pacer loses to neighbours that do not cut (stock retry loops): its cuts only
+        hand its share over, and the pushback stays as high.  Among polite peers a cut that everyone
+        makes drains the pushback at once.  The pushback *level* cannot tell the two apart (it is as
+        high among peers converging after a capacity step as next to stock clients); a joint cut
+        can.  At instants ``_TEST_GRID`` windows apart, the same for every client of the clock, a
+        pacer paced for at least ``_SETTLE`` windows cuts for ``_TEST_MIN`` to ``_TEST_LENGTH``
+        windows: at every instant until ``_ONSET_TESTS`` windows after it closed (peers close
+        together when an overload begins, so they test together and decide fast), then at one in
+        ``_TEST_EVERY``.  A polite pacer cuts to ``_TEST_SCALE`` of its send rate (the waiting slots
+        too: :meth:`_stretch`); a competing one, at one instant in ``_COMPETING_TESTS``, to
+        ``_COMPETING_SCALE`` of what the server admitted it over the last window.  Every paced pacer
+        cuts, so among peers the cut is joint; one whose replies of the last window were pushed back
+        in at least ``_TEST_SHARE`` of them also *judges*: each of the cut's replies (without its
+        first bucket, sent before it) adds to a log-likelihood ratio, pushed back as often as in the
+        window before the cut (within ``_MIN_UNMOVED`` and ``_MAX_UNMOVED``) against ``_DRAINED`` of
+        that.  One test has a few replies (a dense fleet's client sees a dozen a second), so the
+        evidence adds up over tests, bounded to +-``_EVIDENCE``.  At ``+_EVIDENCE`` the pacer
+        competes: it sends as the spec's retry loop alone does (no local waits).  Back at
+        -``_EVIDENCE`` it is polite again, at its test's rate.  A window in which the server
+        admitted nothing (a fault) is no evidence and gets no test.  The server's burst allowance
+        keeps the tokens a cut leaves unused.
         """
         period = self._window * _TEST_GRID
         index = int(now / period)
