@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -293,15 +293,15 @@ def _real_goal_figures() -> dict[str, str]:
 
     fleets, fleets4 = adaptive_fleets(5), adaptive_fleets(4)
 
-    def fleet(shape: str, runs: Optional[dict[str, dict[str, Any]]] = None) -> str:
-        run = (runs or fleets)[shape]
+    def fleet(shape: str, runs: dict[str, dict[str, Any]] = fleets) -> str:
+        run = runs[shape]
         return (
             f"{run['error_fraction'] * 100:.1f} % errors at {run['attempts_per_op']:.2f} "
             f"attempts per operation, Jain {run['jain']:.3f}"
         )
 
-    def phase_jain(shape: str, runs: Optional[dict[str, dict[str, Any]]] = None) -> str:
-        return _and_list([f"{j:.3f}" for j in (runs or fleets)[shape]["phase_jain"]])
+    def phase_jain(shape: str, runs: dict[str, dict[str, Any]] = fleets) -> str:
+        return _and_list([f"{j:.3f}" for j in runs[shape]["phase_jain"]])
 
     def upgraded(number: int) -> list[dict[str, Any]]:
         page = RESULTS / "adaptive-default" / f"mixed-fleet-run{number}.json"
@@ -337,7 +337,7 @@ def _real_goal_figures() -> dict[str, str]:
             ),
         }
 
-    upgraded7, upgraded8 = upgraded(7), upgraded(8)
+    upgraded7, upgraded8, upgraded9, upgraded10 = (upgraded(n) for n in (7, 8, 9, 10))
 
     lone_stock = next(run for run in upgraded7 if run["stock_processes"] == 1)
     equal = (lone_stock["stock"]["successes"] + lone_stock["upgraded"]["successes"]) / (
@@ -364,10 +364,10 @@ def _real_goal_figures() -> dict[str, str]:
         "real_mixed_run7_competed": mixed_competed(upgraded7),
         "real_mixed_run8": mixed_shares(upgraded8),
         "real_mixed_run8_competed": mixed_competed(upgraded8),
-        "real_mixed_run9": mixed_shares(upgraded(9)),
-        "real_mixed_run9_competed": mixed_competed(upgraded(9)),
-        "real_mixed_run10": mixed_shares(upgraded(10)),
-        "real_mixed_run10_competed": mixed_competed(upgraded(10)),
+        "real_mixed_run9": mixed_shares(upgraded9),
+        "real_mixed_run9_competed": mixed_competed(upgraded9),
+        "real_mixed_run10": mixed_shares(upgraded10),
+        "real_mixed_run10_competed": mixed_competed(upgraded10),
         **recovery_run(3),
         **recovery_run(4),
         **_interleaved_soak_figures(),
