@@ -39,6 +39,8 @@ from typing import Any, Callable, Optional
 import simpy
 from pymongo.errors import NetworkTimeout
 
+from backpressure.core.adaptive.pacers import ClientPacers
+from backpressure.core.client_state import ClientState
 from backpressure.core.cycle import Backoff, Stop, Wait
 from backpressure.sim.arms import CycleFactory, SimArm, cycle_factory, resolve
 from backpressure.sim.model import ClientGroup, ClosedLoop, OpenLoop, Scenario
@@ -121,6 +123,11 @@ class RunData:
     """Operations run as critical (the rest of those run; 0 when no group marks any)."""
     critical_errors: int = 0
     """App errors of the critical operations (unfinished ones included)."""
+    client_competing_spells: list[int] = field(default_factory=list)
+    """Per client, in the same order: the competing spells its pacers started (0 for a policy
+    without pacing)."""
+    client_competed_s: list[float] = field(default_factory=list)
+    """Per client: the seconds its pacers competed, summed over its servers."""
 
 
 _TIMEOUT_ERROR = NetworkTimeout("timed out (CSOT deadline)")
@@ -162,6 +169,7 @@ class _Client:
         "pending",
         "policy",
         "pools",
+        "state",
     )
 
     def __init__(
@@ -171,10 +179,13 @@ class _Client:
         new_cycle: CycleFactory,
         index: int = 0,
         policy: Optional[SimArm] = None,
+        state: Optional[ClientState] = None,
     ) -> None:
         """A client with empty pools (``index``: its place among every client of the run;
-        ``policy``: the one it runs, when not the run's)."""
+        ``policy``: the one it runs, when not the run's; ``state``: its client state, for a
+        core policy)."""
         self.index = index
+        self.state = state
         self.policy = policy
         self.group = group
         self.new_cycle = new_cycle
@@ -233,11 +244,11 @@ class _Run:
         A group that names its own policy (a mixed fleet) runs that one, the others the run's.
         """
         policy = self.policy if group.policy is None else resolve(group.policy)
-        new_cycle, _state = cycle_factory(policy, self.jitter, self.clock, _QUIET)
+        new_cycle, state = cycle_factory(policy, self.jitter, self.clock, _QUIET)
         self.data.client_successes.append(0)
         self.data.client_errors.append(0)
         index = len(self.data.client_successes) - 1
-        return _Client(group, len(self.servers), new_cycle, index, policy)
+        return _Client(group, len(self.servers), new_cycle, index, policy, state)
 
     # -- topology ------------------------------------------------------------------------------
 
@@ -652,6 +663,12 @@ class _Run:
             for i in range(self.buckets)
         ]
         data.end_s = self.end
+        for clients in self.groups:
+            for client in clients:
+                pacers = client.state.controller.pacing if client.state is not None else None
+                snapshots = pacers.snapshot().values() if isinstance(pacers, ClientPacers) else ()
+                data.client_competing_spells.append(sum(s.competing_spells for s in snapshots))
+                data.client_competed_s.append(sum(s.competed_s for s in snapshots))
         floor = _closed_loop_floor(data, self.scenario, self.width)
         if floor is None:
             data.physical_min_errors, data.physical_exact = _oracle(data, self.scenario)
