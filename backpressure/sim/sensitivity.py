@@ -119,7 +119,7 @@ def _run_one(
     )
 
 
-def check_values(option: str, values: Sequence[float]) -> None:
+def _check_values(option: str, values: Sequence[float]) -> None:
     """Raise :class:`InvalidPolicyError` (naming the option and its range) for a bad value."""
     preset = resolve("adaptive").policy
     assert preset is not None
@@ -146,7 +146,7 @@ def run_sensitivity(
         raise ValueError(f"unknown fleet {', '.join(unknown)}; choose from {', '.join(FLEETS)}")
     if option not in OPTIONS:
         raise ValueError(f"unknown option {option!r}; choose from {', '.join(OPTIONS)}")
-    check_values(option, values)
+    _check_values(option, values)
     cells: list[tuple[str, Optional[str], Optional[float]]] = []
     for fleet in fleets:
         cells.append((fleet, None, None))
@@ -259,12 +259,11 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     args = parser.parse_args(argv)
     if args.seeds > 100:
         parser.error(f"argument --seeds: must be in 1..100, got {args.seeds}")
-    try:
-        check_values(args.option, args.values)
-    except InvalidPolicyError as error:
-        parser.error(f"argument --values: {error}")
     seeds = list(range(args.seed, args.seed + args.seeds))
-    rows = run_sensitivity(args.fleet, args.option, args.values, seeds, args.jobs)
+    try:
+        rows = run_sensitivity(args.fleet, args.option, args.values, seeds, args.jobs)
+    except InvalidPolicyError as error:  # checked before any run starts
+        parser.error(f"argument --values: {error}")
     sys.stdout.write(render(rows))
     if args.json is not None:
         args.json.write_text(
