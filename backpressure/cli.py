@@ -35,6 +35,7 @@ __all__ = [
     "positive_int",
     "progress_enabled",
     "run_cli",
+    "seed_span",
 ]
 
 T = TypeVar("T")
@@ -180,6 +181,11 @@ def add_seed_argument(parser: argparse._ActionsContainer, *, scope: str = "") ->
         metavar="N",
         help=f"random seed; the same seed gives the same run{suffix} (default: %(default)s)",
     )
+
+
+def seed_span(seeds: Sequence[int]) -> str:
+    """How a results page names the consecutive seeds it ran: ``seed 1`` or ``seeds 1-24``."""
+    return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
 
 
 def run_cli(

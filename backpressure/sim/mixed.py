@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from backpressure.cli import add_seed_argument, name_list, run_cli
+from backpressure.cli import add_seed_argument, name_list, run_cli, seed_span
 from backpressure.core.extras import require
 from backpressure.sim.arms import available_policies, resolve
 from backpressure.sim.scenarios import mixed_fleet
@@ -178,7 +178,7 @@ def load_runs(rows: Sequence[dict[str, Any]]) -> dict[str, list[list[MixedResult
 
 def render_markdown(runs: dict[str, list[list[MixedResult]]], seeds: Sequence[int]) -> str:
     """The results page: the table over the seeds, then each policy's run of each seed."""
-    span = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
+    span = seed_span(seeds)
     parts = [
         f"# Simulated mixed fleets ({span}): 8 x 8, a share of the processes on stock "
         "pymongo's loop\n",

@@ -32,6 +32,7 @@ from backpressure.cli import (
     positive_float,
     positive_int,
     run_cli,
+    seed_span,
 )
 from backpressure.core.extras import require
 from backpressure.core.policy import InvalidPolicyError
@@ -119,14 +120,6 @@ def _run_one(
     )
 
 
-def _check_values(option: str, values: Sequence[float]) -> None:
-    """Raise :class:`InvalidPolicyError` (naming the option and its range) for a bad value."""
-    preset = resolve("adaptive").policy
-    assert preset is not None
-    for value in values:
-        preset.replace(**{option: value})
-
-
 def run_sensitivity(
     fleets: Sequence[str] = tuple(FLEETS),
     option: str = "adaptive_quiet",
@@ -146,7 +139,8 @@ def run_sensitivity(
         raise ValueError(f"unknown fleet {', '.join(unknown)}; choose from {', '.join(FLEETS)}")
     if option not in OPTIONS:
         raise ValueError(f"unknown option {option!r}; choose from {', '.join(OPTIONS)}")
-    _check_values(option, values)
+    for checked in values:
+        _arm(option, checked)  # a bad value raises here, naming the option and its range
     cells: list[tuple[str, Optional[str], Optional[float]]] = []
     for fleet in fleets:
         cells.append((fleet, None, None))
@@ -200,7 +194,7 @@ def render(rows: Sequence[SensitivityRow]) -> str:
 
 def render_markdown(rows: Sequence[SensitivityRow], seeds: Sequence[int], command: str) -> str:
     """The results page: what was run, then the table."""
-    span = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
+    span = seed_span(seeds)
     return "\n".join(
         [
             f"# Simulated all-adaptive fleets with one pacing option varied ({span})\n",
