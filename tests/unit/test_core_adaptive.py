@@ -393,6 +393,27 @@ def test_unknown_server_is_never_paced() -> None:
     assert control.snapshot() == {}
 
 
+def test_a_caller_admitted_as_the_rising_rate_respaces_the_queue_joins_the_queue() -> None:
+    """When a caller's admission finds the rate risen enough to re-space the waiting slots, the
+    caller's own slot is queued behind them (it moves with later re-spacings, and the snapshot
+    counts it): every caller still waiting is in the queue, before and after the re-spacing."""
+    clock = FakeClock()
+    control, rate = paced_at_90(clock)
+    grants: list[SlotGrant] = []
+    respaced = False
+    for _ in range(14):
+        grants += [admission(control.admit(A)) for _ in range(10)]
+        now = clock()
+        tickets = [g.ticket for g in grants if g.ticket is not None]
+        outstanding = sum(1 for t in tickets if not t.refused and t.slot > now)
+        snapshot = control.snapshot()[A]
+        assert snapshot.waiting == outstanding
+        assert snapshot.rate is not None
+        respaced = respaced or snapshot.rate > 1.1 * rate
+        clock.advance(0.1)
+    assert respaced  # the rate rose past the re-spacing threshold while callers waited
+
+
 def test_concurrent_reservations_never_share_a_slot() -> None:
     """Threads reserving at once get distinct slots (the lock covers the arithmetic)."""
     clock = FakeClock()

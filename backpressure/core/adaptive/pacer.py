@@ -578,10 +578,10 @@ class ServerPacer:
                 StopReason.LOCAL_WAIT_DEADLINE if deadline_bound else StopReason.LOCAL_WAIT_LIMIT
             )
             self._still_waiting(now)  # drops the due ones: those callers are sending
-            waiting = self._waiting
             rate = self._rate_at(now)
             if rate > _RESPACE_RISE * self._spaced_rate:
                 self._respace(now, rate)  # the queue drains at the new pace
+            waiting = self._waiting  # after the re-spacing, which builds a new queue
             interval = 1.0 / rate
             rank = rank_of(retry, sheddable)
             if rank < 3 and waiting and waiting[-1].rank > rank:
