@@ -109,18 +109,19 @@ def _sustained(load: float) -> Scenario:
     )
 
 
-def _criticality() -> Scenario:
-    """2x C for 20 s, half of the operations sheddable."""
+def _criticality(clients: int = 50) -> Scenario:
+    """2x C for 20 s, half of the operations sheddable, from ``clients`` open-loop clients."""
     phases = (
         Phase(5.0, 0.5 * C, "warm-up"),
         Phase(20.0, 2.0 * C, "2x C, half sheddable"),
         Phase(10.0, 0.5 * C, "after"),
     )
+    fleet = "" if clients == 50 else f", {clients} clients"
     return Scenario(
-        name="criticality",
-        description="2x capacity for 20 s, half of the operations sheddable",
+        name="criticality" if clients == 50 else "criticality-fleet",
+        description=f"2x capacity for 20 s, half of the operations sheddable{fleet}",
         servers=_replica_set(LimiterSpec(C)),
-        clients=(_open(phases, sheddable_fraction=0.5),),
+        clients=(_open(phases, sheddable_fraction=0.5, count=clients),),
         phases=_marks(phases),
         overload_end_s=25.0,
     )
@@ -720,6 +721,7 @@ SCENARIOS: Mapping[str, Callable[[], Scenario]] = {
     "sustained-10x": lambda: _sustained(10.0),
     "hot-member": _hot_member,
     "criticality": _criticality,
+    "criticality-fleet": lambda: _criticality(8),
     "fleet": _fleet,
     "retry-storm": _retry_storm,
     "recovery": _recovery,

@@ -260,6 +260,17 @@ def test_criticality_scenario_counts_critical_and_sheddable_errors_apart() -> No
     assert "critical errors" in format_table(result)
 
 
+def test_the_criticality_fleet_is_the_criticality_scenario_from_8_clients() -> None:
+    """The fleet variant keeps the demand, the phases and the sheddable half, from 8 clients (the
+    issue's goal is stated for a fleet of 8 processes)."""
+    base, fleet = scenario("criticality"), scenario("criticality-fleet")
+    assert (base.clients[0].count, fleet.clients[0].count) == (50, 8)
+    assert fleet.clients[0].sheddable_fraction == base.clients[0].sheddable_fraction == 0.5
+    assert fleet.clients[0].workload == base.clients[0].workload
+    assert fleet.servers == base.servers
+    assert fleet.description.endswith("8 clients")
+
+
 def test_sheddable_fraction_is_validated() -> None:
     """A share outside 0..1 names the field and the value."""
     with pytest.raises(ValueError, match=r"sheddable_fraction must be <= 1, got 1\.5"):
