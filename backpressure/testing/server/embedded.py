@@ -47,6 +47,18 @@ _START_TIMEOUT = 20.0
 _CONTROL_TIMEOUT = 10.0
 
 
+def _server_task(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> asyncio.Task[Any]:
+    """Create a task of the server's loop with :class:`asyncio.Task` itself.
+
+    The loop's own ``create_task`` looks ``asyncio.tasks.Task`` up at each call, and the
+    ``asyncio.Runner`` backport that pytest-asyncio uses on Python < 3.11 swaps that attribute
+    (and ``contextvars.copy_context``) in the test's thread while it creates a test's task: a
+    task the server's thread created in that instant would share the test's context, and the
+    test's next step could not enter it (the test hangs).
+    """
+    return asyncio.Task(coro, loop=loop, **options)
+
+
 class EmbeddedServerError(Exception):
     """The embedded server failed to start or a control command failed."""
 
@@ -445,6 +457,7 @@ class EmbeddedServer:
 
         async def serve() -> None:
             self._loop = asyncio.get_running_loop()
+            self._loop.set_task_factory(_server_task)
             self._stop_event = asyncio.Event()
             try:
                 await deployment.start()
