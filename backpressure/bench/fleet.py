@@ -446,12 +446,17 @@ def run_policy_fleet(target: LoadTarget, policy: str, plan: FleetPlan) -> FleetR
 
 
 def run_processes(
-    target: LoadTarget, policies: Sequence[str], plan: FleetPlan
+    target: LoadTarget,
+    policies: Sequence[str],
+    plan: FleetPlan,
+    worker: Callable[..., None] = _client_process,
 ) -> tuple[list[dict[str, Any]], int]:
     """Run ``plan`` once, process ``i`` under ``policies[i]`` (a mixed fleet when they differ).
 
-    Returns every process's report, in process order, and the workload commands the server
-    received.
+    ``worker`` is each process's body (the closed loop of :func:`_client_process` unless
+    another benchmark brings its own load): a picklable callable taking ``_client_process``'s
+    arguments, which reports a dict with ``"index"`` on ``results``.  Returns every process's
+    report, in process order, and the workload commands the server received.
     """
     if len(policies) != plan.processes:
         raise ValueError(f"{plan.processes} processes need as many policies, got {len(policies)}")
@@ -465,7 +470,7 @@ def run_processes(
     _preload(target.uri, plan)
     processes = [
         context.Process(
-            target=_client_process,
+            target=worker,
             args=(index, target.uri, policy, plan, ready, go, start_at, results),
             name=f"fleet-{policy}-{index}",
             daemon=True,
