@@ -142,3 +142,14 @@ def test_an_unknown_policy_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
         main(["--policy", "current,bogus"])
     assert exit_info.value.code == 2
     assert "bogus" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_the_committed_criticality_page_is_the_rendering_of_its_raw_data(run: int) -> None:
+    """``criticality-run<N>.md`` is what ``render_criticality_report`` makes of its JSON, and
+    every policy ran, stock pymongo and ``adaptive`` among them."""
+    data = json.loads((RESULTS / f"criticality-run{run}.json").read_text(encoding="utf-8"))
+    page = (RESULTS / f"criticality-run{run}.md").read_text(encoding="utf-8")
+    assert page == render_criticality_report(data)
+    policies = {entry["policy"] for entry in data["runs"]}
+    assert {"current", "pymongo-native", "adaptive"} <= policies

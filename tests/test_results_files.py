@@ -227,6 +227,31 @@ def prose_figures() -> dict[str, str]:
         "total_minutes": f"{(bench_s + fleet_s) / 60:.0f}",
         **_operator_view_figures(),
         **_real_goal_figures(),
+        **_criticality_figures(),
+    }
+
+
+def _criticality_figures() -> dict[str, str]:
+    """The figures of the committed real criticality runs (``criticality-run1``/``run2``)."""
+    runs = _both_runs("criticality")
+
+    def critical(policy: str) -> str:
+        return " and ".join(
+            f"{_row(rows, policy)['critical_error_rate'] * 100:.1f} %" for rows in runs
+        )
+
+    def after_end(policy: str) -> str:
+        return " and ".join(f"{_row(rows, policy)['after_end'][0] * 100:.0f} %" for rows in runs)
+
+    return {
+        "crit_adaptive": critical("adaptive"),
+        "crit_current": critical("current"),
+        "crit_stock": critical("pymongo-native"),
+        "crit_sheddable": " and ".join(
+            f"{_row(rows, 'adaptive')['sheddable_error_rate'] * 100:.0f} %" for rows in runs
+        ),
+        "crit_after_adaptive": after_end("adaptive"),
+        "crit_after_stock": after_end("pymongo-native"),
     }
 
 
@@ -659,6 +684,18 @@ PROSE: list[tuple[str, str]] = [
         "docs/adaptive.md",
         "gives `adaptive` {sim_soak_adaptive} of the default's acks, {sim_soak_limit} around "
         "tight limits and {sim_soak_overload} around all-reject windows",
+    ),
+    (
+        "docs/adaptive.md",
+        "`adaptive` failed {crit_adaptive} of the critical operations, the default "
+        "{crit_current} and stock pymongo {crit_stock}, and served {crit_after_adaptive} of the "
+        "arrivals of the first second after the end (stock pymongo {crit_after_stock})",
+    ),
+    (
+        "docs/benchmarks.md",
+        "In both runs `adaptive` failed {crit_adaptive} of the critical operations and "
+        "{crit_sheddable} of the sheddable ones, stock pymongo {crit_stock} and the default "
+        "{crit_current},",
     ),
 ]
 """(page, sentence with placeholders of ``prose_figures``): each page says exactly that."""
