@@ -153,3 +153,58 @@ def test_the_committed_criticality_page_is_the_rendering_of_its_raw_data(run: in
     assert page == render_criticality_report(data)
     policies = {entry["policy"] for entry in data["runs"]}
     assert {"current", "pymongo-native", "adaptive"} <= policies
+
+
+def test_the_committed_agreement_table_is_the_simulators_runs_of_the_same_plan() -> None:
+    """``criticality-agreement.md`` is what ``bench.agreement --criticality`` prints for the two
+    committed runs (simulated seeds 1 and 2: the simulator is deterministic for a seed), every
+    policy's row, the default's first."""
+    pytest.importorskip("simpy")
+    from backpressure.bench.agreement import criticality_agreement_markdown
+
+    reports = [
+        json.loads((RESULTS / f"criticality-run{run}.json").read_text(encoding="utf-8"))
+        for run in (1, 2)
+    ]
+    page = (RESULTS / "criticality-agreement.md").read_text(encoding="utf-8")
+    assert page == criticality_agreement_markdown(reports, (1, 2)) + "\n"
+    rows = [line.split("|")[1].strip() for line in page.splitlines()[2:]]
+    assert rows == ["default (current)", "stock pymongo", "draft", "adaptive"]
+
+
+def test_the_simulated_plan_is_the_benchmarks() -> None:
+    """The simulator's ``bench-criticality`` scenario has the plan's clients, threads, deadline,
+    sheddable share, capacity and phases, and its overload ends where the plan's does."""
+    pytest.importorskip("simpy")
+    from backpressure.sim.scenarios import bench_criticality
+
+    plan = CriticalityPlan()
+    scenario = bench_criticality(
+        plan.processes,
+        plan.threads,
+        plan.capacity,
+        plan.phases,
+        plan.deadline_s,
+        plan.sheddable_fraction,
+        plan.burst_seconds,
+    )
+    (group,) = scenario.clients
+    assert (group.count, group.timeout_ms, group.sheddable_fraction) == (8, 1000.0, 0.5)
+    assert group.workload.threads == plan.threads  # type: ignore[union-attr]
+    assert scenario.servers[0].limiter.rate_per_s == plan.capacity
+    assert scenario.duration_s == plan.duration_s
+    assert scenario.overload_end_s == plan.overload_window[1]
+    with pytest.raises(ValueError, match="different plans"):
+        _agreement_of_two_plans()
+
+
+def _agreement_of_two_plans() -> str:
+    """Ask for the agreement of two reports whose plans differ."""
+    from backpressure.bench.agreement import criticality_agreement_markdown
+    from backpressure.bench.criticality import criticality_report
+
+    reports = [
+        criticality_report([], plan, machine_info(), [1.0, 1.0], 1.0, "abc")
+        for plan in (QUICK, CriticalityPlan())
+    ]
+    return criticality_agreement_markdown(reports)

@@ -36,6 +36,7 @@ from backpressure.sim.runner import run
 from backpressure.sim.scenarios import (
     BenchShape,
     bench_closed,
+    bench_criticality,
     bench_hot_member,
     bench_open,
 )
@@ -45,7 +46,14 @@ from backpressure.workload.arms import has_native_backpressure, policy_label
 from backpressure.workload.driver import LoadTarget, run_closed_loop
 from backpressure.workload.plan import HOT_MEMBER, OverloadPlan
 
-__all__ = ["Agreement", "compare", "format_agreement", "main", "measure_client_cpu"]
+__all__ = [
+    "Agreement",
+    "compare",
+    "criticality_agreement_markdown",
+    "format_agreement",
+    "main",
+    "measure_client_cpu",
+]
 
 POLICY_NAMES: tuple[str, ...] = ("no-retries", "current", "draft")
 
@@ -320,6 +328,76 @@ def fleet_agreement_markdown(fleet_report: dict[str, Any], seed: int = 1) -> str
     return "\n".join(lines)
 
 
+def criticality_agreement_markdown(
+    reports: Sequence[dict[str, Any]],
+    seeds: Sequence[int] = (1, 2),
+    policies: Optional[Sequence[str]] = None,
+) -> str:
+    """The real criticality runs (``criticality-run<N>.json``) beside the simulator's.
+
+    Simulates each report's plan (``bench-criticality``, :func:`bench_criticality`; the plans
+    must be the same) with every seed of ``seeds`` and returns a Markdown table, one row per
+    policy of the first report in its order (the default's first; ``policies`` keeps only
+    those): critical errors, sheddable errors and attempts per operation of every real run,
+    then of every simulated seed.
+    """
+    from backpressure.bench.criticality import plan_from_dict
+
+    plans = [plan_from_dict(report["plan"]) for report in reports]
+    if any(plan != plans[0] for plan in plans):
+        raise ValueError("the criticality reports ran different plans")
+    plan = plans[0]
+    scenario = bench_criticality(
+        plan.processes,
+        plan.threads,
+        plan.capacity,
+        plan.phases,
+        plan.deadline_s,
+        plan.sheddable_fraction,
+        plan.burst_seconds,
+    )
+    runs = [{row["policy"]: row for row in report["runs"]} for report in reports]
+    names = [row["policy"] for row in reports[0]["runs"]]
+    if policies is not None:
+        names = [name for name in names if name in policies]
+    lines = [
+        "| policy (real) | critical errors real / sim | sheddable errors real / sim "
+        "| attempts/op real / sim |",
+        "|---|---|---|---|",
+    ]
+    for name in names:
+        real = [rows[name] for rows in runs]
+        sim = [
+            run(scenario, [_sim_policy(name)], seed).policies[_sim_policy(name)] for seed in seeds
+        ]
+
+        def cell(real_values: list[float], sim_values: list[float], fmt: str) -> str:
+            return (
+                ", ".join(format(v, fmt) for v in real_values)
+                + " / "
+                + ", ".join(format(v, fmt) for v in sim_values)
+            )
+
+        lines.append(
+            f"| {policy_label(name)} | "
+            + cell(
+                [r["critical_error_rate"] for r in real],
+                [p.critical_errors / p.critical_ops for p in sim],
+                ".1%",
+            )
+            + " | "
+            + cell(
+                [r["sheddable_error_rate"] for r in real],
+                [p.sheddable_errors / p.sheddable_ops for p in sim],
+                ".0%",
+            )
+            + " | "
+            + cell([r["attempts_per_op"] for r in real], [p.attempts_per_op for p in sim], ".2f")
+            + " |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the comparison and print it (and write it as JSON with ``--json``)."""
     parser = argparse.ArgumentParser(
@@ -338,7 +416,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="print the real fleet benchmark's results (fleet.json) beside the simulator's "
         "closed-loop fleets instead (no server needed)",
     )
+    parser.add_argument(
+        "--criticality",
+        type=Path,
+        nargs="+",
+        metavar="CRITICALITY_JSON",
+        help="print the real criticality runs (criticality-run<N>.json) beside the simulator's "
+        "runs of their plan, seeds --seed and the ones after it, one per run (no server needed)",
+    )
     args = parser.parse_args(argv)
+    if args.criticality is not None:
+        missing = [str(path) for path in args.criticality if not path.is_file()]
+        if missing:
+            parser.error(f"argument --criticality: no such file: {', '.join(missing)}")
+        reports = [json.loads(path.read_text(encoding="utf-8")) for path in args.criticality]
+        seeds = [args.seed + n for n in range(len(reports))]
+        print(criticality_agreement_markdown(reports, seeds))
+        return 0
     if args.fleet is not None:
         if not args.fleet.is_file():
             parser.error(f"argument --fleet: no such file: {args.fleet}")

@@ -61,6 +61,7 @@ __all__ = [
     "arrivals",
     "criticality_report",
     "main",
+    "plan_from_dict",
     "render_criticality_markdown",
     "render_criticality_report",
     "run_criticality",
@@ -621,11 +622,15 @@ def criticality_report(
     }
 
 
+def plan_from_dict(data: dict[str, Any]) -> CriticalityPlan:
+    """The plan ``asdict`` described."""
+    phases = tuple((float(seconds), float(load)) for seconds, load in data["phases"])
+    return CriticalityPlan(**{**data, "phases": phases})
+
+
 def render_criticality_report(data: dict[str, Any]) -> str:
     """The Markdown page of :func:`criticality_report`'s data: the run's line, then the table."""
-    plan_data = dict(data["plan"])
-    plan_data["phases"] = tuple(tuple(phase) for phase in plan_data["phases"])
-    plan = CriticalityPlan(**plan_data)
+    plan = plan_from_dict(data["plan"])
     runs = [CriticalityRun.from_dict(run) for run in data["runs"]]
     line = run_line(data["machine"], data["load_average"], data["wall_s"], data["commit"])
     return line + "\n\n" + render_criticality_markdown(runs, plan)

@@ -35,6 +35,7 @@ __all__ = [
     "BenchShape",
     "FaultSchedule",
     "bench_closed",
+    "bench_criticality",
     "bench_hot_member",
     "bench_open",
     "bench_scenarios",
@@ -124,6 +125,48 @@ def _criticality(clients: int = 50) -> Scenario:
         clients=(_open(phases, sheddable_fraction=0.5, count=clients),),
         phases=_marks(phases),
         overload_end_s=25.0,
+    )
+
+
+def bench_criticality(
+    processes: int,
+    threads: int,
+    capacity: float,
+    phases: tuple[tuple[float, float], ...],
+    deadline_s: float,
+    sheddable_fraction: float,
+    burst_seconds: float,
+) -> Scenario:
+    """The real criticality benchmark's plan (:mod:`backpressure.bench.criticality`).
+
+    ``processes`` open-loop clients, Poisson arrivals at their share of each ``(seconds, load x
+    capacity)`` phase, served by ``threads`` threads each (an arrival no thread starts within
+    ``deadline_s`` is skipped), half reads, ``sheddable_fraction`` of them sheddable, a CSOT
+    deadline of ``deadline_s``; the primary admits ``capacity`` ops/s with a burst of
+    ``burst_seconds``.
+    """
+    marked = tuple(Phase(seconds, load * capacity, f"{load:g}x C") for seconds, load in phases)
+    loads = [load for _, load in phases]
+    overload = loads.index(max(loads))
+    limiter = LimiterSpec(capacity, burst_seconds=burst_seconds)
+    return Scenario(
+        name="bench-criticality",
+        description=(
+            f"the criticality benchmark: {processes} open-loop clients, C = {capacity:g}/s, "
+            f"{sheddable_fraction:.0%} sheddable"
+        ),
+        servers=_replica_set(limiter, (limiter, limiter)),
+        clients=(
+            ClientGroup(
+                count=processes,
+                workload=OpenLoop(marked, threads=threads, max_lag_s=deadline_s),
+                timeout_ms=deadline_s * 1000.0,
+                max_pool_size=threads + 10,
+                sheddable_fraction=sheddable_fraction,
+            ),
+        ),
+        phases=_marks(marked),
+        overload_end_s=sum(seconds for seconds, _ in phases[: overload + 1]),
     )
 
 
