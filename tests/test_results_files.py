@@ -228,7 +228,17 @@ def prose_figures() -> dict[str, str]:
         **_operator_view_figures(),
         **_real_goal_figures(),
         **_criticality_figures(),
+        **_pymongo_tests_figures(),
     }
+
+
+def _pymongo_tests_figures() -> dict[str, str]:
+    """How pymongo's own backpressure tests fared with every client on ``adaptive``."""
+    tests = json.loads(
+        (RESULTS / "adaptive-default" / "pymongo-tests-adaptive.json").read_text(encoding="utf-8")
+    )
+    (adaptive,) = [run for run in tests["presets"] if run["preset"] == "adaptive"]
+    return {"pymongo_tests_adaptive": f"{adaptive['passed']} passed, {adaptive['failed']} failed"}
 
 
 def _criticality_figures() -> dict[str, str]:
@@ -684,6 +694,11 @@ PROSE: list[tuple[str, str]] = [
         "docs/adaptive.md",
         "gives `adaptive` {sim_soak_adaptive} of the default's acks, {sim_soak_limit} around "
         "tight limits and {sim_soak_overload} around all-reject windows",
+    ),
+    (
+        "docs/adaptive.md",
+        "pymongo's own backpressure tests, sync and async, pass with every client on `adaptive` "
+        "({pymongo_tests_adaptive}:",
     ),
     (
         "docs/adaptive.md",
