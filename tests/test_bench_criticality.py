@@ -18,6 +18,7 @@ from backpressure.bench.criticality import (
     render_criticality_markdown,
     render_criticality_report,
     run_criticality,
+    simulated,
 )
 from backpressure.testing import EmbeddedServer
 from backpressure.workload.report import machine_info
@@ -176,18 +177,8 @@ def test_the_simulated_plan_is_the_benchmarks() -> None:
     """The simulator's ``bench-criticality`` scenario has the plan's clients, threads, deadline,
     sheddable share, capacity and phases, and its overload ends where the plan's does."""
     pytest.importorskip("simpy")
-    from backpressure.sim.scenarios import bench_criticality
-
     plan = CriticalityPlan()
-    scenario = bench_criticality(
-        plan.processes,
-        plan.threads,
-        plan.capacity,
-        plan.phases,
-        plan.deadline_s,
-        plan.sheddable_fraction,
-        plan.burst_seconds,
-    )
+    scenario = simulated(plan)
     (group,) = scenario.clients
     assert (group.count, group.timeout_ms, group.sheddable_fraction) == (8, 1000.0, 0.5)
     assert group.workload.threads == plan.threads  # type: ignore[union-attr]

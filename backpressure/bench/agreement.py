@@ -36,7 +36,6 @@ from backpressure.sim.runner import run
 from backpressure.sim.scenarios import (
     BenchShape,
     bench_closed,
-    bench_criticality,
     bench_hot_member,
     bench_open,
 )
@@ -341,21 +340,12 @@ def criticality_agreement_markdown(
     those): critical errors, sheddable errors and attempts per operation of every real run,
     then of every simulated seed.
     """
-    from backpressure.bench.criticality import plan_from_dict
+    from backpressure.bench.criticality import plan_from_dict, simulated
 
     plans = [plan_from_dict(report["plan"]) for report in reports]
     if any(plan != plans[0] for plan in plans):
         raise ValueError("the criticality reports ran different plans")
-    plan = plans[0]
-    scenario = bench_criticality(
-        plan.processes,
-        plan.threads,
-        plan.capacity,
-        plan.phases,
-        plan.deadline_s,
-        plan.sheddable_fraction,
-        plan.burst_seconds,
-    )
+    scenario = simulated(plans[0])
     runs = [{row["policy"]: row for row in report["runs"]} for report in reports]
     names = [row["policy"] for row in reports[0]["runs"]]
     if policies is not None:

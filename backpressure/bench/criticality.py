@@ -33,7 +33,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import pymongo
 from pymongo.errors import PyMongoError
@@ -43,6 +43,7 @@ from backpressure.bench.fleet import (
     COLLECTION,
     DATABASE,
     FleetPlan,
+    _wait_until,
     competed_seconds,
     fleet_policies,
     run_processes,
@@ -53,6 +54,9 @@ from backpressure.workload import POLICIES
 from backpressure.workload.arms import default_first, policy_label
 from backpressure.workload.driver import LoadTarget, LocalEventCounter
 from backpressure.workload.report import run_line
+
+if TYPE_CHECKING:
+    from backpressure.sim.model import Scenario
 
 __all__ = [
     "CRITICALITY_GOAL",
@@ -65,6 +69,7 @@ __all__ = [
     "render_criticality_markdown",
     "render_criticality_report",
     "run_criticality",
+    "simulated",
     "summarize_criticality",
 ]
 
@@ -190,6 +195,21 @@ QUICK = CriticalityPlan(
 """A run of a few seconds for the tests."""
 
 
+def simulated(plan: CriticalityPlan) -> Scenario:
+    """The simulator's ``bench-criticality`` scenario of ``plan`` (needs the ``sim`` extra)."""
+    from backpressure.sim.scenarios import bench_criticality
+
+    return bench_criticality(
+        plan.processes,
+        plan.threads,
+        plan.capacity,
+        plan.phases,
+        plan.deadline_s,
+        plan.sheddable_fraction,
+        plan.burst_seconds,
+    )
+
+
 def arrivals(plan: CriticalityPlan, index: int) -> list[tuple[float, bool]]:
     """Process ``index``'s arrivals: (seconds from the start, sheddable), Poisson at its share
     of each phase's demand, the same for every policy (seeded by the plan and the index)."""
@@ -258,7 +278,7 @@ def _open_loop_process(
                 if number >= len(schedule):
                     return
                 due, sheddable = schedule[number]
-                _sleep_until(t0 + due)
+                _wait_until(t0 + due)
                 remaining = t0 + due + plan.deadline_s - time.time()
                 if remaining <= 0:  # no thread was free before its deadline
                     outcome = (number, due + plan.deadline_s, "NotStarted")
@@ -284,13 +304,6 @@ def _open_loop_process(
         results.put(_process_report(plan, index, schedule, outcomes, events, client, cpu_start))
     finally:
         client.close()
-
-
-def _sleep_until(instant: float) -> None:
-    """Block until ``time.time()`` reaches ``instant``."""
-    remaining = instant - time.time()
-    if remaining > 0:
-        threading.Event().wait(remaining)
 
 
 def _process_report(
@@ -500,14 +513,18 @@ def run_criticality(
     target: LoadTarget,
     policies: Optional[Sequence[str]] = None,
     plan: CriticalityPlan = CriticalityPlan(),
+    *,
+    progress: Optional[Callable[[str], None]] = None,
 ) -> list[CriticalityRun]:
     """Run every policy (default: :data:`POLICY_NAMES` that run here; the default's first)
-    through ``plan`` on ``target``, one after another."""
+    through ``plan`` on ``target``, one after another (``progress`` hears each policy's name
+    as it starts)."""
     names = fleet_policies(policies if policies is not None else _available())
     worker = functools.partial(_open_loop_process, plan)
     runs = []
     for policy in names:
-        print(f"criticality: {policy} ...", file=sys.stderr, flush=True)
+        if progress is not None:
+            progress(f"criticality: {policy} ...")
         reports, received = run_processes(target, [policy] * plan.processes, plan.fleet, worker)
         runs.append(summarize_criticality(policy, plan, reports, received))
     return runs
@@ -658,8 +675,12 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         except ValueError as exc:
             parser.error(f"--policy: {exc}")
     plan = CriticalityPlan()
+
+    def progress(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
     publish_run(
-        lambda server: run_criticality(server, policies, plan),
+        lambda server: run_criticality(server, policies, plan, progress=progress),
         lambda runs, info, load, wall_s, commit: criticality_report(
             runs, plan, info, load, wall_s, commit
         ),
