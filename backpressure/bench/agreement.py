@@ -328,17 +328,15 @@ def fleet_agreement_markdown(fleet_report: dict[str, Any], seed: int = 1) -> str
 
 
 def criticality_agreement_markdown(
-    reports: Sequence[dict[str, Any]],
-    seeds: Sequence[int] = (1, 2),
-    policies: Optional[Sequence[str]] = None,
+    reports: Sequence[dict[str, Any]], seeds: Sequence[int] = (1, 2)
 ) -> str:
     """The real criticality runs (``criticality-run<N>.json``) beside the simulator's.
 
-    Simulates each report's plan (``bench-criticality``, :func:`bench_criticality`; the plans
-    must be the same) with every seed of ``seeds`` and returns a Markdown table, one row per
-    policy of the first report in its order (the default's first; ``policies`` keeps only
-    those): critical errors, sheddable errors and attempts per operation of every real run,
-    then of every simulated seed.
+    Simulates the reports' plan (:func:`backpressure.bench.criticality.simulated`; the plans
+    must be the same) with every seed of ``seeds``, once per simulated policy, and returns a
+    Markdown table, one row per policy of the first report in its order (the default's first):
+    critical errors, sheddable errors and attempts per operation of every real run, then of
+    every simulated seed.
     """
     from backpressure.bench.criticality import plan_from_dict, simulated
 
@@ -348,8 +346,16 @@ def criticality_agreement_markdown(
     scenario = simulated(plans[0])
     runs = [{row["policy"]: row for row in report["runs"]} for report in reports]
     names = [row["policy"] for row in reports[0]["runs"]]
-    if policies is not None:
-        names = [name for name in names if name in policies]
+    simulated_runs = {
+        policy: [run(scenario, [policy], seed).policies[policy] for seed in seeds]
+        for policy in dict.fromkeys(_sim_policy(name) for name in names)
+    }
+
+    def cell(real: list[float], sim: list[float], fmt: str) -> str:
+        return (
+            ", ".join(format(v, fmt) for v in real) + " / " + ", ".join(format(v, fmt) for v in sim)
+        )
+
     lines = [
         "| policy (real) | critical errors real / sim | sheddable errors real / sim "
         "| attempts/op real / sim |",
@@ -357,34 +363,21 @@ def criticality_agreement_markdown(
     ]
     for name in names:
         real = [rows[name] for rows in runs]
-        sim = [
-            run(scenario, [_sim_policy(name)], seed).policies[_sim_policy(name)] for seed in seeds
-        ]
-
-        def cell(real_values: list[float], sim_values: list[float], fmt: str) -> str:
-            return (
-                ", ".join(format(v, fmt) for v in real_values)
-                + " / "
-                + ", ".join(format(v, fmt) for v in sim_values)
-            )
-
-        lines.append(
-            f"| {policy_label(name)} | "
-            + cell(
+        sim = simulated_runs[_sim_policy(name)]
+        cells = [
+            cell(
                 [r["critical_error_rate"] for r in real],
                 [p.critical_errors / p.critical_ops for p in sim],
                 ".1%",
-            )
-            + " | "
-            + cell(
+            ),
+            cell(
                 [r["sheddable_error_rate"] for r in real],
                 [p.sheddable_errors / p.sheddable_ops for p in sim],
                 ".0%",
-            )
-            + " | "
-            + cell([r["attempts_per_op"] for r in real], [p.attempts_per_op for p in sim], ".2f")
-            + " |"
-        )
+            ),
+            cell([r["attempts_per_op"] for r in real], [p.attempts_per_op for p in sim], ".2f"),
+        ]
+        lines.append(f"| {policy_label(name)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

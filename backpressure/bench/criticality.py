@@ -242,7 +242,11 @@ def _open_loop_process(
     start_at: Any,
     results: Any,
 ) -> None:
-    """One client process: open the policy's client, wait for ``go``, serve its arrivals."""
+    """One client process: open the policy's client, wait for ``go``, serve its arrivals.
+
+    The arguments after ``plan`` are those :func:`run_processes` gives every process body
+    (``fleet``, the plan it runs, is ``plan.fleet``).
+    """
     cpu_start = time.process_time()
     logging.getLogger("backpressure").setLevel(logging.ERROR)  # one line per give-up is noise
     events = LocalEventCounter()
