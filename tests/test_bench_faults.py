@@ -140,7 +140,7 @@ def test_a_bad_plan_names_the_option() -> None:
         FaultPlan(seconds=0.0)
 
 
-@pytest.mark.parametrize("run", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("run", [1, 2, 3, 4, 5, 6])
 def test_the_committed_soaks_are_the_rendering_of_their_raw_data(run: int) -> None:
     """``faults-run<n>.md`` is exactly what ``render_faults_report`` makes of its JSON, every
     policy's row there, the default's first."""

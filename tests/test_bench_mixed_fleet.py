@@ -86,7 +86,7 @@ def test_the_page_is_rendered_from_the_raw_data_with_the_run_line() -> None:
     assert table == render(runs, QUICK.processes)
 
 
-@pytest.mark.parametrize("run", [4, 5, 6, 7, 8, 9, 10])
+@pytest.mark.parametrize("run", [4, 5, 6, 7, 8, 9, 10, 11, 12])
 def test_the_committed_mixed_fleet_page_is_the_rendering_of_its_raw_data(run: int) -> None:
     """``mixed-fleet-run<N>.md`` is what ``render_mixed_report`` makes of its JSON, and the
     default's runs come before ``adaptive``'s."""

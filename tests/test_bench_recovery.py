@@ -108,7 +108,7 @@ def test_a_recovery_plan_must_lift_the_limit(replicaset_server: EmbeddedServer) 
         FleetPlan(think_s=-1.0)
 
 
-@pytest.mark.parametrize("run", [1, 2, 3, 4])
+@pytest.mark.parametrize("run", [1, 2, 3, 4, 5])
 def test_the_committed_runs_are_the_rendering_of_their_raw_data(run: int) -> None:
     """``recovery-run<n>.md`` is exactly what ``render_recovery_report`` makes of its JSON,
     every policy's row there, the default's first."""

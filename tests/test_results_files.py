@@ -27,6 +27,9 @@ RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
         "adaptive-default/fleet-run3",
         "adaptive-default/fleet-run4",
         "adaptive-default/fleet-run5",
+        "adaptive-default/fleet-run6",
+        "adaptive-default/fleet-run7",
+        "adaptive-default/fleet-run8",
     ],
 )
 def test_a_results_page_is_the_rendering_of_its_raw_data(stem: str) -> None:
