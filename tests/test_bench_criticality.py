@@ -20,6 +20,7 @@ from backpressure.bench.criticality import (
     run_criticality,
     simulated,
 )
+from backpressure.bench.goals import run_numbers
 from backpressure.testing import EmbeddedServer
 from backpressure.workload.report import machine_info
 
@@ -145,7 +146,7 @@ def test_an_unknown_policy_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
     assert "bogus" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("run", [1, 2])
+@pytest.mark.parametrize("run", run_numbers(RESULTS, "criticality-run"))
 def test_the_committed_criticality_page_is_the_rendering_of_its_raw_data(run: int) -> None:
     """``criticality-run<N>.md`` is what ``render_criticality_report`` makes of its JSON, and
     every policy ran, stock pymongo and ``adaptive`` among them."""

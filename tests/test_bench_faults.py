@@ -34,6 +34,7 @@ from backpressure.bench.faults import (
     total_run,
 )
 from backpressure.bench.fleet import fleet_policies
+from backpressure.bench.goals import run_numbers
 from backpressure.testing import EmbeddedServer
 from backpressure.workload.arms import default_policy_name
 
@@ -140,7 +141,7 @@ def test_a_bad_plan_names_the_option() -> None:
         FaultPlan(seconds=0.0)
 
 
-@pytest.mark.parametrize("run", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("run", run_numbers(RESULTS, "faults-run"))
 def test_the_committed_soaks_are_the_rendering_of_their_raw_data(run: int) -> None:
     """``faults-run<n>.md`` is exactly what ``render_faults_report`` makes of its JSON, every
     policy's row there, the default's first."""

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from backpressure.bench.fleet import FleetPlan, fleet_policies, run_processes
+from backpressure.bench.goals import run_numbers
 from backpressure.bench.recovery import (
     RECOVERY_GOALS,
     STOCK,
@@ -108,7 +109,7 @@ def test_a_recovery_plan_must_lift_the_limit(replicaset_server: EmbeddedServer) 
         FleetPlan(think_s=-1.0)
 
 
-@pytest.mark.parametrize("run", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("run", run_numbers(RESULTS, "recovery-run"))
 def test_the_committed_runs_are_the_rendering_of_their_raw_data(run: int) -> None:
     """``recovery-run<n>.md`` is exactly what ``render_recovery_report`` makes of its JSON,
     every policy's row there, the default's first."""

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 from backpressure.cli import run_cli
 from backpressure.workload.arms import default_policy_name, policy_label
 
-__all__ = ["GOALS", "Goal", "goals_markdown", "latest_runs", "main"]
+__all__ = ["GOALS", "Goal", "goals_markdown", "latest_runs", "main", "run_numbers"]
 
 STOCK = "pymongo-native"
 """Stock pymongo's own overload retries."""
@@ -191,17 +191,21 @@ GOALS: tuple[Goal, ...] = (
 """The goals, in the order the table gives them."""
 
 
-def latest_runs(folder: Path, stem: str, count: int = 2) -> list[tuple[int, dict[str, Any]]]:
-    """The ``count`` highest-numbered ``<stem><N>.json`` in ``folder``, oldest first."""
+def run_numbers(folder: Path, stem: str) -> list[int]:
+    """The numbers ``N`` of the ``<stem><N>.json`` files in ``folder``, in increasing order."""
     pattern = re.compile(re.escape(stem) + r"(\d+)\.json")
-    found = sorted(
+    return sorted(
         int(match.group(1))
         for path in folder.iterdir()
         if (match := pattern.fullmatch(path.name)) is not None
     )
+
+
+def latest_runs(folder: Path, stem: str, count: int = 2) -> list[tuple[int, dict[str, Any]]]:
+    """The ``count`` highest-numbered ``<stem><N>.json`` in ``folder``, oldest first."""
     return [
         (number, json.loads((folder / f"{stem}{number}.json").read_text(encoding="utf-8")))
-        for number in found[-count:]
+        for number in run_numbers(folder, stem)[-count:]
     ]
 
 
