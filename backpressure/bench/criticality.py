@@ -46,6 +46,7 @@ from backpressure.bench.fleet import (
     _wait_until,
     competed_seconds,
     fleet_policies,
+    require_positive,
     run_processes,
 )
 from backpressure.bench.publish import publish_run
@@ -124,12 +125,7 @@ class CriticalityPlan:
                 "CriticalityPlan.phases must be (seconds > 0, load >= 0) pairs, got "
                 f"{self.phases!r}"
             )
-        for name in ("capacity", "deadline_s", "burst_seconds", "bin_s"):
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                raise ValueError(
-                    f"CriticalityPlan.{name} must be a finite number > 0, got {value!r}"
-                )
+        require_positive(self, ("capacity", "deadline_s", "burst_seconds", "bin_s"))
         if not 0.0 <= self.sheddable_fraction <= 1.0:
             raise ValueError(
                 "CriticalityPlan.sheddable_fraction must be in [0, 1], got "

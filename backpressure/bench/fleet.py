@@ -52,12 +52,24 @@ __all__ = [
     "fleet_policies",
     "plan_from_dict",
     "render_fleet_markdown",
+    "require_positive",
     "run_fleet",
     "run_processes",
 ]
 
 DATABASE = "fleet"
 COLLECTION = "ops"
+
+
+def require_positive(plan: object, names: Sequence[str]) -> None:
+    """Raise ValueError naming the first of ``plan``'s fields ``names`` that is not a finite
+    number > 0 (a benchmark plan's validation)."""
+    for name in names:
+        value = getattr(plan, name)
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(
+                f"{type(plan).__name__}.{name} must be a finite number > 0, got {value!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -94,10 +106,7 @@ class FleetPlan:
             )
         if not self.rates or any(not (rate > 0) for rate in self.rates):
             raise ValueError(f"FleetPlan.rates must be positive, got {self.rates!r}")
-        for name in ("step_s", "deadline_s", "burst_seconds", "bin_s"):
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                raise ValueError(f"FleetPlan.{name} must be a finite number > 0, got {value!r}")
+        require_positive(self, ("step_s", "deadline_s", "burst_seconds", "bin_s"))
         if not (0 <= self.think_s < 60 and math.isfinite(self.think_s)):
             raise ValueError(f"FleetPlan.think_s must be in [0, 60), got {self.think_s!r}")
         if not 0 <= self.settle_s < self.step_s:
