@@ -1,8 +1,9 @@
 """Where ``adaptive`` stands against the goals it must meet to become the default.
 
 ``python -m backpressure.bench.goals`` reads the committed real runs in
-``bench/results/adaptive-default/`` (the latest two of each benchmark: fleets, a rollout beside
-stock processes, recovery after an overload, the fault soak, criticality) and renders one table:
+``bench/results/adaptive-default/`` (the latest two of each benchmark: fleets and their
+transients, a rollout beside stock processes, recovery after an overload, the fault soak,
+criticality) and renders one table:
 per goal and run, the figures and the verdict of the default, stock pymongo and ``adaptive``,
 the default's column first.  The verdicts are the ones each benchmark recorded in its JSON when
 it ran; nothing is measured here.
@@ -19,13 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from backpressure.bench.mixed_fleet import STOCK
 from backpressure.cli import run_cli
 from backpressure.workload.arms import default_policy_name, policy_label
 
 __all__ = ["GOALS", "Goal", "goals_markdown", "latest_runs", "main", "run_numbers"]
-
-STOCK = "pymongo-native"
-"""Stock pymongo's own overload retries."""
 
 Cell = tuple[str, Optional[bool]]
 """A policy's figures in one run, and whether it met the goal (None: not judged)."""
