@@ -50,10 +50,14 @@ PACED_FOR_THE_TEST = ADAPTIVE.replace(adaptive_min_rate=1000.0, adaptive_window=
 apart: nothing waits noticeably) for at least a minute (the window): the server stays paced for
 the whole test however slow the machine."""
 
-TEST_MODE_POLICY = ADAPTIVE.replace(adaptive_window=60.0, adaptive_min_rate=0.1)
+TEST_MODE_POLICY = ADAPTIVE.replace(
+    adaptive_window=60.0, adaptive_min_rate=0.1, adaptive_increase=0.001, adaptive_quiet=60.0
+)
 """The adaptive preset with a window long enough that the pacer cannot open again before the
 test looks at it, however slow the machine; a freshly paced server then gets a slot every few
-seconds (the test checks the rate against ``DEADLINE``)."""
+seconds, and keeps it for minutes: the rate climbs by 0.001 attempts/s per second and the fast
+climb waits a minute (the test checks the rate against ``DEADLINE``; at the preset's increase
+of 10/s it passed ``1 / DEADLINE`` 40 ms after the pushback on a loaded machine)."""
 
 DEADLINE = 2.0
 """The operations' ``pymongo.timeout`` in the test-mode tests: shorter than the slot interval the
