@@ -20,8 +20,15 @@ import backpressure
 from backpressure import ADAPTIVE
 from backpressure.core.events import retry_summary
 from backpressure.switch.client import state as state_of
+from backpressure.testing import set_testing
 from backpressure.testing.server.embedded import EmbeddedServer
-from tests.integration.conftest import ClientFactory, CommandRecorder, resolve, wait_for
+from tests.integration.conftest import (
+    NEVER_WAIT_TWICE,
+    ClientFactory,
+    CommandRecorder,
+    resolve,
+    wait_for,
+)
 from tests.integration.test_adaptive import (
     Background,
     PacingRecorder,
@@ -192,3 +199,49 @@ async def test_at_saturation_critical_operations_keep_their_deadline_and_sheddab
     assert tally.errors["critical"] <= max(ONSET, 0.01 * critical), outcome
     assert tally.errors["sheddable"] >= tally.errors["critical"], outcome
     assert tally.ok["sheddable"] < tally.ok["critical"] / 4, outcome
+
+
+LAST_CHANCE_POLICY = NEVER_WAIT_TWICE.replace(adaptive_min_rate=0.01, max_local_wait=0.5)
+"""Once the pacing closes, slots 100 s apart for the whole test however slow the machine (see
+``NEVER_WAIT_TWICE``), and a local wait of at most 0.5 s."""
+
+
+@pytest.mark.parametrize("marks", [True, False], ids=["marking", "unmarked"])
+async def test_a_critical_read_no_slot_can_serve_gets_a_last_chance_once_the_client_marks_work(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: PacingRecorder,
+    marks: bool,
+) -> None:
+    """Paced with slots 100 s apart: the first read takes the slot due now (sheddable when the
+    client marks work).  The next critical read needs a 100 s wait: a marking client holds it
+    for its 0.5 s bound, then sends it once (the server admits it); an unmarked client holds
+    it, then refuses it, as before.  A sheddable read is held, then refused, either way."""
+    client = adaptive_client(clients, standalone_server, commands, recorder, LAST_CHANCE_POLICY)
+    with set_testing(True):  # the overload's retries are sent at once; nothing is paced yet
+        await close_pacing(client, standalone_server, commands)
+    coll = client.db.coll
+    address = standalone_server.addresses[0]
+    with backpressure.overrides(criticality="sheddable" if marks else "critical"):
+        assert await resolve(coll.find_one({"closing": True})) is not None
+    assert recorder.waits == []
+    if marks:
+        assert await resolve(coll.find_one({"closing": True})) is not None
+        assert [round(event.wait, 3) for event in recorder.waits] == [0.5]
+        assert recorder.refusals == []
+    else:
+        with pytest.raises(backpressure.LocalOverloadError):
+            await resolve(coll.find_one({"closing": True}))
+        assert [event.operation for event in recorder.refusals] == ["find"]
+    assert len(commands.started_commands("find")) == (2 if marks else 1)
+    pacing = backpressure.stats(client).pacing[address]
+    assert pacing.paced
+    assert pacing.last_chance_sends == (1 if marks else 0)
+    assert pacing.pushbacks == 2  # the last chance's reply is kept out of the pacing
+    refused = len(recorder.refusals)
+    with backpressure.overrides(criticality="sheddable"):
+        with pytest.raises(backpressure.LocalOverloadError):
+            await resolve(coll.find_one({"closing": True}))
+    assert len(recorder.refusals) == refused + 1
+    assert backpressure.stats(client).pacing[address].last_chance_sends == (1 if marks else 0)

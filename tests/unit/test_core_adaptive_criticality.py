@@ -262,3 +262,118 @@ def test_a_sheddable_retry_leaves_the_last_budget_token_to_critical_ones() -> No
     full = RetryController(policy.replace(budget_initial=10), random=lambda: 0.0, clock=clock)
     decision = full.decide(retry_number=1, error=error, server=A, sheddable=True)
     assert isinstance(decision, Retry)
+
+
+def test_a_marking_clients_critical_attempt_no_slot_can_serve_is_sent_at_its_bound() -> None:
+    """Once the client marks work sheddable, a critical first attempt whose slot is past its
+    deadline waits until its bound and is sent then (its last chance), instead of failing
+    unsent; the reply, pushed back or admitted, changes neither the rate nor the counts the
+    pacing judges by."""
+    clock = FakeClock()
+    control, rate = paced(clock)
+    step = 1.0 / rate
+    control.admit(A, sheddable=True)  # the slot due now: the client marks work
+    for _ in range(2):
+        control.admit(A)
+    deadline = clock() + 1.5 * step  # the next slot is 3 steps away
+    grant = admission(control.admit(A, deadline))
+    assert grant.ticket is not None
+    assert grant.ticket.last_chance
+    assert grant.wait == pytest.approx(deadline - clock())  # no reply time learned yet
+    clock.advance(grant.wait / 2)
+    assert control.recheck(A, grant) == pytest.approx(grant.wait / 2)
+    clock.advance(grant.wait / 2)
+    assert control.recheck(A, grant) == 0.0  # sent now
+    before = control.snapshot()[A]
+    control.record(A, overloaded=True, grant=grant)
+    after = control.snapshot()[A]
+    assert (after.rate, after.reply_rate, after.pushback_share) == (
+        before.rate,
+        before.reply_rate,
+        before.pushback_share,
+    )
+    assert after.pushbacks == before.pushbacks + 1
+    assert after.last_chance_sends == 1
+    again = admission(control.admit(A, clock() + 0.5 * step))
+    assert again.ticket is not None
+    assert again.ticket.last_chance
+    clock.advance(again.wait)
+    assert control.recheck(A, again) == 0.0
+    before = control.snapshot()[A]
+    control.record(A, overloaded=False, grant=again)
+    after = control.snapshot()[A]
+    assert (after.rate, after.reply_rate) == (before.rate, before.reply_rate)
+    assert after.last_chance_sends == 2
+
+
+def test_only_a_marking_clients_critical_first_attempts_get_a_last_chance() -> None:
+    """Unmarked work keeps the rule of every other attempt: held until its bound, then refused;
+    so do a marking client's retries and sheddable attempts."""
+    clock = FakeClock()
+    control, rate = paced(clock)
+    step = 1.0 / rate
+    for _ in range(3):
+        control.admit(A)
+    unmarked = admission(control.admit(A, clock() + 1.5 * step))
+    assert unmarked.ticket is not None
+    assert unmarked.ticket.refused
+    assert not unmarked.ticket.last_chance
+    clock.advance(unmarked.wait)
+    assert isinstance(control.recheck(A, unmarked), Refusal)
+    control.admit(A, sheddable=True)  # the client marks work from here on
+    for _ in range(3):
+        control.admit(A, clock() + 10.0)
+    for retry, shed in ((True, False), (False, True), (True, True)):
+        # A quarter step: too soon for the first waiting slot a retry could take.
+        grant = admission(control.admit(A, clock() + 0.25 * step, retry=retry, sheddable=shed))
+        assert grant.ticket is not None
+        assert grant.ticket.refused
+        assert not grant.ticket.last_chance
+    assert control.snapshot()[A].last_chance_sends == 0
+
+
+def test_a_critical_attempt_moved_past_its_bound_gets_its_last_chance_on_recheck() -> None:
+    """A marking client's critical first attempt moved past its bound by a retry going ahead
+    learns on its recheck that it waits until its bound, then is sent; a wake-up after its
+    deadline is refused (the reply could not be used)."""
+    clock = FakeClock()
+    control, rate = paced(clock)
+    step = 1.0 / rate
+    control.admit(A, sheddable=True)  # the slot due now: the client marks work
+    deadline = clock() + 1.5 * step
+    first = admission(control.admit(A, deadline))
+    assert slot(first) == pytest.approx(clock() + step)
+    admission(control.admit(A, clock() + 10.0, retry=True))  # takes its slot
+    assert first.ticket is not None
+    assert first.ticket.refused
+    assert control.recheck(A, first) == pytest.approx(deadline - clock())
+    assert first.ticket.last_chance
+    clock.advance(deadline - clock() + step)
+    refusal = control.recheck(A, first)
+    assert isinstance(refusal, Refusal)
+    assert refusal.reason is StopReason.LOCAL_WAIT_DEADLINE
+
+
+def test_a_client_stops_marking_work_five_windows_after_its_last_sheddable_attempt() -> None:
+    """The last chance lasts while the client marks work: 4.5 windows after its last sheddable
+    attempt a critical one no slot can serve still gets it, 5.5 windows after it is refused."""
+    clock = FakeClock()
+    control, rate = paced(clock, adaptive_increase=1e-6, adaptive_quiet=60.0)
+    step = 1.0 / rate
+    control.admit(A, sheddable=True)
+    marked = clock()
+
+    def tight() -> SlotGrant:
+        """A critical first attempt the queue cannot serve before its deadline."""
+        return admission(control.admit(A, clock() + 1.5 * step))
+
+    outcomes = {}
+    while clock() - marked < 5.5:
+        for _ in range(round(rate)):  # a second of critical callers: the queue stays long
+            control.admit(A, clock() + 100.0)
+        clock.advance(0.5)
+        if clock() - marked in (4.5, 5.5):
+            grant = tight()
+            assert grant.ticket is not None
+            outcomes[clock() - marked] = grant.ticket.last_chance
+    assert outcomes == {4.5: True, 5.5: False}

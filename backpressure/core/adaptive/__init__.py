@@ -53,6 +53,14 @@ whatever share it saw).
    callers are served first come, first served and sheddable ones get only the slots no
    critical caller needs.  A sheddable attempt moved past its bound is held until that bound,
    then refused (as when it asks first).  When no attempt is sheddable the order is the one of 4.
+   While a client marks work sheddable (within ``_MARKING`` windows of a sheddable attempt),
+   a critical first attempt that no slot can serve gets a *last chance*: it waits until its
+   bound and is sent once, instead of failing unsent.  Each client orders only its own queue,
+   so one client would refuse critical work while its neighbours' sheddable work takes the
+   server's tokens; the last chance takes a token the server has to spare (most are
+   admitted), or is pushed back as the refusal would have failed.  Its reply is kept out of
+   the pacing (it was sent beyond the paced rate).  A client that marks nothing keeps
+   refusing: there, a token taken beyond the paced rate is a peer's critical one.
 6. **Hold, never spin.**  A caller whose wait would pass its deadline (or ``max_local_wait``)
    reserves nothing and is held until that bound, then refused on its recheck (the adapters'
    wait-and-recheck loop): refused at once, a closed loop would start its next operation at

@@ -139,7 +139,8 @@ class PacingGate:
         decision = self.pacers.admit(server, deadline, retry=retry, sheddable=sheddable)
         if isinstance(decision, SlotGrant):
             ticket = decision.ticket
-            held = ticket is not None and ticket.refused  # held, then refused: announced then
+            # Held, then refused: announced then (a last chance waits, then is sent).
+            held = ticket is not None and ticket.refused and not ticket.last_chance
             if decision.wait > 0.0 and server is not None and not held:
                 self._waited(operation, server, decision.wait)
             return decision

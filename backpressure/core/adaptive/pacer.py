@@ -72,6 +72,7 @@ _DRAINED = 0.2  # ... and among peers who cut too, this share of it
 _EVIDENCE = 3.0  # the log-likelihood ratio at which the pacer competes (and its bound)
 _POLITE_STEP = 0.5  # one test lowers a polite pacer's evidence by at most this much
 _HELD_PUSHBACKS = 3  # a round is held (admitted nothing) only after this many pushbacks
+_MARKING = 5.0  # a client marks work sheddable for this many windows after a sheddable attempt
 
 _SLOT_OF = operator.attrgetter("slot")
 
@@ -104,6 +105,10 @@ class ServerPacerSnapshot:
     """Seconds the pacer has competed since it was created (the current spell included)."""
     competing_spells: int = 0
     """How many times the pacer started to compete since it was created."""
+    last_chance_sends: int = 0
+    """Critical first attempts sent at their last chance since the pacer was created: refused a
+    slot, they were sent once just before their bound (only while the client marks work
+    sheddable)."""
 
 
 class ServerPacer:
@@ -157,16 +162,23 @@ class ServerPacer:
         self._closed_at = 0.0  # when the pacer last closed
         self._before = 0.0  # the pushback share of the window before the running test
         self._evidence = 0.0  # log-likelihood ratio: neighbours that do not cut vs peers
+        self._last_sheddable = -math.inf  # when a sheddable attempt last asked for a slot
+        self._last_chances = 0  # critical first attempts sent at their last chance
 
     # -- measurement ---------------------------------------------------------------------------
 
-    def record_admitted(self, now: float, slot: Optional[float] = None) -> None:
+    def record_admitted(
+        self, now: float, slot: Optional[float] = None, last_chance: bool = False
+    ) -> None:
         """Count one attempt the server admitted (a reply that is not an overload error).
 
         ``slot`` is the attempt's reserved send time (None: sent unpaced); ``now - slot`` updates
         the slot-to-reply time estimate.  While the pacer is open this runs without the lock (a
-        lost increment under a race only makes the measured rate a little low).
+        lost increment under a race only makes the measured rate a little low).  The reply to a
+        ``last_chance`` send is not counted: it was sent beyond the paced rate.
         """
+        if last_chance:
+            return
         if self.paced or slot is not None:
             with self._lock:
                 self._count(now)
@@ -446,14 +458,20 @@ class ServerPacer:
         finally:
             self._rate, self._anchor, self._held, self._peak = during
 
-    def record_pushback(self, now: float, slot: Optional[float] = None) -> None:
+    def record_pushback(
+        self, now: float, slot: Optional[float] = None, last_chance: bool = False
+    ) -> None:
         """Account for an overload error from the server: close the pacer or lower its rate.
 
         ``slot`` is the pushed-back attempt's send slot (None: sent unpaced).  Only an attempt
         sent at or after the last change of the rate says the rate is still too high: one
-        sent before it was already reacted to (the decrease is once per round).
+        sent before it was already reacted to (the decrease is once per round).  A
+        ``last_chance`` send, beyond the paced rate, says nothing about the rate: only counted.
         """
         with self._lock:
+            if last_chance:
+                self._pushbacks += 1
+                return
             current = self._rate_at(now) if self.paced else 0.0  # before this pushback
             self._pushbacks += 1
             self._last_pushback = now
@@ -577,6 +595,8 @@ class ServerPacer:
             reason = (
                 StopReason.LOCAL_WAIT_DEADLINE if deadline_bound else StopReason.LOCAL_WAIT_LIMIT
             )
+            if sheddable:
+                self._last_sheddable = now
             self._still_waiting(now)  # drops the due ones: those callers are sending
             rate = self._rate_at(now)
             if rate > _RESPACE_RISE * self._spaced_rate:
@@ -606,6 +626,8 @@ class ServerPacer:
                     return Refusal(reason, wait)
                 ticket = SlotTicket(slot, now + limit, reason, retry, sheddable, now + hold)
                 ticket.refused = True
+                if limit > _EARLY and self._last_chance(now, ticket):
+                    return SlotGrant(limit, self._round, None, ticket)
                 return SlotGrant(hold, self._round, None, ticket)
             self._next_slot = slot + interval
             if wait <= 0.0:
@@ -614,6 +636,25 @@ class ServerPacer:
             waiting.append(ticket)
             self._last_wait = now
             return SlotGrant(min(wait, self._nap), self._round, slot, ticket)
+
+    def _last_chance(self, now: float, ticket: SlotTicket) -> bool:
+        """Give a refused critical first attempt its last chance, if the client marks work
+        (lock held).
+
+        When a client marks some work sheddable, its unmarked work is critical: such an
+        attempt refused a slot is sent once at its bound (``ticket.latest``: its deadline less
+        the reply margin) instead of failing unsent.  Each client orders only its own queue,
+        so one client refuses critical work while its neighbours' sheddable work takes the
+        server's tokens; the last chance takes a token the server has to spare then (most
+        are admitted), or is pushed back as the refusal would have failed.  Its reply is kept
+        out of the pacing.  A client that marks nothing keeps refusing: there, a token taken
+        beyond the paced rate is a peer's critical one.
+        """
+        if ticket.rank != 1 or now - self._last_sheddable >= _MARKING * self._window:
+            return False
+        ticket.last_chance = True
+        self._last_chances += 1
+        return True
 
     @staticmethod
     def _class_end(waiting: deque[SlotTicket], rank: int) -> int:
@@ -658,6 +699,16 @@ class ServerPacer:
         """Return how much longer the attempt holding ``ticket`` waits (0: send now), or refuse."""
         with self._lock:
             self._judge(now)
+            if ticket.refused and not ticket.last_chance:
+                self._last_chance(now, ticket)  # moved past its bound by a re-spacing
+            if ticket.last_chance:
+                if ticket.reason is StopReason.LOCAL_WAIT_DEADLINE and now > ticket.until:
+                    # Past the deadline (a late wake-up): the reply could not be used.
+                    return Refusal(ticket.reason, max(0.0, ticket.slot - now))
+                wait = ticket.latest - now
+                if self.competing and not self._testing:
+                    wait = 0.0
+                return wait if wait > _EARLY else 0.0
             if self.competing and not self._testing and not ticket.refused:
                 return 0.0  # the pacer competes: nobody waits
             if ticket.refused:
@@ -741,6 +792,7 @@ class ServerPacer:
                     reply_rate=reply_rate,
                     competed_s=competed,
                     competing_spells=self._spells,
+                    last_chance_sends=self._last_chances,
                 )
             return ServerPacerSnapshot(
                 True,
@@ -754,4 +806,5 @@ class ServerPacer:
                 reply_rate,
                 competed,
                 self._spells,
+                self._last_chances,
             )

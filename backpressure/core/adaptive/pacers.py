@@ -111,16 +111,18 @@ class ClientPacers:
         """
         if server is None:
             return
+        ticket = None if grant is None else grant.ticket
+        last_chance = ticket is not None and ticket.last_chance
         if overloaded:
             slot = None if grant is None else grant.send_slot
             pacer = self.pacer(server)
-            pacer.record_pushback(self._clock(), slot)
+            pacer.record_pushback(self._clock(), slot, last_chance)
             self.engaged = True
             if pacer.paced:
                 self._announce(server, pacer, paced=True)
         else:
             slot = None if grant is None else grant.send_slot
-            self.pacer(server).record_admitted(self._clock(), slot)
+            self.pacer(server).record_admitted(self._clock(), slot, last_chance)
 
     def batch_counter(self, server: Address, count: int) -> Callable[[], None]:
         """Return a callable that counts ``count`` admitted replies from ``server`` now."""

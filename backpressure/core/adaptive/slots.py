@@ -14,7 +14,7 @@ __all__ = ["SEND_NOW", "Refusal", "SlotDecision", "SlotGrant", "SlotTicket"]
 class SlotTicket:
     """The send slot of one waiting attempt; the pacer may move it later, or cancel it."""
 
-    __slots__ = ("latest", "rank", "reason", "refused", "retry", "slot", "until")
+    __slots__ = ("last_chance", "latest", "rank", "reason", "refused", "retry", "slot", "until")
 
     def __init__(
         self,
@@ -45,10 +45,14 @@ class SlotTicket:
         """The hold bound: a sheddable attempt refused after a move is held until then."""
         self.refused = False
         """Set when a retry going ahead moved this slot past ``latest``: do not send."""
+        self.last_chance = False
+        """Set for a critical first attempt of a client that marks work sheddable, refused a
+        slot: it is sent once at ``latest`` (its last chance) instead of failing unsent, and
+        its reply is kept out of the pacing (it was sent beyond the paced rate)."""
 
     def __repr__(self) -> str:
         """Show the slot and the bound."""
-        state = ", refused" if self.refused else ""
+        state = ", last chance" if self.last_chance else ", refused" if self.refused else ""
         return f"SlotTicket(slot={self.slot!r}, latest={self.latest!r}{state})"
 
 
