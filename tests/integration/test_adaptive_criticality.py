@@ -240,8 +240,10 @@ async def test_a_critical_read_no_slot_can_serve_gets_a_last_chance_once_the_cli
     assert pacing.last_chance_sends == (1 if marks else 0)
     assert pacing.pushbacks == 2  # the last chance's reply is kept out of the pacing
     refused = len(recorder.refusals)
-    with backpressure.overrides(criticality="sheddable"):
-        with pytest.raises(backpressure.LocalOverloadError):
-            await resolve(coll.find_one({"closing": True}))
+    with (
+        backpressure.overrides(criticality="sheddable"),
+        pytest.raises(backpressure.LocalOverloadError),
+    ):
+        await resolve(coll.find_one({"closing": True}))
     assert len(recorder.refusals) == refused + 1
     assert backpressure.stats(client).pacing[address].last_chance_sends == (1 if marks else 0)
