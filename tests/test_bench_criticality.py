@@ -20,7 +20,7 @@ from backpressure.bench.criticality import (
     run_criticality,
     simulated,
 )
-from backpressure.bench.goals import run_numbers
+from backpressure.bench.goals import latest_runs, run_numbers
 from backpressure.testing import EmbeddedServer
 from backpressure.workload.report import machine_info
 
@@ -158,16 +158,14 @@ def test_the_committed_criticality_page_is_the_rendering_of_its_raw_data(run: in
 
 
 def test_the_committed_agreement_table_is_the_simulators_runs_of_the_same_plan() -> None:
-    """``criticality-agreement.md`` is what ``bench.agreement --criticality`` prints for the two
-    committed runs (simulated seeds 1 and 2: the simulator is deterministic for a seed), every
-    policy's row, the default's first."""
+    """``criticality-agreement.md`` is what ``bench.agreement --criticality`` prints for the
+    latest two committed runs (simulated seeds 1 and 2: the simulator is deterministic for a
+    seed, and runs today's code, as the latest runs did), every policy's row, the default's
+    first."""
     pytest.importorskip("simpy")
     from backpressure.bench.agreement import criticality_agreement_markdown
 
-    reports = [
-        json.loads((RESULTS / f"criticality-run{run}.json").read_text(encoding="utf-8"))
-        for run in (1, 2)
-    ]
+    reports = [report for _, report in latest_runs(RESULTS, "criticality-run")]
     page = (RESULTS / "criticality-agreement.md").read_text(encoding="utf-8")
     assert page == criticality_agreement_markdown(reports, (1, 2)) + "\n"
     rows = [line.split("|")[1].strip() for line in page.splitlines()[2:]]
