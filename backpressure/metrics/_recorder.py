@@ -277,6 +277,15 @@ PACING_COMPETING = MetricSpec(
     _PACED_SERVER,
 )
 
+PACING_LAST_CHANCES = MetricSpec(
+    "backpressure.pacing.last_chance_sends",
+    "counter",
+    "{attempt}",
+    "Critical first attempts no send slot could serve, sent once at their bound (the client "
+    "marks work sheddable).",
+    _PACED_SERVER,
+)
+
 PACING_GAUGES: tuple[MetricSpec, ...] = (
     PACING_PACED,
     PACING_RATE,
@@ -284,6 +293,7 @@ PACING_GAUGES: tuple[MetricSpec, ...] = (
     PACING_BACKLOG,
     PACING_PUSHBACKS,
     PACING_COMPETING,
+    PACING_LAST_CHANCES,
 )
 """The per-server pacing metrics, read from the pacers' snapshots at scrape/collection time."""
 
@@ -302,6 +312,8 @@ def pacing_value(metric: MetricSpec, snapshot: ServerPacerSnapshot) -> Optional[
         return float(snapshot.pushbacks)
     if metric is PACING_COMPETING:
         return 1.0 if snapshot.competing else 0.0
+    if metric is PACING_LAST_CHANCES:
+        return float(snapshot.last_chance_sends)
     raise ValueError(f"{metric.name} is not a pacing metric")
 
 

@@ -10,7 +10,8 @@ Instruments of the meter ``backpressure``: one per metric of
 and per server of an adaptive client, observed from its pacer at collection time,
 ``backpressure.pacing.paced``, ``backpressure.pacing.rate``, ``backpressure.pacing.waiting``,
 ``backpressure.pacing.backlog``, ``backpressure.pacing.competing`` (gauges) and
-``backpressure.pacing.pushbacks`` (an observable counter)).  The two per-operation histograms
+``backpressure.pacing.pushbacks`` and ``backpressure.pacing.last_chance_sends`` (observable
+counters)).  The two per-operation histograms
 take the shape of gRPC's retry metrics (proposal A96); the attributes follow OpenTelemetry's
 semantic conventions where one exists (``db.system.name``, ``db.operation.name``,
 ``server.address``, ``server.port``, ``db.response.status_code``, ``error.type``).
@@ -27,7 +28,6 @@ from backpressure.metrics._recorder import (
     BUDGET_TOKENS,
     METRICS,
     PACING_GAUGES,
-    PACING_PUSHBACKS,
     AttributeValue,
     MetricsListener,
     MetricSpec,
@@ -119,7 +119,7 @@ class OpenTelemetryMetrics:
         for metric in PACING_GAUGES:
             create = (
                 meter.create_observable_counter
-                if metric is PACING_PUSHBACKS
+                if metric.kind == "counter"
                 else meter.create_observable_gauge
             )
             create(

@@ -12,7 +12,8 @@ One custom collector per registry serves, at scrape time, every metric of
 and ``backpressure_hedges_total``; per server of an adaptive client, read from its pacer at
 scrape time, ``backpressure_pacing_paced``, ``backpressure_pacing_rate_per_second``,
 ``backpressure_pacing_waiting``, ``backpressure_pacing_backlog_seconds``,
-``backpressure_pacing_pushbacks_total`` and ``backpressure_pacing_competing``.
+``backpressure_pacing_pushbacks_total``, ``backpressure_pacing_competing`` and
+``backpressure_pacing_last_chance_sends_total``.
 """
 
 from __future__ import annotations

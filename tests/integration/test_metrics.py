@@ -470,7 +470,8 @@ def _pacing_samples(registry: CollectorRegistry) -> dict[str, list[Any]]:
 async def test_prometheus_shows_each_servers_pacing(
     clients: ClientFactory, standalone_server: EmbeddedServer, registry: CollectorRegistry
 ) -> None:
-    """Paced, rate, waiting callers, backlog, pushbacks, competing: read at scrape time."""
+    """Paced, rate, waiting callers, backlog, pushbacks, competing, last chances: read at scrape
+    time."""
     client = enabled_client(clients, standalone_server.uri, WAITING)
     backpressure.metrics.enable_prometheus(registry, clients=[client])
     host, port = standalone_server.addresses[0]
@@ -494,6 +495,13 @@ async def test_prometheus_shows_each_servers_pacing(
         == 2
     )
     assert _value(paced["backpressure_pacing_competing"], "backpressure_pacing_competing") == 0
+    assert (
+        _value(
+            paced["backpressure_pacing_last_chance_sends_total"],
+            "backpressure_pacing_last_chance_sends_total",
+        )
+        == 0
+    )
     reads = _read_concurrently(clients, client, 4)  # 2/s: three of them wait for their slot
 
     def waiting() -> float:
@@ -529,6 +537,7 @@ async def test_opentelemetry_observes_each_servers_pacing(
         "backpressure.pacing.backlog": "s",
         "backpressure.pacing.pushbacks": "{pushback}",
         "backpressure.pacing.competing": "{server}",
+        "backpressure.pacing.last_chance_sends": "{attempt}",
     }
     (paced,) = points["backpressure.pacing.paced"][1]
     attributes = dict(paced.attributes)
