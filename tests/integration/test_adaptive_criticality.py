@@ -215,9 +215,10 @@ async def test_a_critical_read_no_slot_can_serve_gets_a_last_chance_once_the_cli
     marks: bool,
 ) -> None:
     """Paced with slots 100 s apart: the first read takes the slot due now (sheddable when the
-    client marks work).  The next critical read needs a 100 s wait: a marking client holds it
-    for its 0.5 s bound, then sends it once (the server admits it); an unmarked client holds
-    it, then refuses it, as before.  A sheddable read is held, then refused, either way."""
+    client marks work).  The next critical read needs a 100 s wait: a marking client sends it
+    once (its 0.5 s bound is less than the lead a last chance keeps before it, a fifth of the
+    60 s window, so at once) and the server admits it; an unmarked client holds it for its
+    bound, then refuses it, as before.  A sheddable read is held, then refused, either way."""
     client = adaptive_client(clients, standalone_server, commands, recorder, LAST_CHANCE_POLICY)
     with set_testing(True):  # the overload's retries are sent at once; nothing is paced yet
         await close_pacing(client, standalone_server, commands)
@@ -228,7 +229,6 @@ async def test_a_critical_read_no_slot_can_serve_gets_a_last_chance_once_the_cli
     assert recorder.waits == []
     if marks:
         assert await resolve(coll.find_one({"closing": True})) is not None
-        assert [round(event.wait, 3) for event in recorder.waits] == [0.5]
         assert recorder.refusals == []
     else:
         with pytest.raises(backpressure.LocalOverloadError):

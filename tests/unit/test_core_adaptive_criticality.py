@@ -264,25 +264,30 @@ def test_a_sheddable_retry_leaves_the_last_budget_token_to_critical_ones() -> No
     assert isinstance(decision, Retry)
 
 
-def test_a_marking_clients_critical_attempt_no_slot_can_serve_is_sent_at_its_bound() -> None:
+def queue_for(control: ClientPacers, clock: FakeClock, seconds: float) -> None:
+    """Reserve critical slots (generous deadlines) until a new caller would wait ``seconds``."""
+    while control.snapshot()[A].backlog < seconds:
+        admission(control.admit(A, clock() + 100.0))
+
+
+def test_a_marking_clients_critical_attempt_no_slot_can_serve_is_sent_before_its_bound() -> None:
     """Once the client marks work sheddable, a critical first attempt whose slot is past its
-    deadline waits until its bound and is sent then (its last chance), instead of failing
-    unsent; the reply, pushed back or admitted, changes neither the rate nor the counts the
-    pacing judges by."""
+    deadline waits until a fifth of a window before its bound (room for a retry) and is sent
+    then (its last chance), instead of failing unsent; the reply, pushed back or admitted,
+    changes neither the rate nor the counts the pacing judges by."""
     clock = FakeClock()
-    control, rate = paced(clock)
-    step = 1.0 / rate
+    control, _ = paced(clock)
     control.admit(A, sheddable=True)  # the slot due now: the client marks work
-    for _ in range(2):
-        control.admit(A)
-    deadline = clock() + 1.5 * step  # the next slot is 3 steps away
+    queue_for(control, clock, 0.5)
+    deadline = clock() + 0.4
     grant = admission(control.admit(A, deadline))
     assert grant.ticket is not None
     assert grant.ticket.last_chance
-    assert grant.wait == pytest.approx(deadline - clock())  # no reply time learned yet
-    clock.advance(grant.wait / 2)
-    assert control.recheck(A, grant) == pytest.approx(grant.wait / 2)
-    clock.advance(grant.wait / 2)
+    # No reply time learned yet (no margin); a fifth of the 1 s window before the deadline.
+    assert grant.wait == pytest.approx(0.4 - 0.2)
+    clock.advance(0.1)
+    assert control.recheck(A, grant) == pytest.approx(0.1)
+    clock.advance(0.1)
     assert control.recheck(A, grant) == 0.0  # sent now
     before = control.snapshot()[A]
     control.record(A, overloaded=True, grant=grant)
@@ -294,11 +299,11 @@ def test_a_marking_clients_critical_attempt_no_slot_can_serve_is_sent_at_its_bou
     )
     assert after.pushbacks == before.pushbacks + 1
     assert after.last_chance_sends == 1
-    again = admission(control.admit(A, clock() + 0.5 * step))
+    # Less than the lead left: sent at once.
+    again = admission(control.admit(A, clock() + 0.1))
     assert again.ticket is not None
     assert again.ticket.last_chance
-    clock.advance(again.wait)
-    assert control.recheck(A, again) == 0.0
+    assert again.wait == 0.0
     before = control.snapshot()[A]
     control.record(A, overloaded=False, grant=again)
     after = control.snapshot()[A]
@@ -334,22 +339,27 @@ def test_only_a_marking_clients_critical_first_attempts_get_a_last_chance() -> N
 
 def test_a_critical_attempt_moved_past_its_bound_gets_its_last_chance_on_recheck() -> None:
     """A marking client's critical first attempt moved past its bound by a retry going ahead
-    learns on its recheck that it waits until its bound, then is sent; a wake-up after its
-    deadline is refused (the reply could not be used)."""
+    learns on its recheck that it is sent (less than the lead was left before its bound); a
+    last chance whose caller wakes after its deadline is refused (the reply could not be
+    used)."""
     clock = FakeClock()
     control, rate = paced(clock)
     step = 1.0 / rate
     control.admit(A, sheddable=True)  # the slot due now: the client marks work
-    deadline = clock() + 1.5 * step
-    first = admission(control.admit(A, deadline))
+    first = admission(control.admit(A, clock() + 1.5 * step))
     assert slot(first) == pytest.approx(clock() + step)
     admission(control.admit(A, clock() + 10.0, retry=True))  # takes its slot
     assert first.ticket is not None
     assert first.ticket.refused
-    assert control.recheck(A, first) == pytest.approx(deadline - clock())
+    assert control.recheck(A, first) == 0.0
     assert first.ticket.last_chance
+    queue_for(control, clock, 1.0)
+    deadline = clock() + 0.5
+    late = admission(control.admit(A, deadline))
+    assert late.ticket is not None
+    assert late.ticket.last_chance
     clock.advance(deadline - clock() + step)
-    refusal = control.recheck(A, first)
+    refusal = control.recheck(A, late)
     assert isinstance(refusal, Refusal)
     assert refusal.reason is StopReason.LOCAL_WAIT_DEADLINE
 

@@ -54,8 +54,9 @@ whatever share it saw).
    critical caller needs.  A sheddable attempt moved past its bound is held until that bound,
    then refused (as when it asks first).  When no attempt is sheddable the order is the one of 4.
    While a client marks work sheddable (within ``_MARKING`` windows of a sheddable attempt),
-   a critical first attempt that no slot can serve gets a *last chance*: it waits until its
-   bound and is sent once, instead of failing unsent.  Each client orders only its own queue,
+   a critical first attempt that no slot can serve gets a *last chance*: it waits until
+   ``_LAST_CHANCE_LEAD`` (a fifth of a) window before its bound, so that a retry still fits,
+   and is sent once, instead of failing unsent.  Each client orders only its own queue,
    so one client would refuse critical work while its neighbours' sheddable work takes the
    server's tokens; the last chance takes a token the server has to spare (most are
    admitted), or is pushed back as the refusal would have failed.  Its reply is kept out of

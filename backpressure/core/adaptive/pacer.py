@@ -73,6 +73,7 @@ _EVIDENCE = 3.0  # the log-likelihood ratio at which the pacer competes (and its
 _POLITE_STEP = 0.5  # one test lowers a polite pacer's evidence by at most this much
 _HELD_PUSHBACKS = 3  # a round is held (admitted nothing) only after this many pushbacks
 _MARKING = 5.0  # a client marks work sheddable for this many windows after a sheddable attempt
+_LAST_CHANCE_LEAD = 0.2  # a last chance is sent this many windows before its bound (a retry fits)
 
 _SLOT_OF = operator.attrgetter("slot")
 
@@ -627,7 +628,7 @@ class ServerPacer:
                 ticket = SlotTicket(slot, now + limit, reason, retry, sheddable, now + hold)
                 ticket.refused = True
                 if limit > _EARLY and self._last_chance(now, ticket):
-                    return SlotGrant(limit, self._round, None, ticket)
+                    return SlotGrant(ticket.latest - now, self._round, None, ticket)
                 return SlotGrant(hold, self._round, None, ticket)
             self._next_slot = slot + interval
             if wait <= 0.0:
@@ -642,8 +643,9 @@ class ServerPacer:
         (lock held).
 
         When a client marks some work sheddable, its unmarked work is critical: such an
-        attempt refused a slot is sent once at its bound (``ticket.latest``: its deadline less
-        the reply margin) instead of failing unsent.  Each client orders only its own queue,
+        attempt refused a slot is sent once just before its bound (its deadline less the reply
+        margin, or ``max_local_wait``), ``_LAST_CHANCE_LEAD`` windows before it so that a retry
+        still fits, instead of failing unsent (``ticket.latest`` becomes that send time).  Each client orders only its own queue,
         so one client refuses critical work while its neighbours' sheddable work takes the
         server's tokens; the last chance takes a token the server has to spare then (most
         are admitted), or is pushed back as the refusal would have failed.  Its reply is kept
@@ -653,6 +655,7 @@ class ServerPacer:
         if ticket.rank != 1 or now - self._last_sheddable >= _MARKING * self._window:
             return False
         ticket.last_chance = True
+        ticket.latest = max(now, ticket.latest - _LAST_CHANCE_LEAD * self._window)
         self._last_chances += 1
         return True
 

@@ -47,8 +47,9 @@ class SlotTicket:
         """Set when a retry going ahead moved this slot past ``latest``: do not send."""
         self.last_chance = False
         """Set for a critical first attempt of a client that marks work sheddable, refused a
-        slot: it is sent once at ``latest`` (its last chance) instead of failing unsent, and
-        its reply is kept out of the pacing (it was sent beyond the paced rate)."""
+        slot: it is sent once at ``latest`` (its last chance, moved a little before its bound)
+        instead of failing unsent, and its reply is kept out of the pacing (it was sent beyond
+        the paced rate)."""
 
     def __repr__(self) -> str:
         """Show the slot and the bound."""
