@@ -647,10 +647,10 @@ class ServerPacer:
         margin, or ``max_local_wait``), ``_LAST_CHANCE_LEAD`` windows before it so that a retry
         still fits, instead of failing unsent (``ticket.latest`` becomes that send time).
         Each client orders only its own queue, so one client refuses critical work while its
-        neighbours' sheddable work takes the server's tokens; the last chance takes a token the server has to spare then (most
-        are admitted), or is pushed back as the refusal would have failed.  Its reply is kept
-        out of the pacing.  A client that marks nothing keeps refusing: there, a token taken
-        beyond the paced rate is a peer's critical one.
+        neighbours' sheddable work takes the server's tokens; the last chance takes a token the
+        server has to spare then (most are admitted), or is pushed back as the refusal would
+        have failed.  Its reply is kept out of the pacing.  A client that marks nothing keeps
+        refusing: there, a token taken beyond the paced rate is a peer's critical one.
         """
         if ticket.rank != 1 or now - self._last_sheddable >= _MARKING * self._window:
             return False
