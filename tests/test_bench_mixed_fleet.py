@@ -11,7 +11,6 @@ import backpressure
 from backpressure.bench.fleet import QUICK, competed_seconds
 from backpressure.bench.goals import run_numbers
 from backpressure.bench.mixed_fleet import (
-    STOCK,
     Half,
     MixedRun,
     main,
@@ -22,6 +21,7 @@ from backpressure.bench.mixed_fleet import (
     upgraded_policies,
 )
 from backpressure.testing import EmbeddedServer
+from backpressure.workload.arms import STOCK
 from backpressure.workload.report import machine_info
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "adaptive-default"

@@ -13,7 +13,6 @@ from backpressure.bench.fleet import FleetPlan, fleet_policies, run_processes
 from backpressure.bench.goals import run_numbers
 from backpressure.bench.recovery import (
     RECOVERY_GOALS,
-    STOCK,
     judge,
     ratio_to_stock,
     recovery_plan,
@@ -23,7 +22,7 @@ from backpressure.bench.recovery import (
     summarize_recovery,
 )
 from backpressure.testing import EmbeddedServer
-from backpressure.workload.arms import default_policy_name
+from backpressure.workload.arms import STOCK, default_policy_name
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "adaptive-default"
 

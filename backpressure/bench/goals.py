@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from backpressure.bench.mixed_fleet import STOCK
 from backpressure.cli import run_cli
-from backpressure.workload.arms import default_policy_name, policy_label
+from backpressure.workload.arms import STOCK, default_policy_name, policy_label
 
 __all__ = ["GOALS", "Goal", "goals_markdown", "latest_runs", "main", "run_numbers"]
 

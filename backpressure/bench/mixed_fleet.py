@@ -26,6 +26,7 @@ from backpressure.bench.publish import publish_run
 from backpressure.cli import positive_int, run_cli
 from backpressure.workload.arms import (
     POLICY_NAMES,
+    STOCK,
     default_first,
     default_policy_name,
     policy_label,
@@ -43,9 +44,6 @@ __all__ = [
     "run_mixed",
     "upgraded_policies",
 ]
-
-STOCK = "pymongo-native"
-"""Stock pymongo's own overload retries (the processes not yet upgraded)."""
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional
 from backpressure.bench.fleet import FleetPlan, fleet_policies, run_processes
 from backpressure.bench.publish import publish_run
 from backpressure.cli import positive_int, run_cli
-from backpressure.workload.arms import default_policy_name, policy_label
+from backpressure.workload.arms import STOCK, default_policy_name, policy_label
 from backpressure.workload.driver import LoadTarget
 from backpressure.workload.report import run_line
 
@@ -52,9 +52,6 @@ __all__ = [
     "run_recovery",
     "summarize_recovery",
 ]
-
-STOCK = "pymongo-native"
-"""Stock pymongo's own overload retries: the arm the 1-4 s ratio compares with."""
 
 RECOVERY_GOALS: tuple[str, ...] = (
     ">= 90% of demand within 1 s",

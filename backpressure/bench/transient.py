@@ -29,7 +29,7 @@ from pymongo.errors import PyMongoError
 
 from backpressure.bench.fleet import default_policy_name, fleet_policies
 from backpressure.workload import POLICIES
-from backpressure.workload.arms import policy_label
+from backpressure.workload.arms import STOCK, policy_label
 from backpressure.workload.driver import LocalEventCounter
 from backpressure.workload.metrics import percentile
 
@@ -42,9 +42,6 @@ __all__ = [
     "render_transient_markdown",
     "run_transient",
 ]
-
-STOCK = "pymongo-native"
-"""The policy the transient goals compare with (``current`` where pymongo has no retries)."""
 
 TRANSIENT_GOALS: tuple[str, ...] = (
     "goodput >= 98% of stock's",

@@ -28,6 +28,7 @@ from backpressure.switch.client import budget as budget_of
 __all__ = [
     "POLICIES",
     "POLICY_NAMES",
+    "STOCK",
     "ClientArm",
     "PolicyClient",
     "default_first",
@@ -218,12 +219,16 @@ def _ours() -> tuple[ClientArm, ...]:
     return tuple(presets)
 
 
+STOCK = "pymongo-native"
+"""The arm that runs stock pymongo's own overload retries (what a user gets without this
+package): the arm the benchmarks compare every policy with."""
+
 POLICIES: Mapping[str, ClientArm] = {
     policy.name: policy
     for policy in (
         ClientArm("no-retries", "pymongo, no overload retries", "plain"),
         ClientArm("hand-written", "3 immediate retries on any error", "hand-written"),
-        ClientArm("pymongo-native", "pymongo native (maxAdaptiveRetries=2)", "native"),
+        ClientArm(STOCK, "pymongo native (maxAdaptiveRetries=2)", "native"),
         *_ours(),
     )
 }
