@@ -107,9 +107,9 @@ class ServerPacerSnapshot:
     competing_spells: int = 0
     """How many times the pacer started to compete since it was created."""
     last_chance_sends: int = 0
-    """Critical first attempts sent at their last chance since the pacer was created: refused a
-    slot, they were sent once just before their bound (only while the client marks work
-    sheddable)."""
+    """Critical first attempts sent at their last chance, and answered, since the pacer was
+    created: refused a slot, they were sent once just before their bound (only while the client
+    marks work sheddable)."""
 
 
 class ServerPacer:
@@ -164,7 +164,7 @@ class ServerPacer:
         self._before = 0.0  # the pushback share of the window before the running test
         self._evidence = 0.0  # log-likelihood ratio: neighbours that do not cut vs peers
         self._last_sheddable = -math.inf  # when a sheddable attempt last asked for a slot
-        self._last_chances = 0  # critical first attempts sent at their last chance
+        self._last_chances = 0  # replies to critical first attempts sent at their last chance
 
     # -- measurement ---------------------------------------------------------------------------
 
@@ -179,6 +179,8 @@ class ServerPacer:
         ``last_chance`` send is not counted: it was sent beyond the paced rate.
         """
         if last_chance:
+            with self._lock:
+                self._last_chances += 1
             return
         if self.paced or slot is not None:
             with self._lock:
@@ -472,6 +474,7 @@ class ServerPacer:
         with self._lock:
             if last_chance:
                 self._pushbacks += 1
+                self._last_chances += 1
                 return
             current = self._rate_at(now) if self.paced else 0.0  # before this pushback
             self._pushbacks += 1
@@ -656,7 +659,6 @@ class ServerPacer:
             return False
         ticket.last_chance = True
         ticket.latest = max(now, ticket.latest - _LAST_CHANCE_LEAD * self._window)
-        self._last_chances += 1
         return True
 
     @staticmethod
