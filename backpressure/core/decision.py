@@ -6,7 +6,11 @@ Theory of operation (checks in this order, the first that fails decides):
    retryable under pymongo's own (classic) rules, as the adapter says     -> NOT_RETRYABLE
 2. the caller must allow retries (retryReads/retryWrites)                 -> RETRIES_DISABLED
 3. ``retry_number <= policy.max_retries``                                 -> ATTEMPTS_EXHAUSTED
-4. the jittered delay must end before the deadline (no token is taken first) -> DEADLINE
+4. the jittered delay must end before the deadline (no token is taken first) -> DEADLINE;
+   except that a critical retry to a server the adaptive pacing holds waits only
+   ``_PACED_SHARE`` of the time left when its delay would not end in time: the pacer spaces
+   that retry (it takes another attempt's send slot, adding no load), so the delay that
+   would pass the deadline would only turn a retry that fits into an error
 5. the budget must grant one retry (only for errors labelled
    ``RetryableError``: a retry pymongo itself makes is never refused for budget; of the
    failed server when per server; not asked when the adaptive pacing holds that server's
@@ -30,6 +34,9 @@ from backpressure.core.backoff import backoff_delay
 from backpressure.core.budget import Budget, budget_for
 from backpressure.core.labels import OverloadLabels, overload_labels, server_base_backoff
 from backpressure.core.policy import Policy
+
+_PACED_SHARE = 0.3
+"""A paced critical retry whose delay would pass the deadline waits this share of the time left."""
 
 
 class PacedServers(Protocol):
@@ -172,11 +179,14 @@ class RetryController:
             return GiveUp(StopReason.ATTEMPTS_EXHAUSTED)
         hint = server_base_backoff(error) if policy.honour_server_backoff else None
         delay = backoff_delay(policy, retry_number, self._random(), hint)
+        held = self._held(server)
         if deadline is not None:
             current = self._clock() if now is None else now
             if current + delay > deadline:
-                return GiveUp(StopReason.DEADLINE)
-        if always_retryable and not self._held(server):
+                if not held or sheddable or current >= deadline:
+                    return GiveUp(StopReason.DEADLINE)
+                delay = _PACED_SHARE * (deadline - current)
+        if always_retryable and not held:
             budget = self.budget.for_server(server)
             if sheddable and budget.tokens < 2.0 * budget.retry_cost:
                 return GiveUp(StopReason.BUDGET_EMPTY)  # the last token is kept for critical work

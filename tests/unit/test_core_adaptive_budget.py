@@ -168,6 +168,32 @@ def test_paced_retries_spend_no_budget() -> None:
         assert isinstance(controller.decide(retry_number=1, error=overload(), server=A), Retry)
 
 
+def test_a_paced_critical_retry_past_the_deadline_waits_part_of_the_time_left() -> None:
+    """A backoff that would pass the deadline gives up, as the spec says, unless the server is
+    paced and the operation critical: the pacer spaces that retry (it takes another attempt's
+    slot), so it waits 0.3 of the time left instead.  A sheddable one still gives up, and so
+    does one whose deadline has passed."""
+    clock = [100.0]
+    admission = ClientPacers(ADAPTIVE, clock=lambda: clock[0])
+    controller = RetryController(ADAPTIVE, random=lambda: 1.0, pacing=admission)
+    # Jitter 1: the current spec's first retry waits 0.2 s; 0.05 s are left.
+    late = {"retry_number": 1, "error": overload(), "server": A, "deadline": 100.05, "now": 100.0}
+    assert controller.decide(**late) == GiveUp(StopReason.DEADLINE)  # not paced yet
+    for _ in range(2):
+        admission.record(A, overloaded=True)
+    assert admission.is_paced(A)
+    decision = controller.decide(**late)
+    assert isinstance(decision, Retry)
+    assert decision.delay == pytest.approx(0.015)
+    assert controller.decide(**late, sheddable=True) == GiveUp(StopReason.DEADLINE)
+    passed = {**late, "now": 100.05}
+    assert controller.decide(**passed) == GiveUp(StopReason.DEADLINE)
+    assert controller.decide(**{**late, "server": B}) == GiveUp(StopReason.DEADLINE)  # B: open
+    early = controller.decide(**{**late, "deadline": 101.0})
+    assert isinstance(early, Retry)
+    assert early.delay == pytest.approx(0.2)  # the spec's delay when it fits
+
+
 def test_admission_for_builds_pacing_only_for_adaptive_policies() -> None:
     """pacers_for gives an ClientPacers on the given clock for ADAPTIVE, None for DRAFT."""
 

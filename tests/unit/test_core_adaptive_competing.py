@@ -215,6 +215,34 @@ def test_a_cut_that_moves_nothing_makes_the_pacer_compete() -> None:
     assert competed[0] < 6.0
 
 
+def test_a_marking_pacer_cuts_with_its_neighbours_but_takes_no_verdict() -> None:
+    """The same undrained cuts, with the client marking work sheddable (a sheddable attempt
+    asks every half second): its last chances are sent beyond its rate, so the pushback its
+    cuts leave says nothing about the neighbours.  It never competes, yet it cuts exactly as
+    an unmarked pacer fed the same replies does (its peers' tests need its cut), up to the
+    moment that one competes."""
+    marking = ServerPacer(ADAPTIVE)
+    unmarked = ServerPacer(ADAPTIVE)
+    same_rates = 0
+    for number in range(12 * 12):
+        t = number / 12
+        for pacer in (marking, unmarked):
+            if number % 6 == 0:
+                pacer.admit(START + t, 10.0, True, sheddable=pacer is marking)
+            if number % 4 == 3:
+                pacer.record_pushback(START + t, START + t)
+            else:
+                pacer.record_admitted(START + t, START + t)
+        assert not marking.competing, t
+        if not unmarked.competing:
+            rate = marking.snapshot(START + t).rate
+            assert rate == unmarked.snapshot(START + t).rate, t
+            same_rates += rate is not None
+    assert unmarked.competing
+    assert marking.paced
+    assert same_rates >= 60  # five seconds paced, four test instants among them
+
+
 def test_a_drained_cut_keeps_the_pacer_polite() -> None:
     """A quarter pushed back outside the cuts and none inside (peers that cut too): the pacer
     never competes, even when one cut has a pushback (a late reply), and one pushback among a

@@ -311,9 +311,9 @@ def test_a_marking_clients_critical_attempt_no_slot_can_serve_is_sent_before_its
     assert after.last_chance_sends == 2
 
 
-def test_only_a_marking_clients_critical_first_attempts_get_a_last_chance() -> None:
+def test_only_a_marking_clients_critical_attempts_get_a_last_chance() -> None:
     """Unmarked work keeps the rule of every other attempt: held until its bound, then refused;
-    so do a marking client's retries and sheddable attempts."""
+    so do a marking client's sheddable attempts, retries or not.  Its critical retry gets one."""
     clock = FakeClock()
     control, rate = paced(clock)
     step = 1.0 / rate
@@ -328,13 +328,19 @@ def test_only_a_marking_clients_critical_first_attempts_get_a_last_chance() -> N
     control.admit(A, sheddable=True)  # the client marks work from here on
     for _ in range(3):
         control.admit(A, clock() + 10.0)
-    for retry, shed in ((True, False), (False, True), (True, True)):
+    for retry in (False, True):
         # A quarter step: too soon for the first waiting slot a retry could take.
-        grant = admission(control.admit(A, clock() + 0.25 * step, retry=retry, sheddable=shed))
+        grant = admission(control.admit(A, clock() + 0.25 * step, retry=retry, sheddable=True))
         assert grant.ticket is not None
         assert grant.ticket.refused
         assert not grant.ticket.last_chance
     assert control.snapshot()[A].last_chance_sends == 0
+    retry = admission(control.admit(A, clock() + 0.25 * step, retry=True))
+    assert retry.ticket is not None
+    assert retry.ticket.last_chance
+    assert retry.wait == 0.0  # less than the lead left: sent at once
+    control.record(A, overloaded=False, grant=retry)
+    assert control.snapshot()[A].last_chance_sends == 1
 
 
 def test_a_critical_attempt_moved_past_its_bound_gets_its_last_chance_on_recheck() -> None:

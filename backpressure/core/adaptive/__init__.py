@@ -54,14 +54,17 @@ whatever share it saw).
    critical caller needs.  A sheddable attempt moved past its bound is held until that bound,
    then refused (as when it asks first).  When no attempt is sheddable the order is the one of 4.
    While a client marks work sheddable (within ``_MARKING`` windows of a sheddable attempt),
-   a critical first attempt that no slot can serve gets a *last chance*: it waits until
-   ``_LAST_CHANCE_LEAD`` (a fifth of a) window before its bound, so that a retry still fits,
-   and is sent once, instead of failing unsent.  Each client orders only its own queue,
-   so one client would refuse critical work while its neighbours' sheddable work takes the
-   server's tokens; the last chance takes a token the server has to spare (most are
-   admitted), or is pushed back as the refusal would have failed.  Its reply is kept out of
-   the pacing (it was sent beyond the paced rate).  A client that marks nothing keeps
-   refusing: there, a token taken beyond the paced rate is a peer's critical one.
+   a critical attempt (a first attempt or a retry) that no slot can serve gets a *last
+   chance*: it waits until ``_LAST_CHANCE_LEAD`` (a fifth of a) window before its bound, so
+   that a retry still fits (at once when less is left), and is sent once, instead of failing
+   unsent.  Each client orders only its own queue, so one client would refuse critical work
+   while its neighbours' sheddable work takes the server's tokens; the last chance takes a
+   token the server has to spare (most are admitted), or is pushed back as the refusal would
+   have failed.  Its reply is kept out of the pacing (it was sent beyond the paced rate).  A
+   client that marks nothing keeps refusing: there, a token taken beyond the paced rate is a
+   peer's critical one.  A critical retry to a paced server whose backoff would pass its
+   deadline waits a part of the time left instead of failing (see
+   :mod:`backpressure.core.decision`): the pacing spaces it.
 6. **Hold, never spin.**  A caller whose wait would pass its deadline (or ``max_local_wait``)
    reserves nothing and is held until that bound, then refused on its recheck (the adapters'
    wait-and-recheck loop): refused at once, a closed loop would start its next operation at
@@ -91,8 +94,11 @@ whatever share it saw).
    instant in 8 with a cut to three quarters of what the server admitted it; back at -3 it is
    polite again, from that test's rate (one test lowers a competing pacer's evidence by at
    most 3: at least two drained cuts, however many replies one has).
-   A window in which the server admitted nothing is a fault, not a neighbour: no test.  The
-   pushback level alone cannot tell the two apart (Copa's competitive mode, NSDI 2018).
+   A window in which the server admitted nothing is a fault, not a neighbour: no test.  A
+   client that marks work sheddable cuts with the others but takes no verdict from its cuts
+   (a competing one still judges, to be polite again): its last chances are sent beyond its
+   rate, so among such peers a joint cut need not drain the pushback.  The pushback level
+   alone cannot tell the two apart (Copa's competitive mode, NSDI 2018).
 
 Retries to a paced server spend no budget (a paced retry takes the slot of another attempt);
 before the pacer closes, they draw on the per-server budget (see :mod:`backpressure.core.budget`).

@@ -371,6 +371,11 @@ class ServerPacer:
                 or self._admitted_since < _RECENT_REPLIES
             )
             and not self._held
+            # A marking client's last chances are sent beyond its paced rate, so a fleet of
+            # them is no set of polite peers: its joint cut need not drain the pushback.  It
+            # cuts with its neighbours, but takes no verdict from it (a competing one still
+            # judges, to be polite again).
+            and (self.competing or not self._marks(now))
         )
         self._testing = True
         self._before = pushed / replies
@@ -642,24 +647,29 @@ class ServerPacer:
             return SlotGrant(min(wait, self._nap), self._round, slot, ticket)
 
     def _last_chance(self, now: float, ticket: SlotTicket) -> bool:
-        """Give a refused critical first attempt its last chance, if the client marks work
-        (lock held).
+        """Give a refused critical attempt its last chance, if the client marks work (lock
+        held).
 
         When a client marks some work sheddable, its unmarked work is critical: such an
-        attempt refused a slot is sent once just before its bound (its deadline less the reply
-        margin, or ``max_local_wait``), ``_LAST_CHANCE_LEAD`` windows before it so that a retry
-        still fits, instead of failing unsent (``ticket.latest`` becomes that send time).
+        attempt (a first attempt or a retry) refused a slot is sent once just before its bound
+        (its deadline less the reply margin, or ``max_local_wait``), ``_LAST_CHANCE_LEAD``
+        windows before it so that a retry still fits (at once when less is left), instead of
+        failing unsent (``ticket.latest`` becomes that send time).
         Each client orders only its own queue, so one client refuses critical work while its
         neighbours' sheddable work takes the server's tokens; the last chance takes a token the
         server has to spare then (most are admitted), or is pushed back as the refusal would
         have failed.  Its reply is kept out of the pacing.  A client that marks nothing keeps
         refusing: there, a token taken beyond the paced rate is a peer's critical one.
         """
-        if ticket.rank != 1 or now - self._last_sheddable >= _MARKING * self._window:
+        if ticket.rank > 1 or not self._marks(now):
             return False
         ticket.last_chance = True
         ticket.latest = max(now, ticket.latest - _LAST_CHANCE_LEAD * self._window)
         return True
+
+    def _marks(self, now: float) -> bool:
+        """Whether the client marks work sheddable: one asked within ``_MARKING`` windows."""
+        return now - self._last_sheddable < _MARKING * self._window
 
     @staticmethod
     def _class_end(waiting: deque[SlotTicket], rank: int) -> int:
