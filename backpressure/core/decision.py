@@ -9,8 +9,8 @@ Theory of operation (checks in this order, the first that fails decides):
 4. the jittered delay must end before the deadline (no token is taken first) -> DEADLINE;
    except that a critical retry to a server the adaptive pacing holds waits only
    ``_PACED_SHARE`` of the time left when its delay would not end in time: the pacer spaces
-   that retry (it takes another attempt's send slot, adding no load), so the delay that
-   would pass the deadline would only turn a retry that fits into an error
+   that retry (it takes another attempt's send slot, adding no load), so a delay past the
+   deadline would turn a retry the pacer can still fit into an error
 5. the budget must grant one retry (only for errors labelled
    ``RetryableError``: a retry pymongo itself makes is never refused for budget; of the
    failed server when per server; not asked when the adaptive pacing holds that server's
