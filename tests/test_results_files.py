@@ -30,6 +30,8 @@ RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
         "adaptive-default/fleet-run6",
         "adaptive-default/fleet-run7",
         "adaptive-default/fleet-run8",
+        "adaptive-default/fleet-run9",
+        "adaptive-default/fleet-run10",
     ],
 )
 def test_a_results_page_is_the_rendering_of_its_raw_data(stem: str) -> None:

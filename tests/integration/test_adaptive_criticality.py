@@ -26,6 +26,7 @@ from tests.integration.conftest import (
     NEVER_WAIT_TWICE,
     ClientFactory,
     CommandRecorder,
+    overload_fail_point,
     resolve,
     wait_for,
 )
@@ -247,3 +248,30 @@ async def test_a_critical_read_no_slot_can_serve_gets_a_last_chance_once_the_cli
         await resolve(coll.find_one({"closing": True}))
     assert len(recorder.refusals) == refused + 1
     assert backpressure.stats(client).pacing[address].last_chance_sends == (1 if marks else 0)
+
+
+async def test_a_marking_clients_critical_retry_no_slot_can_serve_gets_a_last_chance(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: PacingRecorder,
+) -> None:
+    """Paced with slots 100 s apart, in a client that marks work: a critical read no slot can
+    serve is sent on its last chance and the server pushes it back once; its retry, which no
+    slot can serve either, gets a last chance too (before, it was held until its bound, then
+    refused) and the server admits it.  Both count as last chances answered."""
+    client = adaptive_client(clients, standalone_server, commands, recorder, LAST_CHANCE_POLICY)
+    with set_testing(True):
+        await close_pacing(client, standalone_server, commands)
+    coll = client.db.coll
+    address = standalone_server.addresses[0]
+    with backpressure.overrides(criticality="sheddable"):
+        assert await resolve(coll.find_one({"closing": True})) is not None
+    before = backpressure.stats(client).pacing[address]
+    standalone_server.configure_fail_point(overload_fail_point(["find"], times=1))
+    assert await resolve(coll.find_one({"closing": True})) is not None
+    assert len(commands.started_commands("find")) == 3
+    assert recorder.refusals == []
+    after = backpressure.stats(client).pacing[address]
+    assert after.last_chance_sends == before.last_chance_sends + 2
+    assert after.pushbacks == before.pushbacks + 1
