@@ -281,8 +281,8 @@ PACING_LAST_CHANCES = MetricSpec(
     "backpressure.pacing.last_chance_sends",
     "counter",
     "{attempt}",
-    "Critical first attempts no send slot could serve, sent once just before their bound and "
-    "answered (the client marks work sheddable).",
+    "Critical attempts (first attempts or retries) no send slot could serve, sent once just "
+    "before their bound and answered (the client marks work sheddable).",
     _PACED_SERVER,
 )
 

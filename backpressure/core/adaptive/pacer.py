@@ -107,9 +107,9 @@ class ServerPacerSnapshot:
     competing_spells: int = 0
     """How many times the pacer started to compete since it was created."""
     last_chance_sends: int = 0
-    """Critical first attempts sent at their last chance, and answered, since the pacer was
-    created: refused a slot, they were sent once just before their bound (only while the client
-    marks work sheddable)."""
+    """Critical attempts (first attempts or retries) sent at their last chance, and answered,
+    since the pacer was created: refused a slot, they were sent once just before their bound
+    (only while the client marks work sheddable)."""
 
 
 class ServerPacer:
@@ -164,7 +164,7 @@ class ServerPacer:
         self._before = 0.0  # the pushback share of the window before the running test
         self._evidence = 0.0  # log-likelihood ratio: neighbours that do not cut vs peers
         self._last_sheddable = -math.inf  # when a sheddable attempt last asked for a slot
-        self._last_chances = 0  # replies to critical first attempts sent at their last chance
+        self._last_chances = 0  # replies to critical attempts sent at their last chance
 
     # -- measurement ---------------------------------------------------------------------------
 
