@@ -53,14 +53,13 @@ _TEST_GRID = 1.0  # the neighbour tests start at instants this many windows apar
 _SETTLE = 1.0  # ... this many windows (its closing cut has settled) cuts at every instant ...
 _ONSET_TESTS = 4.0  # ... until this many windows after it closed, then ...
 _TEST_EVERY = 3  # ... at one instant in this many (a test costs its peers a little each time)
-_TEST_SCALE = 0.8  # a polite pacer cuts to this share of what the server admitted it ...
+_TEST_SCALE = 0.8  # a polite pacer cuts to this share of its send rate ...
 _TEST_LENGTH = 0.5  # ... for at most this many windows, and ends early without pushback ...
 _TEST_MIN = 0.3  # ... after this many (the neighbours' retry loops answer a cut within their
 # backoff: a shorter cut looks drained even next to clients that do not cut) and once it has ...
 _EARLY_REPLIES = 3  # ... this many replies to judge (a client starved by its neighbours has few)
 _COMPETING_SCALE = 0.75  # a competing pacer cuts to this share of what the server admitted it
-_COMPETING_TESTS = 16  # ... at one instant in this many, for this many windows (a stock
-_COMPETING_LENGTH = 0.3  # neighbour takes what the cut leaves: a long or frequent test hands it over)
+_COMPETING_TESTS = 8  # ... at one instant in this many
 _CUT_SHARE = 0.02  # a pacer cuts only when at least this share of the last window's replies
 # pushed back (a client alone at its capacity loses nothing to the tests), and ...
 _TEST_SHARE = 0.15  # a pacer judges its cut when at least this share of its replies of the
@@ -293,7 +292,7 @@ class ServerPacer:
         period = self._window * _TEST_GRID
         index = int(now / period)
         since = now - index * period
-        length = (_COMPETING_LENGTH if self.competing else _TEST_LENGTH) * self._window
+        length = _TEST_LENGTH * self._window
         if self._testing:
             # The test's replies: from the bucket after the one its cut began in (that one
             # holds replies to attempts sent before the cut) to the last bucket that ended
@@ -385,12 +384,7 @@ class ServerPacer:
             admitted = (replies - pushed) / self._window
             self._set_rate(now, _COMPETING_SCALE * admitted)
         else:
-            # What the server admitted, not what was sent: at a low capacity the peers' rates
-            # overshoot it by a quarter between their decreases, so a cut of the send rate
-            # would leave the joint load at the capacity (undrained: a false verdict).
-            admitted = (replies - pushed) / self._window
-            base = min(self._rate_at(now), self._send_rate(now), admitted)
-            self._set_rate(now, _TEST_SCALE * base)
+            self._set_rate(now, _TEST_SCALE * min(self._rate_at(now), self._send_rate(now)))
         self._next_slot = max(self._next_slot, now)
         self._stretch(now, self._rate)
 
