@@ -9,7 +9,9 @@ reply.
 from __future__ import annotations
 
 import heapq
+import math
 import random
+import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -60,9 +62,11 @@ class Sender:
         return self.control is not None and self.control.pacer(SERVER).competing
 
 
-def run(senders: list[Sender], bucket: Bucket, clock: FakeClock, until: float) -> None:
-    """Run 8 closed-loop callers per sender for ``until`` seconds."""
-    jitter = random.Random(1).random
+def run(
+    senders: list[Sender], bucket: Bucket, clock: FakeClock, until: float, seed: int = 1
+) -> None:
+    """Run 8 closed-loop callers per sender for ``until`` seconds (``seed``: the backoff jitter)."""
+    jitter = random.Random(seed).random
     events: list[tuple[float, int, int, str, int, float, Optional[SlotGrant]]] = []
     order = 0
 
@@ -131,30 +135,37 @@ def adaptive(clock: FakeClock) -> Sender:
 
 
 def test_next_to_a_stock_sender_the_adaptive_one_competes() -> None:
-    """One stock-like sender and one adaptive sender share 100/s.  Polite, the adaptive one
-    gets about a tenth of the server; its cuts do not move the pushback, so it competes, keeps
-    competing (no flip-flop), and from then on gets at least 80 % of the stock sender's
-    successes.
+    """One stock-like sender and one adaptive sender share 100/s, over 20 backoff-jitter seeds.
+    Polite, the adaptive one gets about a tenth of the server; its cuts do not move the
+    pushback, so it competes, keeps competing (no flip-flop), and from then on gets at least
+    85 % of the stock sender's successes (86-106 % over these seeds).
 
     The issue's goal is 95 % of the whole run: starved by its neighbour, the adaptive sender
-    sees only a reply or two per cut, so its evidence takes a few tests to add up (5.5 s here;
-    1.5 to 38.5 s over jitter seeds 1-20, and not within the 40 s in one of them: when it comes
-    is sensitive to single replies), and its competing tests cost it a little after that."""
-    clock = FakeClock(START)
-    stock, paced = Sender(None), adaptive(clock)
-    run([stock, paced], Bucket(lambda t: 100.0), clock, until=40.0)
-    assert paced.competed, "the adaptive sender never competed"
-    first = paced.competed[0]
-    assert first < 10.0
-    seconds = {int(t) for t in paced.competed}
-    assert seconds == set(range(int(first), 40))  # it keeps competing: no flip-flop
-    since = int(first) + 1
-    ours = sum(1 for t in paced.succeeded if t >= since)
-    theirs = sum(1 for t in stock.succeeded if t >= since)
-    assert ours >= 0.8 * theirs
-    before = sum(1 for t in paced.succeeded if 1.0 <= t < first)
-    assert before <= 0.3 * sum(1 for t in stock.succeeded if 1.0 <= t < first)  # polite
-    assert paced.successes + stock.successes >= 0.95 * 100.0 * 39.0  # the server stays busy
+    sees only a reply or two per cut, so its evidence takes a few tests to add up, and when it
+    adds up is sensitive to single replies: 1.5 to 38.5 s over these seeds (median 5.5 s), and
+    not within the 40 s in one of them.  So the verdict's timing is asserted over the seeds,
+    not for one."""
+    firsts: list[float] = []
+    for seed in range(1, 21):
+        clock = FakeClock(START)
+        stock, paced = Sender(None), adaptive(clock)
+        run([stock, paced], Bucket(lambda t: 100.0), clock, until=40.0, seed=seed)
+        assert paced.successes + stock.successes >= 0.95 * 100.0 * 39.0  # the server stays busy
+        if not paced.competed:
+            firsts.append(math.inf)
+            continue
+        first = paced.competed[0]
+        firsts.append(first)
+        seconds = {int(t) for t in paced.competed}
+        assert seconds == set(range(int(first), 40)), seed  # it keeps competing: no flip-flop
+        since = int(first) + 1
+        ours = sum(1 for t in paced.succeeded if t >= since)
+        theirs = sum(1 for t in stock.succeeded if t >= since)
+        assert ours >= 0.85 * theirs, seed
+        before = sum(1 for t in paced.succeeded if 1.0 <= t < first)
+        assert before <= 0.3 * sum(1 for t in stock.succeeded if 1.0 <= t < first), seed  # polite
+    assert sum(1 for first in firsts if first < 20.0) >= 16  # 17 of the 20
+    assert statistics.median(firsts) <= 6.0
 
 
 def test_polite_peers_never_compete() -> None:
