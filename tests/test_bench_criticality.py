@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -84,6 +85,9 @@ def test_a_quick_run_accounts_for_every_arrival_in_its_half(
     assert sum(run.served_bins) == sum(run.success_bins) == run.operations - errors
     assert all(s <= d for s, d in zip(run.served_bins, run.due_bins))
     assert sum(run.error_kinds.values()) == errors
+    assert run.critical_error_kinds is not None
+    assert sum(run.critical_error_kinds.values()) == run.critical_errors
+    assert all(n <= run.error_kinds[kind] for kind, n in run.critical_error_kinds.items())
     assert run.server_received >= run.operations - run.error_kinds.get("NotStarted", 0)
     assert run.per_process_competed_s == (None, None)  # the default preset does not pace
     assert sum(ops for ops, _ in run.per_process_critical) == run.critical_ops
@@ -136,6 +140,25 @@ def test_the_goal_the_order_and_the_page_from_the_raw_data() -> None:
     assert "abc1234" in line
     assert table == render_criticality_markdown(runs, QUICK)
     assert "Seconds competing per process (the neighbour test's mode): adaptive: 0.0, 1.5." in table
+    assert "critical half's errors by kind" not in table  # runs recorded before the split
+
+
+def test_the_critical_halfs_error_kinds_are_reported_apart() -> None:
+    """A run that recorded its critical half's errors by kind lists them on their own line
+    (a run without them, committed before they were split, renders as it did)."""
+    split = dataclasses.replace(
+        _run("adaptive", 10),
+        critical_error_kinds={"LocalOverloadError": 7, "OperationFailure": 3},
+    )
+    runs = [_run("current", 400), split]
+    page = render_criticality_markdown(runs, QUICK)
+    assert (
+        "The critical half's errors by kind: adaptive: LocalOverloadError 7, OperationFailure 3."
+        in page
+    )
+    data = json.loads(json.dumps(criticality_report(runs, QUICK, machine_info(), [1.0], 1.0, "x")))
+    assert CriticalityRun.from_dict(data["runs"][1]) == split
+    assert CriticalityRun.from_dict(data["runs"][0]).critical_error_kinds is None
 
 
 def test_an_unknown_policy_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -320,6 +320,7 @@ def _process_report(
     successes, due, served = [0] * bins, [0] * bins, [0] * bins
     counts = {"critical_ops": 0, "critical_errors": 0, "sheddable_ops": 0, "sheddable_errors": 0}
     kinds: dict[str, int] = {}
+    critical_kinds: dict[str, int] = {}
     end = plan.overload_window[1]
     errors_after_end = 0
     for at, _ in schedule:
@@ -331,6 +332,8 @@ def _process_report(
         if error:
             counts[f"{half}_errors"] += 1
             kinds[error] = kinds.get(error, 0) + 1
+            if not sheddable:
+                critical_kinds[error] = critical_kinds.get(error, 0) + 1
             errors_after_end += at >= end
         else:
             successes[min(bins - 1, int(done / plan.bin_s))] += 1
@@ -343,6 +346,7 @@ def _process_report(
         "served_bins": served,
         "errors_after_end": errors_after_end,
         "error_kinds": kinds,
+        "critical_error_kinds": critical_kinds,
         "local_refusals": events.refusals if events.reported else None,
         "competed_s": competed_seconds(client.client),
         "cpu_s": time.process_time() - cpu_start,
@@ -383,6 +387,8 @@ class CriticalityRun:
     settle_s: float
     capacity: float
     goals: dict[str, bool] = field(default_factory=dict)
+    critical_error_kinds: Optional[dict[str, int]] = None
+    """The critical half's errors by kind (None: a run recorded before they were split)."""
 
     @property
     def operations(self) -> int:
@@ -477,12 +483,15 @@ def summarize_criticality(
     width = max(len(report["success_bins"]) for report in processes)
     histograms = {name: [0] * width for name in ("success_bins", "due_bins", "served_bins")}
     kinds: dict[str, int] = {}
+    critical_kinds: dict[str, int] = {}
     for report in processes:
         for name, total in histograms.items():
             for slot, n in enumerate(report[name]):
                 total[slot] += n
         for name, n in report["error_kinds"].items():
             kinds[name] = kinds.get(name, 0) + n
+        for name, n in report["critical_error_kinds"].items():
+            critical_kinds[name] = critical_kinds.get(name, 0) + n
     refusals = [r["local_refusals"] for r in processes if r["local_refusals"] is not None]
     return CriticalityRun(
         policy=policy,
@@ -506,6 +515,7 @@ def summarize_criticality(
         overload_window=plan.overload_window,
         settle_s=plan.settle_s,
         capacity=plan.capacity,
+        critical_error_kinds=dict(sorted(critical_kinds.items())),
     )
 
 
@@ -607,6 +617,17 @@ def render_criticality_markdown(runs: Sequence[CriticalityRun], plan: Criticalit
         f"Errors by kind (NotStarted: no thread was free before the deadline): {kinds}.",
         "",
     ]
+    split = [run for run in runs if run.critical_error_kinds is not None]
+    if split:
+        critical = "; ".join(
+            f"{policy_label(run.policy)}: "
+            + (
+                ", ".join(f"{name} {n:,}" for name, n in (run.critical_error_kinds or {}).items())
+                or "-"
+            )
+            for run in split
+        )
+        lines += [f"The critical half's errors by kind: {critical}.", ""]
     competed = [
         run for run in runs if any(seconds is not None for seconds in run.per_process_competed_s)
     ]
