@@ -249,14 +249,17 @@ def _pymongo_tests_figures() -> dict[str, str]:
 def _criticality_figures() -> dict[str, str]:
     """The figures of the committed real criticality runs: ``crit_*`` of runs 1 and 2 (before
     the last chance), ``crit_*_bound`` of runs 3 and 4 (a last chance sent at its bound),
-    ``crit_*_lc`` of runs 5 and 6 (sent a fifth of a window before it) and ``crit_*_retries``
-    of runs 7 and 8 (critical retries kept too)."""
+    ``crit_*_lc`` of runs 5 and 6 (sent a fifth of a window before it), ``crit_*_retries``
+    of runs 7 and 8 (critical retries kept too) and ``crit_*_split`` of runs 9 and 10 (the
+    same code, with the critical half's errors by kind: ``crit_server_split`` and
+    ``crit_local_split``)."""
     figures: dict[str, str] = {}
     for suffix, numbers in (
         ("", (1, 2)),
         ("_bound", (3, 4)),
         ("_lc", (5, 6)),
         ("_retries", (7, 8)),
+        ("_split", (9, 10)),
     ):
         runs = _both_runs("criticality", numbers)
 
@@ -280,6 +283,12 @@ def _criticality_figures() -> dict[str, str]:
             f"crit_after_adaptive{suffix}": after_end("adaptive"),
             f"crit_after_stock{suffix}": after_end("pymongo-native"),
         }
+    # Runs 9 and 10 are the first to record the critical half's errors by kind.
+    split = _both_runs("criticality", (9, 10))
+    for key, kind in (("server", "OperationFailure"), ("local", "LocalOverloadError")):
+        figures[f"crit_{key}_split"] = " and ".join(
+            f"{_row(rows, 'adaptive')['critical_error_kinds'].get(kind, 0):,}" for rows in split
+        )
     return figures
 
 
@@ -737,6 +746,26 @@ PROSE: list[tuple[str, str]] = [
         "{crit_current_retries} and stock pymongo {crit_stock_retries}, and served "
         "{crit_after_adaptive_retries} of the arrivals of the first second after the end (stock "
         "pymongo {crit_after_stock_retries})",
+    ),
+    (
+        "docs/adaptive.md",
+        "In runs 9 and 10 (`criticality-run9.md`, `criticality-run10.md`, the same code) "
+        "`adaptive` failed {crit_adaptive_split} of the critical operations, the default "
+        "{crit_current_split} and stock pymongo {crit_stock_split}, and served "
+        "{crit_after_adaptive_split} of the arrivals of the first second after the end (stock "
+        "pymongo {crit_after_stock_split}); of its critical errors, {crit_server_split} were the "
+        "server's overload error and {crit_local_split} local refusals",
+    ),
+    (
+        "docs/benchmarks.md",
+        "In the two latest runs (`criticality-run9.md`, `criticality-run10.md`, the same code as "
+        "runs 7 and 8, the first to list the critical half's errors by kind) `adaptive` failed "
+        "{crit_adaptive_split} of the critical operations and {crit_sheddable_split} of the "
+        "sheddable ones, stock pymongo {crit_stock_split} and the default "
+        "{crit_current_split}. Of its critical errors {crit_server_split} were the server's "
+        "overload error and {crit_local_split} local refusals. It served "
+        "{crit_after_adaptive_split} of the arrivals of the first second after the end (stock "
+        "pymongo {crit_after_stock_split}).",
     ),
     (
         "docs/benchmarks.md",
