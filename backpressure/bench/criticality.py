@@ -30,7 +30,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -548,6 +548,15 @@ def _available() -> list[str]:
 # -- the report -------------------------------------------------------------------------------
 
 
+def _kinds_by_policy(kinds: Iterable[tuple[str, dict[str, int]]]) -> str:
+    """``policy: Kind n, Kind n; policy: ...`` for each (policy, errors by kind); ``-`` for none."""
+    return "; ".join(
+        f"{policy_label(policy)}: "
+        + (", ".join(f"{name} {n:,}" for name, n in by_kind.items()) or "-")
+        for policy, by_kind in kinds
+    )
+
+
 def render_criticality_markdown(runs: Sequence[CriticalityRun], plan: CriticalityPlan) -> str:
     """The table (every policy, the default's first), the goal and the per-process lines."""
     order = default_first([run.policy for run in runs])
@@ -605,11 +614,7 @@ def render_criticality_markdown(runs: Sequence[CriticalityRun], plan: Criticalit
         + ", ".join(f"{100 * e / n if n else 0:.1f}%" for n, e in run.per_process_critical)
         for run in runs
     )
-    kinds = "; ".join(
-        f"{policy_label(run.policy)}: "
-        + (", ".join(f"{name} {n:,}" for name, n in run.error_kinds.items()) or "-")
-        for run in runs
-    )
+    kinds = _kinds_by_policy((run.policy, run.error_kinds) for run in runs)
     lines += [
         "",
         f"Critical errors per process: {per_process}.",
@@ -617,17 +622,13 @@ def render_criticality_markdown(runs: Sequence[CriticalityRun], plan: Criticalit
         f"Errors by kind (NotStarted: no thread was free before the deadline): {kinds}.",
         "",
     ]
-    split = [run for run in runs if run.critical_error_kinds is not None]
+    split = [
+        (run.policy, run.critical_error_kinds)
+        for run in runs
+        if run.critical_error_kinds is not None
+    ]
     if split:
-        critical = "; ".join(
-            f"{policy_label(run.policy)}: "
-            + (
-                ", ".join(f"{name} {n:,}" for name, n in (run.critical_error_kinds or {}).items())
-                or "-"
-            )
-            for run in split
-        )
-        lines += [f"The critical half's errors by kind: {critical}.", ""]
+        lines += [f"The critical half's errors by kind: {_kinds_by_policy(split)}.", ""]
     competed = [
         run for run in runs if any(seconds is not None for seconds in run.per_process_competed_s)
     ]
