@@ -113,6 +113,9 @@ class RunData:
     """Successful operations per client (every group's clients, in order)."""
     client_errors: list[int] = field(default_factory=list)
     """Failed operations per client, in the same order."""
+    client_pushbacks: list[list[float]] = field(default_factory=list)
+    """Per client, in the same order: when each overload error its attempts got was read
+    (seconds from the start; what its pacer learns from, in order)."""
     end_s: float = 0.0
     sheddable_ops: int = 0
     """Operations run as sheddable (``ClientGroup.sheddable_fraction``; skipped ones are not
@@ -247,6 +250,7 @@ class _Run:
         new_cycle, state = cycle_factory(policy, self.jitter, self.clock, _QUIET)
         self.data.client_successes.append(0)
         self.data.client_errors.append(0)
+        self.data.client_pushbacks.append([])
         index = len(self.data.client_successes) - 1
         return _Client(group, len(self.servers), new_cycle, index, policy, state)
 
@@ -457,6 +461,7 @@ class _Run:
                     ok = True
                     break
                 data.timeline_rejected[bucket] += 1
+                data.client_pushbacks[client.index].append(env.now)
                 error: BaseException = server.error
             else:
                 error = server.connection_error
