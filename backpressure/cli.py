@@ -183,6 +183,37 @@ def add_seed_argument(parser: argparse._ActionsContainer, *, scope: str = "") ->
     )
 
 
+MAX_SEEDS = 100
+"""The most seeds ``--seeds`` may ask a seed sweep for."""
+
+
+def add_seeds_arguments(
+    parser: argparse.ArgumentParser, *, seeds: int, jobs: bool = True, what: str = ""
+) -> None:
+    """Add a seed sweep's ``--seed N``, ``--seeds N`` (``seeds`` by default; ``what`` says what
+    it does besides running them) and, with ``jobs``, ``--jobs N`` (processes, 1 by default)."""
+    add_seed_argument(parser)
+    also = f" {what}" if what else ""
+    parser.add_argument(
+        "--seeds",
+        type=positive_int,
+        default=seeds,
+        metavar="N",
+        help=f"run N seeds from --seed{also} (default: {seeds})",
+    )
+    if jobs:
+        parser.add_argument(
+            "--jobs", type=positive_int, default=1, metavar="N", help="processes (default: 1)"
+        )
+
+
+def swept_seeds(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[int]:
+    """The seeds ``--seed`` and ``--seeds`` name; more than :data:`MAX_SEEDS` is a usage error."""
+    if args.seeds > MAX_SEEDS:
+        parser.error(f"argument --seeds: must be in 1..{MAX_SEEDS}, got {args.seeds}")
+    return list(range(args.seed, args.seed + args.seeds))
+
+
 def seed_span(seeds: Sequence[int]) -> str:
     """How a results page names the consecutive seeds it ran: ``seed 1`` or ``seeds 1-24``."""
     return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"

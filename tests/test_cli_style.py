@@ -21,6 +21,7 @@ from backpressure.cli import (
     SEED_DEFAULT,
     add_progress_argument,
     add_seed_argument,
+    add_seeds_arguments,
     bounded_float,
     comma_list,
     name_list,
@@ -30,6 +31,7 @@ from backpressure.cli import (
     positive_int,
     progress_enabled,
     run_cli,
+    swept_seeds,
 )
 from backpressure.core.extras import MissingExtraError
 
@@ -267,3 +269,27 @@ def test_progress_and_seed_are_spelled_alike(module: str, seed: bool, progress: 
     assert ("--seed N random seed; the same seed gives the same run" in text) == seed
     assert ("--progress {auto,on,off} progress bar on stderr" in text) == progress
     assert "--no-progress" not in text
+
+
+def test_a_seed_sweep_runs_consecutive_seeds_and_refuses_too_many(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--seed 5 --seeds 3`` names seeds 5, 6 and 7; more than 100 seeds, or none, is a usage
+    error naming ``--seeds``; ``--jobs`` is there only when asked for."""
+    parser = argparse.ArgumentParser(prog="prog")
+    add_seeds_arguments(parser, seeds=8)
+    assert swept_seeds(parser, parser.parse_args(["--seed", "5", "--seeds", "3"])) == [5, 6, 7]
+    defaults = parser.parse_args([])
+    assert defaults.jobs == 1
+    assert len(swept_seeds(parser, defaults)) == 8
+    for argv, message in (
+        (["--seeds", "101"], "must be in 1..100, got 101"),
+        (["--seeds", "0"], "must be >= 1, got 0"),
+    ):
+        with pytest.raises(SystemExit):
+            swept_seeds(parser, parser.parse_args(argv))
+        assert message in capsys.readouterr().err
+    without = argparse.ArgumentParser(prog="prog")
+    add_seeds_arguments(without, seeds=1, jobs=False, what="and add a table")
+    assert not hasattr(without.parse_args([]), "jobs")
+    assert "run N seeds from --seed and add a table (default: 1)" in without.format_help()

@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 from backpressure.cli import (
-    add_seed_argument,
+    add_seeds_arguments,
     comma_list,
     positive_float,
-    positive_int,
     run_cli,
     seed_span,
+    swept_seeds,
 )
 from backpressure.core.extras import require
 from backpressure.sim.arms import resolve
@@ -319,19 +319,11 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         + ",".join(f"{q:g}" for q in DEFAULT_QUIETS)
         + ")",
     )
-    add_seed_argument(parser)
-    parser.add_argument(
-        "--seeds", type=positive_int, default=8, metavar="N", help="run N seeds (default: 8)"
-    )
-    parser.add_argument(
-        "--jobs", type=positive_int, default=1, metavar="N", help="processes (default: 1)"
-    )
+    add_seeds_arguments(parser, seeds=8)
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the table as JSON")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the results page")
     args = parser.parse_args(argv)
-    if args.seeds > 100:
-        parser.error(f"argument --seeds: must be in 1..100, got {args.seeds}")
-    seeds = list(range(args.seed, args.seed + args.seeds))
+    seeds = swept_seeds(parser, args)
     result = measure(args.scenario, seeds, args.quiets, jobs=args.jobs)
     command = (
         f"python -m backpressure.sim.end_detection --scenario {args.scenario} "

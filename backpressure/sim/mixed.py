@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from backpressure.cli import add_seed_argument, name_list, run_cli, seed_span
+from backpressure.cli import add_seeds_arguments, name_list, run_cli, seed_span, swept_seeds
 from backpressure.core.extras import require
 from backpressure.sim.arms import available_policies, resolve
 from backpressure.sim.scenarios import mixed_fleet
@@ -207,20 +207,11 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         default="adaptive",
         help="the upgraded half's policies, comma-separated (default: adaptive)",
     )
-    add_seed_argument(parser)
-    parser.add_argument(
-        "--seeds",
-        type=int,
-        default=1,
-        metavar="N",
-        help="run N seeds from --seed and add a table over them (default: 1)",
-    )
+    add_seeds_arguments(parser, seeds=1, jobs=False, what="and add a table over them")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the results page")
     args = parser.parse_args(argv)
-    if not 1 <= args.seeds <= 100:
-        parser.error(f"--seeds must be in 1..100, got {args.seeds}")
-    seeds = list(range(args.seed, args.seed + args.seeds))
+    seeds = swept_seeds(parser, args)
     runs = {
         policy: [[run_mixed(stock, policy, seed=seed) for stock in STOCK_SHARES] for seed in seeds]
         for policy in args.policy

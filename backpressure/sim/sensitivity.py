@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from backpressure.cli import (
-    add_seed_argument,
+    add_seeds_arguments,
     comma_list,
     name_list,
     positive_float,
-    positive_int,
     run_cli,
     seed_span,
+    swept_seeds,
 )
 from backpressure.core.extras import require
 from backpressure.core.policy import InvalidPolicyError
@@ -237,23 +237,11 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         + ",".join(f"{v:g}" for v in DEFAULT_VALUES)
         + ")",
     )
-    add_seed_argument(parser)
-    parser.add_argument(
-        "--seeds",
-        type=positive_int,
-        default=24,
-        metavar="N",
-        help="run N seeds from --seed (default: 24)",
-    )
-    parser.add_argument(
-        "--jobs", type=positive_int, default=1, metavar="N", help="processes (default: 1)"
-    )
+    add_seeds_arguments(parser, seeds=24)
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the rows as JSON")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the results page")
     args = parser.parse_args(argv)
-    if args.seeds > 100:
-        parser.error(f"argument --seeds: must be in 1..100, got {args.seeds}")
-    seeds = list(range(args.seed, args.seed + args.seeds))
+    seeds = swept_seeds(parser, args)
     try:
         rows = run_sensitivity(args.fleet, args.option, args.values, seeds, args.jobs)
     except InvalidPolicyError as error:  # checked before any run starts
