@@ -573,7 +573,6 @@ def test_the_adaptive_page_gives_the_pacers_times_in_windows() -> None:
         f"the slot-to-reply time and {pacer._MIN_ROUND:g} windows",
         f"{pacer._HELD_QUIET:g} of it after a held round",
         f"doubles every {pacer._CLIMB_DOUBLING:g} windows",
-        f"after {pacer._FREE_CLIMB:g} windows without pushback",
         f"asks again at least every {pacer._NAP:g} windows",
     ):
         assert phrase in text, phrase

@@ -174,7 +174,7 @@ def test_the_first_admitted_round_after_a_total_rejection_starts_the_climb() -> 
 def test_follows_a_capacity_drop_and_rise() -> None:
     """Capacity 200 -> 50 -> 300: the client follows the drop within two seconds, and the
     rise within five (a single client's additive increase is slow; the fast climb starts
-    after a second without pushback and has no ceiling after two)."""
+    after a second without pushback)."""
     clock = FakeClock(START)
 
     def capacity(t: float) -> float:
@@ -187,6 +187,24 @@ def test_follows_a_capacity_drop_and_rise() -> None:
     attempts = count(alone.admitted + alone.rejected, 7.0, 10.0)
     assert attempts <= 1.2 * count(alone.admitted, 7.0, 10.0)
     assert count(alone.admitted, 15.0, 20.0) >= 0.9 * 300.0 * 5.0
+
+
+def test_after_a_capacity_rise_the_climb_has_no_ceiling() -> None:
+    """Capacity 50/s for 10 s, then 400/s: once the server has been quiet for
+    ``adaptive_quiet`` (1 s), the rate doubles every quarter window past the rate of the last
+    decrease, so the client serves more than 85 % of the new capacity from 1.75 s after the
+    rise (capped at that rate for 2 windows, it served 58 %)."""
+    clock = FakeClock(START)
+
+    def capacity(t: float) -> float:
+        return 50.0 if t - START < 10.0 else 400.0
+
+    alone = client(clock)
+    run([alone], Server(capacity=capacity), clock, until=13.0)
+    assert count(alone.admitted, 8.0, 10.0) >= 0.9 * 50.0 * 2.0
+    assert count(alone.admitted, 11.75, 12.75) >= 0.85 * 400.0
+    attempts = count(alone.admitted + alone.rejected, 10.0, 13.0)
+    assert attempts <= 1.1 * count(alone.admitted, 10.0, 13.0)
 
 
 def test_a_sparse_client_starts_with_one_retry_token() -> None:

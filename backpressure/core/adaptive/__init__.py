@@ -28,11 +28,11 @@ whatever share it saw).
 3. **Additive increase, then a fast climb.**  Between decreases the rate grows by
    ``adaptive_increase`` attempts/s every second, the same for every client.  Once the server
    has not pushed back for ``adaptive_quiet`` seconds (a quarter of it after a held round),
-   the rate doubles every ``_CLIMB_DOUBLING`` windows: back up to the rate the last decrease
-   started from, then additively again; without that ceiling after ``_FREE_CLIMB`` windows
-   without pushback (the capacity rose) or after a held round (a fault ended).  After a held
-   round the climb starts as soon as the server has admitted everything for a round, if that
-   comes first (the rate was held, not learned).
+   the rate doubles every ``_CLIMB_DOUBLING`` windows until the next pushback, with no ceiling
+   (the quiet may be the overload's end; a climb during the overload finds the capacity at its
+   first pushback, and joins the neighbour tests' cuts so that its peers' verdicts hold).
+   After a held round the climb starts as soon as the server has admitted everything for a
+   round, if that comes first (the rate was held, not learned).
 4. **Pacing.**  Every attempt to a paced server, the first attempt of an operation included,
    reserves the next free send slot: ``slot = max(now, next_slot)``, ``next_slot = slot +
    1/rate``, first come, first served; the retry of an attempt the server pushed back goes

@@ -43,7 +43,6 @@ _MIN_ROUND = 0.1  # a round lasts at least this share of the window ...
 _ROUND_LATENCIES = 2.0  # ... and at least this many slot-to-reply times
 _RESPACE_RISE = 1.1  # the waiting slots move earlier once the rate grew by this factor
 _NAP = 0.1  # a waiting caller rechecks at least every this many windows (its slot may move)
-_FREE_CLIMB = 2.0  # windows without pushback after which the fast climb has no ceiling
 _HELD_QUIET = 0.25  # after a held round, the climb starts after this share of adaptive_quiet
 _MAX_DOUBLINGS = 30.0  # the fast climb's exponent stops here (no float overflow)
 _MAX_RATE = 1e6  # attempts per second: far above any server's
@@ -88,7 +87,8 @@ class ServerPacerSnapshot:
     """The paced rate in attempts per second (None while open); during a neighbour test, the
     rate the test returns to."""
     peak: Optional[float]
-    """The rate the last decrease started from: the fast climb's ceiling (None while open)."""
+    """The rate the last decrease started from (None while open): a pacer climbing above it cuts
+    with its neighbours' tests."""
     backlog: float
     """Seconds of reserved slots ahead of a new caller (0 while open)."""
     pushbacks: int
@@ -129,7 +129,7 @@ class ServerPacer:
         self.paced = False
         """Read without the lock on the hot path: a bool attribute read is atomic."""
         self._rate = 0.0  # the paced rate at the anchor
-        self._peak = 0.0  # the rate a decrease started from (the fast climb's ceiling)
+        self._peak = 0.0  # the rate a decrease started from (above it, a climb joins the tests)
         self._spaced_rate = 0.0  # the rate the waiting slots are spaced at
         self._anchor = 0.0  # when ``_rate`` was set (the last decrease, or hold)
         self._next_slot = 0.0
@@ -158,6 +158,7 @@ class ServerPacer:
         self._testing = False
         self._test_start = 0.0  # when the running (or last) test's cut began
         self._judging = False  # whether the running test's replies count as evidence
+        self._climb_cut = False  # whether the running test cuts only because the pacer climbs
         # The rate, its anchor, held flag and peak before the test.
         self._restore: tuple[float, float, bool, float] = (0.0, 0.0, False, 0.0)
         self._closed_at = 0.0  # when the pacer last closed
@@ -278,7 +279,8 @@ class ServerPacer:
         ``_TEST_EVERY``.  A polite pacer cuts to ``_TEST_SCALE`` of its send rate (the waiting slots
         too: :meth:`_stretch`); a competing one, at one instant in ``_COMPETING_TESTS``, to
         ``_COMPETING_SCALE`` of what the server admitted it over the last window.  Every paced pacer
-        cuts, so among peers the cut is joint; one whose replies of the last window were pushed back
+        pushed back in the last window, or climbing above the rate of its last decrease, cuts, so
+        among peers the cut is joint; one whose replies of the last window were pushed back
         in at least ``_TEST_SHARE`` of them also *judges*: each of the cut's replies (without its
         first bucket, sent before it) adds to a log-likelihood ratio, pushed back as often as in the
         window before the cut (within ``_MIN_UNMOVED`` and ``_MAX_UNMOVED``) against ``_DRAINED`` of
@@ -341,6 +343,10 @@ class ServerPacer:
                     self._stop_competing(now)
                     self._peak = self._rate
                     return
+            if self._climb_cut:
+                # It cut only because it climbed: it climbs on from the cut (the rate before
+                # it was never learned, and a decrease during the cut stands).
+                return
             # The rate goes on as if there had been no test (a climb after a fault included).
             self._rate, self._anchor, self._held, self._peak = self._restore
             self._spaced_rate = min(self._spaced_rate, self._rate)
@@ -360,9 +366,20 @@ class ServerPacer:
         if index % every:
             return
         replies, pushed = self._recent(now, _BUCKETS)
-        if replies < _JUDGE_REPLIES or pushed < _CUT_SHARE * replies or pushed == replies:
-            # Too little to tell, or too little overload to cut for; or the server admits
-            # nothing (a fault rejecting everything, whoever the neighbours are): no test.
+        # A pacer climbing above the rate of its last decrease cuts with the others even with
+        # no pushback of its own: its climb would otherwise fill what its peers' joint cut
+        # leaves, and they would take each other for neighbours that do not cut.  (Not after a
+        # held round: the server admitted nothing, so its capacity is not what the climb
+        # passes.)
+        climbing = not self._held and self._rate_at(now) > self._peak
+        if (
+            replies < _JUDGE_REPLIES
+            or pushed == replies
+            or (pushed < _CUT_SHARE * replies and not climbing)
+        ):
+            # Too little to tell, or too little overload to cut for (and no climb); or the
+            # server admits nothing (a fault rejecting everything, whoever the neighbours
+            # are): no test.
             return
         self._judging = (
             pushed >= _TEST_SHARE * replies
@@ -378,6 +395,7 @@ class ServerPacer:
             and (self.competing or not self._marks(now))
         )
         self._testing = True
+        self._climb_cut = pushed < _CUT_SHARE * replies
         self._before = pushed / replies
         self._restore = (self._rate, self._anchor, self._held, self._peak)
         if self.competing:
@@ -429,12 +447,13 @@ class ServerPacer:
 
         ``rate + increase * t`` (the same absolute increase for every client), and once the
         server has not pushed back for ``adaptive_quiet`` seconds, doubling every
-        ``_CLIMB_DOUBLING`` windows from there, back up to the rate of the last decrease (where
-        the server pushed back; from there the additive increase goes on), and without that
-        ceiling once the server has been quiet for ``_FREE_CLIMB`` windows (its capacity rose)
-        or after a held round (a fault ended).  After a held round the climb starts as soon as
-        the server has admitted everything for a round, if that comes first: the first admitted
-        round says the fault ended.
+        ``_CLIMB_DOUBLING`` windows from there until the next pushback, with no ceiling: the
+        quiet may be the overload's end, and a client paced at a fraction of its demand must be
+        back at its demand within a second or two.  (A climb during the overload finds the
+        capacity again at its first pushback; it joins the neighbour tests' cuts, so it does not
+        spoil its peers' verdicts: :meth:`_judge`.)  After a held round the climb starts as soon
+        as the server has admitted everything for a round, if that comes first: the first
+        admitted round says the fault ended.
         """
         start = self._anchor
         # After a round the server admitted nothing in (a fault rejecting everything), the
@@ -444,21 +463,18 @@ class ServerPacer:
         # ... or, sooner, once the server has admitted everything for a round since then: the
         # fault ended.
         climb = min(climb, self._resumed + self._round_length())
-        if now <= climb:
-            rate = self._rate + self._increase * (now - start)
-        else:
+        rate = self._rate + self._increase * (now - start)
+        if now > climb:
             climb = max(climb, start)
             base = self._rate + self._increase * (climb - start)
-            rate = base * math.pow(2.0, min(_MAX_DOUBLINGS, (now - climb) / self._doubling))
-            if not self._held and now - self._last_pushback < _FREE_CLIMB * self._window:
-                linear = self._rate + self._increase * (now - start)
-                rate = min(rate, max(self._peak, linear))
+            doubled = base * math.pow(2.0, min(_MAX_DOUBLINGS, (now - climb) / self._doubling))
+            rate = max(rate, doubled)
         return min(max(self._min_rate, rate), _MAX_RATE)
 
     def _learned_rate(self, now: float) -> float:
         """The paced rate at ``now`` without a running test's cut (lock held)."""
-        if not self._testing:
-            return self._rate_at(now)
+        if not self._testing or self._climb_cut:
+            return self._rate_at(now)  # a climb's cut stands after its test
         during = (self._rate, self._anchor, self._held, self._peak)
         self._rate, self._anchor, self._held, self._peak = self._restore
         try:
