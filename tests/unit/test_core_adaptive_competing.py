@@ -354,3 +354,28 @@ def test_a_fault_that_admits_nothing_is_not_a_neighbour() -> None:
     pacer = ServerPacer(ADAPTIVE)
     assert not _feed(pacer, 10.0, lambda t, n: t >= 1.0 or n % 4 == 3)
     assert pacer.paced
+
+
+def test_a_climbing_pacer_cuts_with_its_neighbours_and_climbs_on_from_the_cut() -> None:
+    """Closed by a quarter pushed back, then a second without pushback: the fast climb passes the
+    rate of the last decrease, so at the next test instant (4 s) the pacer cuts with its peers
+    although none of its replies was pushed back (else its climb would fill what their joint
+    cut leaves).  The cut stands after the test: the climb goes on from it, not from the rate
+    before it, and no verdict is taken."""
+    pacer = ServerPacer(ADAPTIVE)
+    _feed(pacer, 3.0, lambda t, n: n % 4 == 3)
+    assert pacer.paced
+    _feed(pacer, 4.0, lambda t, n: False, start=3.0)
+    before = pacer.snapshot(START + 4.0)
+    assert before.rate is not None
+    assert before.peak is not None
+    assert before.rate > before.peak
+    _feed(pacer, 4.05, lambda t, n: False, start=4.0)
+    cut = pacer.snapshot(START + 4.05).rate
+    assert cut is not None
+    assert cut <= 0.8 * before.rate
+    _feed(pacer, 4.6, lambda t, n: False, start=4.05)
+    after = pacer.snapshot(START + 4.6).rate
+    assert after is not None
+    assert 2.0 * cut <= after
+    assert not pacer.competing
