@@ -85,7 +85,7 @@ class ServerPacerSnapshot:
     """Whether attempts to this server are paced (False: the inert, open state)."""
     rate: Optional[float]
     """The paced rate in attempts per second (None while open); during a neighbour test, the
-    rate the test returns to."""
+    rate the test returns to (the cut's own for a climbing pacer's cut, which stands)."""
     peak: Optional[float]
     """The rate the last decrease started from (None while open): a pacer climbing above it cuts
     with its neighbours' tests."""
