@@ -651,10 +651,13 @@ def _drive_closed(
         if delay > 0:
             time.sleep(delay)
         while True:
-            arrival = clock()
-            if arrival >= stop:
-                return
+            # The arrival is stamped with its index under the lock, so the arrival log (in index
+            # order) is in time order too: stamped outside, another worker could take the next
+            # index between one worker's stamp and its index.
             with lock:
+                arrival = clock()
+                if arrival >= stop:
+                    return
                 index = next_index[0]
                 next_index[0] += 1
             kind, key = _draw(rng, config, index)
