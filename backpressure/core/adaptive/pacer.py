@@ -371,12 +371,9 @@ class ServerPacer:
         # leaves, and they would take each other for neighbours that do not cut.  (Not after a
         # held round: the server admitted nothing, so its capacity is not what the climb
         # passes.)
+        quiet = pushed < _CUT_SHARE * replies
         climbing = not self._held and self._rate_at(now) > self._peak
-        if (
-            replies < _JUDGE_REPLIES
-            or pushed == replies
-            or (pushed < _CUT_SHARE * replies and not climbing)
-        ):
+        if replies < _JUDGE_REPLIES or pushed == replies or (quiet and not climbing):
             # Too little to tell, or too little overload to cut for (and no climb); or the
             # server admits nothing (a fault rejecting everything, whoever the neighbours
             # are): no test.
@@ -395,7 +392,7 @@ class ServerPacer:
             and (self.competing or not self._marks(now))
         )
         self._testing = True
-        self._climb_cut = pushed < _CUT_SHARE * replies
+        self._climb_cut = quiet
         self._before = pushed / replies
         self._restore = (self._rate, self._anchor, self._held, self._peak)
         if self.competing:
