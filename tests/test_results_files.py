@@ -287,9 +287,9 @@ def _criticality_figures() -> dict[str, str]:
     ):
         runs = _both_runs("criticality", numbers)
 
-        def critical(policy: str, runs: list[list[dict[str, Any]]] = runs) -> str:
+        def critical(policy: str, digits: int = 1, runs: list[list[dict[str, Any]]] = runs) -> str:
             return " and ".join(
-                f"{_row(rows, policy)['critical_error_rate'] * 100:.1f} %" for rows in runs
+                f"{_row(rows, policy)['critical_error_rate'] * 100:.{digits}f} %" for rows in runs
             )
 
         def after_end(policy: str, runs: list[list[dict[str, Any]]] = runs) -> str:
@@ -299,9 +299,7 @@ def _criticality_figures() -> dict[str, str]:
 
         figures |= {
             f"crit_adaptive{suffix}": critical("adaptive"),
-            f"crit_adaptive2{suffix}": " and ".join(
-                f"{_row(rows, 'adaptive')['critical_error_rate'] * 100:.2f} %" for rows in runs
-            ),
+            f"crit_adaptive2{suffix}": critical("adaptive", 2),
             f"crit_current{suffix}": critical("current"),
             f"crit_stock{suffix}": critical("pymongo-native"),
             f"crit_sheddable{suffix}": " and ".join(
@@ -310,13 +308,13 @@ def _criticality_figures() -> dict[str, str]:
             f"crit_after_adaptive{suffix}": after_end("adaptive"),
             f"crit_after_stock{suffix}": after_end("pymongo-native"),
         }
-    # Runs 9 and 10 are the first to record the critical half's errors by kind.
-    for suffix, numbers in (("_split", (9, 10)), ("_uncapped", (11, 12))):
-        split = _both_runs("criticality", numbers)
-        for key, kind in (("server", "OperationFailure"), ("local", "LocalOverloadError")):
-            figures[f"crit_{key}{suffix}"] = " and ".join(
-                f"{_row(rows, 'adaptive')['critical_error_kinds'].get(kind, 0):,}" for rows in split
-            )
+        # Runs 9 and 10 are the first to record the critical half's errors by kind.
+        if all("critical_error_kinds" in _row(rows, "adaptive") for rows in runs):
+            for key, kind in (("server", "OperationFailure"), ("local", "LocalOverloadError")):
+                figures[f"crit_{key}{suffix}"] = " and ".join(
+                    f"{_row(rows, 'adaptive')['critical_error_kinds'].get(kind, 0):,}"
+                    for rows in runs
+                )
     return figures
 
 
