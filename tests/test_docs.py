@@ -573,6 +573,12 @@ def test_the_adaptive_page_gives_the_pacers_times_in_windows() -> None:
         f"the slot-to-reply time and {pacer._MIN_ROUND:g} windows",
         f"{pacer._HELD_QUIET:g} of it after a held round",
         f"doubles every {pacer._CLIMB_DOUBLING:g} windows",
+        f"a pushback less than {pacer._YOUNG:g} windows after the close",
+        f"{pacer._YOUNG_GAPS:g} times the mean gap of the last {pacer._YOUNG_ROUNDS} without one",
+        f"at least {pacer._YOUNG_QUIET:g} windows, at most `adaptive_quiet`",
+        f"within {pacer._JUMP_AGE:g} windows of the close",
+        f"It tests at one instant in {pacer._COMPETING_TESTS}, cutting",
+        f"not after {pacer._CLIMB_CUT_QUIET:g} windows without a pushback",
         f"asks again at least every {pacer._NAP:g} windows",
     ):
         assert phrase in text, phrase

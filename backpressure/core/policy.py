@@ -407,9 +407,11 @@ times itself (or the recent send rate, if lower) at most once per round, and hol
 when the round admitted nothing (the server rejects everything: the rate must not collapse).
 Between decreases the rate grows by a fixed 10 attempts/s every second (the same for every
 client, so a fleet's shares converge) and, once the server has been quiet for 1 s (0.25 s after
-a held round), doubles every quarter window until the next pushback, with no ceiling (after a
+a held round; after a young overload, three times the mean gap between its pushback rounds, at
+least 0.25 s), doubles every quarter window until the next pushback, with no ceiling (after a
 held round it climbs as soon as the server has admitted everything for a round, if that comes
-first).  The pacer reopens when it has limited no caller for a window.  A caller that cannot
+first); a climb within 4 s of the close starts from what the server admitted before the
+overload.  The pacer reopens when it has limited no caller for a window.  A caller that cannot
 be served within its bound is held until its bound, then refused: a closed loop never spins on
 refusals.
 """

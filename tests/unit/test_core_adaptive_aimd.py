@@ -207,6 +207,57 @@ def test_after_a_capacity_rise_the_climb_has_no_ceiling() -> None:
     assert attempts <= 1.1 * count(alone.admitted, 10.0, 13.0)
 
 
+def _limited(limit_s: float) -> Callable[[float], float]:
+    """5,000/s (above the greedy client's demand), and 60/s from 5 s after START for
+    ``limit_s`` seconds (a tight limit)."""
+
+    def capacity(t: float) -> float:
+        return 60.0 if 5.0 <= t - START < 5.0 + limit_s else 5000.0
+
+    return capacity
+
+
+def test_after_a_tight_limit_of_a_second_the_client_is_back_at_its_demand_at_once() -> None:
+    """A client sending about 1,300 attempts/s meets a 60/s limit for 1 s: a young overload,
+    whose rate is still coming down, so its pushback rounds come a tenth of a window apart.
+    Three of their gaps without one end it, and the climb starts from what the server admitted
+    before the limit: from 0.5 s after the end the client is back at 90 % of its demand
+    (waiting ``adaptive_quiet``, 1 s, and doubling from the limit's pace, it served 13 %)."""
+    clock = FakeClock(START)
+    alone = client(clock)
+    run([alone], Server(capacity=_limited(1.0), tokens=250.0), clock, until=7.0)
+    demand = count(alone.admitted, 4.0, 5.0)
+    assert demand >= 1000
+    assert count(alone.admitted, 6.5, 7.0) >= 0.9 * demand * 0.5
+
+
+def test_a_converged_overload_keeps_its_quiet() -> None:
+    """The same limit for 5 s: the pacer has converged (its pushbacks are far apart), so its
+    end is taken only after ``adaptive_quiet`` without a pushback: for 0.7 s after the limit
+    the client still sends at about the limit's pace."""
+    clock = FakeClock(START)
+    alone = client(clock)
+    run([alone], Server(capacity=_limited(5.0), tokens=250.0), clock, until=11.0)
+    assert count(alone.admitted, 9.0, 10.0) >= 0.8 * 60.0
+    assert count(alone.admitted, 10.0, 10.7) <= 1.5 * 60.0 * 0.7
+
+
+def test_a_pacer_quiet_for_two_windows_stops_cutting_with_the_tests_and_reopens() -> None:
+    """A client whose first attempts met an empty bucket closes at once, then sees no pushback
+    at all (5,000/s, far above its demand).  Its climb passes the rate of its last decrease, so
+    it cuts at the neighbour tests' instants while its peers may still be overloaded; but not
+    once it has had no pushback for 2 windows: its callers then stop waiting and it reopens
+    within 4 s (cutting at every instant, its callers waited after each cut, and it stayed
+    paced for more than 6 s)."""
+    clock = FakeClock(START)
+    alone = client(clock)
+    run([alone], Server(capacity=lambda t: 5000.0), clock, until=4.0)
+    assert alone.rejected
+    assert max(alone.rejected) < 0.1
+    assert not alone.control.is_paced(SERVER)
+    assert count(alone.admitted, 3.5, 4.0) >= 0.9 * count(alone.admitted, 3.0, 4.0) / 2
+
+
 def test_a_sparse_client_starts_with_one_retry_token() -> None:
     """With a per-server "ratio" budget that starts with one token (opt-in: ``adaptive`` keeps
     the current spec's retries, no budget), a client of a fleet gets no free budget: a tenth

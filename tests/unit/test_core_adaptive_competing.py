@@ -294,9 +294,10 @@ def test_a_first_test_that_begins_late_judges_only_its_own_cut() -> None:
 def test_a_competing_pacer_whose_cut_drains_is_polite_again() -> None:
     """Once competing (half its replies pushed back), cuts that drain the pushback (the
     neighbours left, or every client competed and all cut together) take the pacer back to
-    polite: it tests at one instant in 8, one lucky cut next to stock clients is not enough, and
-    at 12 replies a second a cut judges 4 (those from its second bucket to its end), so the
-    third drained cut, at 24 s, ends the spell."""
+    polite: it tests at one instant in 16, one lucky cut next to stock clients is not enough,
+    and at 12 replies a second a cut judges 4 (those from its second bucket to its end), so the
+    third drained cut, at 40 s, ends the spell (the grid's instants count from the clock's zero:
+    the competing cuts fall at 8, 24 and 40 s after START)."""
     pacer = ServerPacer(ADAPTIVE)
     began = _feed(pacer, 6.0, lambda t, n: n % 2 == 1)
     assert began
@@ -305,17 +306,18 @@ def test_a_competing_pacer_whose_cut_drains_is_polite_again() -> None:
     later = 6.0
 
     def pushed(t: float, n: int) -> bool:
-        in_cut = _in_cut(t) and round(t) % 8 == 0  # a competing pacer cuts at one instant in 8
+        # A competing pacer cuts at one instant in 16.
+        in_cut = _in_cut(t) and round(START + t) % 16 == 0
         return n % 2 == 1 and (t < later or not in_cut)
 
-    competed = _feed(pacer, 16.9, pushed, start=later)
-    assert pacer.competing  # the drained cuts at 8 and 16 s
-    competed = _feed(pacer, 25.0, pushed, start=16.9)
+    competed = _feed(pacer, 24.9, pushed, start=later)
+    assert pacer.competing  # the drained cuts at 8 and 24 s
+    competed = _feed(pacer, 41.0, pushed, start=24.9)
     assert not pacer.competing
-    assert 24.0 <= competed[-1] < 25.0  # the third drained cut, at 24 s
+    assert 40.0 <= competed[-1] < 41.0  # the third drained cut, at 40 s
     # The snapshot counts the spell from its first competing reply to the polite one after
     # its last (one reply, 1/12 s, later), and still one spell.
-    snapshot = pacer.snapshot(START + 25.0)
+    snapshot = pacer.snapshot(START + 41.0)
     assert snapshot.competing_spells == 1
     spell = competed[-1] - began[0]
     assert spell <= snapshot.competed_s <= spell + 0.1
@@ -332,20 +334,21 @@ def test_one_drained_cut_with_many_replies_does_not_make_a_competing_pacer_polit
     later = 6.0
 
     def pushed(t: float, n: int) -> bool:
-        in_cut = _in_cut(t) and round(t) % 8 == 0  # a competing pacer cuts at one instant in 8
+        # A competing pacer cuts at one instant in 16.
+        in_cut = _in_cut(t) and round(START + t) % 16 == 0
         return n % 2 == 1 and (t < later or not in_cut)
 
-    competed = _feed(pacer, 15.0, pushed, start=later, per_second=48)
+    competed = _feed(pacer, 23.0, pushed, start=later, per_second=48)
     assert pacer.competing  # the drained cut at 8 s alone did not end it
-    assert competed[-1] >= 14.9
-    competed = _feed(pacer, 16.9, pushed, start=15.0, per_second=48)
-    assert not pacer.competing  # the second drained cut, at 16 s, did
-    assert 16.0 <= competed[-1] < 16.9
-    assert pacer.snapshot(START + 16.9).competing_spells == 1
-    # Outside the cuts the pushback never moved (a stock neighbour): the next polite test says
-    # so, and the pacer competes again.
-    assert _feed(pacer, 18.0, pushed, start=16.9, per_second=48)
-    assert pacer.snapshot(START + 18.0).competing_spells == 2
+    assert competed[-1] >= 22.9
+    competed = _feed(pacer, 24.9, pushed, start=23.0, per_second=48)
+    assert not pacer.competing  # the second drained cut, at 24 s, did
+    assert 24.0 <= competed[-1] < 24.9
+    assert pacer.snapshot(START + 24.9).competing_spells == 1
+    # Outside the cuts the pushback never moved (a stock neighbour): the next polite test (at
+    # 26 s, one instant in 3) says so, and the pacer competes again.
+    assert _feed(pacer, 27.0, pushed, start=24.9, per_second=48)
+    assert pacer.snapshot(START + 27.0).competing_spells == 2
 
 
 def test_a_fault_that_admits_nothing_is_not_a_neighbour() -> None:

@@ -30,9 +30,17 @@ whatever share it saw).
    has not pushed back for ``adaptive_quiet`` seconds (a quarter of it after a held round),
    the rate doubles every ``_CLIMB_DOUBLING`` windows until the next pushback, with no ceiling
    (the quiet may be the overload's end; a climb during the overload finds the capacity at its
-   first pushback, and joins the neighbour tests' cuts so that its peers' verdicts hold).
+   first pushback, and joins the neighbour tests' cuts so that its peers' verdicts hold, until
+   it has had no pushback for ``_CLIMB_CUT_QUIET`` windows).
    After a held round the climb starts as soon as the server has admitted everything for a
-   round, if that comes first (the rate was held, not learned).
+   round, if that comes first (the rate was held, not learned).  A *young* overload (a
+   pushback less than ``_YOUNG`` windows after the close: a tight limit of a second or two)
+   ends sooner: its rate is still coming down, so its pushback rounds come often, and
+   ``_YOUNG_GAPS`` times their mean gap without one (at least ``_YOUNG_QUIET`` window) is its
+   quiet.  A climb that starts within ``_JUMP_AGE`` windows of the close starts from what the
+   server admitted before the overload, when the pacer had a window of replies before it
+   closed (a short overload's end most likely gives that capacity back; a client that closed
+   in its first window saw only its first burst).
 4. **Pacing.**  Every attempt to a paced server, the first attempt of an operation included,
    reserves the next free send slot: ``slot = max(now, next_slot)``, ``next_slot = slot +
    1/rate``, first come, first served; the retry of an attempt the server pushed back goes
@@ -91,7 +99,8 @@ whatever share it saw).
    (one test lowers a polite pacer's evidence by at most 0.5: a starved client's few admitted
    replies must not outweigh the tests before), and bounded to +-3.  At +3 the pacer
    *competes*: it sends as the spec's retry loop alone does (no local waits), testing at one
-   instant in 8 with a cut to three quarters of what the server admitted it; back at -3 it is
+   instant in 16 with a cut to three quarters of what the server admitted it (each such test
+   hands its share to the neighbours that do not cut); back at -3 it is
    polite again, from that test's rate (one test lowers a competing pacer's evidence by at
    most 3: at least two drained cuts, however many replies one has).
    A window in which the server admitted nothing is a fault, not a neighbour: no test.  A

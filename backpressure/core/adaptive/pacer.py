@@ -44,6 +44,14 @@ _ROUND_LATENCIES = 2.0  # ... and at least this many slot-to-reply times
 _RESPACE_RISE = 1.1  # the waiting slots move earlier once the rate grew by this factor
 _NAP = 0.1  # a waiting caller rechecks at least every this many windows (its slot may move)
 _HELD_QUIET = 0.25  # after a held round, the climb starts after this share of adaptive_quiet
+_YOUNG = 2.0  # a pushback less than this many windows after the close is of a young overload:
+_YOUNG_GAPS = 3.0  # ... its quiet is this many mean gaps between its pushback rounds, ...
+_YOUNG_ROUNDS = 4  # ... over its last this many pushback rounds, ...
+_YOUNG_QUIET = 0.25  # ... and at least this many windows (at most adaptive_quiet)
+_CLIMB_CUT_QUIET = 2.0  # a climbing pacer cuts with its neighbours' tests only this many
+# windows after its last pushback (later it is past any overload: its climb sends its demand)
+_JUMP_AGE = 4.0  # a climb that starts within this many windows of the close starts from the
+# rate the server admitted before the overload (when the pacer had a window of replies then)
 _MAX_DOUBLINGS = 30.0  # the fast climb's exponent stops here (no float overflow)
 _MAX_RATE = 1e6  # attempts per second: far above any server's
 _EARLY = 1e-3  # a recheck this close to the slot sends (timers may fire a little early)
@@ -58,7 +66,7 @@ _TEST_MIN = 0.3  # ... after this many (the neighbours' retry loops answer a cut
 # backoff: a shorter cut looks drained even next to clients that do not cut) and once it has ...
 _EARLY_REPLIES = 3  # ... this many replies to judge (a client starved by its neighbours has few)
 _COMPETING_SCALE = 0.75  # a competing pacer cuts to this share of what the server admitted it
-_COMPETING_TESTS = 8  # ... at one instant in this many
+_COMPETING_TESTS = 16  # ... at one instant in this many
 _CUT_SHARE = 0.02  # a pacer cuts only when at least this share of the last window's replies
 # pushed back (a client alone at its capacity loses nothing to the tests), and ...
 _TEST_SHARE = 0.15  # a pacer judges its cut when at least this share of its replies of the
@@ -135,6 +143,11 @@ class ServerPacer:
         self._next_slot = 0.0
         self._waiting: deque[SlotTicket] = deque()  # reserved slots not yet due, in order
         self._last_pushback = -math.inf
+        # When the overload's pushback rounds began (pushbacks at least a round apart), and the
+        # quiet that ends a young overload (see _rate_at).
+        self._pushback_rounds: deque[float] = deque(maxlen=_YOUNG_ROUNDS)
+        self._young_quiet = self._quiet
+        self._admitted_before = 0.0  # what the server admitted before the overload (0: unknown)
         self._admitted_since = 0  # replies admitted since the last pushback
         self._round = 0
         self._admitted_in_round = 0
@@ -212,6 +225,25 @@ class ServerPacer:
         if self._held and now < self._resumed:
             self._resumed = now
 
+    def _pushback_round(self, now: float) -> None:
+        """Note a pushback of a paced server; in a young overload, learn its quiet (lock held).
+
+        Pushbacks a round apart or more begin a new pushback round.  While the overload is
+        young (the pacer closed less than ``_YOUNG`` windows ago) the rate is still coming
+        down to what the server admits, so the pushback rounds come often, and
+        ``_YOUNG_GAPS`` times their mean gap without one says that the overload ended (a
+        tight limit of a second or two, say).  A converged pacer's pushbacks are far apart (a
+        median 0.36 s in a fleet): its quiet stays ``adaptive_quiet``.
+        """
+        rounds = self._pushback_rounds
+        if rounds and now - rounds[-1] < self._round_length():
+            return
+        rounds.append(now)
+        if len(rounds) > 1:
+            gap = (rounds[-1] - rounds[0]) / (len(rounds) - 1)
+            floor = _YOUNG_QUIET * self._window
+            self._young_quiet = min(self._quiet, max(floor, _YOUNG_GAPS * gap))
+
     def _round_length(self) -> float:
         """The shortest round: twice the slot-to-reply time, and a tenth of the window."""
         return max(_ROUND_LATENCIES * self._latency, _MIN_ROUND * self._window)
@@ -279,9 +311,10 @@ class ServerPacer:
         ``_TEST_EVERY``.  A polite pacer cuts to ``_TEST_SCALE`` of its send rate (the waiting slots
         too: :meth:`_stretch`); a competing one, at one instant in ``_COMPETING_TESTS``, to
         ``_COMPETING_SCALE`` of what the server admitted it over the last window.  Every paced pacer
-        pushed back in the last window, or climbing above the rate of its last decrease, cuts, so
-        among peers the cut is joint; one whose replies of the last window were pushed back
-        in at least ``_TEST_SHARE`` of them also *judges*: each of the cut's replies (without its
+        pushed back in the last window, or climbing above the rate of its last decrease within
+        ``_CLIMB_CUT_QUIET`` windows of its last pushback, cuts, so among peers the cut is joint;
+        one whose replies of the last window were pushed back in at least ``_TEST_SHARE`` of them
+        also *judges*: each of the cut's replies (without its
         first bucket, sent before it) adds to a log-likelihood ratio, pushed back as often as in the
         window before the cut (within ``_MIN_UNMOVED`` and ``_MAX_UNMOVED``) against ``_DRAINED`` of
         that.  One test has a few replies (a dense fleet's client sees a dozen a second), so the
@@ -372,7 +405,14 @@ class ServerPacer:
         # held round: the server admitted nothing, so its capacity is not what the climb
         # passes.)
         quiet = pushed < _CUT_SHARE * replies
-        climbing = not self._held and self._rate_at(now) > self._peak
+        # Not once it has been quiet for a while: its climb doubled past its demand with no
+        # pushback, so its neighbours' overload (if any) is not where it sends, and a cut would
+        # only keep its callers waiting, so that it never reopens.
+        climbing = (
+            not self._held
+            and now - self._last_pushback <= _CLIMB_CUT_QUIET * self._window
+            and self._rate_at(now) > self._peak
+        )
         if replies < _JUDGE_REPLIES or pushed == replies or (quiet and not climbing):
             # Too little to tell, or too little overload to cut for (and no climb); or the
             # server admits nothing (a fault rejecting everything, whoever the neighbours
@@ -454,16 +494,28 @@ class ServerPacer:
         """
         start = self._anchor
         # After a round the server admitted nothing in (a fault rejecting everything), the
-        # first quiet stretch is enough: the rate was held, not learned.
-        quiet = self._quiet * _HELD_QUIET if self._held else self._quiet
+        # first quiet stretch is enough: the rate was held, not learned.  A young overload's
+        # quiet is learned from its pushback rounds (_pushback_round).
+        if self._held:
+            quiet = self._quiet * _HELD_QUIET
+        elif self._last_pushback - self._closed_at < _YOUNG * self._window:
+            quiet = self._young_quiet
+        else:
+            quiet = self._quiet
         climb = self._last_pushback + quiet
         # ... or, sooner, once the server has admitted everything for a round since then: the
         # fault ended.
         climb = min(climb, self._resumed + self._round_length())
         rate = self._rate + self._increase * (now - start)
         if now > climb:
+            # A climb soon after the close, from a rate no decrease has changed since the quiet
+            # began, starts from what the server admitted before the overload: a short
+            # overload's end most likely gives that capacity back.
+            jump = start < climb and climb - self._closed_at < _JUMP_AGE * self._window
             climb = max(climb, start)
             base = self._rate + self._increase * (climb - start)
+            if jump:
+                base = max(base, self._admitted_before)
             doubled = base * math.pow(2.0, min(_MAX_DOUBLINGS, (now - climb) / self._doubling))
             rate = max(rate, doubled)
         return min(max(self._min_rate, rate), _MAX_RATE)
@@ -496,6 +548,8 @@ class ServerPacer:
                 return
             current = self._rate_at(now) if self.paced else 0.0  # before this pushback
             self._pushbacks += 1
+            if self.paced:
+                self._pushback_round(now)
             self._last_pushback = now
             self._admitted_since = 0
             self._resumed = math.inf  # the fault goes on
@@ -518,6 +572,13 @@ class ServerPacer:
                 start = max(admitted, _CLOSE_SEND_SHARE * replies / span)
                 self._set_rate(now, self._decrease * start)
                 self._peak = start
+                # A client that had a window of replies before closing knows what the server
+                # admitted before the overload (one closing sooner saw only its first burst).
+                known = self._first_sample is not None and now - self._first_sample >= self._window
+                self._admitted_before = start if known else 0.0
+                self._pushback_rounds.clear()
+                self._pushback_rounds.append(now)
+                self._young_quiet = self._quiet
                 return
             if slot is None or slot < self._anchor:
                 return  # sent before the last decrease (or unpaced): reacted to already
