@@ -34,6 +34,8 @@ RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
         "adaptive-default/fleet-run10",
         "adaptive-default/fleet-run11",
         "adaptive-default/fleet-run12",
+        "adaptive-default/fleet-run13",
+        "adaptive-default/fleet-run14",
     ],
 )
 def test_a_results_page_is_the_rendering_of_its_raw_data(stem: str) -> None:
@@ -284,6 +286,7 @@ def _criticality_figures() -> dict[str, str]:
         ("_retries", (7, 8)),
         ("_split", (9, 10)),
         ("_uncapped", (11, 12)),
+        ("_young", (13, 14)),
     ):
         runs = _both_runs("criticality", numbers)
 
@@ -449,6 +452,18 @@ def _real_goal_figures() -> dict[str, str]:
         }
 
     upgraded7, upgraded8, upgraded9, upgraded10 = (upgraded(n) for n in (7, 8, 9, 10))
+    upgraded17, upgraded18 = (upgraded(n) for n in (17, 18))
+    fleets13, fleets14 = adaptive_fleets(13), adaptive_fleets(14)
+
+    def young_fleets(shape: str) -> str:
+        runs = (fleets13[shape], fleets14[shape])
+        return (
+            _and_list([f"{run['error_fraction'] * 100:.1f} %" for run in runs])
+            + " errors at "
+            + _and_list([f"{run['attempts_per_op']:.2f}" for run in runs])
+            + " attempts per operation, Jain "
+            + _and_list([f"{run['jain']:.3f}" for run in runs])
+        )
 
     lone_stock = next(run for run in upgraded7 if run["stock_processes"] == 1)
     equal = (lone_stock["stock"]["successes"] + lone_stock["upgraded"]["successes"]) / (
@@ -479,10 +494,21 @@ def _real_goal_figures() -> dict[str, str]:
         "real_mixed_run9_competed": mixed_competed(upgraded9),
         "real_mixed_run10": mixed_shares(upgraded10),
         "real_mixed_run10_competed": mixed_competed(upgraded10),
+        "real_mixed_run17": mixed_shares(upgraded17),
+        "real_mixed_run17_competed": mixed_competed(upgraded17),
+        "real_mixed_run18": mixed_shares(upgraded18),
+        "real_mixed_run18_competed": mixed_competed(upgraded18),
+        "young_8x8": young_fleets("8x8"),
+        "young_4x16": young_fleets("4x16"),
+        "young_4x16_step": _and_list(
+            [f"{runs['4x16']['phase_jain'][2]:.3f}" for runs in (fleets13, fleets14)]
+        ),
         **recovery_run(3),
         **recovery_run(4),
         **recovery_pair((7, 8)),
         **recovery_pair((9, 10), "recovery_uncapped"),
+        **recovery_pair((11, 12), "recovery_young"),
+        **_soak_pair_figures((12, 13), "soak_young"),
         **_interleaved_soak_figures(),
         "soak_stock_old": acked("pymongo-native"),
         "recovery_current_vs_stock": " in the first run, ".join(
@@ -507,6 +533,44 @@ SOAK_RUNS = (3, 4)
 """The interleaved real fault soaks the pages quote."""
 
 
+def _per_round(reports: list[dict[str, Any]], policy: str) -> str:
+    """``policy``'s acked writes over the default's in each soak of ``reports``: the mean of
+    the rounds' ratios and its 95 % interval."""
+    texts = []
+    for report in reports:
+        row = _row(report["runs"], policy)
+        texts.append(f"{row['ratio_mean']:.3f} ({row['ratio_low']:.3f}-{row['ratio_high']:.3f})")
+    return " and ".join(texts)
+
+
+def _soak_pair_figures(numbers: tuple[int, int], key: str) -> dict[str, str]:
+    """The figures of two interleaved fault soaks (``faults-run<N>``) under keys ``key_*``:
+    each policy's acked writes over the default's (mean of the rounds and its interval), the
+    errors beside the default's, and the acks around tight limits and all-reject windows."""
+    reports = [
+        json.loads(
+            (RESULTS / "adaptive-default" / f"faults-run{n}.json").read_text(encoding="utf-8")
+        )
+        for n in numbers
+    ]
+    rounds = [rounds_from_report(report) for report in reports]
+
+    def kind(policy: str, name: str) -> str:
+        return " and ".join(f"{kind_ratios(one, policy)[name]:.2f}" for one in rounds)
+
+    return {
+        f"{key}_adaptive": _per_round(reports, "adaptive"),
+        f"{key}_stock": _per_round(reports, "pymongo-native"),
+        f"{key}_errors": " and ".join(
+            f"{_row(r['runs'], 'adaptive')['errors']:,} against "
+            f"{_row(r['runs'], 'current')['errors']:,}"
+            for r in reports
+        ),
+        f"{key}_limit": kind("adaptive", "limit"),
+        f"{key}_overload": kind("adaptive", "overload"),
+    }
+
+
 def _interleaved_soak_figures() -> dict[str, str]:
     """The figures of the interleaved fault soaks (``faults-run3``/``run4``) and of the
     simulator's calibrated ``faults`` section of ``sim-fleet.md``."""
@@ -517,15 +581,6 @@ def _interleaved_soak_figures() -> dict[str, str]:
         for n in SOAK_RUNS
     ]
     rounds = [rounds_from_report(report) for report in reports]
-
-    def per_round(policy: str) -> str:
-        texts = []
-        for report in reports:
-            row = _row(report["runs"], policy)
-            texts.append(
-                f"{row['ratio_mean']:.3f} ({row['ratio_low']:.3f}-{row['ratio_high']:.3f})"
-            )
-        return " and ".join(texts)
 
     def of_totals(policy: str) -> str:
         return " and ".join(
@@ -552,8 +607,8 @@ def _interleaved_soak_figures() -> dict[str, str]:
         return cells[f" {name} "].split("(")[1].split(")")[0]
 
     return {
-        "soak_adaptive_rounds": per_round("adaptive"),
-        "soak_stock_rounds": per_round("pymongo-native"),
+        "soak_adaptive_rounds": _per_round(reports, "adaptive"),
+        "soak_stock_rounds": _per_round(reports, "pymongo-native"),
         "soak_adaptive_totals": of_totals("adaptive"),
         "soak_error_pairs": "; ".join(
             f"{_row(r['runs'], 'adaptive')['errors']:,} against "
@@ -871,6 +926,72 @@ PROSE: list[tuple[str, str]] = [
         "{crit_current_uncapped} and stock pymongo {crit_stock_uncapped}, and served "
         "{crit_after_adaptive_uncapped} of the arrivals of the first second after the end (stock "
         "pymongo {crit_after_stock_uncapped})",
+    ),
+    (
+        "docs/adaptive.md",
+        "In fleet runs 13 and 14 (`fleet-run13.md`, `fleet-run14.md`, after a young overload "
+        "ends sooner, `f3e1502`) the 8 x 8 fleet had {young_8x8}, and the 4 x 16 fleet "
+        "{young_4x16} ({young_4x16_step} within the 300/s step)",
+    ),
+    (
+        "docs/benchmarks.md",
+        "the 8 x 8 fleet had {young_8x8}, and the 4 x 16 fleet {young_4x16} "
+        "({young_4x16_step} within the 300/s step)",
+    ),
+    (
+        "docs/adaptive.md",
+        "In recovery runs 11 and 12 (`recovery-run11.md`, `recovery-run12.md`, after `f3e1502`) "
+        "`adaptive` served {recovery_young_first} of the demand in the first second and "
+        "{recovery_young_second} in the second, and {recovery_young_ratio} of stock's successes "
+        "from 1 s to 4 s",
+    ),
+    (
+        "docs/benchmarks.md",
+        "`adaptive` served {recovery_young_first} of the demand in the first second and "
+        "{recovery_young_second} in the second, stock pymongo {recovery_young_stock}, the "
+        "default {recovery_young_current}; from 1 s to 4 s `adaptive` had {recovery_young_ratio} "
+        "of stock's successes",
+    ),
+    (
+        "docs/adaptive.md",
+        "`adaptive` acked {soak_young_adaptive} of the default's writes (stock pymongo "
+        "{soak_young_stock}) with {soak_young_errors} errors; from a tight limit's start to 1 s "
+        "after its end {soak_young_limit} of the default's acks, around the all-reject windows "
+        "{soak_young_overload}",
+    ),
+    (
+        "docs/benchmarks.md",
+        "`adaptive` acked {soak_young_adaptive} of the default's writes (stock pymongo "
+        "{soak_young_stock}) with {soak_young_errors} errors; from a tight limit's start to 1 s "
+        "after its end {soak_young_limit} of the default's acks, around the all-reject windows "
+        "{soak_young_overload}",
+    ),
+    (
+        "docs/adaptive.md",
+        "In runs 17 and 18 (`mixed-fleet-run17.md`, `mixed-fleet-run18.md`, after a competing "
+        "pacer tests at one instant in 16) an adaptive process got {real_mixed_run17}, competing "
+        "for {real_mixed_run17_competed}, and {real_mixed_run18}, competing for "
+        "{real_mixed_run18_competed}",
+    ),
+    (
+        "docs/benchmarks.md",
+        "an adaptive process got {real_mixed_run17} (run 17) and {real_mixed_run18} (run 18) of "
+        "a stock process's successes at 1, 4 and 7 stock processes of 8",
+    ),
+    (
+        "docs/adaptive.md",
+        "In runs 13 and 14 (`criticality-run13.md`, `criticality-run14.md`, after `f3e1502`) "
+        "`adaptive` failed {crit_adaptive2_young} of the critical operations, the default "
+        "{crit_current_young} and stock pymongo {crit_stock_young}, and served "
+        "{crit_after_adaptive_young} of the arrivals of the first second after the end (stock "
+        "pymongo {crit_after_stock_young})",
+    ),
+    (
+        "docs/benchmarks.md",
+        "`adaptive` failed {crit_adaptive2_young} of the critical operations and "
+        "{crit_sheddable_young} of the sheddable ones, stock pymongo {crit_stock_young} and the "
+        "default {crit_current_young}; it served {crit_after_adaptive_young} of the arrivals of "
+        "the first second after the end (stock pymongo {crit_after_stock_young})",
     ),
     (
         "docs/benchmarks.md",
