@@ -233,7 +233,7 @@ class ServerPacer:
         down to what the server admits, so the pushback rounds come often, and
         ``_YOUNG_GAPS`` times their mean gap without one says that the overload ended (a
         tight limit of a second or two, say).  A converged pacer's pushbacks are far apart (a
-        median 0.36 s in a fleet): its quiet stays ``adaptive_quiet``.
+        median of about a third of a window in a fleet): its quiet stays ``adaptive_quiet``.
         """
         rounds = self._pushback_rounds
         if rounds and now - rounds[-1] < self._round_length():
