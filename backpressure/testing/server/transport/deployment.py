@@ -134,6 +134,41 @@ class _Close(Exception):
     """Raised inside request handling to drop the connection without a reply."""
 
 
+class _TrackedStreamProtocol(asyncio.StreamReaderProtocol):
+    """A client connection's stream protocol that keeps its transport in ``open`` while it is
+    connected, so that stopping the deployment closes it even if its handler task never ran.
+
+    The loop creates the handler task when the connection is made; a task cancelled before its
+    first step (the loop shutting down just then) never reaches the handler's own ``close``.
+    """
+
+    def __init__(
+        self,
+        open_transports: set[asyncio.BaseTransport],
+        stopped: Callable[[], bool],
+        handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any],
+    ) -> None:
+        """Serve each connection with ``handler``; ``stopped`` tells whether to refuse it."""
+        super().__init__(asyncio.StreamReader(), handler)
+        self._open_transports = open_transports
+        self._stopped = stopped
+        self._tracked: Optional[asyncio.BaseTransport] = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Track the transport and start the handler; close at once after the stop."""
+        self._tracked = transport
+        self._open_transports.add(transport)
+        super().connection_made(transport)
+        if self._stopped():
+            transport.close()
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        """Forget the transport."""
+        if self._tracked is not None:
+            self._open_transports.discard(self._tracked)
+        super().connection_lost(exc)
+
+
 class Deployment:
     """All members of one emulated topology, served from the current event loop."""
 
@@ -174,6 +209,8 @@ class Deployment:
         self.topology: Optional[Topology] = None
         self._servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
+        self._transports: set[asyncio.BaseTransport] = set()
+        self._stopped = False
         self._next_connection_id = 1
         self._next_request_id = 1
         self._parser: Optional[concurrent.futures.ThreadPoolExecutor] = None
@@ -187,13 +224,12 @@ class Deployment:
 
     async def start(self) -> None:
         """Bind every member's port and start accepting connections."""
+        self._stopped = False
         bound: list[int] = []
         try:
             for index in range(len(self.roles)):
                 port = self.port + index if self.port else 0
-                server = await asyncio.start_server(
-                    self._make_acceptor(index), self.host, port, reuse_address=True
-                )
+                server = await self._listen(index, port)
                 self._servers.append(server)
                 bound.append(server.sockets[0].getsockname()[1])
         except BaseException:
@@ -247,8 +283,19 @@ class Deployment:
                     exposed.append(host)
         return sorted(set(exposed))
 
+    async def _listen(self, index: int, port: int) -> asyncio.Server:
+        """Listen for member ``index``'s clients on ``port`` (0: any free port)."""
+        acceptor = self._make_acceptor(index)
+        return await asyncio.get_running_loop().create_server(
+            lambda: _TrackedStreamProtocol(self._transports, lambda: self._stopped, acceptor),
+            self.host,
+            port,
+            reuse_address=True,
+        )
+
     async def stop(self) -> None:
         """Close the listeners and every client connection."""
+        self._stopped = True
         for server in self._servers:
             server.close()
         tasks = list(self._connections)
@@ -265,6 +312,8 @@ class Deployment:
         if self._parser is not None:
             self._parser.shutdown(wait=True)
             self._parser = None
+        for transport in list(self._transports):  # handlers that never ran (see the protocol)
+            transport.close()
         await asyncio.sleep(0)
 
     def _make_acceptor(
