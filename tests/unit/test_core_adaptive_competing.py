@@ -15,6 +15,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+import pytest
+
 from backpressure.core.adaptive import ClientPacers, Refusal, ServerPacer, SlotGrant
 from backpressure.core.policy import ADAPTIVE
 from tests.fakes import FakeClock
@@ -382,3 +384,35 @@ def test_a_climbing_pacer_cuts_with_its_neighbours_and_climbs_on_from_the_cut() 
     assert after is not None
     assert 2.0 * cut <= after
     assert not pacer.competing
+
+
+def test_a_cut_without_pushback_lasts_the_whole_half_window() -> None:
+    """A polite pacer whose cut has its replies admitted (peers that cut too) still cuts 0.45
+    window in, with four such replies: a peer back at its rate early would push back the cuts
+    still running, and a peer with few replies would take that for neighbours that do not cut.
+    After the half window it sends at the rate the test returns to."""
+    pacer = ServerPacer(ADAPTIVE)
+    rates: dict[float, tuple[float, float]] = {}
+    probes = [2.45, 2.6]
+    for number in range(3 * 12):
+        t = number / 12
+        while probes and t >= probes[0]:
+            at = probes.pop(0)
+            first = pacer.admit(START + at, 10.0, deadline_bound=False)
+            second = pacer.admit(START + at, 10.0, deadline_bound=False)
+            assert isinstance(first, SlotGrant)
+            assert isinstance(second, SlotGrant)
+            assert first.slot is not None
+            assert second.slot is not None
+            returns_to = pacer.snapshot(START + at).rate
+            assert returns_to is not None
+            rates[at] = (1.0 / (second.slot - first.slot), returns_to)
+        in_cut = t >= 1.0 and t % 1.0 < 0.5
+        if number % 4 == 3 and not in_cut:
+            pacer.record_pushback(START + t, START + t)
+        else:
+            pacer.record_admitted(START + t, START + t)
+    cutting, returns_to = rates[2.45]
+    assert cutting < 0.9 * returns_to  # still the cut (it ended at 2.42 s when it could end early)
+    sending, returns_to = rates[2.6]
+    assert sending == pytest.approx(returns_to)

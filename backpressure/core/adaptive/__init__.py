@@ -84,7 +84,7 @@ whatever share it saw).
 
 8. **Compete when the cuts move nothing.**  At instants one window apart, the same for every
    client of the clock, every pacer paced for a window and pushed back in 2 % of its replies
-   cuts to 0.8 of its send rate for 0.3 to 0.5 window: at every instant until 4 windows after
+   cuts to 0.8 of its send rate for 0.5 window: at every instant until 4 windows after
    it closed (peers close together when an overload begins, so they test together), then at
    every third one.  The cut acts at once: the callers already waiting are spaced at its rate
    (none past its bound), or the queue's old slots would answer for most of the cut.  Among
@@ -93,14 +93,14 @@ whatever share it saw).
    one of them within 0.2 window or among its last 5 replies, judges its cut's replies (from
    the tenth of a window after the one its cut began in, to the end of the cut: a first test
    that begins late, once the pacer settled, is not judged on the pushback before it, nor on
-   the reply that ends it; a cut without pushback ends early only once it has 3 such
-   replies): each adds to a log-likelihood ratio (pushed back as often as before the cut,
-   against a fifth as often), summed over tests because one test has only a few replies
-   (one test lowers a polite pacer's evidence by at most 0.5: a starved client's few admitted
-   replies must not outweigh the tests before), and bounded to +-3.  At +3 the pacer
-   *competes*: it sends as the spec's retry loop alone does (no local waits), testing at one
-   instant in 16 with a cut to three quarters of what the server admitted it (each such test
-   hands its share to the neighbours that do not cut); back at -3 it is
+   the reply that ends it; every cut lasts as long, or a peer back at its rate early would
+   push back the cuts still running): each adds to a log-likelihood ratio (pushed back as
+   often as before the cut, against a fifth as often), summed over tests because one test has
+   only a few replies (one test lowers a polite pacer's evidence by at most 0.5: a starved
+   client's few admitted replies must not outweigh the tests before), and bounded to +-3.  At
+   +3 the pacer *competes*: it sends as the spec's retry loop alone does (no local waits),
+   testing at one instant in 16 with a cut to three quarters of what the server admitted it
+   (each such test hands its share to the neighbours that do not cut); back at -3 it is
    polite again, from that test's rate (one test lowers a competing pacer's evidence by at
    most 3: at least two drained cuts, however many replies one has).
    A window in which the server admitted nothing is a fault, not a neighbour: no test.  A

@@ -61,10 +61,9 @@ _SETTLE = 1.0  # ... this many windows (its closing cut has settled) cuts at eve
 _ONSET_TESTS = 4.0  # ... until this many windows after it closed, then ...
 _TEST_EVERY = 3  # ... at one instant in this many (a test costs its peers a little each time)
 _TEST_SCALE = 0.8  # a polite pacer cuts to this share of its send rate ...
-_TEST_LENGTH = 0.5  # ... for at most this many windows, and ends early without pushback ...
-_TEST_MIN = 0.3  # ... after this many (the neighbours' retry loops answer a cut within their
-# backoff: a shorter cut looks drained even next to clients that do not cut) and once it has ...
-_EARLY_REPLIES = 3  # ... this many replies to judge (a client starved by its neighbours has few)
+_TEST_LENGTH = 0.5  # ... for this many windows, every pacer alike: a peer back at its rate
+# while another still cuts pushes that one back, which reads as neighbours that do not cut (and
+# a shorter cut looks drained even next to them: their retry loops answer it within a backoff)
 _COMPETING_SCALE = 0.75  # a competing pacer cuts to this share of what the server admitted it
 _COMPETING_TESTS = 16  # ... at one instant in this many
 _CUT_SHARE = 0.02  # a pacer cuts only when at least this share of the last window's replies
@@ -301,28 +300,29 @@ class ServerPacer:
         """Test, at fixed instants, whether this client's cuts move the pushback (lock held).
 
         A polite (AIMD) pacer loses to neighbours that do not cut (stock retry loops): its cuts only
-        hand its share over, and the pushback stays as high.  Among polite peers a cut that everyone
-        makes drains the pushback at once.  The pushback *level* cannot tell the two apart (it is as
+        hand its share over, and the pushback stays as high. Among polite peers a cut that everyone
+        makes drains the pushback at once. The pushback *level* cannot tell the two apart (it is as
         high among peers converging after a capacity step as next to stock clients); a joint cut
-        can.  At instants ``_TEST_GRID`` windows apart, the same for every client of the clock, a
-        pacer paced for at least ``_SETTLE`` windows cuts for ``_TEST_MIN`` to ``_TEST_LENGTH``
-        windows: at every instant until ``_ONSET_TESTS`` windows after it closed (peers close
-        together when an overload begins, so they test together and decide fast), then at one in
-        ``_TEST_EVERY``.  A polite pacer cuts to ``_TEST_SCALE`` of its send rate (the waiting slots
-        too: :meth:`_stretch`); a competing one, at one instant in ``_COMPETING_TESTS``, to
-        ``_COMPETING_SCALE`` of what the server admitted it over the last window.  Every paced pacer
-        pushed back in the last window, or climbing above the rate of its last decrease within
-        ``_CLIMB_CUT_QUIET`` windows of its last pushback, cuts, so among peers the cut is joint;
-        one whose replies of the last window were pushed back in at least ``_TEST_SHARE`` of them
-        also *judges*: each of the cut's replies (without its
-        first bucket, sent before it) adds to a log-likelihood ratio, pushed back as often as in the
-        window before the cut (within ``_MIN_UNMOVED`` and ``_MAX_UNMOVED``) against ``_DRAINED`` of
-        that.  One test has a few replies (a dense fleet's client sees a dozen a second), so the
-        evidence adds up over tests, bounded to +-``_EVIDENCE``.  At ``+_EVIDENCE`` the pacer
-        competes: it sends as the spec's retry loop alone does (no local waits).  Back at
-        -``_EVIDENCE`` it is polite again, at its test's rate.  A window in which the server
-        admitted nothing (a fault) is no evidence and gets no test.  The server's burst allowance
-        keeps the tokens a cut leaves unused.
+        can. At instants ``_TEST_GRID`` windows apart, the same for every client of the clock, a
+        pacer paced for at least ``_SETTLE`` windows cuts for ``_TEST_LENGTH`` windows (every one
+        for as long: a cut that ended early, with no pushback of its own, would send the pushback of
+        its return into its peers' running cuts): at every instant until ``_ONSET_TESTS`` windows
+        after it closed (peers close together when an overload begins, so they test together and
+        decide fast), then at one in ``_TEST_EVERY``. A polite pacer cuts to ``_TEST_SCALE`` of its
+        send rate (the waiting slots too: :meth:`_stretch`); a competing one, at one instant in
+        ``_COMPETING_TESTS``, to ``_COMPETING_SCALE`` of what the server admitted it over the last
+        window. Every paced pacer pushed back in the last window, or climbing above the rate of its
+        last decrease within ``_CLIMB_CUT_QUIET`` windows of its last pushback, cuts, so among peers
+        the cut is joint; one whose replies of the last window were pushed back in at least
+        ``_TEST_SHARE`` of them also *judges*: each of the cut's replies (without its first bucket,
+        sent before it) adds to a log-likelihood ratio, pushed back as often as in the window before
+        the cut (within ``_MIN_UNMOVED`` and ``_MAX_UNMOVED``) against ``_DRAINED`` of that. One
+        test has a few replies (a dense fleet's client sees a dozen a second), so the evidence adds
+        up over tests, bounded to +-``_EVIDENCE``. At ``+_EVIDENCE`` the pacer competes: it sends as
+        the spec's retry loop alone does (no local waits). Back at -``_EVIDENCE`` it is polite
+        again, at its test's rate. A window in which the server admitted nothing (a fault) is no
+        evidence and gets no test. The server's burst allowance keeps the tokens a cut leaves
+        unused.
         """
         period = self._window * _TEST_GRID
         index = int(now / period)
@@ -332,21 +332,13 @@ class ServerPacer:
             # The test's replies: from the bucket after the one its cut began in (that one
             # holds replies to attempts sent before the cut) to the last bucket that ended
             # before the test did (a reply counted after it answers the rate it returned to).
-            running = since < length and index == self._test
+            if since < length and index == self._test:
+                return  # still running
             end = min(now, self._test * period + length)
             replies, pushed = self._between(
                 int(self._test_start / self._width) + 1,
                 int(end / self._width + _BUCKET_EDGE) - 1,
             )
-            if running and (
-                pushed
-                or self.competing
-                or replies < _EARLY_REPLIES
-                or since < _TEST_MIN * self._window
-            ):
-                return
-            # Over, or polite with no pushback in a few replies since the cut: the neighbours
-            # cut too, and the test ends early (among peers a test then costs a round or two).
             self._testing = False
             if self._judging and replies:
                 # Next to neighbours that do not cut, the cut's replies are pushed back as
