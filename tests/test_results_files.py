@@ -36,6 +36,8 @@ RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
         "adaptive-default/fleet-run12",
         "adaptive-default/fleet-run13",
         "adaptive-default/fleet-run14",
+        "adaptive-default/fleet-run15",
+        "adaptive-default/fleet-run16",
     ],
 )
 def test_a_results_page_is_the_rendering_of_its_raw_data(stem: str) -> None:
@@ -287,6 +289,7 @@ def _criticality_figures() -> dict[str, str]:
         ("_split", (9, 10)),
         ("_uncapped", (11, 12)),
         ("_young", (13, 14)),
+        ("_whole", (15, 16)),
     ):
         runs = _both_runs("criticality", numbers)
 
@@ -452,11 +455,12 @@ def _real_goal_figures() -> dict[str, str]:
         }
 
     upgraded7, upgraded8, upgraded9, upgraded10 = (upgraded(n) for n in (7, 8, 9, 10))
-    upgraded17, upgraded18 = (upgraded(n) for n in (17, 18))
-    fleets13, fleets14 = adaptive_fleets(13), adaptive_fleets(14)
+    upgraded17, upgraded18, upgraded19, upgraded20 = (upgraded(n) for n in (17, 18, 19, 20))
+    young = (adaptive_fleets(13), adaptive_fleets(14))
+    whole = (adaptive_fleets(15), adaptive_fleets(16))
 
-    def young_fleets(shape: str) -> str:
-        runs = (fleets13[shape], fleets14[shape])
+    def fleet_pair(shape: str, pair: tuple[dict[str, dict[str, Any]], ...]) -> str:
+        runs = [fleets[shape] for fleets in pair]
         return (
             _and_list([f"{run['error_fraction'] * 100:.1f} %" for run in runs])
             + " errors at "
@@ -498,17 +502,24 @@ def _real_goal_figures() -> dict[str, str]:
         "real_mixed_run17_competed": mixed_competed(upgraded17),
         "real_mixed_run18": mixed_shares(upgraded18),
         "real_mixed_run18_competed": mixed_competed(upgraded18),
-        "young_8x8": young_fleets("8x8"),
-        "young_4x16": young_fleets("4x16"),
-        "young_4x16_step": _and_list(
-            [f"{runs['4x16']['phase_jain'][2]:.3f}" for runs in (fleets13, fleets14)]
-        ),
+        "real_mixed_run19": mixed_shares(upgraded19),
+        "real_mixed_run19_competed": mixed_competed(upgraded19),
+        "real_mixed_run20": mixed_shares(upgraded20),
+        "real_mixed_run20_competed": mixed_competed(upgraded20),
+        "young_8x8": fleet_pair("8x8", young),
+        "young_4x16": fleet_pair("4x16", young),
+        "young_4x16_step": _and_list([f"{runs['4x16']['phase_jain'][2]:.3f}" for runs in young]),
+        "whole_8x8": fleet_pair("8x8", whole),
+        "whole_4x16": fleet_pair("4x16", whole),
+        "whole_4x16_step": _and_list([f"{runs['4x16']['phase_jain'][2]:.3f}" for runs in whole]),
         **recovery_run(3),
         **recovery_run(4),
         **recovery_pair((7, 8)),
         **recovery_pair((9, 10), "recovery_uncapped"),
         **recovery_pair((11, 12), "recovery_young"),
+        **recovery_pair((13, 14), "recovery_whole"),
         **_soak_pair_figures((12, 13), "soak_young"),
+        **_soak_pair_figures((14, 15), "soak_whole"),
         **_interleaved_soak_figures(),
         "soak_stock_old": acked("pymongo-native"),
         "recovery_current_vs_stock": " in the first run, ".join(
@@ -937,6 +948,76 @@ PROSE: list[tuple[str, str]] = [
         "docs/benchmarks.md",
         "the 8 x 8 fleet had {young_8x8}, and the 4 x 16 fleet {young_4x16} "
         "({young_4x16_step} within the 300/s step)",
+    ),
+    (
+        "docs/adaptive.md",
+        "In fleet runs 15 and 16 (`fleet-run15.md`, `fleet-run16.md`, after every test's cut "
+        "lasts the whole half window, `4ebf3d2`) the 8 x 8 fleet had {whole_8x8}, and the 4 x 16 "
+        "fleet {whole_4x16} ({whole_4x16_step} within the 300/s step)",
+    ),
+    (
+        "docs/benchmarks.md",
+        "In runs 15 and 16, after every test's cut lasts the whole half window (`4ebf3d2`), the "
+        "8 x 8 fleet had {whole_8x8}, and the 4 x 16 fleet {whole_4x16} ({whole_4x16_step} "
+        "within the 300/s step)",
+    ),
+    (
+        "docs/adaptive.md",
+        "In recovery runs 13 and 14 (`recovery-run13.md`, `recovery-run14.md`, after `4ebf3d2`) "
+        "`adaptive` served {recovery_whole_first} of the demand in the first second and "
+        "{recovery_whole_second} in the second, and {recovery_whole_ratio} of stock's successes "
+        "from 1 s to 4 s",
+    ),
+    (
+        "docs/benchmarks.md",
+        "In runs 13 and 14 (`recovery-run13.md`, `recovery-run14.md`, after `4ebf3d2`) "
+        "`adaptive` served {recovery_whole_first} of the demand in the first second and "
+        "{recovery_whole_second} in the second, stock pymongo {recovery_whole_stock}, the "
+        "default {recovery_whole_current}; from 1 s to 4 s `adaptive` had {recovery_whole_ratio} "
+        "of stock's successes",
+    ),
+    (
+        "docs/adaptive.md",
+        "In soaks 14 and 15 (`faults-run14.md`, `faults-run15.md`, after `4ebf3d2`) `adaptive` "
+        "acked {soak_whole_adaptive} of the default's writes (stock pymongo {soak_whole_stock}) "
+        "with {soak_whole_errors} errors; from a tight limit's start to 1 s after its end "
+        "{soak_whole_limit} of the default's acks, around the all-reject windows "
+        "{soak_whole_overload}",
+    ),
+    (
+        "docs/benchmarks.md",
+        "In soaks 14 and 15 (`faults-run14.md`, `faults-run15.md`, after `4ebf3d2`) `adaptive` "
+        "acked {soak_whole_adaptive} of the default's writes (stock pymongo {soak_whole_stock}) "
+        "with {soak_whole_errors} errors; from a tight limit's start to 1 s after its end "
+        "{soak_whole_limit} of the default's acks, around the all-reject windows "
+        "{soak_whole_overload}",
+    ),
+    (
+        "docs/adaptive.md",
+        "In runs 19 and 20 (`mixed-fleet-run19.md`, `mixed-fleet-run20.md`, after `4ebf3d2`) an "
+        "adaptive process got {real_mixed_run19}, competing for {real_mixed_run19_competed}, and "
+        "{real_mixed_run20}, competing for {real_mixed_run20_competed}",
+    ),
+    (
+        "docs/benchmarks.md",
+        "In runs 19 and 20 (after `4ebf3d2`) an adaptive process got {real_mixed_run19} (run 19) "
+        "and {real_mixed_run20} (run 20) of a stock process's successes",
+    ),
+    (
+        "docs/adaptive.md",
+        "In runs 15 and 16 (`criticality-run15.md`, `criticality-run16.md`, after `4ebf3d2`) "
+        "`adaptive` failed {crit_adaptive2_whole} of the critical operations, the default "
+        "{crit_current_whole} and stock pymongo {crit_stock_whole}, and served "
+        "{crit_after_adaptive_whole} of the arrivals of the first second after the end (stock "
+        "pymongo {crit_after_stock_whole})",
+    ),
+    (
+        "docs/benchmarks.md",
+        "In runs 15 and 16 (`criticality-run15.md`, `criticality-run16.md`, after `4ebf3d2`) "
+        "`adaptive` failed {crit_adaptive2_whole} of the critical operations and "
+        "{crit_sheddable_whole} of the sheddable ones, stock pymongo {crit_stock_whole} and the "
+        "default {crit_current_whole}; it served {crit_after_adaptive_whole} of the arrivals of "
+        "the first second after the end (stock pymongo {crit_after_stock_whole})",
     ),
     (
         "docs/adaptive.md",
