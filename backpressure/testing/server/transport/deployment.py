@@ -135,8 +135,9 @@ class _Close(Exception):
 
 
 class _TrackedStreamProtocol(asyncio.StreamReaderProtocol):
-    """A client connection's stream protocol that keeps its transport in ``open`` while it is
-    connected, so that stopping the deployment closes it even if its handler task never ran.
+    """A client connection's stream protocol that keeps its transport in ``open_transports``
+    while it is connected, so that stopping the deployment closes it even if its handler task
+    never ran.
 
     The loop creates the handler task when the connection is made; a task cancelled before its
     first step (the loop shutting down just then) never reaches the handler's own ``close``.
@@ -148,7 +149,8 @@ class _TrackedStreamProtocol(asyncio.StreamReaderProtocol):
         stopped: Callable[[], bool],
         handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any],
     ) -> None:
-        """Serve each connection with ``handler``; ``stopped`` tells whether to refuse it."""
+        """Serve the connection with ``handler``; ``stopped`` tells whether the deployment has
+        stopped (a connection made after that is closed at once)."""
         super().__init__(asyncio.StreamReader(), handler)
         self._open_transports = open_transports
         self._stopped = stopped
