@@ -456,18 +456,29 @@ def _real_goal_figures() -> dict[str, str]:
 
     upgraded7, upgraded8, upgraded9, upgraded10 = (upgraded(n) for n in (7, 8, 9, 10))
     upgraded17, upgraded18, upgraded19, upgraded20 = (upgraded(n) for n in (17, 18, 19, 20))
-    young = (adaptive_fleets(13), adaptive_fleets(14))
-    whole = (adaptive_fleets(15), adaptive_fleets(16))
 
-    def fleet_pair(shape: str, pair: tuple[dict[str, dict[str, Any]], ...]) -> str:
-        runs = [fleets[shape] for fleets in pair]
-        return (
-            _and_list([f"{run['error_fraction'] * 100:.1f} %" for run in runs])
-            + " errors at "
-            + _and_list([f"{run['attempts_per_op']:.2f}" for run in runs])
-            + " attempts per operation, Jain "
-            + _and_list([f"{run['jain']:.3f}" for run in runs])
-        )
+    def fleet_pair(numbers: tuple[int, int], key: str) -> dict[str, str]:
+        """Both fleets of two runs under ``key_8x8`` and ``key_4x16``, and the 4 x 16 fleet's
+        Jain within the 300/s step under ``key_4x16_step``."""
+        pair = [adaptive_fleets(n) for n in numbers]
+
+        def shape_figures(shape: str) -> str:
+            runs = [fleets[shape] for fleets in pair]
+            return (
+                _and_list([f"{run['error_fraction'] * 100:.1f} %" for run in runs])
+                + " errors at "
+                + _and_list([f"{run['attempts_per_op']:.2f}" for run in runs])
+                + " attempts per operation, Jain "
+                + _and_list([f"{run['jain']:.3f}" for run in runs])
+            )
+
+        return {
+            f"{key}_8x8": shape_figures("8x8"),
+            f"{key}_4x16": shape_figures("4x16"),
+            f"{key}_4x16_step": _and_list(
+                [f"{fleets['4x16']['phase_jain'][2]:.3f}" for fleets in pair]
+            ),
+        }
 
     lone_stock = next(run for run in upgraded7 if run["stock_processes"] == 1)
     equal = (lone_stock["stock"]["successes"] + lone_stock["upgraded"]["successes"]) / (
@@ -506,12 +517,8 @@ def _real_goal_figures() -> dict[str, str]:
         "real_mixed_run19_competed": mixed_competed(upgraded19),
         "real_mixed_run20": mixed_shares(upgraded20),
         "real_mixed_run20_competed": mixed_competed(upgraded20),
-        "young_8x8": fleet_pair("8x8", young),
-        "young_4x16": fleet_pair("4x16", young),
-        "young_4x16_step": _and_list([f"{runs['4x16']['phase_jain'][2]:.3f}" for runs in young]),
-        "whole_8x8": fleet_pair("8x8", whole),
-        "whole_4x16": fleet_pair("4x16", whole),
-        "whole_4x16_step": _and_list([f"{runs['4x16']['phase_jain'][2]:.3f}" for runs in whole]),
+        **fleet_pair((13, 14), "young"),
+        **fleet_pair((15, 16), "whole"),
         **recovery_run(3),
         **recovery_run(4),
         **recovery_pair((7, 8)),
