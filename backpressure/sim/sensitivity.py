@@ -3,6 +3,9 @@
 ``python -m backpressure.sim.sensitivity`` runs the simulated all-adaptive fleets (8 x 8, 4 x 16
 and the recovery fleet) over ``--seeds`` seeds, with one pacing option (``--option``, by default
 ``adaptive_quiet``) set to each of ``--values``, and counts the runs in which a pacer competed.
+The option may also be the servers' (``burst_seconds``: the rate limiter's burst allowance, which
+mongod's operators set and no client can see): it changes the fleet for every policy, so each
+value has the default's row and then ``adaptive``'s.
 Every neighbour in these fleets backs off, so every competing spell is a false verdict: the
 neighbour test read a joint cut that did not drain the pushback as "neighbours that do not
 cut".  Each row gives those runs, the spells, and the fleet's errors, attempts per operation
@@ -21,7 +24,7 @@ import statistics
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -40,7 +43,16 @@ from backpressure.sim.arms import SimArm, resolve
 from backpressure.sim.model import Scenario
 from backpressure.sim.scenarios import closed_fleet, recovery_fleet
 
-__all__ = ["FLEETS", "OPTIONS", "SensitivityRow", "main", "render", "run_sensitivity"]
+__all__ = [
+    "FLEETS",
+    "OPTIONS",
+    "SERVER_OPTIONS",
+    "SensitivityRow",
+    "fleet_scenario",
+    "main",
+    "render",
+    "run_sensitivity",
+]
 
 FLEETS: dict[str, Callable[[], Scenario]] = {
     "8x8": closed_fleet,
@@ -58,6 +70,11 @@ OPTIONS: tuple[str, ...] = (
 )
 """The pacing options ``--option`` may vary."""
 
+SERVER_OPTIONS: tuple[str, ...] = ("burst_seconds",)
+"""The servers' options ``--option`` may vary: ``burst_seconds``, the request limiter's bucket in
+seconds of its rate (1 in every fleet here; mongod's
+``ingressRequestAdmissionBurstCapacitySecs``)."""
+
 DEFAULT_VALUES: tuple[float, ...] = (0.8, 0.9, 1.0, 1.1, 1.2, 1.3)
 """``--values`` by default: ``adaptive_quiet`` from 0.8 s to 1.3 s (the preset has 1 s)."""
 
@@ -72,9 +89,9 @@ class SensitivityRow:
     fleet: str
     policy: str
     option: Optional[str]
-    """The varied option (None for the default's row)."""
+    """The varied option (None for the default's row of a pacing option)."""
     value: Optional[float]
-    """Its value in these runs (None for the default's row)."""
+    """Its value in these runs (None for the default's row of a pacing option)."""
     runs: int
     competing_runs: int
     """Runs in which at least one pacer competed."""
@@ -90,25 +107,45 @@ class SensitivityRow:
     """The lowest of them."""
 
 
-def _arm(option: Optional[str], value: Optional[float]) -> SimArm:
-    """``adaptive`` with ``option`` set to ``value``, or the default preset when option is None."""
-    if option is None:
-        return resolve(DEFAULT_POLICY)
-    base = resolve("adaptive")
+def _arm(policy: str, option: Optional[str], value: Optional[float]) -> SimArm:
+    """``policy``; for ``adaptive``, with a pacing ``option`` set to ``value``."""
+    base = resolve(policy)
+    if option not in OPTIONS or value is None:
+        return base
     assert base.policy is not None  # the adaptive preset is a core policy
-    policy = base.policy.replace(**{option: value})
-    return SimArm(base.name, f"{base.description}, {option}={value:g}", base.kind, policy)
+    changed = base.policy.replace(**{option: value})
+    return SimArm(base.name, f"{base.description}, {option}={value:g}", base.kind, changed)
+
+
+def fleet_scenario(
+    fleet: str, option: Optional[str] = None, value: Optional[float] = None
+) -> Scenario:
+    """The scenario of ``fleet``, with a server ``option`` set to ``value`` on every limiter.
+
+    Raises:
+        ValueError: an invalid value (the limiter's check names the field and its range).
+    """
+    scenario = FLEETS[fleet]()
+    if option not in SERVER_OPTIONS or value is None:
+        return scenario
+    servers = tuple(
+        server
+        if server.limiter is None
+        else replace(server, limiter=replace(server.limiter, burst_seconds=value))
+        for server in scenario.servers
+    )
+    return replace(scenario, servers=servers)
 
 
 def _run_one(
-    job: tuple[str, Optional[str], Optional[float], int],
+    job: tuple[str, str, Optional[str], Optional[float], int],
 ) -> tuple[int, int, int, int, float]:
     """Run one fleet and seed: (ops, errors, attempts, spells, Jain) (a process pool's task)."""
     from backpressure.sim.engine import simulate
     from backpressure.workload.metrics import jain_index
 
-    fleet, option, value, seed = job
-    data = simulate(FLEETS[fleet](), _arm(option, value), seed)
+    fleet, policy, option, value, seed = job
+    data = simulate(fleet_scenario(fleet, option, value), _arm(policy, option, value), seed)
     ops = data.successes + data.errors
     jain = jain_index(data.client_successes)
     return (
@@ -129,23 +166,34 @@ def run_sensitivity(
 ) -> list[SensitivityRow]:
     """Run every fleet for every seed: the default's row, then ``adaptive`` at each value.
 
+    A server option changes the fleet for every policy: each value gets the default's row, then
+    ``adaptive``'s.
+
     Raises:
-        InvalidPolicyError: a value outside the option's range (the message names both).
-        ValueError: an unknown fleet or option.
+        InvalidPolicyError: a value outside a pacing option's range (the message names both).
+        ValueError: an unknown fleet or option, or a server option's invalid value.
     """
     require("simpy", "sim", "the simulator")
     unknown = [fleet for fleet in fleets if fleet not in FLEETS]
     if unknown:
         raise ValueError(f"unknown fleet {', '.join(unknown)}; choose from {', '.join(FLEETS)}")
-    if option not in OPTIONS:
-        raise ValueError(f"unknown option {option!r}; choose from {', '.join(OPTIONS)}")
+    if option not in OPTIONS + SERVER_OPTIONS:
+        known = ", ".join(OPTIONS + SERVER_OPTIONS)
+        raise ValueError(f"unknown option {option!r}; choose from {known}")
     for checked in values:
-        _arm(option, checked)  # a bad value raises here, naming the option and its range
-    cells: list[tuple[str, Optional[str], Optional[float]]] = []
+        # A bad value raises here, naming the option and its range.
+        _arm("adaptive", option, checked)
+        fleet_scenario(fleets[0] if fleets else "8x8", option, checked)
+    cells: list[tuple[str, str, Optional[str], Optional[float]]] = []
     for fleet in fleets:
-        cells.append((fleet, None, None))
-        cells.extend((fleet, option, value) for value in values)
-    jobs_list = [(fleet, name, value, seed) for fleet, name, value in cells for seed in seeds]
+        if option in SERVER_OPTIONS:
+            for setting in values:
+                cells.append((fleet, DEFAULT_POLICY, option, setting))
+                cells.append((fleet, "adaptive", option, setting))
+        else:
+            cells.append((fleet, DEFAULT_POLICY, None, None))
+            cells.extend((fleet, "adaptive", option, setting) for setting in values)
+    jobs_list = [(*cell, seed) for cell in cells for seed in seeds]
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
             results = list(pool.map(_run_one, jobs_list))
@@ -153,14 +201,14 @@ def run_sensitivity(
         results = [_run_one(job) for job in jobs_list]
     rows = []
     per_cell = len(seeds)
-    for index, (fleet, name, value) in enumerate(cells):
+    for index, (fleet, policy, name, value) in enumerate(cells):
         runs = results[index * per_cell : (index + 1) * per_cell]
         ops = sum(r[0] for r in runs)
         jains = [r[4] for r in runs]
         rows.append(
             SensitivityRow(
                 fleet=fleet,
-                policy=DEFAULT_POLICY if name is None else "adaptive",
+                policy=policy,
                 option=name,
                 value=value,
                 runs=len(runs),
@@ -176,7 +224,8 @@ def run_sensitivity(
 
 
 def render(rows: Sequence[SensitivityRow]) -> str:
-    """A Markdown table: per fleet, the default's row, then ``adaptive`` at each value."""
+    """A Markdown table: per fleet, the default's row, then ``adaptive`` at each value (a server
+    option: the default's row and ``adaptive``'s at each value)."""
     lines = [
         "| fleet | policy | option value | runs | runs with a pacer competing | spells | "
         "errors | attempts/op | Jain mean | Jain min |",
@@ -195,15 +244,21 @@ def render(rows: Sequence[SensitivityRow]) -> str:
 def render_markdown(rows: Sequence[SensitivityRow], seeds: Sequence[int], command: str) -> str:
     """The results page: what was run, then the table."""
     span = seed_span(seeds)
-    return "\n".join(
-        [
-            f"# Simulated all-adaptive fleets with one pacing option varied ({span})\n",
-            "Every neighbour in these fleets backs off, so a pacer that competes read a joint "
-            'cut that did not drain the pushback as "neighbours that do not cut": every spell '
-            f"is a false verdict. `{command}`.\n",
-            render(rows),
-        ]
-    )
+    server = any(row.option in SERVER_OPTIONS for row in rows)
+    kind = "server" if server else "pacing"
+    lines = [
+        f"# Simulated all-adaptive fleets with one {kind} option varied ({span})\n",
+        "Every neighbour in these fleets backs off, so a pacer that competes read a joint "
+        'cut that did not drain the pushback as "neighbours that do not cut": every spell '
+        f"is a false verdict. `{command}`.\n",
+    ]
+    if server:
+        lines.append(
+            "The servers' option changes the fleet for every policy, so each value has the "
+            "default's row, then `adaptive`'s.\n"
+        )
+    lines.append(render(rows))
+    return "\n".join(lines)
 
 
 def load_rows(rows: Sequence[dict[str, Any]]) -> list[SensitivityRow]:
@@ -215,7 +270,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     """Parse ``argv``, run the fleets, print (and optionally write) the table."""
     parser = argparse.ArgumentParser(
         prog="python -m backpressure.sim.sensitivity",
-        description="Competing spells among polite peers, with one pacing option varied.",
+        description="Competing spells among polite peers, with one pacing or server option varied.",
     )
     parser.add_argument(
         "--fleet",
@@ -225,9 +280,9 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     )
     parser.add_argument(
         "--option",
-        choices=OPTIONS,
+        choices=OPTIONS + SERVER_OPTIONS,
         default="adaptive_quiet",
-        help="the pacing option to vary (default: adaptive_quiet)",
+        help="the pacing (or server) option to vary (default: adaptive_quiet)",
     )
     parser.add_argument(
         "--values",
@@ -244,7 +299,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     seeds = swept_seeds(parser, args)
     try:
         rows = run_sensitivity(args.fleet, args.option, args.values, seeds, args.jobs)
-    except InvalidPolicyError as error:  # checked before any run starts
+    except (InvalidPolicyError, ValueError) as error:  # checked before any run starts
         parser.error(f"argument --values: {error}")
     sys.stdout.write(render(rows))
     if args.json is not None:
