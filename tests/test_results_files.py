@@ -38,6 +38,8 @@ RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
         "adaptive-default/fleet-run14",
         "adaptive-default/fleet-run15",
         "adaptive-default/fleet-run16",
+        "adaptive-default/fleet-burst0.25-run1",
+        "adaptive-default/fleet-burst0.1-run1",
     ],
 )
 def test_a_results_page_is_the_rendering_of_its_raw_data(stem: str) -> None:
@@ -338,6 +340,42 @@ def _row(rows: list[dict[str, Any]], policy: str) -> dict[str, Any]:
     return next(row for row in rows if row["policy"] == policy)
 
 
+def fleets_of(stem: str, policy: str) -> dict[str, dict[str, Any]]:
+    """``policy``'s run of each fleet shape in ``adaptive-default/<stem>.json``, by shape."""
+    page = RESULTS / "adaptive-default" / f"{stem}.json"
+    return {
+        run["shape"]: run
+        for shape in json.loads(page.read_text(encoding="utf-8"))["fleet"]
+        for run in shape["runs"]
+        if run["policy"] == policy
+    }
+
+
+def _burst_fleet_figures() -> dict[str, str]:
+    """The real fleet runs at a smaller burst allowance: each shape's figures, 0.25 s then
+    0.1 s, per policy (``burst_<policy>_<shape>``)."""
+    stems = ("fleet-burst0.25-run1", "fleet-burst0.1-run1")
+    figures = {}
+    competed = sum(
+        sum(run["per_process_competed_s"])
+        for stem in stems
+        for run in fleets_of(stem, "adaptive").values()
+    )
+    figures["burst_competing"] = (
+        "no pacer competed in any of them" if not competed else f"pacers competed {competed:.0f} s"
+    )
+    for policy in ("adaptive", "current", "pymongo-native"):
+        runs = [fleets_of(stem, policy) for stem in stems]
+        for shape in ("8x8", "4x16"):
+            errors = _and_list([f"{run[shape]['error_fraction'] * 100:.1f} %" for run in runs])
+            attempts = _and_list([f"{run[shape]['attempts_per_op']:.2f}" for run in runs])
+            text = f"{errors} at {attempts} attempts per operation"
+            if policy == "adaptive":
+                text += ", Jain " + _and_list([f"{run[shape]['jain']:.3f}" for run in runs])
+            figures[f"burst_{policy.replace('-', '_')}_{shape}"] = text
+    return figures
+
+
 def _and_list(items: list[str]) -> str:
     """``a, b and c``."""
     return ", ".join(items[:-1]) + " and " + items[-1]
@@ -376,14 +414,8 @@ def _real_goal_figures() -> dict[str, str]:
     def run_pairs(rows_of_runs: list[list[dict[str, Any]]], text: Any) -> str:
         return "; ".join(text(rows) for rows in rows_of_runs)
 
-    def adaptive_fleets(number: int) -> dict[str, dict[str, Any]]:
-        page = RESULTS / "adaptive-default" / f"fleet-run{number}.json"
-        return {
-            run["shape"]: run
-            for shape in json.loads(page.read_text(encoding="utf-8"))["fleet"]
-            for run in shape["runs"]
-            if run["policy"] == "adaptive"
-        }
+    def adaptive_fleets(number: int, policy: str = "adaptive") -> dict[str, dict[str, Any]]:
+        return fleets_of(f"fleet-run{number}", policy)
 
     fleets, fleets4 = adaptive_fleets(5), adaptive_fleets(4)
 
@@ -519,6 +551,7 @@ def _real_goal_figures() -> dict[str, str]:
         "real_mixed_run20_competed": mixed_competed(upgraded20),
         **fleet_pair((13, 14), "young"),
         **fleet_pair((15, 16), "whole"),
+        **_burst_fleet_figures(),
         **recovery_run(3),
         **recovery_run(4),
         **recovery_pair((7, 8)),
@@ -673,6 +706,15 @@ def _operator_view_figures() -> dict[str, str]:
 
 
 PROSE: list[tuple[str, str]] = [
+    (
+        "docs/adaptive.md",
+        "On real processes, with the fleet benchmark's `--burst-seconds` at 0.25 and 0.1 "
+        "(`fleet-burst0.25-run1.md`, `fleet-burst0.1-run1.md`, one run each), the 8 x 8 fleet "
+        "on `adaptive` failed {burst_adaptive_8x8}, and the 4 x 16 fleet {burst_adaptive_4x16} "
+        "({burst_competing}); the default failed {burst_current_8x8} (8 x 8) and "
+        "{burst_current_4x16} (4 x 16), stock pymongo {burst_pymongo_native_8x8} and "
+        "{burst_pymongo_native_4x16}.",
+    ),
     (
         "README.md",
         "In the real process fleets (8 x 8 and 4 x 16, {fleet_runs} committed runs each) "
@@ -1147,5 +1189,24 @@ def test_the_simulated_mixed_fleets_page_and_table_are_the_committed_runs() -> N
     seeds = sorted({row["seed"] for row in rows})
     page = (folder / "sim-mixed-fleet.md").read_text(encoding="utf-8")
     assert page == render_markdown(runs, seeds)
+    adaptive = (RESULTS.parents[1] / "docs" / "adaptive.md").read_text(encoding="utf-8")
+    assert render_seeds(*runs.values()) in adaptive
+
+
+@pytest.mark.parametrize("burst", [0.25, 0.1])
+def test_the_simulated_mixed_fleets_at_another_burst_are_the_committed_runs(burst: float) -> None:
+    """``sim-mixed-fleet-burst<S>.md`` is the rendering of its JSON at that burst allowance, the
+    default's runs first, over seeds 1-24, and the adaptive page quotes its table."""
+    pytest.importorskip("simpy")
+    from backpressure.sim.mixed import load_runs, render_markdown, render_seeds
+
+    folder = RESULTS / "adaptive-default"
+    rows = json.loads((folder / f"sim-mixed-fleet-burst{burst:g}.json").read_text("utf-8"))
+    runs = load_runs(rows)
+    assert list(runs) == ["current", "adaptive"]
+    seeds = sorted({row["seed"] for row in rows})
+    assert seeds == list(range(1, 25))
+    page = (folder / f"sim-mixed-fleet-burst{burst:g}.md").read_text(encoding="utf-8")
+    assert page == render_markdown(runs, seeds, burst)
     adaptive = (RESULTS.parents[1] / "docs" / "adaptive.md").read_text(encoding="utf-8")
     assert render_seeds(*runs.values()) in adaptive

@@ -22,10 +22,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from backpressure.cli import add_seeds_arguments, name_list, run_cli, seed_span, swept_seeds
+from backpressure.cli import (
+    add_seeds_arguments,
+    name_list,
+    positive_float,
+    run_cli,
+    seed_span,
+    swept_seeds,
+)
 from backpressure.core.extras import require
 from backpressure.sim.arms import available_policies, resolve
-from backpressure.sim.scenarios import mixed_fleet
+from backpressure.sim.scenarios import BenchShape, mixed_fleet
 from backpressure.workload.metrics import coexists
 
 __all__ = [
@@ -40,6 +47,9 @@ __all__ = [
 
 STOCK_SHARES: tuple[int, ...] = (1, 4, 7)
 """Processes of 8 on stock pymongo in the three runs: f = 1/8, 1/2, 7/8."""
+
+DEFAULT_BURST_SECONDS = BenchShape().burst_seconds
+"""The server's burst allowance unless ``--burst-seconds`` says otherwise (the benchmarks')."""
 
 
 @dataclass(frozen=True)
@@ -81,15 +91,23 @@ class MixedResult:
 
 
 def run_mixed(
-    stock: int, policy: str = "adaptive", *, seed: int = 1, stock_policy: str = "current"
+    stock: int,
+    policy: str = "adaptive",
+    *,
+    seed: int = 1,
+    stock_policy: str = "current",
+    burst_seconds: float = DEFAULT_BURST_SECONDS,
 ) -> MixedResult:
     """Run the 8 x 8 mixed fleet with ``stock`` processes on ``stock_policy``, the rest on
-    ``policy``; return each half's figures."""
+    ``policy``, the server's bucket holding ``burst_seconds`` of its rate; return each half's
+    figures."""
     require("simpy", "sim", "the simulator")
     from backpressure.sim.engine import simulate
     from backpressure.workload.metrics import jain_index
 
-    scenario = mixed_fleet(stock, stock_policy=stock_policy)
+    scenario = mixed_fleet(
+        stock, stock_policy=stock_policy, shape=BenchShape(burst_seconds=burst_seconds)
+    )
     data = simulate(scenario, resolve(policy), seed)
     halves = []
     start = 0
@@ -176,15 +194,26 @@ def load_runs(rows: Sequence[dict[str, Any]]) -> dict[str, list[list[MixedResult
     return {policy: list(seeds.values()) for policy, seeds in by_policy.items()}
 
 
-def render_markdown(runs: dict[str, list[list[MixedResult]]], seeds: Sequence[int]) -> str:
+def render_markdown(
+    runs: dict[str, list[list[MixedResult]]],
+    seeds: Sequence[int],
+    burst_seconds: float = DEFAULT_BURST_SECONDS,
+) -> str:
     """The results page: the table over the seeds, then each policy's run of each seed."""
     span = seed_span(seeds)
+    burst = "" if burst_seconds == DEFAULT_BURST_SECONDS else f" --burst-seconds {burst_seconds:g}"
+    bucket = (
+        ""
+        if burst_seconds == DEFAULT_BURST_SECONDS
+        else f" The server's bucket holds {burst_seconds:g} s of its rate (the benchmarks': "
+        f"{DEFAULT_BURST_SECONDS:g} s)."
+    )
     parts = [
         f"# Simulated mixed fleets ({span}): 8 x 8, a share of the processes on stock "
         "pymongo's loop\n",
         "In the simulator, stock pymongo >= 4.17's loop is the `current` preset, so the stock "
         "half's rows are labelled `current`. `python -m backpressure.sim.mixed --policy "
-        f"{','.join(runs)} --seed {seeds[0]} --seeds {len(seeds)}`.\n",
+        f"{','.join(runs)}{burst} --seed {seeds[0]} --seeds {len(seeds)}`.{bucket}\n",
         f"## Over {span}\n",
         render_seeds(*runs.values()),
     ]
@@ -207,13 +236,27 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         default="adaptive",
         help="the upgraded half's policies, comma-separated (default: adaptive)",
     )
+    parser.add_argument(
+        "--burst-seconds",
+        type=positive_float,
+        default=DEFAULT_BURST_SECONDS,
+        metavar="S",
+        help="the server's bucket, in seconds of its rate "
+        f"(default: {DEFAULT_BURST_SECONDS:g}, the benchmarks')",
+    )
     add_seeds_arguments(parser, seeds=1, jobs=False, what="and add a table over them")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the results page")
     args = parser.parse_args(argv)
     seeds = swept_seeds(parser, args)
     runs = {
-        policy: [[run_mixed(stock, policy, seed=seed) for stock in STOCK_SHARES] for seed in seeds]
+        policy: [
+            [
+                run_mixed(stock, policy, seed=seed, burst_seconds=args.burst_seconds)
+                for stock in STOCK_SHARES
+            ]
+            for seed in seeds
+        ]
         for policy in args.policy
     }
     for policy, policy_runs in runs.items():
@@ -234,7 +277,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         ]
         args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     if args.markdown is not None:
-        args.markdown.write_text(render_markdown(runs, seeds), encoding="utf-8")
+        args.markdown.write_text(render_markdown(runs, seeds, args.burst_seconds), encoding="utf-8")
     return 0
 
 

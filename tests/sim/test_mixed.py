@@ -74,3 +74,21 @@ def test_the_seeds_table_gives_each_share_its_mean_range_and_goal_count() -> Non
         " +0.0 points ",
         " 1 of 2 ",
     ]
+
+
+def test_the_servers_burst_allowance_can_be_varied() -> None:
+    """``burst_seconds`` changes the server's bucket for both halves (the benchmarks' 1 s
+    otherwise), and the page's command and text say so; a value that is not positive is a usage
+    error naming the option."""
+    from backpressure.sim import mixed as mixed_module
+
+    small = run_mixed(4, "current", seed=1, burst_seconds=0.25)
+    usual = run_mixed(4, "current", seed=1)
+    assert (small.stock.ops, small.stock.errors) != (usual.stock.ops, usual.stock.errors)
+    page = mixed_module.render_markdown({"current": [[small]]}, [1], 0.25)
+    assert "--policy current --burst-seconds 0.25 --seed 1 --seeds 1`" in page
+    assert "The server's bucket holds 0.25 s of its rate" in page
+    assert "--burst-seconds" not in mixed_module.render_markdown({"current": [[usual]]}, [1])
+    with pytest.raises(SystemExit) as exit_info:
+        mixed_module.main(["--burst-seconds", "0"])
+    assert exit_info.value.code == 2
