@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from backpressure.bench.fleet import FleetPlan, run_processes
 from backpressure.bench.publish import publish_run
-from backpressure.cli import positive_int, run_cli
+from backpressure.cli import positive_float, positive_int, run_cli
 from backpressure.workload.arms import (
     POLICY_NAMES,
     STOCK,
@@ -44,6 +44,10 @@ __all__ = [
     "run_mixed",
     "upgraded_policies",
 ]
+
+
+DEFAULT_BURST_SECONDS = FleetPlan().burst_seconds
+"""The limiter's burst allowance unless ``--burst-seconds`` says otherwise (the fleet plan's)."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,7 @@ def mixed_report(
         "wall_s": round(wall_s, 1),
         "commit": commit,
         "processes": plan.processes,
+        "burst_seconds": plan.burst_seconds,
         "runs": [
             {"stock_processes": stock, **asdict(run), "share": run.share, "met": run.met}
             for stock, run in runs
@@ -180,6 +185,12 @@ def render_mixed_report(data: dict[str, Any]) -> str:
         for entry in data["runs"]
     ]
     line = run_line(data["machine"], data["load_average"], data["wall_s"], data["commit"])
+    burst = float(data.get("burst_seconds", DEFAULT_BURST_SECONDS))
+    if burst != DEFAULT_BURST_SECONDS:
+        line += (
+            f"\n\nThe server's bucket holds {burst:g} s of its rate (`--burst-seconds`; "
+            f"{DEFAULT_BURST_SECONDS:g} s otherwise)."
+        )
     return line + "\n\n" + render(runs, int(data["processes"]))
 
 
@@ -214,6 +225,13 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         "--stock", default="1,4,7", help="stock processes per run, comma-separated (of 8)"
     )
     parser.add_argument("--runs", type=positive_int, default=1, help="repetitions of the set")
+    parser.add_argument(
+        "--burst-seconds",
+        type=positive_float,
+        default=DEFAULT_BURST_SECONDS,
+        metavar="S",
+        help=f"the limiter's bucket, seconds of its rate (default: {DEFAULT_BURST_SECONDS:g})",
+    )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the page")
     args = parser.parse_args(argv)
@@ -222,7 +240,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         policies = upgraded_policies(args.policy)
     except ValueError as exc:
         parser.error(str(exc))
-    plan = FleetPlan()
+    plan = FleetPlan(burst_seconds=args.burst_seconds)
 
     def run(server: Any) -> list[tuple[int, MixedRun]]:
         runs = []
