@@ -89,6 +89,38 @@ def test_the_page_is_rendered_from_the_raw_data_with_the_run_line() -> None:
     assert table == render(runs, QUICK.processes)
 
 
+def test_a_smaller_burst_allowance_is_recorded_and_said() -> None:
+    """``--burst-seconds`` goes into the fleet plan; the JSON keeps it, and the page says it
+    when it is not the plan's 1 s (a page of an older JSON, without it, says nothing)."""
+    from dataclasses import replace
+
+    stock = Half(STOCK, 1, 100, 10, 90)
+    runs = [(1, MixedRun(stock, Half("current", 7, 700, 70, 630), 900))]
+    data = mixed_report(runs, replace(QUICK, burst_seconds=0.25), {}, [1.0], 1.0, "abc1234")
+    assert data["burst_seconds"] == 0.25
+    page = render_mixed_report({**data, "machine": machine_info()})
+    assert (
+        "The server's bucket holds 0.25 s of its rate (`--burst-seconds`; 1 s otherwise)." in page
+    )
+    usual = mixed_report(runs, QUICK, machine_info(), [1.0], 1.0, "abc1234")
+    assert "bucket" not in render_mixed_report(usual)
+    del usual["burst_seconds"]
+    assert "bucket" not in render_mixed_report(usual)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--burst-seconds", "0"])
+    assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("stem", ["mixed-fleet-burst0.25-run1"])
+def test_the_committed_burst_page_is_the_rendering_of_its_raw_data(stem: str) -> None:
+    """The mixed fleet run at a smaller bucket: its page is its JSON's, and says the bucket."""
+    data = json.loads((RESULTS / f"{stem}.json").read_text(encoding="utf-8"))
+    page = (RESULTS / f"{stem}.md").read_text(encoding="utf-8")
+    assert page == render_mixed_report(data)
+    assert data["burst_seconds"] < 1.0
+    assert "The server's bucket holds" in page
+
+
 @pytest.mark.parametrize(
     "run", [n for n in run_numbers(RESULTS, "mixed-fleet-run") if n >= 4]
 )  # runs 1-3 are in an earlier format (a bare list of runs)
