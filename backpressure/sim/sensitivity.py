@@ -24,7 +24,7 @@ import statistics
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -41,7 +41,7 @@ from backpressure.core.extras import require
 from backpressure.core.policy import InvalidPolicyError
 from backpressure.sim.arms import SimArm, resolve
 from backpressure.sim.model import Scenario
-from backpressure.sim.scenarios import closed_fleet, recovery_fleet
+from backpressure.sim.scenarios import BenchShape, closed_fleet, recovery_fleet
 
 __all__ = [
     "FLEETS",
@@ -54,9 +54,9 @@ __all__ = [
     "run_sensitivity",
 ]
 
-FLEETS: dict[str, Callable[[], Scenario]] = {
-    "8x8": closed_fleet,
-    "4x16": lambda: closed_fleet(4, 16),
+FLEETS: dict[str, Callable[[BenchShape], Scenario]] = {
+    "8x8": lambda shape: closed_fleet(shape=shape),
+    "4x16": lambda shape: closed_fleet(4, 16, shape=shape),
     "recovery-fleet": recovery_fleet,
 }
 """The all-adaptive fleets, by name: the yardsticks' 8 x 8 and 4 x 16 closed fleets
@@ -125,16 +125,9 @@ def fleet_scenario(
     Raises:
         ValueError: an invalid value (the limiter's check names the field and its range).
     """
-    scenario = FLEETS[fleet]()
-    if option not in SERVER_OPTIONS or value is None:
-        return scenario
-    servers = tuple(
-        server
-        if server.limiter is None
-        else replace(server, limiter=replace(server.limiter, burst_seconds=value))
-        for server in scenario.servers
-    )
-    return replace(scenario, servers=servers)
+    if option in SERVER_OPTIONS and value is not None:
+        return FLEETS[fleet](BenchShape(burst_seconds=value))
+    return FLEETS[fleet](BenchShape())
 
 
 def _run_one(
