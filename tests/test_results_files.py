@@ -351,28 +351,38 @@ def fleets_of(stem: str, policy: str) -> dict[str, dict[str, Any]]:
     }
 
 
+def _runs_figures(runs: list[dict[str, Any]], label: str = "", jain: bool = True) -> str:
+    """Fleet runs' errors (followed by ``label``), attempts per operation and, if ``jain``,
+    Jain indexes: ``1.2 % and 1.0 %{label} at 1.13 and 1.12 attempts per operation, Jain ...``."""
+    text = (
+        _and_list([f"{run['error_fraction'] * 100:.1f} %" for run in runs])
+        + f"{label} at "
+        + _and_list([f"{run['attempts_per_op']:.2f}" for run in runs])
+        + " attempts per operation"
+    )
+    if jain:
+        text += ", Jain " + _and_list([f"{run['jain']:.3f}" for run in runs])
+    return text
+
+
 def _burst_fleet_figures() -> dict[str, str]:
     """The real fleet runs at a smaller burst allowance: each shape's figures, 0.25 s then
     0.1 s, per policy (``burst_<policy>_<shape>``)."""
     stems = ("fleet-burst0.25-run1", "fleet-burst0.1-run1")
     figures = {}
-    competed = sum(
-        sum(run["per_process_competed_s"])
-        for stem in stems
-        for run in fleets_of(stem, "adaptive").values()
-    )
-    figures["burst_competing"] = (
-        "no pacer competed in any of them" if not competed else f"pacers competed {competed:.0f} s"
-    )
     for policy in ("adaptive", "current", "pymongo-native"):
         runs = [fleets_of(stem, policy) for stem in stems]
+        if policy == "adaptive":
+            competed = sum(sum(run["per_process_competed_s"]) for r in runs for run in r.values())
+            figures["burst_competing"] = (
+                "no pacer competed in any of them"
+                if not competed
+                else f"pacers competed {competed:.0f} s"
+            )
         for shape in ("8x8", "4x16"):
-            errors = _and_list([f"{run[shape]['error_fraction'] * 100:.1f} %" for run in runs])
-            attempts = _and_list([f"{run[shape]['attempts_per_op']:.2f}" for run in runs])
-            text = f"{errors} at {attempts} attempts per operation"
-            if policy == "adaptive":
-                text += ", Jain " + _and_list([f"{run[shape]['jain']:.3f}" for run in runs])
-            figures[f"burst_{policy.replace('-', '_')}_{shape}"] = text
+            figures[f"burst_{policy.replace('-', '_')}_{shape}"] = _runs_figures(
+                [run[shape] for run in runs], jain=policy == "adaptive"
+            )
     mixed = json.loads(
         (RESULTS / "adaptive-default" / "mixed-fleet-burst0.25-run1.json").read_text("utf-8")
     )
@@ -430,8 +440,8 @@ def _real_goal_figures() -> dict[str, str]:
     def run_pairs(rows_of_runs: list[list[dict[str, Any]]], text: Any) -> str:
         return "; ".join(text(rows) for rows in rows_of_runs)
 
-    def adaptive_fleets(number: int, policy: str = "adaptive") -> dict[str, dict[str, Any]]:
-        return fleets_of(f"fleet-run{number}", policy)
+    def adaptive_fleets(number: int) -> dict[str, dict[str, Any]]:
+        return fleets_of(f"fleet-run{number}", "adaptive")
 
     fleets, fleets4 = adaptive_fleets(5), adaptive_fleets(4)
 
@@ -509,24 +519,14 @@ def _real_goal_figures() -> dict[str, str]:
         """Both fleets of two runs under ``key_8x8`` and ``key_4x16``, and the 4 x 16 fleet's
         Jain within the 300/s step under ``key_4x16_step``."""
         pair = [adaptive_fleets(n) for n in numbers]
-
-        def shape_figures(shape: str) -> str:
-            runs = [fleets[shape] for fleets in pair]
-            return (
-                _and_list([f"{run['error_fraction'] * 100:.1f} %" for run in runs])
-                + " errors at "
-                + _and_list([f"{run['attempts_per_op']:.2f}" for run in runs])
-                + " attempts per operation, Jain "
-                + _and_list([f"{run['jain']:.3f}" for run in runs])
-            )
-
-        return {
-            f"{key}_8x8": shape_figures("8x8"),
-            f"{key}_4x16": shape_figures("4x16"),
-            f"{key}_4x16_step": _and_list(
-                [f"{fleets['4x16']['phase_jain'][2]:.3f}" for fleets in pair]
-            ),
+        figures = {
+            f"{key}_{shape}": _runs_figures([fleets[shape] for fleets in pair], " errors")
+            for shape in ("8x8", "4x16")
         }
+        figures[f"{key}_4x16_step"] = _and_list(
+            [f"{fleets['4x16']['phase_jain'][2]:.3f}" for fleets in pair]
+        )
+        return figures
 
     lone_stock = next(run for run in upgraded7 if run["stock_processes"] == 1)
     equal = (lone_stock["stock"]["successes"] + lone_stock["upgraded"]["successes"]) / (

@@ -201,13 +201,13 @@ def render_markdown(
 ) -> str:
     """The results page: the table over the seeds, then each policy's run of each seed."""
     span = seed_span(seeds)
-    burst = "" if burst_seconds == DEFAULT_BURST_SECONDS else f" --burst-seconds {burst_seconds:g}"
-    bucket = (
-        ""
-        if burst_seconds == DEFAULT_BURST_SECONDS
-        else f" The server's bucket holds {burst_seconds:g} s of its rate (the benchmarks': "
-        f"{DEFAULT_BURST_SECONDS:g} s)."
-    )
+    burst = bucket = ""
+    if burst_seconds != DEFAULT_BURST_SECONDS:
+        burst = f" --burst-seconds {burst_seconds:g}"
+        bucket = (
+            f" The server's bucket holds {burst_seconds:g} s of its rate (the benchmarks': "
+            f"{DEFAULT_BURST_SECONDS:g} s)."
+        )
     parts = [
         f"# Simulated mixed fleets ({span}): 8 x 8, a share of the processes on stock "
         "pymongo's loop\n",
