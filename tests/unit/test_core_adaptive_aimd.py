@@ -2,7 +2,8 @@
 
 A small event loop drives greedy clients (each always has an attempt ready, like a closed loop
 with many callers) through the real :class:`ClientPacers` against one server: a token
-bucket of ``capacity`` per second (``BURST`` seconds of burst) that answers after ``RTT``, and
+bucket of ``capacity`` per second (``BURST`` seconds of burst, full at the start as mongod's
+is) that answers after ``RTT``, and
 that can be told to reject everything for a while.
 """
 
@@ -31,11 +32,17 @@ class Server:
 
     capacity: Callable[[float], float]
     rejects: Callable[[float], bool] = lambda t: False
-    tokens: float = 0.0
+    tokens: Optional[float] = None
+    """Tokens at START (None: full, as mongod's bucket starts)."""
     stamp: float = START
+
+    def __post_init__(self) -> None:
+        if self.tokens is None:
+            self.tokens = self.capacity(START) * BURST
 
     def admit(self, now: float) -> bool:
         rate = self.capacity(now)
+        assert self.tokens is not None
         self.tokens = min(rate * BURST, self.tokens + (now - self.stamp) * rate)
         self.stamp = now
         if self.rejects(now) or self.tokens < 1.0:
@@ -251,7 +258,8 @@ def test_a_pacer_quiet_for_two_windows_stops_cutting_with_the_tests_and_reopens(
     paced for more than 6 s)."""
     clock = FakeClock(START)
     alone = client(clock)
-    run([alone], Server(capacity=lambda t: 5000.0), clock, until=4.0)
+    # An empty bucket, as mongod's limiter just switched on (switching it on does not refill).
+    run([alone], Server(capacity=lambda t: 5000.0, tokens=0.0), clock, until=4.0)
     assert alone.rejected
     assert max(alone.rejected) < 0.1
     assert not alone.control.is_paced(SERVER)

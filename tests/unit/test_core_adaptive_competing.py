@@ -30,14 +30,21 @@ DEADLINE = 1.0
 
 @dataclass
 class Bucket:
-    """A token bucket of ``capacity(t)`` per second holding ``BURST`` seconds of it."""
+    """A token bucket of ``capacity(t)`` per second holding ``BURST`` seconds of it (full at the
+    start, as mongod's is)."""
 
     capacity: Callable[[float], float]
-    tokens: float = 0.0
+    tokens: Optional[float] = None
+    """Tokens at START (None: full, as mongod's bucket starts)."""
     stamp: float = START
+
+    def __post_init__(self) -> None:
+        if self.tokens is None:
+            self.tokens = self.capacity(0.0) * BURST
 
     def admit(self, now: float) -> bool:
         rate = self.capacity(now - START)
+        assert self.tokens is not None
         self.tokens = min(rate * BURST, self.tokens + (now - self.stamp) * rate)
         self.stamp = now
         if self.tokens < 1.0:
