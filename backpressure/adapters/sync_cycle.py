@@ -5,8 +5,8 @@ The sync twin ``adapters/sync_cycle.py`` is generated from ``adapters/async_cycl
 
 The decisions are the cycle's (:class:`~backpressure.core.cycle.AttemptCycle`); these functions
 only carry them out: :func:`carry_out` waits as long as the cycle says before an attempt is
-sent (asking again when each wait is over) and raises its refusal, :func:`pause` sleeps a
-backoff.
+sent (asking again when each wait is over) and raises its refusal, :func:`after_wait` selects
+again when the server's pool was reset during that wait, :func:`pause` sleeps a backoff.
 Both sleep through the client's sleep (``ClientState.sleep``: the private hook tests set, see
 ``backpressure.switch.client.set_timing``), else ``time.sleep``.
 """
@@ -14,11 +14,13 @@ Both sleep through the client's sleep (``ClientState.sleep``: the private hook t
 from __future__ import annotations
 
 import time
+from typing import Any, Callable
 
+from backpressure.adapters import seams
 from backpressure.core.client_state import ClientState
-from backpressure.core.cycle import AttemptCycle, Step, Stop, Wait
+from backpressure.core.cycle import SEND, AttemptCycle, Step, Stop, Wait
 
-__all__ = ["carry_out", "pause"]
+__all__ = ["after_wait", "carry_out", "pause"]
 
 
 def carry_out(cycle: AttemptCycle, step: Step) -> None:
@@ -36,6 +38,25 @@ def carry_out(cycle: AttemptCycle, step: Step) -> None:
             step = cycle.waited()
     if type(step) is Stop:
         raise step.error
+
+
+def after_wait(cycle: AttemptCycle, server: Any, select: Callable[[], Any]) -> Any:
+    """The server a paced attempt is sent to once its wait is over: ``server``, or a new
+    selection (``select()``) when ``server``'s pool was reset meanwhile.
+
+    A network error on another connection clears the pool and marks the server unknown: an
+    attempt that waited its turn would fail at once on the paused pool, where one that never
+    waited waits in the selection for the server to be found again.  So it selects again, and
+    is admitted again if that picks another server.
+    """
+    if not seams.pool_paused(server):
+        return server
+    again = select()
+    if seams.server_address(again) != seams.server_address(server):
+        step = cycle.admit(again, seams.csot_deadline)
+        if step is not SEND:
+            carry_out(cycle, step)
+    return again
 
 
 def pause(state: ClientState, seconds: float) -> None:

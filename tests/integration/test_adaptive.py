@@ -13,7 +13,7 @@ import threading
 from typing import Any, Optional
 
 import pytest
-from pymongo.errors import OperationFailure, PyMongoError
+from pymongo.errors import AutoReconnect, OperationFailure, PyMongoError
 
 import backpressure
 from backpressure import ADAPTIVE, LocalOverloadError
@@ -491,3 +491,78 @@ async def _transient(
     assert len(commands.started_commands("find")) == 400  # not one attempt more
     assert recorder.refusals == []
     assert sum(waits) < 0.02 * (clock.now - start)
+
+
+async def test_an_attempt_whose_pool_was_reset_while_it_waited_selects_again(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: PacingRecorder,
+) -> None:
+    """A network error on another connection resets the server's pool and marks the server
+    unknown while a paced attempt waits its turn: the attempt selects again once its wait is
+    over, waiting (as one that never waited would) for the server to be found again, and is
+    sent.  Sent on the stale selection, it failed at once on the paused pool, and an
+    ``update_many`` is not retried."""
+    from backpressure.adapters import seams
+    from backpressure.switch.client import _pymongo_client
+
+    policy = ADAPTIVE.replace(adaptive_min_rate=2.0, max_local_wait=30.0)
+    client = adaptive_client(clients, standalone_server, commands, recorder, policy)
+    await resolve(client.db.coll.insert_one({"n": 0}))
+    commands.reset()
+    clock = SteppedClock()
+    topology = _pymongo_client(client)._topology
+    address = standalone_server.addresses[0]
+    armed: list[bool] = []  # the update's wait resets the pool, not the backoffs before it
+    paused: list[bool] = []
+
+    def network_error() -> Any:
+        """What pymongo's SDAM handling is told when a command's connection breaks."""
+        server = topology._servers[address]
+        return _error_context(AutoReconnect("connection closed"), server.pool.gen.get_overall())
+
+    def pool_paused() -> bool:
+        return seams.pool_paused(topology._servers[address])
+
+    if clients.is_async:
+
+        async def sleep_async(seconds: float) -> None:
+            clock.now += seconds
+            if armed and not paused:
+                await topology.handle_error(address, network_error())
+                paused.append(pool_paused())
+
+        set_timing(client, clock=clock, sleep=sleep_async)
+    else:
+
+        def sleep(seconds: float) -> None:
+            clock.now += seconds
+            if armed and not paused:
+                topology.handle_error(address, network_error())
+                paused.append(pool_paused())
+
+        set_timing(client, clock=clock, sleep=sleep)
+    await close_pacing(client, standalone_server, commands)
+    armed.append(True)
+    result = await resolve(client.db.coll.update_many({}, {"$inc": {"n": 1}}))
+    assert paused == [True]  # the pool was paused while the update waited
+    assert [event.operation for event in recorder.waits] == ["update"]
+    assert result.matched_count == 2
+    assert commands.started_names() == ["update"]
+    assert not pool_paused()
+
+
+def _error_context(error: BaseException, generation: int) -> Any:
+    """pymongo's ``_ErrorContext`` for ``error`` on a connection of pool ``generation`` that
+    completed its handshake (its module moved between pymongo releases)."""
+    import importlib
+
+    for module in ("pymongo.topology_shared", "pymongo.synchronous.topology", "pymongo.topology"):
+        try:
+            context = getattr(importlib.import_module(module), "_ErrorContext", None)
+        except ImportError:
+            continue
+        if context is not None:
+            return context(error, 0, generation, True, None)
+    raise AssertionError("pymongo has no _ErrorContext")

@@ -62,9 +62,18 @@ class Client:
 
 
 def run(
-    clients: list[Client], server: Server, clock: FakeClock, until: float, callers: int = 8
+    clients: list[Client],
+    server: Server,
+    clock: FakeClock,
+    until: float,
+    callers: int = 8,
+    stall: tuple[float, float] = (0.0, 0.0),
 ) -> None:
-    """Run ``callers`` greedy callers per client until ``until`` (seconds after START)."""
+    """Run ``callers`` greedy callers per client until ``until`` (seconds after START).
+
+    A send due within ``stall`` (seconds after START) waits for its end: the callers are held
+    outside the pacing (a pool reopening its connections after a reset).
+    """
     events: list[tuple[float, int, int, str, Optional[SlotGrant]]] = []
     order = 0
 
@@ -94,6 +103,8 @@ def run(
             assert not isinstance(again, Refusal)
             if again > 0.0:
                 push(now + again, index, "send", admission)
+            elif START + stall[0] <= now < START + stall[1]:
+                push(START + stall[1], index, "send", admission)
             else:
                 push(now + RTT, index, "ok" if server.admit(now) else "pushback", admission)
         else:
@@ -130,6 +141,19 @@ def test_two_clients_converge_to_fair_shares() -> None:
     assert sum(shares) >= 0.9 * 200.0
     attempts = sum(count(c.admitted + c.rejected, 10.0, 20.0) for c in (first, late))
     assert attempts <= 1.1 * sum(count(c.admitted, 10.0, 20.0) for c in (first, late))
+
+
+def test_a_stall_outside_the_pacing_does_not_cut_the_rate() -> None:
+    """A paced client whose callers are held elsewhere for most of a second (its pool reopening
+    connections after a reset: nothing sent, no reply) takes no neighbour test on its return,
+    which would cut to what it sent meanwhile (nothing): it serves the server's capacity
+    again at once, where the cut left it at a few attempts a second for seconds."""
+    clock = FakeClock(START)
+    alone = client(clock)
+    run([alone], Server(capacity=lambda t: 200.0), clock, until=9.0, stall=(5.3, 6.2))
+    assert count(alone.admitted, 4.0, 5.0) >= 0.9 * 200.0  # paced at the capacity before
+    assert count(alone.admitted, 6.2, 7.2) >= 0.8 * 200.0
+    assert count(alone.admitted, 7.2, 8.2) >= 0.9 * 200.0
 
 
 def test_a_blip_changes_nothing() -> None:

@@ -54,7 +54,7 @@ from pymongo.asynchronous.pool import AsyncConnection as _Connection
 from pymongo.asynchronous.pool import Pool as _Pool
 from pymongo.asynchronous.topology import Topology as _Topology
 
-from backpressure.adapters.async_cycle import carry_out, pause
+from backpressure.adapters.async_cycle import after_wait, carry_out, pause
 
 __all__ = [
     "AsyncBackpressurePool",
@@ -193,22 +193,27 @@ class _AsyncRetryLoop:
         client = self._client
         if avoided:
             seams.keep_candidate_servers(client)  # the filter steers this selection only
-        # Through the instance: the hedging wrapper (``adapters/hedging.py``) sits there.
-        self._server = await client._select_server(
-            self._selector,
-            self._session,
-            self._operation,
-            address=self._address,
-            deprioritized_servers=avoided,
-            operation_id=self._operation_id,
-        )
-        server = self._server
+
+        def select() -> Any:
+            # Through the instance: the hedging wrapper (``adapters/hedging.py``) sits there.
+            return client._select_server(
+                self._selector,
+                self._session,
+                self._operation,
+                address=self._address,
+                deprioritized_servers=avoided,
+                operation_id=self._operation_id,
+            )
+
+        server = await select()
         # Asked again after the selection (which may have waited): a server pushing back
         # meanwhile paces this attempt too.  Nothing paced: send without asking.
         if paced is not None or (gate is not None and gate.engaged):
             step = cycle.admit(server, _shared.csot_deadline)
             if step is not SEND:
                 await carry_out(cycle, step)
+                server = await after_wait(cycle, server, select)
+        self._server = server
         cycle.started(server)
         return server
 

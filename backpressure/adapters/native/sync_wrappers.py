@@ -28,7 +28,7 @@ from backpressure.core.cycle import SEND
 
 # isort: split
 # The flavour's own module (sync_cycle in the generated twin).
-from backpressure.adapters.sync_cycle import carry_out, pause
+from backpressure.adapters.sync_cycle import after_wait, carry_out, pause
 
 __all__ = ["forwarding_wrappers", "lean_wrappers"]
 
@@ -265,9 +265,15 @@ def _select_tracked(
     if paced is None:  # nothing is paced: select and send without asking
         server = select_server(client, *args, **kwargs)
     else:
-        server = select_server(client, *args, **avoid_paced(client, paced, args, kwargs))
+        avoiding = avoid_paced(client, paced, args, kwargs)
+
+        def select() -> Any:
+            return select_server(client, *args, **avoiding)
+
+        server = select()
         step = tracked.admit(server, seams.csot_deadline)
         if step is not SEND:
             carry_out(tracked, step)
+            server = after_wait(tracked, server, select)
     tracked.attempt_started(server)
     return server

@@ -20,6 +20,8 @@ PRIVATE_NAMES: Mapping[str, str] = {
     "client_session._Transaction.starting": "whether the transaction sent no command yet",
     "_Transaction.has_completed_command": "pymongo >= 4.17: first command completed",
     "_csot.get_timeout/get_deadline/remaining": "the CSOT deadline",
+    "Server.pool / Pool.state / PoolState.PAUSED": "a pool reset while a paced attempt waited "
+    "(the attempt selects again)",
     "ClientOptions._ClientOptions__max_adaptive_retries": "native: maxAdaptiveRetries value",
     "ClientOptions._options": "native: the options the application gave (URI and keywords)",
     "ClientOptions._ClientOptions__enable_overload_retargeting": "native: retargeting value",

@@ -3,6 +3,7 @@ one selection only."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Mapping
 from typing import Any, Callable, Optional
@@ -105,6 +106,29 @@ def csot_expired() -> bool:
     """Return True if a CSOT timeout applies and no time is left."""
     remaining = _csot.remaining()
     return remaining is not None and remaining <= 0
+
+
+def _paused_state() -> Any:
+    """pymongo's ``PoolState.PAUSED`` (``pool_shared`` from 4.11, ``pool`` before), or None."""
+    for module in ("pymongo.pool_shared", "pymongo.synchronous.pool", "pymongo.pool"):
+        try:
+            states = getattr(importlib.import_module(module), "PoolState", None)
+        except ImportError:
+            continue
+        if states is not None:
+            return getattr(states, "PAUSED", None)
+    return None
+
+
+_PAUSED = _paused_state()
+
+
+def pool_paused(server: Any) -> bool:
+    """Return True if ``server``'s connection pool is paused: pymongo cleared it after a network
+    error and marked the server unknown, and a checkout fails at once until the server is
+    found again (a new selection waits for that)."""
+    state = getattr(getattr(server, "pool", None), "state", None)
+    return _PAUSED is not None and state == _PAUSED
 
 
 def server_address(server: Any) -> Optional[tuple[str, int]]:

@@ -32,6 +32,9 @@ Address = tuple[str, int]
 _BUCKETS = 10  # time buckets per measurement window
 _BUCKET_EDGE = 1e-6  # an instant this close below a bucket's start counts as that start
 _SEND_BUCKETS = 3  # the send rate a decrease starts from is measured over this many buckets
+_STALL_REPLIES = 10  # a gap between replies in which the reply rate before it gives this many
+# is a stall (the callers were held outside the pacing): no test and no send-rate cut during it
+# or within the send rate's buckets after it
 _LATENCY_RISE = 0.5  # weight of a slot-to-reply time above the estimate (follows rises fast)
 _LATENCY_FALL = 0.05  # weight of one below it (forgets slowly)
 _LATENCY_MARGIN = 2.0  # the deadline bound keeps this multiple of the estimate for the reply
@@ -156,6 +159,9 @@ class ServerPacer:
         self._last_wait = -math.inf
         self._pushbacks = 0
         self._first_sample: Optional[float] = None
+        self._last_heard = -math.inf  # the last reply counted, or caller asking for a slot
+        self._heard_pushback = False  # whether that was a pushback (its retry backs off)
+        self._stall_end = -math.inf  # when the last stall ended (see _heard)
         self._bucket_ids = [-1] * _BUCKETS
         self._replies = [0] * _BUCKETS  # replies (admitted or pushed back) per time bucket
         self._pushed = [0] * _BUCKETS  # pushbacks per time bucket
@@ -254,6 +260,7 @@ class ServerPacer:
 
     def _count(self, now: float, count: int = 1, pushed: int = 0) -> None:
         """Add ``count`` replies (``pushed`` of them pushbacks) to the time bucket of ``now``."""
+        self._heard(now, pushed > 0)
         bucket = int(now / self._width)
         index = bucket % _BUCKETS
         if self._bucket_ids[index] != bucket:
@@ -264,6 +271,37 @@ class ServerPacer:
         self._pushed[index] += pushed
         if self._first_sample is None:
             self._first_sample = now
+
+    def _heard(self, now: float, pushback: bool = False) -> None:
+        """A reply came (``pushback``: pushed back), or a caller asked for a slot: note a stall
+        that ends (lock held)."""
+        if self._stall_gap(now):
+            self._stall_end = now
+        self._last_heard = now
+        self._heard_pushback = pushback
+
+    def _stall_gap(self, now: float) -> bool:
+        """Whether the client has been silent since it was last heard from: no reply, and no
+        caller asking for a slot (a waiting one asks every ``_NAP`` windows), for a stretch in
+        which ``_STALL_REPLIES`` replies would have come (lock held).
+
+        Its callers are held outside the pacing: a pool reopening its connections after a
+        reset, or the server being found again.  The pacing's own spacing is no stall (its
+        waiting callers ask again while they wait), nor a silence after a pushback (the spec's
+        backoff before its retry).
+        """
+        gap = now - self._last_heard
+        if gap < self._width or self._heard_pushback or self._first_sample is None:
+            return False
+        if not self.paced:
+            return False
+        replies, _, span = self._window_counts(self._last_heard)
+        return min(replies / span, self._rate_at(self._last_heard)) * gap >= _STALL_REPLIES
+
+    def _stalled(self, now: float) -> bool:
+        """Whether the client is silent, or was within the send rate's buckets (lock held):
+        what it sent then says nothing about its demand or about the server."""
+        return now - self._stall_end < _SEND_BUCKETS * self._width or self._stall_gap(now)
 
     def _window_counts(self, now: float) -> tuple[int, int, float]:
         """Replies, pushbacks and the span (s) they cover over the last window (lock held)."""
@@ -409,6 +447,10 @@ class ServerPacer:
             # Too little to tell, or too little overload to cut for (and no climb); or the
             # server admits nothing (a fault rejecting everything, whoever the neighbours
             # are): no test.
+            return
+        if self._stalled(now):
+            # Its callers are held elsewhere, or were a moment ago: a cut from what it sent
+            # meanwhile would measure nothing and keep them waiting once they are back.
             return
         self._judging = (
             pushed >= _TEST_SHARE * replies
@@ -589,7 +631,7 @@ class ServerPacer:
                 self._set_rate(now, self._rate)
                 self._held = True
                 return
-            rate = min(current, self._send_rate(now))
+            rate = current if self._stalled(now) else min(current, self._send_rate(now))
             self._set_rate(now, self._decrease * rate)
             self._peak = rate
             self._respace(now, self._rate)
@@ -658,6 +700,7 @@ class ServerPacer:
             if self._reopens(now):
                 self._open(now)
                 return SEND_NOW
+            self._heard(now)
             self._judge(now)
             if self.competing and not self._testing:
                 return SEND_NOW  # as the spec's loop alone sends
@@ -779,6 +822,7 @@ class ServerPacer:
     def recheck(self, now: float, ticket: SlotTicket) -> Union[float, Refusal]:
         """Return how much longer the attempt holding ``ticket`` waits (0: send now), or refuse."""
         with self._lock:
+            self._heard(now)
             self._judge(now)
             if ticket.refused and not ticket.last_chance:
                 self._last_chance(now, ticket)  # moved past its bound by a re-spacing
