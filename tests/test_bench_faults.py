@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from backpressure.bench.faults import (
     FAULT_GOALS,
     OVERLOAD_LABELS,
     QUICK_FAULTS,
+    ROUNDS_PER_TABLE,
     Fault,
     FaultPlan,
     FaultRun,
@@ -294,3 +296,24 @@ def test_an_interleaved_report_renders_from_its_json(tmp_path: Path) -> None:
     ratios = kind_ratios(back, "adaptive")
     assert set(ratios) == {fault.kind for one in rounds for fault in one.faults} | {"none"}
     assert kind_ratios(back, "current") == dict.fromkeys(ratios, 1.0)
+
+
+def test_a_soak_of_many_rounds_gets_one_per_round_table_per_eight_rounds() -> None:
+    """Sixteen rounds do not fit the page in one table: the acked writes per round come in
+    tables of ``ROUNDS_PER_TABLE`` rounds (a soak of eight or fewer keeps its one table)."""
+    data = json.loads((RESULTS / "faults-run15.json").read_text(encoding="utf-8"))
+    assert len(data["rounds"]) == ROUNDS_PER_TABLE
+    more = copy.deepcopy(data["rounds"][:2])
+    for offset, entry in enumerate(more):
+        entry["index"] = ROUNDS_PER_TABLE + offset
+    longer = {**data, "rounds": [*data["rounds"], *more]}
+    headers = [
+        line
+        for line in render_faults_report(longer).splitlines()
+        if "| round 1 |" in line or "| round 9 |" in line
+    ]
+    assert headers == [
+        "| policy | " + " | ".join(f"round {n}" for n in range(1, 9)) + " |",
+        "| policy | round 9 | round 10 |",
+    ]
+    assert sum("| round 1 |" in line for line in render_faults_report(data).splitlines()) == 1

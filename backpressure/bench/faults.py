@@ -67,6 +67,7 @@ from backpressure.workload.report import run_line
 __all__ = [
     "FAULT_GOALS",
     "QUICK_FAULTS",
+    "ROUNDS_PER_TABLE",
     "Fault",
     "FaultPlan",
     "FaultRound",
@@ -220,6 +221,9 @@ def fault_schedule(seed: int, seconds: float) -> list[Fault]:
 
 MIN_WINDOW_S = 0.1
 """An all-reject window or a tight limit cut shorter than this by a round's end is left out."""
+
+ROUNDS_PER_TABLE = 8
+"""The page's table of acked writes per round has at most this many rounds (more: more tables)."""
 
 
 def round_faults(faults: Sequence[Fault], plan: FaultPlan, index: int) -> list[Fault]:
@@ -971,21 +975,22 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
         ]
         cost_lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Operations and the client's CPU:", "", *cost_lines]
-    lines += [
-        "",
-        "Acked writes per round (`vs current` in that round):",
-        "",
-        "| policy | " + " | ".join(f"round {one.index + 1}" for one in rounds) + " |",
-        "|" + "---|" * (len(rounds) + 1),
-    ]
-    for name in policies:
-        cells = []
-        for one in rounds:
-            acked, base = one.run_of(name).acked, one.run_of(policies[0]).acked
-            if "current" in policies:
-                base = one.run_of("current").acked
-            cells.append(f"{acked:,} ({acked / base:.3f})" if base else f"{acked:,}")
-        lines.append(f"| {policy_label(name)} | " + " | ".join(cells) + " |")
+    lines += ["", "Acked writes per round (`vs current` in that round):"]
+    for first in range(0, len(rounds), ROUNDS_PER_TABLE):  # tables that fit the page
+        chunk = rounds[first : first + ROUNDS_PER_TABLE]
+        lines += [
+            "",
+            "| policy | " + " | ".join(f"round {one.index + 1}" for one in chunk) + " |",
+            "|" + "---|" * (len(chunk) + 1),
+        ]
+        for name in policies:
+            cells = []
+            for one in chunk:
+                acked, base = one.run_of(name).acked, one.run_of(policies[0]).acked
+                if "current" in policies:
+                    base = one.run_of("current").acked
+                cells.append(f"{acked:,} ({acked / base:.3f})" if base else f"{acked:,}")
+            lines.append(f"| {policy_label(name)} | " + " | ".join(cells) + " |")
     kinds = sorted({fault.kind for one in rounds for fault in one.faults})
     counted = {
         name: _kind_totals([acked_by_kind(one.run_of(name), one.faults) for one in rounds])
