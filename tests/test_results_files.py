@@ -243,6 +243,7 @@ def prose_figures() -> dict[str, str]:
         **_criticality_figures(),
         **_pymongo_tests_figures(),
         **_end_detection_figures(),
+        **_quiet_sensitivity_figures(),
     }
 
 
@@ -263,6 +264,25 @@ def _end_detection_figures() -> dict[str, str]:
         "end_delay_1s": f"{second['mean_delay_s'] * 1000:.0f} ms",
         "end_bound_short": f"{short['first_second_bound'] * 100:.0f} %",
         "end_longer_short": f"{short['gaps_longer'] * 100:.0f} %",
+    }
+
+
+def _quiet_sensitivity_figures() -> dict[str, str]:
+    """The simulated 8 x 8 fleets with a shorter quiet before the climb
+    (``sim-sensitivity-quiet.json``): the default's errors, and ``adaptive_quiet=0.8``'s
+    competing runs, errors, attempts and lowest Jain index."""
+    result = json.loads(
+        (RESULTS / "adaptive-default" / "sim-sensitivity-quiet.json").read_text(encoding="utf-8")
+    )
+    rows = [row for row in result if row["fleet"] == "8x8"]
+    current = next(row for row in rows if row["policy"] == "current")
+    short = next(row for row in rows if row["policy"] == "adaptive" and row["value"] == 0.8)
+    return {
+        "quiet_current_8x8": f"{current['errors'] * 100:.1f} %",
+        "quiet_short_runs": f"{short['competing_runs']} of {short['runs']}",
+        "quiet_short_errors": f"{short['errors'] * 100:.2f} %",
+        "quiet_short_attempts": f"{short['attempts_per_op']:.3f}",
+        "quiet_short_jain_min": f"{short['jain_min']:.3f}",
     }
 
 
@@ -576,6 +596,7 @@ def _real_goal_figures() -> dict[str, str]:
         **recovery_pair((13, 14), "recovery_whole"),
         **_soak_pair_figures((12, 13), "soak_young"),
         **_soak_pair_figures((14, 15), "soak_whole"),
+        **_soak_pair_figures((17, 18), "soak_stall"),
         **_interleaved_soak_figures(),
         "soak_stock_old": acked("pymongo-native"),
         "recovery_current_vs_stock": " in the first run, ".join(
@@ -635,6 +656,7 @@ def _soak_pair_figures(numbers: tuple[int, int], key: str) -> dict[str, str]:
         ),
         f"{key}_limit": kind("adaptive", "limit"),
         f"{key}_overload": kind("adaptive", "overload"),
+        f"{key}_close": kind("adaptive", "close"),
     }
 
 
@@ -1067,6 +1089,26 @@ PROSE: list[tuple[str, str]] = [
     ),
     (
         "docs/adaptive.md",
+        "In soaks 17 and 18 (`faults-run17.md`, `faults-run18.md`: 192 s of schedule 1 in 16 "
+        "rounds, after a paced attempt whose pool was reset selects again and a pacer takes no "
+        "test from a stall, `81df428`) `adaptive` acked {soak_stall_adaptive} of the default's "
+        "writes (stock pymongo {soak_stall_stock}) with {soak_stall_errors} errors; from a tight "
+        "limit's start to 1 s after its end {soak_stall_limit} of the default's acks, around the "
+        "all-reject windows {soak_stall_overload} and around closed connections "
+        "{soak_stall_close}",
+    ),
+    (
+        "docs/benchmarks.md",
+        "In soaks 17 and 18 (`faults-run17.md`, `faults-run18.md`: 192 s of schedule 1 in 16 "
+        "rounds, after a paced attempt whose pool was reset selects again and a pacer takes no "
+        "test from a stall, `81df428`) `adaptive` acked {soak_stall_adaptive} of the default's "
+        "writes (stock pymongo {soak_stall_stock}) with {soak_stall_errors} errors; from a tight "
+        "limit's start to 1 s after its end {soak_stall_limit} of the default's acks, around the "
+        "all-reject windows {soak_stall_overload} and around closed connections "
+        "{soak_stall_close}",
+    ),
+    (
+        "docs/adaptive.md",
         "In runs 19 and 20 (`mixed-fleet-run19.md`, `mixed-fleet-run20.md`, after `4ebf3d2`) an "
         "adaptive process got {real_mixed_run19}, competing for {real_mixed_run19_competed}, and "
         "{real_mixed_run20}, competing for {real_mixed_run20_competed}",
@@ -1180,6 +1222,42 @@ PROSE: list[tuple[str, str]] = [
         "Runs 3 and 4 (`criticality-run3.md`, `criticality-run4.md`) sent the last chance at "
         "the bound itself: `adaptive` failed {crit_adaptive_bound} of the critical operations, "
         "stock pymongo {crit_stock_bound} and the default {crit_current_bound},",
+    ),
+    (
+        "docs/adaptive.md",
+        "(goals 1.1 and 1 %; {whole_8x8} in fleet runs 15 and 16)",
+    ),
+    (
+        "docs/adaptive.md",
+        "(goal 95 % at 1, 4 and 7 stock processes of 8; {real_mixed_run19} in mixed-fleet run "
+        "19, {real_mixed_run20} in run 20)",
+    ),
+    (
+        "docs/adaptive.md",
+        "would then send as the default's loop does ({quiet_current_8x8} errors in the simulated "
+        "8 x 8 fleet)",
+    ),
+    (
+        "docs/adaptive.md",
+        "(goal 90 % of the demand; {recovery_whole_first} in recovery runs 13 and 14, run 13's "
+        "from pacers that competed among peers) | the end shows only as replies that are no "
+        "longer pushed back, and a converged pacer's pushbacks are a median {end_gap_median} "
+        "apart: a client that takes 1 s of quiet for the end serves at most {end_bound_1s} of "
+        "the first second, and a quiet of 0.3 windows at most {end_bound_short}, where "
+        "{end_longer_short} of the gaps during the overload are longer than that",
+    ),
+    (
+        "docs/adaptive.md",
+        "made pacers compete among peers in {quiet_short_runs} simulated 8 x 8 fleets "
+        "({quiet_short_errors} errors at {quiet_short_attempts} attempts per operation, Jain at "
+        "least {quiet_short_jain_min})",
+    ),
+    (
+        "docs/adaptive.md",
+        "interval; {soak_stall_adaptive} in soaks 17 and 18) | the seconds after a tight limit "
+        "or an all-reject window ends are the same end detection: from a tight limit's start to "
+        "1 s after its end `adaptive` acked {soak_stall_limit} of the default's writes, around "
+        "the all-reject windows {soak_stall_overload}",
     ),
 ]
 """(page, sentence with placeholders of ``prose_figures``): each page says exactly that."""
