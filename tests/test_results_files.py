@@ -743,6 +743,16 @@ def _operator_view_figures() -> dict[str, str]:
     }
 
 
+_SOAK_STALL = (
+    "In soaks 17 and 18 (`faults-run17.md`, `faults-run18.md`: 192 s of schedule 1 in 16 "
+    "rounds, after a paced attempt whose pool was reset selects again and a pacer takes no test "
+    "from a stall, `81df428`) `adaptive` acked {soak_stall_adaptive} of the default's writes "
+    "(stock pymongo {soak_stall_stock}) with {soak_stall_errors} errors; from a tight limit's "
+    "start to 1 s after its end {soak_stall_limit} of the default's acks, around the all-reject "
+    "windows {soak_stall_overload} and around closed connections {soak_stall_close}"
+)
+"""The sentence both pages give fault soaks 17 and 18 in."""
+
 PROSE: list[tuple[str, str]] = [
     (
         "docs/adaptive.md",
@@ -1087,26 +1097,7 @@ PROSE: list[tuple[str, str]] = [
         "{soak_whole_limit} of the default's acks, around the all-reject windows "
         "{soak_whole_overload}",
     ),
-    (
-        "docs/adaptive.md",
-        "In soaks 17 and 18 (`faults-run17.md`, `faults-run18.md`: 192 s of schedule 1 in 16 "
-        "rounds, after a paced attempt whose pool was reset selects again and a pacer takes no "
-        "test from a stall, `81df428`) `adaptive` acked {soak_stall_adaptive} of the default's "
-        "writes (stock pymongo {soak_stall_stock}) with {soak_stall_errors} errors; from a tight "
-        "limit's start to 1 s after its end {soak_stall_limit} of the default's acks, around the "
-        "all-reject windows {soak_stall_overload} and around closed connections "
-        "{soak_stall_close}",
-    ),
-    (
-        "docs/benchmarks.md",
-        "In soaks 17 and 18 (`faults-run17.md`, `faults-run18.md`: 192 s of schedule 1 in 16 "
-        "rounds, after a paced attempt whose pool was reset selects again and a pacer takes no "
-        "test from a stall, `81df428`) `adaptive` acked {soak_stall_adaptive} of the default's "
-        "writes (stock pymongo {soak_stall_stock}) with {soak_stall_errors} errors; from a tight "
-        "limit's start to 1 s after its end {soak_stall_limit} of the default's acks, around the "
-        "all-reject windows {soak_stall_overload} and around closed connections "
-        "{soak_stall_close}",
-    ),
+    *((page, _SOAK_STALL) for page in ("docs/adaptive.md", "docs/benchmarks.md")),
     (
         "docs/adaptive.md",
         "In runs 19 and 20 (`mixed-fleet-run19.md`, `mixed-fleet-run20.md`, after `4ebf3d2`) an "
