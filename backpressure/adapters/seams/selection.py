@@ -3,7 +3,6 @@ one selection only."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Mapping
 from typing import Any, Callable, Optional
@@ -12,6 +11,8 @@ from pymongo import _csot
 from pymongo.read_preferences import Primary
 from pymongo.server_selectors import writable_server_selector
 from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
+
+from backpressure.adapters.seams.versions import _import
 
 
 def csot_deadline() -> Optional[float]:
@@ -109,12 +110,10 @@ def csot_expired() -> bool:
 
 
 def _paused_state() -> Any:
-    """pymongo's ``PoolState.PAUSED`` (``pool_shared`` from 4.11, ``pool`` before), or None."""
+    """pymongo's ``PoolState.PAUSED`` (in ``pool_shared`` in recent releases, in
+    ``synchronous.pool`` before), or None."""
     for module in ("pymongo.pool_shared", "pymongo.synchronous.pool", "pymongo.pool"):
-        try:
-            states = getattr(importlib.import_module(module), "PoolState", None)
-        except ImportError:
-            continue
+        states = getattr(_import(module), "PoolState", None)
         if states is not None:
             return getattr(states, "PAUSED", None)
     return None

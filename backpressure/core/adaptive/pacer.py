@@ -32,9 +32,9 @@ Address = tuple[str, int]
 _BUCKETS = 10  # time buckets per measurement window
 _BUCKET_EDGE = 1e-6  # an instant this close below a bucket's start counts as that start
 _SEND_BUCKETS = 3  # the send rate a decrease starts from is measured over this many buckets
-_STALL_REPLIES = 10  # a gap between replies in which the reply rate before it gives this many
-# is a stall (the callers were held outside the pacing): no test and no send-rate cut during it
-# or within the send rate's buckets after it
+_STALL_REPLIES = 10  # a silence (no reply, no caller asking) in which the lower of the reply
+# rate before it and the paced rate gives this many replies is a stall (the callers were held
+# outside the pacing): no test and no send-rate cut during it or within the send buckets after
 _LATENCY_RISE = 0.5  # weight of a slot-to-reply time above the estimate (follows rises fast)
 _LATENCY_FALL = 0.05  # weight of one below it (forgets slowly)
 _LATENCY_MARGIN = 2.0  # the deadline bound keeps this multiple of the estimate for the reply
@@ -291,9 +291,7 @@ class ServerPacer:
         backoff before its retry).
         """
         gap = now - self._last_heard
-        if gap < self._width or self._heard_pushback or self._first_sample is None:
-            return False
-        if not self.paced:
+        if gap < self._width or self._heard_pushback or not self.paced:
             return False
         replies, _, span = self._window_counts(self._last_heard)
         return min(replies / span, self._rate_at(self._last_heard)) * gap >= _STALL_REPLIES
