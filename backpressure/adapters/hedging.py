@@ -79,6 +79,9 @@ _LOGGER = logging.getLogger("backpressure")
 _INSTALLATION_ATTR = "_backpressure_hedging"
 _WRAPPED = ("_run_operation", "_retryable_read", "_select_server", "_process_response")
 _ABSENT = object()
+_LOSERS: set[asyncio.Future[Any]] = set()
+"""Async losers left to finish: the event loop keeps only weak references to tasks, and a
+loser nothing else holds could be collected before its reply (its cursor never killed)."""
 
 
 def _async_reads_yield() -> bool:
@@ -736,6 +739,8 @@ async def _race_async(
                 # A find is left to finish: its reply names the server cursor to kill.
                 task.cancel()
             task.add_done_callback(functools.partial(settle_loser, attempt=tasks[task]))
+            _LOSERS.add(task)
+            task.add_done_callback(_LOSERS.discard)
 
 
 def install(client: Any, state: ClientState) -> None:
