@@ -4,15 +4,17 @@ overloaded server.
 When pymongo may choose between servers (several mongos routers, reads from secondaries), a
 server that pushes back keeps receiving a share of the first attempts with pymongo's own choice
 (two at random, the one with fewer operations in flight: a server that rejects at once has
-few).  :class:`ServerChoice` keeps, per server address, the share of its recent attempts that
-were pushed back (an overload error, or a timeout), with a short memory: both counts decay with
-a half-life of :data:`HALF_LIFE` seconds, and the share is ``pushed / (attempts + 1)``, so it
-fades when nothing new is heard.  At each selection with a choice, :meth:`ServerChoice.avoid`
-draws the servers to deprioritize: a server whose share exceeds the lowest share among the
-known servers by more than :data:`DEAD_ZONE` is avoided with a probability that grows to
-``1 - PROBE_SHARE`` at :data:`FULL_AVOID` above it.  The selection itself stays pymongo's: the
-adapters hand the drawn servers to it as deprioritized servers, which it leaves out of the
-eligible ones only when another eligible server remains, and then chooses as it always does.
+few).  :class:`ServerChoice` keeps, per server address, a signal in 0..1: the share of its
+recent attempts that were pushed back (an overload error, or a timeout), with a short memory.
+Each attempt moves it by :data:`WEIGHT` towards 1 (pushed back) or 0 (a reply), and it decays
+towards 0 with a half-life of :data:`HALF_LIFE` seconds, so it fades when nothing new is heard
+and a few good replies to the probes of a recovered server bring it down.  At each selection
+with a choice, :meth:`ServerChoice.avoid` draws the servers to deprioritize: a server whose
+signal exceeds the lowest among the known servers by more than :data:`DEAD_ZONE` is avoided
+with a probability that grows to ``1 - PROBE_SHARE`` at :data:`FULL_AVOID` above it.  The
+selection itself stays pymongo's: the adapters hand the drawn servers to it as deprioritized
+servers, which it leaves out of the eligible ones only when another eligible server remains,
+and then chooses as it always does.
 
 So the rule never widens eligibility (read preference, tags, staleness, the latency window are
 pymongo's), never herds (the servers left keep pymongo's own balancing, and a server that turns
@@ -39,13 +41,17 @@ __all__ = [
     "FULL_AVOID",
     "HALF_LIFE",
     "PROBE_SHARE",
+    "WEIGHT",
     "ChoiceListener",
     "ServerChoice",
     "ServerSignal",
 ]
 
-HALF_LIFE = 0.5
-"""Seconds after which a server's recent attempts and pushbacks count half."""
+HALF_LIFE = 1.0
+"""Seconds after which a server's signal counts half, when nothing new is heard."""
+
+WEIGHT = 0.3
+"""How far one attempt moves its server's signal towards its outcome (1: pushed back)."""
 
 DEAD_ZONE = 0.005
 """A server whose signal exceeds the lowest by at most this much is never avoided."""
@@ -62,7 +68,7 @@ AVOIDED = 0.5
 as returned once the probability is back to 0."""
 
 _QUIET = 1e-3
-"""Pushbacks (decayed) below which a server's signal no longer engages the rule."""
+"""A signal below which a server no longer engages the rule."""
 
 
 @dataclass(frozen=True)
@@ -91,29 +97,22 @@ class ChoiceListener:
 
 
 class _Server:
-    """Decayed counts of one server (guarded by the owner's lock)."""
+    """The signal of one server (guarded by the owner's lock)."""
 
-    __slots__ = ("at", "attempts", "avoided", "pushed", "routed_around")
+    __slots__ = ("at", "avoided", "routed_around", "signal")
 
     def __init__(self, now: float) -> None:
-        self.attempts = 0.0
-        self.pushed = 0.0
+        self.signal = 0.0
         self.at = now
         self.avoided = False
         self.routed_around = 0
 
     def decay(self, now: float, rate: float) -> None:
-        """Bring the counts to ``now`` (``rate``: ln 2 / half-life)."""
+        """Bring the signal to ``now`` (``rate``: ln 2 / half-life)."""
         elapsed = now - self.at
         if elapsed > 0.0:
-            factor = math.exp(-rate * elapsed)
-            self.attempts *= factor
-            self.pushed *= factor
+            self.signal *= math.exp(-rate * elapsed)
             self.at = now
-
-    def signal(self) -> float:
-        """``pushed / (attempts + 1)``: 0 with no evidence, fading with the counts."""
-        return self.pushed / (self.attempts + 1.0)
 
 
 class ServerChoice:
@@ -165,9 +164,11 @@ class ServerChoice:
                     return  # nothing to remember while every server is quiet
                 server = self._servers[address] = _Server(now)
             server.decay(now, self._rate)
-            server.attempts += attempts
+            replies = attempts - pushed_back
+            if replies > 0:
+                server.signal *= (1.0 - WEIGHT) ** replies
             if pushed_back:
-                server.pushed += pushed_back
+                server.signal = 1.0 - (1.0 - server.signal) * (1.0 - WEIGHT) ** pushed_back
                 self.engaged = True
 
     def successes(self, address: Optional[Address], count: int) -> None:
@@ -187,15 +188,13 @@ class ServerChoice:
         changes: list[tuple[Address, Optional[float]]] = []
         with self._lock:
             signals: list[tuple[Address, float, Optional[_Server]]] = []
-            busiest = 0.0
             for address in addresses:
                 server = self._servers.get(address)
                 if server is None:
                     signals.append((address, 0.0, None))
                     continue
                 server.decay(now, self._rate)
-                busiest = max(busiest, server.pushed)
-                signals.append((address, server.signal(), server))
+                signals.append((address, server.signal, server))
             if not signals:
                 return []
             lowest = min(signal for _, signal, _ in signals)
@@ -212,12 +211,8 @@ class ServerChoice:
                 if chance > 0.0 and self._random() < chance:
                     server.routed_around += 1
                     avoided.append(address)
-            if (
-                busiest < _QUIET
-                and self._servers
-                and all(s.pushed < _QUIET and not s.avoided for s in self._servers.values())
-            ):
-                self.engaged = False  # the counts stay: they decay on, and count on
+            if all(s.signal < _QUIET and not s.avoided for s in self._servers.values()):
+                self.engaged = False  # the signals stay: they decay on
         for address, change in changes:
             if change is None:
                 self.listener.server_returned(address)
@@ -242,6 +237,6 @@ class ServerChoice:
             for address, server in self._servers.items():
                 server.decay(now, self._rate)
                 found[address] = ServerSignal(
-                    address, server.signal(), server.avoided, server.routed_around
+                    address, server.signal, server.avoided, server.routed_around
                 )
             return found

@@ -177,15 +177,7 @@ class ClientState:
             PacingGate(pacing, logger=self.logger) if isinstance(pacing, ClientPacers) else None
         )
         """Pacing around each attempt (None unless the policy is adaptive)."""
-        self.choice: Optional[ServerChoice] = (
-            ServerChoice(
-                clock=self.controller.clock,
-                random=self.controller.random,
-                listener=_ChoiceLog(self),
-            )
-            if self.controller.policy.route_around
-            else None
-        )
+        self.choice: Optional[ServerChoice] = self.server_choice(self.controller.clock)
         """Server choice: steers selections around overloaded servers (None: turned off)."""
         self.stats = StatsRecorder()
         self._first_attempt_events: dict[Optional[Address], OperationFinishedEvent] = {}
@@ -234,6 +226,12 @@ class ClientState:
         """Remove ``listener`` (no-op if absent)."""
         self.listeners = tuple(item for item in self.listeners if item is not listener)
         self._refresh_listeners()
+
+    def server_choice(self, clock: Callable[[], float]) -> Optional[ServerChoice]:
+        """A new server choice on ``clock`` for this client (None: the policy turns it off)."""
+        if not self.controller.policy.route_around:
+            return None
+        return ServerChoice(clock=clock, random=self.controller.random, listener=_ChoiceLog(self))
 
     def steers(self) -> bool:
         """Whether a selection with a choice has servers to avoid now (some server pushes back
