@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,36 +15,19 @@ import pytest
 from backpressure.bench import render_markdown
 from backpressure.bench.faults import kind_ratios, rounds_from_report
 from backpressure.bench.goals import latest_runs
+from backpressure.bench.history import LEDGER, run_name
 from backpressure.workload.arms import default_policy_name, policy_label
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 
 
-@pytest.mark.parametrize(
-    "stem",
-    [
-        "latest",
-        "overload",
-        "fleet-run2",
-        "adaptive-default/fleet-run2",
-        "adaptive-default/fleet-run3",
-        "adaptive-default/fleet-run4",
-        "adaptive-default/fleet-run5",
-        "adaptive-default/fleet-run6",
-        "adaptive-default/fleet-run7",
-        "adaptive-default/fleet-run8",
-        "adaptive-default/fleet-run9",
-        "adaptive-default/fleet-run10",
-        "adaptive-default/fleet-run11",
-        "adaptive-default/fleet-run12",
-        "adaptive-default/fleet-run13",
-        "adaptive-default/fleet-run14",
-        "adaptive-default/fleet-run15",
-        "adaptive-default/fleet-run16",
-        "adaptive-default/fleet-burst0.25-run1",
-        "adaptive-default/fleet-burst0.1-run1",
-    ],
-)
+def _fleet_pages() -> list[str]:
+    """``latest`` and every committed run of the fleet benchmark, by stem."""
+    runs = (RESULTS / "adaptive-default").glob("fleet-*run*.json")
+    return ["latest", *sorted(f"adaptive-default/{path.stem}" for path in runs)]
+
+
+@pytest.mark.parametrize("stem", _fleet_pages())
 def test_a_results_page_is_the_rendering_of_its_raw_data(stem: str) -> None:
     """``<stem>.md`` is exactly what ``render_markdown`` makes of ``<stem>.json``."""
     report = json.loads((RESULTS / f"{stem}.json").read_text(encoding="utf-8"))
@@ -58,7 +42,7 @@ def test_the_fleet_page_tables_are_the_rendering_of_its_raw_data() -> None:
     assert (RESULTS / "fleet.md").read_text(encoding="utf-8").endswith(rendered)
 
 
-@pytest.mark.parametrize("stem", ["latest", "overload"])
+@pytest.mark.parametrize("stem", ["latest"])
 def test_the_overload_table_shows_the_default_first_in_every_scenario(stem: str) -> None:
     """In the overload table, each scenario's first row is the default policy's."""
     text = (RESULTS / f"{stem}.md").read_text(encoding="utf-8")
@@ -742,6 +726,72 @@ PROSE: list[tuple[str, str]] = [
     ("docs/observability.md", "> `{ov_reopened_line}`"),
 ]
 """(page, sentence with placeholders of ``prose_figures``): each page says exactly that."""
+
+
+USER_PAGES = (
+    RESULTS.parents[1] / "README.md",
+    *sorted((RESULTS.parents[1] / "docs").glob("*.md")),
+    *sorted((RESULTS.parents[1] / "docs" / "results").glob("*.md")),
+)
+"""The pages a user reads: the README, the docs and their results pages (not ``bench/notes/``,
+the lab record, which names the runs of its time)."""
+
+_RUN_FILE = re.compile(r"[\w./-]*?([\w.-]+-run\d+(?:-[a-z]+)?)\.(?:md|json)\b")
+
+
+def _ledger_runs(folder: Path) -> dict[str, list[int]]:
+    """Every run number the history ledger lists (removed runs included), by benchmark."""
+    text = (folder / LEDGER).read_text(encoding="utf-8")
+    runs: dict[str, list[int]] = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if line.startswith("| `"):
+            runs.setdefault(cells[0].strip("`"), []).append(int(cells[1]))
+    return runs
+
+
+def stale_run_names(text: str, folder: Path = RESULTS) -> list[str]:
+    """The run files ``text`` names that are not the latest of their benchmark: a file no longer
+    committed, or one older than the latest two (of a benchmark in ``LATEST``, which the goals
+    judge on two runs) or than the latest one (of any other), by the history ledger's runs."""
+    ledger = _ledger_runs(folder)
+    stale = []
+    for match in _RUN_FILE.finditer(text):
+        found = sorted(folder.rglob(f"{match[1]}.json"))
+        if len(found) != 1:
+            stale.append(f"{match[0]} (no such committed run)")
+            continue
+        benchmark, number = run_name(found[0].relative_to(folder).as_posix())
+        keep = 2 if benchmark.removeprefix("adaptive-default/") in LATEST else 1
+        if number not in sorted(ledger[benchmark])[-keep:]:
+            stale.append(f"{match[0]} (superseded: {benchmark} runs {ledger[benchmark]})")
+    return stale
+
+
+@pytest.mark.parametrize("page", USER_PAGES, ids=lambda page: page.name)
+def test_a_user_page_names_only_the_latest_runs(page: Path) -> None:
+    """A run a user page names, in prose or in an include, is the latest of its benchmark: once
+    a newer run is committed (and its line added to the ledger), a page still quoting the run
+    it supersedes fails here, as its figures fail the prose test below."""
+    assert stale_run_names(page.read_text(encoding="utf-8")) == []
+
+
+def test_a_superseded_or_removed_run_is_found_stale(tmp_path: Path) -> None:
+    """The check above finds a committed run older than the latest two (or one) the ledger
+    lists, and a run no longer committed."""
+    from backpressure.bench.history import update_ledger
+
+    folder = tmp_path / "adaptive-default"
+    folder.mkdir()
+    for name in ("recovery-run7", "recovery-run8", "recovery-run9", "sim-x-run1", "sim-x-run2"):
+        (folder / f"{name}.json").write_text(json.dumps({"runs": []}), encoding="utf-8")
+    (tmp_path / LEDGER).write_text(update_ledger(tmp_path), encoding="utf-8")
+    fresh = (
+        "`recovery-run8.md`, ../bench/results/adaptive-default/recovery-run9.md, sim-x-run2.json"
+    )
+    assert stale_run_names(fresh, tmp_path) == []
+    for old in ("`recovery-run7.md`", "`sim-x-run1.md`", "`recovery-run6.md`"):
+        assert len(stale_run_names(f"{fresh} {old}", tmp_path)) == 1, old
 
 
 @pytest.mark.parametrize(("page", "template"), PROSE)
