@@ -802,7 +802,9 @@ def stale_run_names(text: str, folder: Path = RESULTS) -> list[str]:
     return stale
 
 
-@pytest.mark.parametrize("page", USER_PAGES, ids=lambda page: page.name)
+@pytest.mark.parametrize(
+    "page", USER_PAGES, ids=lambda page: page.relative_to(RESULTS.parents[1]).as_posix()
+)
 def test_a_user_page_names_only_the_latest_runs(page: Path) -> None:
     """A run a user page names, in prose or in an include, is the latest of its benchmark: once
     a newer run is committed (and its line added to the ledger), a page still quoting the run
