@@ -215,6 +215,7 @@ def prose_figures() -> dict[str, str]:
         .strip()
         .removesuffix("."),
         **_fleet_figures(),
+        **_hedging_figures(),
         **_sim_sparse_fleet_figures(),
         **_burst_fleet_figures(),
         **_rollout_figures(),
@@ -246,6 +247,46 @@ def _sim_sparse_fleet_figures() -> dict[str, str]:
         "sim_fleet_draft": rows["draft"][4],
         "sim_fleet_current": rows["default (current)"][4],
         "sim_fleet_adaptive": rows["adaptive"][4],
+    }
+
+
+def _hedging_figures() -> dict[str, str]:
+    """The committed hedged-reads run (``hedging.json``): each scenario's rows without hedging
+    (the default's and stock's) and hedged, over its runs."""
+    report = json.loads((RESULTS / "hedging.json").read_text(encoding="utf-8"))
+    one, tails = "one slow secondary", "5% slow finds on every member"
+
+    def runs(scenario: str, hedged: bool) -> list[dict[str, float]]:
+        found = [
+            run
+            for row in report["rows"]
+            if row["scenario"] == scenario and ("hedge_delay" in row["policy"]) == hedged
+            for run in row["runs"]
+        ]
+        assert found, (scenario, hedged)
+        return found
+
+    def values(scenario: str, hedged: bool, field: str) -> list[float]:
+        return [run[field] for run in runs(scenario, hedged)]
+
+    hedged_one = values(one, True, "finds_per_read")
+    p50_added = [
+        hedged - plain
+        for hedged, plain in zip(values(tails, True, "p50_ms"), values(tails, False, "p50_ms"))
+    ]
+    return {
+        "hedge_slow_p90": _span(values(one, False, "p90_ms"), 0, " ms"),
+        "hedge_tails_p99": _span(values(tails, False, "p99_ms"), 0, " ms"),
+        "hedge_needed": _span([(f - 1) * report["reads"] for f in hedged_one], 0),
+        "hedge_reads": str(report["reads"]),
+        "hedge_finds_one": _and_list([f"{f:.3f}" for f in hedged_one]),
+        "hedge_one_p99": _span(values(one, True, "p99_ms"), 1, " ms"),
+        "hedge_one_max": _span(values(one, True, "max_ms"), 1, " ms"),
+        "hedge_tails_hedged_p99": _span(values(tails, True, "p99_ms"), 0, " ms"),
+        "hedge_tails_more": _span(
+            [(f - 1) * 100 for f in values(tails, True, "finds_per_read")], 0, " %"
+        ),
+        "hedge_p50_added": _span(p50_added, 1, " ms"),
     }
 
 
@@ -738,6 +779,27 @@ PROSE: list[tuple[str, str]] = [
         "command and {overhead_transaction} per transaction in the latest overhead run "
         "({overhead_run});",
     ),
+    (
+        "docs/hedging.md",
+        "a third of the reads land on the slow secondary (p90 {hedge_slow_p90}), and 5 % slow "
+        "finds give a p99 of {hedge_tails_p99}.",
+    ),
+    (
+        "docs/hedging.md",
+        "with one slow secondary only {hedge_needed} of the {hedge_reads} reads needed a hedge "
+        "(finds per read {hedge_finds_one})",
+    ),
+    (
+        "docs/hedging.md",
+        "The p99 is a fast read's ({hedge_one_p99}); the max ({hedge_one_max}) is the hedge "
+        "delay plus a fast read.",
+    ),
+    (
+        "docs/hedging.md",
+        "the p99 falls to the hedge delay plus a fast read ({hedge_tails_hedged_p99}), for "
+        "{hedge_tails_more} more finds on the servers",
+    ),
+    ("docs/hedging.md", "adds about {hedge_p50_added} to the p50"),
     (
         "docs/observability.md",
         "drives one client with {ov_threads} threads offering {ov_demand} operations/s",
