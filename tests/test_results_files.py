@@ -892,6 +892,15 @@ def test_a_superseded_or_removed_run_is_found_stale(tmp_path: Path) -> None:
         assert len(stale_run_names(f"{fresh} {old}", tmp_path)) == 1, old
 
 
+def test_every_results_page_is_shown_on_a_docs_page() -> None:
+    """Each committed results page (``bench/results/**/*.md``) is included by a page of the
+    site, so no committed run, and no run the goals are judged on, is shown nowhere."""
+    included = "\n".join(page.read_text(encoding="utf-8") for page in USER_PAGES)
+    pages = sorted(path.relative_to(RESULTS).as_posix() for path in RESULTS.rglob("*.md"))
+    assert len(pages) > 30
+    assert [page for page in pages if f"bench/results/{page}\n" not in included] == []
+
+
 @pytest.mark.parametrize(("page", "template"), PROSE)
 def test_a_figure_quoted_in_prose_is_the_committed_results(page: str, template: str) -> None:
     """The page quotes the figure as the committed results give it (line breaks aside), so a
