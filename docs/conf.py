@@ -113,10 +113,10 @@ def _public_alias(app, env, node, contnode):  # type: ignore[no-untyped-def]
 
 
 # The committed results files link to each other as files side by side in bench/results/; on
-# the benchmarks page, where they are included, those links point at their sections instead.
+# the simulator results page, where both are included, those links point at their sections.
 _RESULT_LINKS = {
-    "](fleet.md)": "](#fleet-and-transient-on-real-processes)",
-    "](sim-fleet.md)": "](#simulator-yardsticks)",
+    "](fleet.md)": "](#the-real-fleet-run-of-the-agreement-table)",
+    "](sim-fleet.md)": "](#yardsticks)",
     "[fleet.json](fleet.json)": "`bench/results/fleet.json`",
 }
 

@@ -182,3 +182,13 @@ def test_usage_errors_name_the_flag() -> None:
     assert done.returncode == 2
     assert done.stderr.startswith("usage: python scripts/pymongo_tests.py")
     assert "error: argument --preset: unknown fast; choose from default, current" in done.stderr
+
+
+def test_the_adaptive_results_page_is_the_rendering_of_its_raw_data() -> None:
+    """``bench/results/adaptive-default/pymongo-tests-adaptive.md`` (the latest run with every
+    client on ``adaptive``, beside stock) is what the script renders from its JSON."""
+    folder = RESULTS / "adaptive-default"
+    report = json.loads((folder / "pymongo-tests-adaptive.json").read_text(encoding="utf-8"))
+    page = (folder / "pymongo-tests-adaptive.md").read_text(encoding="utf-8")
+    assert page == script.render_markdown(report)
+    assert [row["preset"] for row in report["presets"]] == ["adaptive", "stock"]

@@ -151,25 +151,67 @@ def test_precedence_is_stated_once() -> None:
     assert text.count("beats the preset") == 1
 
 
-def test_relative_links_resolve() -> None:
-    """Every relative link of the README points at a file of the checkout."""
-    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", _text())
-    relative = [link for link in links if "://" not in link]
-    assert relative
-    for link in relative:
-        assert (ROOT / link).exists(), link
+DOCS_URL = "https://pymongo-backpressure.readthedocs.io/en/latest/"
+"""The documentation site: the README's links to it are absolute, so that they work on PyPI."""
+
+
+def _links() -> list[str]:
+    """The target of every Markdown link of the README."""
+    return re.findall(r"\]\(([^)\s]+)\)", _text())
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors of a docs page: each heading's id (as Sphinx makes it) and each MyST label."""
+    text = page.read_text(encoding="utf-8")
+    headings = re.findall(r"^#{1,6} (.+)$", text, flags=re.M)
+    slugs = {re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-") for heading in headings}
+    return slugs | set(re.findall(r"^\(([\w-]+)\)=$", text, flags=re.M))
+
+
+def test_links_are_absolute_and_docs_links_name_a_page_and_anchor() -> None:
+    """The README is the package's long description on PyPI, where a relative link is dead:
+    every link is absolute, and each into the documentation names an existing page (``index``
+    for the site itself) and, where it has one, an anchor of that page."""
+    links = _links()
+    assert [link for link in links if "://" not in link] == []
+    docs = [link.removeprefix(DOCS_URL) for link in links if link.startswith(DOCS_URL)]
+    assert len(docs) > 20
+    for link in docs:
+        path, _, anchor = link.partition("#")
+        name = path.removesuffix(".html") if path else "index"
+        assert path == "" or path.endswith(".html"), link
+        page = ROOT / "docs" / f"{name}.md"
+        assert page.exists(), link
+        assert not anchor or anchor in _anchors(page), link
+
+
+def test_the_docs_url_is_the_projects() -> None:
+    """Where pyproject.toml names the documentation, it is the site the README links to."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    named = re.findall(r'^Documentation = "([^"]+)"', text, flags=re.M)
+    assert all(url.rstrip("/") == DOCS_URL.rstrip("/") for url in named)
+
+
+def test_code_lines_fit_pypi() -> None:
+    """No line of a code block is longer than 90 characters."""
+    long = [
+        line for block in re.findall(r"```\w*\n(.*?)```", _text(), flags=re.S)
+        for line in block.splitlines() if len(line) > 90
+    ]  # fmt: skip
+    assert long == []
 
 
 def test_every_docs_page_is_linked() -> None:
     """The documentation table links every page of the site."""
-    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)", _text()))
-    pages = {page.name for page in (ROOT / "docs").glob("*.md")}
-    assert pages - {"changelog.md"} <= linked
+    linked = set(re.findall(rf"\]\({re.escape(DOCS_URL)}([\w-]+)\.html", _text()))
+    pages = {page.stem for page in (ROOT / "docs").glob("*.md")}
+    assert pages - {"changelog", "index"} <= linked
 
 
 def test_public_names_the_readme_uses_exist() -> None:
     """The ``backpressure.X`` names the README mentions are public attributes of the package."""
-    names = set(re.findall(r"\bbackpressure\.([A-Za-z_]\w*)\b", _text()))
+    text = re.sub(r"https://\S+", "", _text())  # the documentation's host name is no attribute
+    names = set(re.findall(r"\bbackpressure\.([A-Za-z_]\w*)\b", text))
     modules = {"metrics", "testing", "sim", "demo"}
     for name in names - modules:
         assert name in backpressure.__all__, name
