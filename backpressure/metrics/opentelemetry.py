@@ -179,12 +179,15 @@ class _Listener(MetricsListener):
     """The metrics listener, making an operation's last server known while its end is recorded."""
 
     def operation_finished(self, event: OperationFinishedEvent) -> None:
-        """Record the operation's end (see :class:`MetricsListener`)."""
+        """Record the operation's end (see :class:`MetricsListener`), then forget its last
+        command: an operation that sends none (refused before it was sent) gets no namespace
+        rather than the previous one's."""
         token = _FINISHED_SERVER.set(event.server)
         try:
             super().operation_finished(event)
         finally:
             _FINISHED_SERVER.reset(token)
+            _LAST_COMMAND.set(None)
 
 
 class _Instruments:

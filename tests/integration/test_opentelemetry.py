@@ -26,6 +26,7 @@ from pymongo.errors import PyMongoError
 
 import backpressure
 import backpressure.metrics
+from backpressure import LocalOverloadError
 from backpressure.core.events import OperationFinishedEvent
 from backpressure.metrics.opentelemetry import SCHEMA_URL, NamespaceListener
 from backpressure.testing.server.embedded import EmbeddedServer
@@ -37,6 +38,7 @@ from tests.integration.conftest import (
     overload_fail_point,
     resolve,
 )
+from tests.integration.test_metrics import REFUSING, _close_pacing
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -105,6 +107,26 @@ async def test_instruments_carry_each_operations_namespace(
     for name in ("backpressure.client.operation.retries", "backpressure.retries"):
         (point,) = _points(otel_reader, name)
         assert {k: v for k, v in point.attributes.items() if k in retried} == retried, name
+
+
+async def test_an_operation_that_sent_nothing_has_no_namespace(
+    clients: ClientFactory, standalone_server: EmbeddedServer, otel_reader: InMemoryMetricReader
+) -> None:
+    """An insert the adaptive pacing refused before sending it does not take the namespace of
+    the insert before it on the same thread or task."""
+    client = enabled_client(clients, standalone_server.uri, REFUSING)
+    await _close_pacing(client, standalone_server)  # an insert into db.coll, retried
+    with pytest.raises(LocalOverloadError):
+        await resolve(client.shop.orders.insert_one({"refused": True}))
+    found = {
+        p.attributes.get("error.type"): dict(p.attributes)
+        for p in _points(otel_reader, "db.client.operation.duration")
+    }
+    assert found[None]["db.namespace"] == "db"
+    assert found[None]["db.collection.name"] == "coll"
+    refused = found["LocalOverloadError"]
+    assert "db.namespace" not in refused
+    assert "db.collection.name" not in refused
 
 
 def test_namespace_listener_notes_nothing_without_a_reporter() -> None:
