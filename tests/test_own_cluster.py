@@ -172,6 +172,7 @@ def test_fleet_benchmark_with_set_limiter_sets_and_restores_it(
     report = json.loads((tmp_path / "fleet.json").read_text())
     assert report["config"]["server"] == f"{uri}, limiter set: True"
     assert "transient" not in report  # fail points: the embedded server's only
+    assert "against the deployment named above (--uri)" in (tmp_path / "fleet.md").read_text()
     [shape] = report["fleet"]
     [run] = shape["runs"]
     assert run["operations"] > 0

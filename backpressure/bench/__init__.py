@@ -447,7 +447,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     if "server_roundtrips" in report:
         lines += ["## Server round trips", "", *_roundtrips_md(report["server_roundtrips"]), ""]
     if "fleet" in report:
-        lines += _fleet_md(report["fleet"])
+        lines += _fleet_md(report["fleet"], str(report.get("config", {}).get("server", "")))
     if "transient" in report:
         lines += ["## Transient: a few rejections at low load, then a demand rise", ""]
         for shape in report["transient"]:
@@ -458,15 +458,22 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _fleet_md(section: list[dict[str, Any]]) -> list[str]:
-    """The fleet section: one table per shape, every policy, the default's first."""
+def _fleet_md(section: list[dict[str, Any]], server: str = "") -> list[str]:
+    """The fleet section: one table per shape, every policy, the default's first (``server``:
+    the report's server line, which names a deployment given with ``--uri``)."""
+    target = (
+        "the embedded replica set in its own process over TCP; the primary's rate limit steps "
+        "during the run"
+        if not server or server.startswith("embedded")
+        else "the deployment named above (--uri); the primary's rate limit steps during the run "
+        "only when the limiter was set (--set-limiter)"
+    )
     lines = [
         "## Fleet: K client processes x T threads, capacity steps",
         "",
         "Real processes (spawn), each its own pymongo client and T threads in a closed loop "
-        "(50% find_one by _id, 50% insert_one, each under `pymongo.timeout`), against the "
-        "embedded replica set in its own process over TCP; the primary's rate limit steps "
-        "during the run. App errors: operations that raised. Attempts/op: find and insert "
+        f"(50% find_one by _id, 50% insert_one, each under `pymongo.timeout`), against {target}. "
+        "App errors: operations that raised. Attempts/op: find and insert "
         "commands the servers received per operation. Jain: fairness over the processes' "
         "successes. Goodput: successes per second as a share of the capacity, from the settle "
         "time after each step to the next step. Refusals/s: local refusals the package's "
