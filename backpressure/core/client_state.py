@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 
 from backpressure.core.adaptive import ClientPacers, PacingGate
 from backpressure.core.budget import A6Budget, NullBudget, RetryBudget, ServerBudgets
+from backpressure.core.choice import ChoiceListener, ServerChoice
 from backpressure.core.decision import RetryController
 from backpressure.core.events import (
     Address,
@@ -17,6 +18,7 @@ from backpressure.core.events import (
     RetryEvent,
     RetryListener,
 )
+from backpressure.core.log_limit import LogRateLimit
 from backpressure.core.operation import BudgetWarnings, OperationRetries
 from backpressure.core.overrides import Criticality, OperationSettings
 from backpressure.core.policy import Policy
@@ -42,6 +44,59 @@ def _operation_listeners(listeners: Sequence[Any]) -> tuple[Any, ...]:
         for listener in listeners
         if callable(getattr(listener, "operation_finished", None))
     )
+
+
+def _with_choice(
+    batch: Optional[Callable[[], None]], choice: ServerChoice, server: Address
+) -> Callable[[], None]:
+    """The lean path's batch call of ``server``: the pacer's count (if any), then the server
+    choice's count of ``LEAN_BATCH`` replies (which returns at once while nothing pushes back)."""
+    successes = choice.successes
+    if batch is None:
+        return lambda: successes(server, LEAN_BATCH)
+
+    def both() -> None:
+        batch()
+        successes(server, LEAN_BATCH)
+
+    return both
+
+
+class _ChoiceLog(ChoiceListener):
+    """Logs at INFO, rate-limited, when a client's server becomes avoided and when it returns,
+    and tells the client's listeners that implement the same methods (the metrics)."""
+
+    def __init__(self, state: ClientState) -> None:
+        self.state = state
+        self.limit = LogRateLimit(1.0, clock=state.controller.clock)
+
+    def server_avoided(self, address: Address, signal: float) -> None:
+        """Log the server that selections now avoid and tell the listeners."""
+        if self.limit.admit() is not None:
+            self.state.logger.info(
+                "backpressure: %s:%d pushes back (%.0f%% of recent attempts); selections with a "
+                "choice avoid it (client %s)",
+                address[0], address[1], 100.0 * signal, self.state.label,
+            )  # fmt: skip
+        self._tell("server_avoided", address, signal)
+
+    def server_returned(self, address: Address) -> None:
+        """Log the server that selections no longer avoid and tell the listeners."""
+        if self.limit.admit() is not None:
+            self.state.logger.info(
+                "backpressure: %s:%d no longer pushes back; selections return to it (client %s)",
+                address[0], address[1], self.state.label,
+            )  # fmt: skip
+        self._tell("server_returned", address)
+
+    def _tell(self, method: str, *args: Any) -> None:
+        for listener in self.state.listeners:
+            callback = getattr(listener, method, None)
+            if callable(callback):
+                try:
+                    callback(*args)
+                except Exception:
+                    self.state.logger.exception("backpressure listener %r failed", listener)
 
 
 class _PartialRetryListener:
@@ -122,6 +177,8 @@ class ClientState:
             PacingGate(pacing, logger=self.logger) if isinstance(pacing, ClientPacers) else None
         )
         """Pacing around each attempt (None unless the policy is adaptive)."""
+        self.choice: Optional[ServerChoice] = self.server_choice(self.controller.clock)
+        """Server choice: steers selections around overloaded servers (None: turned off)."""
         self.stats = StatsRecorder()
         self._first_attempt_events: dict[Optional[Address], OperationFinishedEvent] = {}
         self._refresh_listeners()
@@ -152,6 +209,9 @@ class ClientState:
         batch: Optional[Callable[[], None]] = None
         if isinstance(pacing, ClientPacers) and server is not None:
             batch = pacing.batch_counter(server, LEAN_BATCH)
+        choice = self.choice
+        if choice is not None and server is not None:
+            batch = _with_choice(batch, choice, server)
         entry = (self.stats.tally(key, server), budget, batch)
         self.lean = {**self.lean, key: entry}
         return entry
@@ -166,6 +226,34 @@ class ClientState:
         """Remove ``listener`` (no-op if absent)."""
         self.listeners = tuple(item for item in self.listeners if item is not listener)
         self._refresh_listeners()
+
+    def server_choice(self, clock: Callable[[], float]) -> Optional[ServerChoice]:
+        """A new server choice on ``clock`` for this client (None: the policy turns it off)."""
+        if not self.controller.policy.route_around:
+            return None
+        return ServerChoice(clock=clock, random=self.controller.random, listener=_ChoiceLog(self))
+
+    def steers(self) -> bool:
+        """Whether a selection with a choice has servers to avoid now (some server pushes back
+        or is paced): otherwise the adapters select as pymongo does, without asking."""
+        choice, gate = self.choice, self.gate
+        return (choice is not None and choice.engaged) or (gate is not None and gate.engaged)
+
+    def avoid(self, addresses: Sequence[Address]) -> list[Address]:
+        """The servers among ``addresses`` one selection with a choice deprioritizes: those
+        the server choice draws (:meth:`ServerChoice.avoid`) and those the pacing paces."""
+        choice, gate = self.choice, self.gate
+        avoided = choice.avoid(addresses) if choice is not None else []
+        if gate is not None and gate.engaged:
+            avoided += [a for a in addresses if gate.is_paced(a) and a not in avoided]
+        return avoided
+
+    def attempt_finished(self, server: Optional[Address], pushed_back: bool) -> None:
+        """Hand one finished attempt on ``server`` to the server choice (``pushed_back``: an
+        overload error or a timeout)."""
+        choice = self.choice
+        if choice is not None and (pushed_back or choice.engaged):
+            choice.record(server, 1, 1 if pushed_back else 0)
 
     def holds_locally(self) -> bool:
         """Whether the pacing may hold an attempt starting now (False in test mode).
@@ -238,6 +326,7 @@ class ClientState:
         """
         self.controller.record_success(retried=False, server=server)
         self.stats.first_attempt_succeeded(server)
+        self.attempt_finished(server, False)
         pacing = self.controller.pacing
         if not paced_counted and isinstance(pacing, ClientPacers):
             pacing.record(server, overloaded=False)

@@ -40,7 +40,7 @@ from backpressure.core.adaptive import LocalOverloadError, PacingGate, SlotGrant
 from backpressure.core.client_state import ClientState
 from backpressure.core.decision import Decision, Retry, StopReason
 from backpressure.core.events import Address, attach_summary
-from backpressure.core.labels import overload_labels
+from backpressure.core.labels import is_timeout, overload_labels
 from backpressure.core.operation import OperationRetries
 from backpressure.core.overrides import Criticality
 
@@ -206,6 +206,12 @@ class AttemptCycle:
         gate = self.gate
         return gate.is_paced if gate is not None and gate.engaged else None
 
+    def avoiding(self) -> Optional[Callable[[list[Address]], list[Address]]]:
+        """What draws the servers a selection with a choice avoids now
+        (``ClientState.avoid``), or None while no server pushes back or is paced."""
+        state = self.state
+        return state.avoid if state.steers() else None
+
     def admit(self, server: Any, deadline: Deadline = None) -> Step:
         """Ask the pacing about an attempt to ``server``: :data:`SEND`, :class:`Wait` or
         :class:`Stop` (refused).
@@ -298,16 +304,19 @@ class AttemptCycle:
         else:
             self.record().command_processed()
 
+    def _attempt_address(self) -> Optional[Address]:
+        """The address of the open attempt's server (None: no server was selected)."""
+        if self.address is not None:
+            return self.address
+        server = self.server if self.server is not _NONE else self.first
+        return None if server is _NONE else self._address_of(server)
+
     def settle(self, error: Optional[BaseException], overload: Optional[bool] = None) -> None:
         """Hand the open attempt's outcome to the pacing (``error`` None: a reply, no overload)
         and close it; ``overload``: whether ``error`` carries the overload label, if read."""
         gate = self.gate
         if gate is not None and self.attempt_open:
-            address = self.address
-            if address is None:
-                server = self.server if self.server is not _NONE else self.first
-                if server is not _NONE:
-                    address = self._address_of(server)
+            address = self._attempt_address()
             self.pushed_back = gate.record(address, self.grant, error, overload)
         self.attempt_open = False
 
@@ -320,8 +329,10 @@ class AttemptCycle:
         )
         if counted:
             self.settle(None)
-        self.attempt_open = False
         retries = self.retries
+        if retries is not None and self.attempt_open:
+            self.state.attempt_finished(self._attempt_address(), False)
+        self.attempt_open = False
         if retries is None:
             first = None if self.first is _NONE else self.first
             started = self.started_at
@@ -357,6 +368,9 @@ class AttemptCycle:
         """
         labels = overload_labels(error)
         if self.attempt_open:
+            self.state.attempt_finished(
+                self._attempt_address(), labels.overload or is_timeout(error)
+            )
             self.settle(error, labels.overload)
         decision = self.record().failed(
             error,

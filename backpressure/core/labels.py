@@ -29,6 +29,7 @@ __all__ = [
     "has_no_writes_performed",
     "is_overload",
     "is_retryable_overload",
+    "is_timeout",
     "overload_labels",
     "server_base_backoff",
     "valid_milliseconds",
@@ -154,6 +155,12 @@ def overload_labels(exc: BaseException) -> OverloadLabels:
     if not _carries(exc, SYSTEM_OVERLOADED):
         return _NO_OVERLOAD
     return _RETRYABLE_OVERLOAD if _carries(exc, RETRYABLE) else _OVERLOAD
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """Whether ``exc`` is a timeout (pymongo's ``PyMongoError.timeout``: a network timeout,
+    ``MaxTimeMSExpired``, a pool checkout that timed out, or a CSOT expiry)."""
+    return isinstance(exc, PyMongoError) and exc.timeout is True
 
 
 def has_no_writes_performed(exc: BaseException) -> bool:

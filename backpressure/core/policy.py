@@ -50,6 +50,7 @@ _BOOL_FIELDS = (
     "retarget",
     "respect_retry_options",
     "adaptive",
+    "route_around",
 )
 _INT_FIELDS = ("max_retries", "first_retry_exponent", "max_hedges")
 _FLOAT_FIELDS = (
@@ -185,6 +186,10 @@ class Policy:
     """Hedged copies of one read at most, 1..4 (one more every ``hedge_delay``)."""
     hedge_pushback_pause: float = 2.0
     """No hedge is sent for this many seconds after any server's overload error (> 0)."""
+    route_around: bool = True
+    """Steer selections that have a choice of server (several mongos, reads from secondaries)
+    around a server that pushes back (see :mod:`backpressure.core.choice`); on in every preset.
+    """
     name: str = dataclasses.field(default="custom", compare=False)
     """Label for logs and reprs (not compared); presets: "draft", "current", "adaptive"."""
 
@@ -230,6 +235,8 @@ class Policy:
         ]
         if self.adaptive:
             parts.append("adaptive=on")
+        if not self.route_around:
+            parts.append("route_around=off")
         if self.hedge_delay is not None:
             parts.append(f"hedging={_duration(self.hedge_delay)} x{self.max_hedges}")
         return f"{label}: {', '.join(parts)}"

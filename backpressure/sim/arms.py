@@ -73,6 +73,10 @@ class SimArm:
             raise ValueError(f"SimArm.storm_retries must be >= 0, got {self.storm_retries!r}")
 
 
+STOCK = CURRENT_SPEC.replace(route_around=False, name="stock")
+"""Stock pymongo >= 4.17 as the simulator runs it: the current spec's retries, no server choice."""
+
+
 def _adaptive_preset() -> Optional[Policy]:
     """``backpressure.ADAPTIVE`` when the installed package has it."""
     preset = getattr(backpressure, "ADAPTIVE", None)
@@ -84,7 +88,8 @@ def available_policies() -> dict[str, SimArm]:
     policies = [
         SimArm("no-retries", "one attempt, no overload retries", "none"),
         SimArm("retry-storm", "hand-written: 3 immediate retries on any error", "storm"),
-        SimArm("current", "current spec = stock pymongo >= 4.17", "core", CURRENT_SPEC),
+        SimArm("current", "the default: current spec + server choice", "core", CURRENT_SPEC),
+        SimArm("stock", "stock pymongo >= 4.17 (current spec)", "core", STOCK),
         SimArm("draft", "draft spec, per-client 1000-token bucket", "core", DRAFT),
     ]
     adaptive = _adaptive_preset()
@@ -136,8 +141,10 @@ class Cycle(Protocol):
     so that one executor runs every arm.
     """
 
-    def paced(self) -> Optional[Callable[[tuple[str, int]], bool]]:
-        """The servers a selection with a choice avoids now (None: none)."""
+    def avoiding(
+        self,
+    ) -> Optional[Callable[[list[tuple[str, int]]], list[tuple[str, int]]]]:
+        """What draws the servers a selection with a choice avoids now (None: none)."""
         ...
 
     def admit(self, server: tuple[str, int], deadline: Optional[float]) -> Step:
@@ -172,8 +179,10 @@ class _OneAttempt:
 
     __slots__ = ()
 
-    def paced(self) -> Optional[Callable[[tuple[str, int]], bool]]:
-        """Nothing is paced."""
+    def avoiding(
+        self,
+    ) -> Optional[Callable[[list[tuple[str, int]]], list[tuple[str, int]]]]:
+        """Nothing is avoided: pymongo's own choice."""
         return None
 
     def admit(self, server: tuple[str, int], deadline: Optional[float]) -> Step:

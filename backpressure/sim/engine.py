@@ -283,21 +283,25 @@ class _Run:
         client: _Client,
         candidates: tuple[int, ...],
         avoid: int,
-        paced: Optional[Callable[[tuple[str, int]], bool]] = None,
+        avoiding: Optional[Callable[[list[tuple[str, int]]], list[tuple[str, int]]]] = None,
     ) -> SimServer:
         """pymongo's choice: two at random, fewer operations in flight (avoiding ``avoid``).
 
-        With an adaptive policy, reads avoid the members it paces (``paced``: those pushing
-        back), as the package's adapters do.
+        With the package, a selection with a choice leaves out the servers its server choice
+        and its pacing avoid (``avoiding``: ``AttemptCycle.avoiding``), unless none would be
+        left, as the adapters' deprioritized servers do in pymongo.
         """
         count = len(candidates)
         if avoid >= 0 and count > 1:
             candidates = tuple(i for i in candidates if i != avoid)
             count -= 1
-        if paced is not None and count > 1:
-            free = tuple(i for i in candidates if not paced(self.servers[i].address))
-            if free:
-                candidates, count = free, len(free)
+        if avoiding is not None and count > 1:
+            servers = self.servers
+            drawn = avoiding([servers[i].address for i in candidates])
+            if drawn:
+                free = tuple(i for i in candidates if servers[i].address not in drawn)
+                if free:
+                    candidates, count = free, len(free)
         if count == 1:
             return self.servers[candidates[0]]
         uniform = self._uniform
@@ -395,7 +399,7 @@ class _Run:
         ok = False
         reason = OVERLOAD
         while True:
-            server = self._select(client, candidates, avoid, cycle.paced() if is_read else None)
+            server = self._select(client, candidates, avoid, cycle.avoiding())
             address = server.address
             step = cycle.admit(address, csot)
             if type(step) is Wait:

@@ -42,6 +42,9 @@ __all__ = [
     "closed_fleet",
     "fault_schedule",
     "faults",
+    "hot_router",
+    "hot_secondary",
+    "hot_then_cool",
     "mixed_fleet",
     "recovery_fleet",
     "scenario",
@@ -752,6 +755,79 @@ def faults(
     )
 
 
+HOT_RATE = 50.0
+"""The hot server's rate in the hotspot scenarios (the ``hotspot`` benchmark's), ops/s."""
+
+ROOM = 2 * C
+"""The other servers' rate in the hot router and hot secondary scenarios: more than the
+4 x 8 workers can ask of one server (at most 1,600/s with 20 ms think time)."""
+
+
+def _hotspot_group(read_fraction: float, read_preference: str = "primary") -> ClientGroup:
+    """The hotspot benchmark's clients: 4 processes x 8 closed-loop threads, 20 ms think time,
+    a 1 s timeout, for 10 s."""
+    return ClientGroup(
+        count=4,
+        workload=ClosedLoop(workers=8, duration_s=10.0, think_ms=20.0),
+        read_fraction=read_fraction,
+        read_preference=read_preference,
+        timeout_ms=1000.0,
+    )
+
+
+def hot_router() -> Scenario:
+    """Three mongos routers, one limited to 50/s, the others with room."""
+    limits = (LimiterSpec(HOT_RATE), LimiterSpec(ROOM), LimiterSpec(ROOM))
+    return Scenario(
+        name="hot-router",
+        description=(
+            f"3 mongos, mongos0 admits {HOT_RATE:g}/s, the others {ROOM:g}/s; 4 x 8 workers, "
+            "half reads"
+        ),
+        servers=tuple(
+            ServerSpec(f"mongos{i}", "mongos", limit, rtt_ms=0.5) for i, limit in enumerate(limits)
+        ),
+        clients=(_hotspot_group(0.5),),
+        phases=((0.0, "mongos0 hot"),),
+    )
+
+
+def hot_secondary() -> Scenario:
+    """Reads from secondaries (secondaryPreferred), one secondary limited to 50/s."""
+    return Scenario(
+        name="hot-secondary",
+        description=(
+            f"reads secondaryPreferred; rs1 admits {HOT_RATE:g}/s, the others {ROOM:g}/s; 4 x 8 "
+            "workers"
+        ),
+        servers=_replica_set(LimiterSpec(ROOM), (LimiterSpec(HOT_RATE), LimiterSpec(ROOM))),
+        clients=(_hotspot_group(1.0, "secondaryPreferred"),),
+        phases=((0.0, "rs1 hot"),),
+    )
+
+
+def hot_then_cool() -> Scenario:
+    """Three routers at 300/s each, about 700/s of demand; router 0 at 50/s for 10 s."""
+    rate = 300.0
+    hot = LimiterSpec(rate, changes=((0.0, HOT_RATE), (10.0, rate)))
+    phases = (Phase(20.0, 700.0, "700/s"),)
+    return Scenario(
+        name="hot-then-cool",
+        description=(
+            f"3 mongos at {rate:g}/s, 700/s of demand; mongos0 at {HOT_RATE:g}/s for 10 s, "
+            "then back"
+        ),
+        servers=tuple(
+            ServerSpec(f"mongos{i}", "mongos", hot if i == 0 else LimiterSpec(rate), rtt_ms=0.5)
+            for i in range(3)
+        ),
+        clients=(_open(phases, timeout_ms=1000.0),),
+        phases=((0.0, "mongos0 hot"), (10.0, "mongos0 recovered")),
+        bucket_s=0.5,
+        overload_end_s=10.0,
+    )
+
+
 def _bench_named(name: str) -> Scenario:
     """One benchmark scenario with the default shape."""
     return bench_scenarios()[name]
@@ -776,6 +852,9 @@ SCENARIOS: Mapping[str, Callable[[], Scenario]] = {
     "mixed-fleet-4of8": lambda: mixed_fleet(4),
     "mixed-fleet-7of8": lambda: mixed_fleet(7),
     "transient": transient,
+    "hot-router": hot_router,
+    "hot-secondary": hot_secondary,
+    "hot-then-cool": hot_then_cool,
     "transient-1": lambda: transient(1),
     "faults": faults,
     **{name: functools.partial(_bench_named, name) for name in bench_scenarios()},

@@ -232,8 +232,8 @@ def set_timing(
     clock: Optional[Callable[[], float]] = None,
     sleep: Optional[Callable[[float], Any]] = None,
 ) -> None:
-    """Run an enabled client's pacing on ``clock`` and its sleeps on ``sleep`` (a private hook
-    for tests).
+    """Run an enabled client's pacing and server choice on ``clock`` and its sleeps on ``sleep``
+    (a private hook for tests).
 
     The client starts afresh (new budget, pacing and statistics; same policy, listeners and
     jitter source) with its adaptive pacing on ``clock`` (a monotonic clock; None:
@@ -258,6 +258,8 @@ def set_timing(
         pacing=pacers_for(policy, clock=time.monotonic if clock is None else clock),
     )
     new_state = dataclasses.replace(current, controller=controller, sleep=sleep)
+    if clock is not None:
+        new_state.choice = new_state.server_choice(clock)
     _install(_pymongo_client(client), new_state)
 
 

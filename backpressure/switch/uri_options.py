@@ -1,5 +1,5 @@
 """Our URI and keyword options: backpressure, maxAdaptiveRetries, enableOverloadRetargeting,
-hedgeDelayMS and maxHedges.
+hedgeDelayMS, maxHedges and routeAroundOverload.
 
 Theory of operation: the client classes take these options out of the URI and the keyword
 arguments before pymongo sees them, so pymongo < 4.17 never meets an option it does not know and
@@ -12,7 +12,8 @@ Values are read as stock pymongo (4.17+) reads its own options, on every pymongo
   1..4) take an ``int`` or a string that Python's ``int()`` reads (``"7"``, ``" 7 "``,
   ``"+7"``), in keywords and URIs alike, as pymongo's ``maxPoolSize="7"``; a ``bool`` is an int
   there too (``True`` is 1), as in pymongo; a float, ``None`` or ``"7.0"`` is refused;
-- the booleans (``enableOverloadRetargeting``, and ``backpressure`` besides its presets) take a
+- the booleans (``enableOverloadRetargeting``, ``routeAroundOverload``, and ``backpressure``
+  besides its presets) take a
   ``bool`` or exactly ``"true"``/``"false"``;
 - keywords are case-insensitive and have a snake_case spelling (``max_adaptive_retries``), which
   wins over the camelCase one when both are given; in a URI only the camelCase names, in any
@@ -26,7 +27,8 @@ both :class:`~backpressure.InvalidPolicyError`, naming the option and the allowe
 ``maxAdaptiveRetries`` overrides ``Policy.max_retries`` and ``enableOverloadRetargeting``
 overrides ``Policy.retarget``; ``hedgeDelayMS`` (milliseconds) sets ``Policy.hedge_delay``
 (seconds) and ``maxHedges`` sets ``Policy.max_hedges``, which without ``hedgeDelayMS`` (and a
-policy that does not hedge) acts on nothing and warns with :class:`InertOptionWarning`.
+policy that does not hedge) acts on nothing and warns with :class:`InertOptionWarning`;
+``routeAroundOverload`` overrides ``Policy.route_around``.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ __all__ = [
     "MAX_ADAPTIVE_RETRIES",
     "MAX_HEDGES",
     "OPTION_NAMES",
+    "ROUTE_AROUND_OVERLOAD",
     "InertOptionWarning",
     "InvalidOptionType",
     "InvalidOptionValue",
@@ -80,12 +83,17 @@ HEDGE_DELAY_MS = "hedgeDelayMS"
 MAX_HEDGES = "maxHedges"
 """Hedges per read at most (1..4); overrides ``Policy.max_hedges``."""
 
+ROUTE_AROUND_OVERLOAD = "routeAroundOverload"
+"""Steer selections with a choice around a server that pushes back (default true); overrides
+``Policy.route_around``."""
+
 OPTION_NAMES: tuple[str, ...] = (
     BACKPRESSURE,
     MAX_ADAPTIVE_RETRIES,
     ENABLE_OVERLOAD_RETARGETING,
     HEDGE_DELAY_MS,
     MAX_HEDGES,
+    ROUTE_AROUND_OVERLOAD,
 )
 """Canonical names of the options this module owns."""
 
@@ -97,6 +105,7 @@ _SNAKE_SPELLINGS: Mapping[str, str] = {
     "enable_overload_retargeting": ENABLE_OVERLOAD_RETARGETING,
     "hedge_delay_ms": HEDGE_DELAY_MS,
     "max_hedges": MAX_HEDGES,
+    "route_around_overload": ROUTE_AROUND_OVERLOAD,
 }
 _SPELLINGS: Mapping[str, str] = {**_URI_SPELLINGS, **_SNAKE_SPELLINGS}
 _URI_BOOLEANS = {"true": True, "false": False}
@@ -165,8 +174,8 @@ def _validate_int(
     return number
 
 
-def _validate_retargeting(value: object, *, from_uri: bool) -> bool:
-    """Return ``value`` as a bool or raise.
+def _validate_bool(option: str, value: object, *, from_uri: bool) -> bool:
+    """Return the boolean option ``option``'s ``value`` as a bool or raise.
 
     pymongo's rule, for keywords and URIs alike: a bool, or exactly ``'true'``/``'false'``.
     """
@@ -176,8 +185,8 @@ def _validate_retargeting(value: object, *, from_uri: bool) -> bool:
     if isinstance(value, str):
         if value in _URI_BOOLEANS:
             return _URI_BOOLEANS[value]
-        raise _invalid(ENABLE_OVERLOAD_RETARGETING, allowed, value, from_uri=from_uri)
-    raise _invalid(ENABLE_OVERLOAD_RETARGETING, allowed, value, from_uri=from_uri, wrong_type=True)
+        raise _invalid(option, allowed, value, from_uri=from_uri)
+    raise _invalid(option, allowed, value, from_uri=from_uri, wrong_type=True)
 
 
 def _validate_switch(value: object, *, from_uri: bool) -> Union[bool, Policy]:
@@ -221,8 +230,8 @@ def validate_option(name: str, value: object, *, from_uri: bool = False) -> Any:
     canonical = _canonical(name)
     if canonical == MAX_ADAPTIVE_RETRIES:
         return _validate_int(MAX_ADAPTIVE_RETRIES, value, 0, None, from_uri=from_uri)
-    if canonical == ENABLE_OVERLOAD_RETARGETING:
-        return _validate_retargeting(value, from_uri=from_uri)
+    if canonical in (ENABLE_OVERLOAD_RETARGETING, ROUTE_AROUND_OVERLOAD):
+        return _validate_bool(canonical, value, from_uri=from_uri)
     if canonical == BACKPRESSURE:
         return _validate_switch(value, from_uri=from_uri)
     if canonical == HEDGE_DELAY_MS:
@@ -238,7 +247,8 @@ def parse_backpressure_options(uri: str, *, warn: bool = True) -> tuple[str, dic
 
     Returns the URI without them and a dict of their validated values keyed by canonical name
     (``backpressure`` -> bool or Policy, ``maxAdaptiveRetries`` -> int,
-    ``enableOverloadRetargeting`` -> bool, ``hedgeDelayMS`` -> int, ``maxHedges`` -> int).
+    ``enableOverloadRetargeting`` -> bool, ``hedgeDelayMS`` -> int, ``maxHedges`` -> int,
+    ``routeAroundOverload`` -> bool).
     Other options are left untouched, in order.
 
     Args:
@@ -329,7 +339,7 @@ def warn_inert_options(policy: Policy, options: Mapping[str, Any]) -> None:
 
 def apply_overrides(policy: Policy, options: Mapping[str, Any]) -> Policy:
     """Return ``policy`` with ``maxAdaptiveRetries``, ``enableOverloadRetargeting``,
-    ``hedgeDelayMS`` and ``maxHedges`` applied."""
+    ``hedgeDelayMS``, ``maxHedges`` and ``routeAroundOverload`` applied."""
     changes: dict[str, Any] = {}
     if HEDGE_DELAY_MS in options:
         changes["hedge_delay"] = int(options[HEDGE_DELAY_MS]) / 1000.0
@@ -339,4 +349,6 @@ def apply_overrides(policy: Policy, options: Mapping[str, Any]) -> Policy:
         changes["max_retries"] = int(options[MAX_ADAPTIVE_RETRIES])
     if ENABLE_OVERLOAD_RETARGETING in options:
         changes["retarget"] = bool(options[ENABLE_OVERLOAD_RETARGETING])
+    if ROUTE_AROUND_OVERLOAD in options:
+        changes["route_around"] = bool(options[ROUTE_AROUND_OVERLOAD])
     return policy.replace(**changes) if changes else policy

@@ -188,9 +188,13 @@ class _AsyncRetryLoop:
         self._server = None
         cycle = self._cycle
         gate = cycle.gate  # ``cycle.paced()`` written out (twice): the success path's cost
-        paced = gate.is_paced if gate is not None and gate.engaged else None
-        avoided = self._deprioritized if paced is None else self._avoided(paced)
+        paced = gate is not None and gate.engaged
         client = self._client
+        avoided: Optional[list[Any]] = self._deprioritized
+        state = cycle.state
+        if paced or (state.choice is not None and state.choice.engaged):
+            # A server pushes back or is paced: steer around it (``seams.steer``).
+            avoided = seams.steer(client, state.avoid, self._selector, self._address, avoided)
         if avoided:
             seams.keep_candidate_servers(client)  # the filter steers this selection only
 
@@ -208,7 +212,7 @@ class _AsyncRetryLoop:
         server = await select()
         # Asked again after the selection (which may have waited): a server pushing back
         # meanwhile paces this attempt too.  Nothing paced: send without asking.
-        if paced is not None or (gate is not None and gate.engaged):
+        if paced or (gate is not None and gate.engaged):
             step = cycle.admit(server, _shared.csot_deadline)
             if step is not SEND:
                 await carry_out(cycle, step)
@@ -216,19 +220,6 @@ class _AsyncRetryLoop:
         self._server = server
         cycle.started(server)
         return server
-
-    def _avoided(self, paced: Callable[[tuple[str, int]], bool]) -> list[Any]:
-        """The deprioritized servers plus the ``paced`` ones (some server pushes back).
-
-        Paced servers are not added when the selection has no choice (a write or a primary
-        read outside a sharded cluster, or a selection by address).
-        """
-        if self._address is not None or not seams.selection_has_choice(
-            self._client, self._selector
-        ):
-            return self._deprioritized
-        busy = seams.servers_where(self._client, paced)
-        return [*self._deprioritized, *(s for s in busy if s not in self._deprioritized)]
 
     async def _write_once(self) -> Any:
         """One write attempt on a freshly selected server and connection."""

@@ -22,7 +22,7 @@ from backpressure.core.cycle import AttemptCycle, Backoff
 from backpressure.core.decision import Decision, GiveUp, StopReason
 from backpressure.core.labels import has_no_writes_performed
 
-__all__ = ["Installation", "LeanCell", "TrackedOperation", "avoid_paced"]
+__all__ = ["Installation", "LeanCell", "TrackedOperation"]
 
 
 class Installation(Protocol):
@@ -206,35 +206,3 @@ makes it current, the ``_select_server`` wrapper stores the first server in it, 
 counts it.  Anything else (a failure reaching our policy, a second attempt, a transaction, an
 error raised by the loop) promotes it to a :class:`TrackedOperation` with the same history.
 """
-
-
-def avoid_paced(
-    client: Any,
-    paced: Callable[[tuple[str, int]], bool],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> dict[str, Any]:
-    """Add the servers that are ``paced`` (pushing back) to the deprioritized servers.
-
-    Called only while some server is paced (``AttemptCycle.paced``).
-
-    pymongo then selects another eligible server when the read preference allows one, and the
-    paced server otherwise (a transaction keeps its pinned server: pymongo selects it by
-    address).  Inert for selections that have no
-    choice: writes and primary reads outside a sharded cluster (``seams.selection_has_choice``),
-    and selections by address.  pymongo would leave the filtered candidate list on the
-    topology's shared description (``client.primary`` would find no primary): the topology puts
-    it back before its lock is released (``seams.keep_candidate_servers``).
-    """
-    if len(args) > 4:
-        return kwargs  # ``len(args) > 4``: deprioritized_servers passed positionally; leave it
-    selector = args[0] if args else kwargs.get("server_selector")
-    if kwargs.get("address") is not None or not seams.selection_has_choice(client, selector):
-        return kwargs
-    busy = seams.servers_where(client, paced)
-    if not busy:
-        return kwargs
-    current = kwargs.get("deprioritized_servers") or []
-    merged = [*current, *(server for server in busy if server not in current)]
-    seams.keep_candidate_servers(client)
-    return {**kwargs, "deprioritized_servers": merged}

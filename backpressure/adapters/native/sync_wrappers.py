@@ -21,7 +21,6 @@ from backpressure.adapters.native.operation import (
     Installation,
     LeanCell,
     TrackedOperation,
-    avoid_paced,
 )
 from backpressure.core.client_state import LEAN_BATCH
 from backpressure.core.cycle import SEND
@@ -31,6 +30,8 @@ from backpressure.core.cycle import SEND
 from backpressure.adapters.sync_cycle import after_wait, carry_out, pause
 
 __all__ = ["forwarding_wrappers", "lean_wrappers"]
+
+steer = seams.steer
 
 
 def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable[..., Any]]:
@@ -158,6 +159,12 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
             and value[0] is None
             and (session is None or session._transaction.state not in active_states)
         ):
+            choice = installation.state.choice
+            if choice is not None and choice.engaged:  # a server pushed back: steer around it
+                deprioritized_servers = steer(
+                    ref(), installation.state.avoid, server_selector, address,
+                    deprioritized_servers,
+                )  # fmt: skip
             value[0] = server = select_server(
                 ref(),
                 server_selector,
@@ -253,22 +260,29 @@ def _select_tracked(
 ) -> Any:
     """Select the server of one tracked attempt, and carry out the attempt cycle's answer.
 
-    A backoff left for the client's sleep hook is slept first; while nothing is paced the
-    server is selected and sent to without asking; otherwise the selection avoids the paced
-    servers and the cycle admits the attempt (send, or wait and ask again, or refuse).
+    A backoff left for the client's sleep hook is slept first; while a server pushes back or
+    is paced the selection steers around it (``seams.steer``); while nothing is paced the
+    server is sent to without asking, otherwise the cycle admits the attempt (send, or wait
+    and ask again, or refuse).
     """
     if tracked.backoff:  # a backoff the client's sleep hook sleeps (see TrackedOperation)
         seconds, tracked.backoff = tracked.backoff, 0.0
         pause(tracked.state, seconds)
+    state = tracked.state
+    if state.steers():  # a server pushes back or is paced: steer around it
+        kwargs = {
+            **kwargs,
+            "deprioritized_servers": steer(
+                client, state.avoid, args[0], kwargs["address"], kwargs["deprioritized_servers"]
+            ),
+        }
     gate = tracked.gate  # ``tracked.paced()`` written out (every statement of a transaction)
-    paced = gate.is_paced if gate is not None and gate.engaged else None
-    if paced is None:  # nothing is paced: select and send without asking
+    if gate is None or not gate.engaged:  # nothing is paced: send without asking
         server = select_server(client, *args, **kwargs)
     else:
-        avoiding = avoid_paced(client, paced, args, kwargs)
 
         def select() -> Any:
-            return select_server(client, *args, **avoiding)
+            return select_server(client, *args, **kwargs)
 
         server = select()
         step = tracked.admit(server, seams.csot_deadline)

@@ -31,6 +31,7 @@ from backpressure.adapters.seams.selection import (
     selection_has_choice,
     server_address,
     servers_where,
+    steer,
 )
 from backpressure.adapters.seams.transactions import (
     ACTIVE_TRANSACTION_STATES,
@@ -126,5 +127,6 @@ __all__ = [
     "set_commit_attempt",
     "should_retry_is_awaited",
     "signature_report",
+    "steer",
     "transaction_starting",
 ]

@@ -33,6 +33,38 @@ def servers_where(client: Any, predicate: Callable[[Any], bool]) -> list[Any]:
 
 # -- server avoidance (``deprioritized_servers``) ----------------------------------------------
 
+
+def steer(
+    client: Any,
+    avoid: Callable[[list[tuple[str, int]]], list[tuple[str, int]]],
+    selector: Any,
+    address: Any,
+    deprioritized: Optional[list[Any]],
+) -> Optional[list[Any]]:
+    """The deprioritized servers of one selection on ``client``, plus the known servers whose
+    addresses ``avoid`` draws (``ClientState.avoid``: the server choice and the pacing).
+
+    Inert for selections that have no choice: by ``address`` (getMore, a pinned transaction),
+    and writes and primary reads outside a sharded cluster (:func:`selection_has_choice`).
+    pymongo leaves a deprioritized server out only while another eligible one remains, so
+    eligibility never widens.  The topology undoes the filter a deprioritized selection leaves
+    on its shared description (:func:`keep_candidate_servers`).
+    """
+    if address is not None or not selection_has_choice(client, selector):
+        return deprioritized
+    servers = getattr(getattr(client, "_topology", None), "_servers", None)
+    if not isinstance(servers, dict) or len(servers) < 2:
+        return deprioritized
+    known = dict(servers)
+    avoided = avoid(list(known))
+    if not avoided:
+        return deprioritized
+    current = deprioritized or []
+    merged = [*current, *(known[a] for a in avoided if known[a] not in current)]
+    keep_candidate_servers(client)
+    return merged
+
+
 DESCRIPTION_KEEPS_FILTER: bool = (
     callable(getattr(TopologyDescription, "_filter_servers", None))
     and "deprioritized_servers" in inspect.signature(TopologyDescription.apply_selector).parameters
