@@ -1,5 +1,9 @@
-"""Set-up shared by the whole suite: the main thread's event loop, and coverage across
-pytest-xdist workers (``make test``).
+"""Set-up shared by the whole suite: the embedded server's fixtures, the main thread's event
+loop, and coverage across pytest-xdist workers (``make test``).
+
+The fixtures come from the package's pytest plugin, which loads only when a test run asks for it
+(as a user's run asks, with ``-p backpressure.testing.pytest_plugin``): this suite asks for it in
+``pytest_configure``.
 
 ``make test`` sets ``COVERAGE_PROCESS_START``, so coverage's own start-up hook (the ``.pth`` file
 coverage installs) measures the pytest process and every xdist worker from interpreter start,
@@ -31,9 +35,14 @@ def _runs_tests(config: pytest.Config) -> bool:
     return bool(os.environ.get("PYTEST_XDIST_WORKER")) or not distributes
 
 
+PLUGIN = "backpressure.testing.pytest_plugin"
+"""The package's pytest plugin (the embedded server's fixtures)."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Start the main thread with no current event loop, and keep the tests' own subprocesses
-    out of the coverage measurement (workers inherit the variable first).
+    """Load the package's pytest plugin, start the main thread with no current event loop, and
+    keep the tests' own subprocesses out of the coverage measurement (workers inherit the
+    variable first).
 
     Without a current loop, as after ``asyncio.run()``: otherwise the first
     ``asyncio.get_event_loop()`` there creates a loop that nobody closes: pytest-asyncio 1.2 (the
@@ -42,7 +51,15 @@ def pytest_configure(config: pytest.Config) -> None:
     collector reports "unclosed event loop" in whichever test runs then (pytest-asyncio issue
     724). No test relies on that implicit creation: from Python 3.10 on it warns, and warnings
     are errors here.
+
+    The plugin is loaded unless a ``-p`` option already did; an install of the package made
+    before the plugin became opt-in registers it under the name ``backpressure``, which is left
+    as it is (registering the module twice is an error).
     """
+    manager = config.pluginmanager
+    loaded = sys.modules.get(PLUGIN)
+    if loaded is None or not manager.is_registered(loaded):
+        manager.import_plugin(PLUGIN)
     asyncio.set_event_loop(None)
     if _runs_tests(config):
         os.environ.pop("COVERAGE_PROCESS_START", None)

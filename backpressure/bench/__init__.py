@@ -58,6 +58,13 @@ from backpressure.cli import (
 )
 from backpressure.workload import POLICIES
 from backpressure.workload.arms import default_first
+from backpressure.workload.remote import (
+    add_uri_arguments,
+    check_uri_arguments,
+    deployment_factory,
+    deployment_label,
+    untouched_note,
+)
 from backpressure.workload.report import (
     fmt,
     format_table,
@@ -187,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
             "fleet.md instead of latest.*"
         ),
     )
+    add_uri_arguments(parser)
     return parser
 
 
@@ -218,6 +226,11 @@ def _parse_list(value: str, what: str) -> list[str]:
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors the parser cannot see alone: plans built from several options."""
+    check_uri_arguments(parser, args)
+    if args.uri is not None and args.only != "fleet":
+        parser.error(
+            "argument --uri: only the fleet benchmark runs against a deployment: add --only fleet"
+        )
     try:
         fleet_plans(args)
     except ValueError as exc:
@@ -287,15 +300,23 @@ def run_bench(
         for name in ("overhead", "core", "overload", "roundtrips"):
             setattr(args, f"skip_{name}", True)
     plans = [] if args.skip_fleet else fleet_plans(args)
-    transients = [] if args.skip_transient else transient_plans(args)
-    factory = server_factory or (lambda: embedded_server(members=args.members))
+    # The transient scenario injects rejections with fail points: the embedded server's alone.
+    remote = getattr(args, "uri", None) is not None
+    transients = [] if args.skip_transient or remote else transient_plans(args)
+    factory = server_factory or deployment_factory(
+        args, lambda: embedded_server(members=args.members)
+    )
     started = time.perf_counter()
     report: dict[str, Any] = {
         "tool": "backpressure.bench",
         "machine": machine_info(),
         "load_average_start": _load_average(),
         "config": {
-            "server": f"embedded replica set, {args.members} members, subprocess",
+            "server": (
+                f"embedded replica set, {args.members} members, subprocess"
+                if not remote
+                else f"{deployment_label(args)}, limiter set: {bool(args.set_limiter)}"
+            ),
             "overhead": {
                 "pairs": args.pairs,
                 "block": args.block,
@@ -320,6 +341,9 @@ def run_bench(
             "plans": [asdict(p) for p in plans],
             "policies": fleet_policies(runnable),
         }
+    note = untouched_note(args)
+    if note is not None:
+        print(note, file=out)
     bar = progress_bar(total, desc="bench", disabled=not progress_enabled(args.progress))
     try:
         with quiet_backpressure_logs():
@@ -423,7 +447,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     if "server_roundtrips" in report:
         lines += ["## Server round trips", "", *_roundtrips_md(report["server_roundtrips"]), ""]
     if "fleet" in report:
-        lines += _fleet_md(report["fleet"])
+        lines += _fleet_md(report["fleet"], str(report.get("config", {}).get("server", "")))
     if "transient" in report:
         lines += ["## Transient: a few rejections at low load, then a demand rise", ""]
         for shape in report["transient"]:
@@ -434,15 +458,22 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _fleet_md(section: list[dict[str, Any]]) -> list[str]:
-    """The fleet section: one table per shape, every policy, the default's first."""
+def _fleet_md(section: list[dict[str, Any]], server: str = "") -> list[str]:
+    """The fleet section: one table per shape, every policy, the default's first (``server``:
+    the report's server line, which names a deployment given with ``--uri``)."""
+    target = (
+        "the embedded replica set in its own process over TCP; the primary's rate limit steps "
+        "during the run"
+        if not server or server.startswith("embedded")
+        else "the deployment named above (--uri); the primary's rate limit steps during the run "
+        "only when the limiter was set (--set-limiter)"
+    )
     lines = [
         "## Fleet: K client processes x T threads, capacity steps",
         "",
         "Real processes (spawn), each its own pymongo client and T threads in a closed loop "
-        "(50% find_one by _id, 50% insert_one, each under `pymongo.timeout`), against the "
-        "embedded replica set in its own process over TCP; the primary's rate limit steps "
-        "during the run. App errors: operations that raised. Attempts/op: find and insert "
+        f"(50% find_one by _id, 50% insert_one, each under `pymongo.timeout`), against {target}. "
+        "App errors: operations that raised. Attempts/op: find and insert "
         "commands the servers received per operation. Jain: fairness over the processes' "
         "successes. Goodput: successes per second as a share of the capacity, from the settle "
         "time after each step to the next step. Refusals/s: local refusals the package's "

@@ -57,7 +57,9 @@ __all__ = [
     "run_processes",
 ]
 
-DATABASE = "fleet"
+DATABASE = "backpressure_fleet"
+"""The workload's database (a name of its own: ``--uri`` runs drop and refill its collection on
+the user's deployment)."""
 COLLECTION = "ops"
 
 

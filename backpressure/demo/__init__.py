@@ -14,6 +14,11 @@ any policy could lose (the physical-limit oracle on the same arrivals), the load
 received as a multiple of C, attempts per operation, latency and retries refused by the budget;
 it writes a JSON report and one PNG figure (:mod:`backpressure.demo.chart`).
 
+``--uri URI`` runs the same client processes against a deployment you name instead of the
+embedded server (a loopback address unless ``--allow-remote``); no server parameter changes
+unless ``--set-limiter`` asks to set mongod's ingress request rate limiter at each capacity step
+(:mod:`backpressure.workload.remote`, docs/own-cluster.md).
+
 The command line follows the package's conventions (:mod:`backpressure.cli`): a bad value is a
 usage error naming its flag (exit 2), ``--progress {auto,on,off}`` and ``--seed N``.
 """
@@ -50,6 +55,13 @@ from backpressure.workload import (
     RunResult,
     WorkloadConfig,
     run_policy,
+)
+from backpressure.workload.remote import (
+    add_uri_arguments,
+    check_uri_arguments,
+    deployment_factory,
+    deployment_label,
+    untouched_note,
 )
 from backpressure.workload.report import (
     fmt,
@@ -204,12 +216,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--output", type=Path, default=Path("demo-results"), help="output directory"
     )
+    add_uri_arguments(parser)
     add_progress_argument(parser)
     return parser
 
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors that need several values, before any server starts."""
+    check_uri_arguments(parser, args)
     if args.scenario == "fleet" and not args.quick:
         if args.settle >= args.step:
             parser.error(f"argument --settle: must be less than --step ({args.step:g})")
@@ -320,6 +334,9 @@ def run_demo(
     """Run the demo as configured by ``args``; print the table and return the JSON report."""
     names: list[str] = list(args.policies)
     show_bar = progress_enabled(args.progress)
+    note = untouched_note(args)
+    if note is not None:
+        print(textwrap.fill(note, width=TABLE_WIDTH), file=out)
     if args.scenario == "fleet":
         from backpressure.demo.fleet import run_fleet_demo
 
@@ -340,7 +357,9 @@ def run_demo(
         bucket_width=args.bucket,
         database="backpressure_demo",
     )
-    factory = server_factory or (lambda: embedded_server(members=args.members))
+    factory = server_factory or deployment_factory(
+        args, lambda: embedded_server(members=args.members)
+    )
     runnable = [name for name in names if POLICIES[name].unavailable() is None]
     skipped = {name: POLICIES[name].unavailable() for name in names if name not in runnable}
     results: list[RunResult] = []
@@ -368,6 +387,7 @@ def run_demo(
     chart = draw_demo_chart(results, phases, args.capacity, fewest, out_dir / "demo.png")
     report: dict[str, Any] = {
         "tool": "backpressure.demo",
+        "deployment": deployment_label(args),
         "machine": machine_info(),
         "wall_seconds": elapsed,
         "config": {

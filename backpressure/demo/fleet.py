@@ -30,6 +30,7 @@ from backpressure.bench.fleet import (
 )
 from backpressure.workload import POLICIES
 from backpressure.workload.arms import policy_label
+from backpressure.workload.remote import deployment_factory, deployment_label
 from backpressure.workload.report import (
     format_table,
     machine_info,
@@ -151,7 +152,9 @@ def run_fleet_demo(
     plan = fleet_plan(args)
     runnable = fleet_policies([name for name in names if POLICIES[name].unavailable() is None])
     skipped = {name: POLICIES[name].unavailable() for name in names if name not in runnable}
-    factory = server_factory or (lambda: embedded_server(members=args.members))
+    factory = server_factory or deployment_factory(
+        args, lambda: embedded_server(members=args.members)
+    )
     runs: list[FleetRun] = []
     started = time.perf_counter()
     bar = progress_bar(
@@ -176,6 +179,7 @@ def run_fleet_demo(
     report: dict[str, Any] = {
         "tool": "backpressure.demo",
         "scenario": "fleet",
+        "deployment": deployment_label(args),
         "machine": machine_info(),
         "wall_seconds": elapsed,
         "default_policy": default_policy_name(),
@@ -190,7 +194,8 @@ def run_fleet_demo(
     json_path = out_dir / "demo.json"
     write_json(json_path, report)
 
-    print(textwrap.fill(_describe(plan), width=100), file=out)
+    where = "the embedded replica set" if args.uri is None else deployment_label(args)
+    print(textwrap.fill(_describe(plan, where), width=100), file=out)
     print(format_table(FLEET_HEADERS, fleet_rows(runs, plan)), file=out)
     for name, reason in skipped.items():
         print(f"{name}: not run ({reason})", file=out)
@@ -201,13 +206,13 @@ def run_fleet_demo(
     return report
 
 
-def _describe(plan: FleetPlan) -> str:
-    """One paragraph describing the run."""
+def _describe(plan: FleetPlan, where: str = "the embedded replica set") -> str:
+    """One paragraph describing the run (against ``where``)."""
     steps = " -> ".join(f"{rate:g}" for rate in plan.rates)
     workers = plan.processes * plan.threads
     return (
         f"Fleet: {plan.processes} client processes x {plan.threads} threads ({workers} closed "
-        f"loops, each with its own client per process) share the embedded replica set; "
+        f"loops, each with its own client per process) share {where}; "
         f"50% find_one, 50% insert_one, each under pymongo.timeout({plan.deadline_s:g}). "
         f"Capacity {steps} ops/s, {plan.step_s:g} s per step. Every policy runs the same plan, "
         f"one after another, the default ({default_policy_name()}) first."

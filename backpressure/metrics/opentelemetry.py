@@ -14,29 +14,148 @@ and per server of an adaptive client, observed from its pacer at collection time
 counters)).  The two per-operation histograms
 take the shape of gRPC's retry metrics (proposal A96); the attributes follow OpenTelemetry's
 semantic conventions where one exists (``db.system.name``, ``db.operation.name``,
-``server.address``, ``server.port``, ``db.response.status_code``, ``error.type``).
+``server.address``, ``server.port``, ``db.response.status_code``, ``error.type``), whose
+version the meter's ``schema_url`` names (:data:`SCHEMA_URL`).
+
+Beyond the attributes Prometheus gets too, every instrument recorded per operation
+(``db.client.operation.duration``, ``backpressure.client.operation.retries``,
+``backpressure.client.operation.retry_delay``, ``backpressure.retries``) carries the
+operation's ``db.namespace`` (the database) and ``db.collection.name`` (when the command names
+one), as the MongoDB conventions require; the two per-operation histograms also carry the
+last attempt's ``server.address`` and ``server.port``.  The retry events do not carry the
+namespace: it is read from pymongo's command monitoring.  A command listener
+(:class:`NamespaceListener`) notes the database and collection of each command as it starts,
+in the thread or asyncio task that sends it, which is the one the operation's events are
+recorded in.  The listener is registered with pymongo (``pymongo.monitoring.register``) when
+the first reporter is created, so it reaches the clients created after that; pass
+:func:`namespace_listener` in ``event_listeners`` to a client created before.  Without it, an
+operation's instruments have no ``db.namespace`` and ``db.collection.name``.
 """
 
 from __future__ import annotations
 
+import contextvars
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional
 
+from pymongo import monitoring
+
+from backpressure.core.events import Address, OperationFinishedEvent
 from backpressure.core.extras import require
 from backpressure.metrics._recorder import (
     AMPLIFICATION,
     BUDGET_TOKENS,
     METRICS,
+    OPERATION_RETRIES,
+    OPERATION_RETRY_DELAY,
     PACING_GAUGES,
     AttributeValue,
     MetricsListener,
     MetricSpec,
     pacing_value,
+    server_attributes,
 )
 
-__all__ = ["OpenTelemetryMetrics"]
+__all__ = ["SCHEMA_URL", "NamespaceListener", "OpenTelemetryMetrics", "namespace_listener"]
 
 _VERSION = "0.1.0"
+
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.33.0"
+"""The semantic conventions the instruments' names and attributes follow (the meter's
+``schema_url``): the version whose database client conventions (``db.client.operation.duration``
+and its attributes, ``db.system.name`` among them) were declared stable."""
+
+_Namespace = tuple[str, str, Optional[str]]
+"""(command name, database, collection or None)."""
+
+_LAST_COMMAND: contextvars.ContextVar[Optional[_Namespace]] = contextvars.ContextVar(
+    "backpressure_last_command", default=None
+)
+"""The last command started in this thread or task, as :class:`NamespaceListener` saw it."""
+
+_FINISHED_SERVER: contextvars.ContextVar[Optional[Address]] = contextvars.ContextVar(
+    "backpressure_finished_server", default=None
+)
+"""The last attempt's server of the operation whose end is being recorded."""
+
+
+def _collection(event: monitoring.CommandStartedEvent) -> Optional[str]:
+    """The collection a command names: the value of its first key when that is a string (find,
+    insert, update, delete, aggregate, count, distinct, findAndModify ...), the ``collection``
+    field of a getMore; None for a command on the database (an aggregate with ``1``, ping)."""
+    command = event.command
+    if event.command_name == "getMore":
+        named = command.get("collection")
+    else:
+        named = command.get(event.command_name)
+    return named if isinstance(named, str) and named else None
+
+
+class NamespaceListener(monitoring.CommandListener):
+    """Notes the database and collection of each command as it starts (see the module).
+
+    It only sets a context variable, and does nothing while no reporter is open.
+    """
+
+    def __init__(self) -> None:
+        """A listener that notes nothing until a reporter is open (:meth:`hold`)."""
+        self._lock = threading.Lock()
+        self._holders = 0
+
+    def hold(self) -> None:
+        """One more reporter reads the namespaces."""
+        with self._lock:
+            self._holders += 1
+
+    def release(self) -> None:
+        """One reporter fewer reads them."""
+        with self._lock:
+            self._holders = max(self._holders - 1, 0)
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        """Note the command's name, database and collection in the current context."""
+        if self._holders:
+            _LAST_COMMAND.set((event.command_name, event.database_name, _collection(event)))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        """Nothing to note."""
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        """Nothing to note."""
+
+
+_LISTENER = NamespaceListener()
+_REGISTERED = False
+_REGISTER_LOCK = threading.Lock()
+
+
+def namespace_listener() -> NamespaceListener:
+    """The command listener the reporters read namespaces from, for ``event_listeners`` of a
+    client created before the first reporter (later clients have it already)."""
+    return _LISTENER
+
+
+def _register_listener() -> None:
+    """Register the namespace listener with pymongo, once per process."""
+    global _REGISTERED
+    with _REGISTER_LOCK:
+        if not _REGISTERED:
+            monitoring.register(_LISTENER)
+            _REGISTERED = True
+
+
+def namespace_attributes(operation: object) -> dict[str, AttributeValue]:
+    """``db.namespace`` and ``db.collection.name`` of ``operation``'s last command in this
+    context (none when the last command noted here is another command)."""
+    last = _LAST_COMMAND.get()
+    if last is None or last[0] != operation:
+        return {}
+    _command, database, collection = last
+    attributes: dict[str, AttributeValue] = {"db.namespace": database}
+    if collection is not None:
+        attributes["db.collection.name"] = collection
+    return attributes
 
 
 def _histogram(meter: Any, name: str, unit: str, description: str, bounds: Sequence[float]) -> Any:
@@ -50,6 +169,25 @@ def _histogram(meter: Any, name: str, unit: str, description: str, bounds: Seque
         )
     except TypeError:  # pragma: no cover - opentelemetry-api older than 1.23
         return meter.create_histogram(name, unit=unit, description=description)
+
+
+_PER_OPERATION = (OPERATION_RETRIES, OPERATION_RETRY_DELAY)
+"""The histograms of each retried operation, which get its last attempt's server here."""
+
+
+class _Listener(MetricsListener):
+    """The metrics listener, making an operation's last server known while its end is recorded."""
+
+    def operation_finished(self, event: OperationFinishedEvent) -> None:
+        """Record the operation's end (see :class:`MetricsListener`), then forget its last
+        command: an operation that sends none (refused before it was sent) gets no namespace
+        rather than the previous one's."""
+        token = _FINISHED_SERVER.set(event.server)
+        try:
+            super().operation_finished(event)
+        finally:
+            _FINISHED_SERVER.reset(token)
+            _LAST_COMMAND.set(None)
 
 
 class _Instruments:
@@ -75,6 +213,13 @@ class _Instruments:
     ) -> None:
         """Add ``value`` to a counter, or record it in a histogram, with ``attributes``."""
         instrument = self._instruments[metric]
+        operation = attributes.get("db.operation.name")
+        if operation is not None:
+            extra = namespace_attributes(operation)
+            if metric in _PER_OPERATION and "server.address" not in attributes:
+                extra.update(server_attributes(_FINISHED_SERVER.get()))
+            if extra:
+                attributes = {**attributes, **extra}
         if metric.kind == "counter":
             instrument.add(value, attributes)
         else:
@@ -103,8 +248,11 @@ class OpenTelemetryMetrics:
             api.get_meter_provider() if meter_provider is None else meter_provider
         )
         """The meter provider the instruments belong to."""
-        meter = self.meter_provider.get_meter("backpressure", _VERSION)
-        self.listener = MetricsListener(_Instruments(meter), clients, window=window)
+        meter = self.meter_provider.get_meter("backpressure", _VERSION, schema_url=SCHEMA_URL)
+        _register_listener()
+        self.listener: MetricsListener = _Listener(_Instruments(meter), clients, window=window)
+        _LISTENER.hold()
+        self._holding = True
         """The listener attached to the covered clients."""
         for metric, callback in (
             (BUDGET_TOKENS, self._observe_budgets),
@@ -152,4 +300,7 @@ class OpenTelemetryMetrics:
 
     def close(self) -> None:
         """Detach from the clients; the gauges stop reporting (instruments cannot be removed)."""
+        if self._holding:
+            self._holding = False
+            _LISTENER.release()
         self.listener.close()

@@ -1,6 +1,9 @@
 """pytest fixtures that start the embedded server on ephemeral ports.
 
-Registered as the ``backpressure`` pytest11 plugin. Fixtures (none is autouse):
+Loaded only when a test run asks for it: ``pytest -p backpressure.testing.pytest_plugin``, the
+same in ``addopts``, or ``pytest_plugins = ["backpressure.testing.pytest_plugin"]`` in the
+top-level ``conftest.py``.  Installing the package registers no plugin.  Fixtures (none is
+autouse):
 
 * ``embedded_server_factory``: call it with ``EmbeddedServer`` keyword arguments; it starts the
   server and stops every server it started at the end of the test.
@@ -9,9 +12,7 @@ Registered as the ``backpressure`` pytest11 plugin. Fixtures (none is autouse):
 
 The plugin costs nothing until a test asks for one of these fixtures: the embedded server (and
 mongomock, from the ``server`` extra) is imported by the first fixture that needs it, and a
-missing extra fails that test with an error naming it.  Turn the plugin off with
-``pytest -p no:backpressure`` (or ``addopts = ["-p", "no:backpressure"]``); with
-``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` turn it on with ``-p backpressure.testing.pytest_plugin``.
+missing extra fails that test with an error naming it.
 """
 
 from __future__ import annotations

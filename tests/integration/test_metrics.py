@@ -347,6 +347,7 @@ async def test_opentelemetry_instruments_with_units(
         for p in points["backpressure.retries"][1]
     }
     assert retries == {1: 2, 2: 2, 3: 1}
+    namespace = {"db.namespace": "db", "db.collection.name": "coll"}
     assert dict(points["backpressure.retries"][1][0].attributes) == {
         "db.system.name": "mongodb",
         "db.operation.name": "insert",
@@ -354,6 +355,7 @@ async def test_opentelemetry_instruments_with_units(
         "server.port": port,
         "db.response.status_code": "462",
         "backpressure.retry.number": 1,
+        **namespace,
     }
     (giveup,) = points["backpressure.giveups"][1]
     assert (dict(giveup.attributes), giveup.value) == (
@@ -366,7 +368,13 @@ async def test_opentelemetry_instruments_with_units(
     }
     assert outcomes == {"succeeded": ("mongodb", 1), "failed": ("mongodb", 1)}
     (per_op,) = points["backpressure.client.operation.retries"][1]
-    assert dict(per_op.attributes) == {"db.system.name": "mongodb", "db.operation.name": "insert"}
+    assert dict(per_op.attributes) == {
+        "db.system.name": "mongodb",
+        "db.operation.name": "insert",
+        "server.address": host,
+        "server.port": port,
+        **namespace,
+    }
     assert (per_op.count, per_op.sum) == (2, 2 + 3)
     (delay,) = points["backpressure.client.operation.retry_delay"][1]
     assert delay.count == 2
@@ -649,7 +657,13 @@ async def test_opentelemetry_operation_duration(
         ("insert", "SystemOverloadedError"),
         ("insert", "DuplicateKeyError"),
     }
-    server = {"db.system.name": "mongodb", "server.address": host, "server.port": port}
+    server = {
+        "db.system.name": "mongodb",
+        "server.address": host,
+        "server.port": port,
+        "db.namespace": "db",
+        "db.collection.name": "coll",
+    }
     assert dict(found["find", None].attributes) == {"db.operation.name": "find", **server}
     assert dict(found["insert", "SystemOverloadedError"].attributes) == {
         "db.operation.name": "insert",

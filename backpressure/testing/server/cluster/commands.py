@@ -157,6 +157,13 @@ def _server_status(
             "ingressConnectionEstablishmentRateLimiter": member.connection_limiter.status(),
         },
         "storageEngine": {"name": "wiredTiger", "supportsCommittedReads": True},
+        # mongod's per-command counters leave out the requests its ingress limiter rejected
+        "metrics": {
+            "commands": {
+                name: {"total": c.received - c.rejected, "failed": c.failed - c.rejected}
+                for name, c in sorted(member.stats.commands.items())
+            }
+        },
         "backpressure": {
             "requests": member.requests,
             "handlerCpuSeconds": member.cpu_seconds,
