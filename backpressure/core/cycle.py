@@ -313,10 +313,17 @@ class AttemptCycle:
 
     def settle(self, error: Optional[BaseException], overload: Optional[bool] = None) -> None:
         """Hand the open attempt's outcome to the pacing (``error`` None: a reply, no overload)
-        and close it; ``overload``: whether ``error`` carries the overload label, if read."""
+        and a failure to the server choice, and close it; ``overload``: whether ``error``
+        carries the overload label, if read."""
+        if not self.attempt_open:
+            return
         gate = self.gate
-        if gate is not None and self.attempt_open:
-            address = self._attempt_address()
+        address = self._attempt_address()
+        if error is not None:
+            if overload is None:
+                overload = overload_labels(error).overload
+            self.state.attempt_finished(address, overload or is_timeout(error))
+        if gate is not None:
             self.pushed_back = gate.record(address, self.grant, error, overload)
         self.attempt_open = False
 
@@ -368,9 +375,6 @@ class AttemptCycle:
         """
         labels = overload_labels(error)
         if self.attempt_open:
-            self.state.attempt_finished(
-                self._attempt_address(), labels.overload or is_timeout(error)
-            )
             self.settle(error, labels.overload)
         decision = self.record().failed(
             error,

@@ -126,8 +126,11 @@ async def test_writes_route_around_a_mongos_that_pushes_back(
     clients: ClientFactory, server: EmbeddedServer, commands: CommandRecorder
 ) -> None:
     """Two mongos: once one pushed back, new inserts go to the other one only; a cursor opened
-    on the hot one keeps its getMores there."""
-    client = enabled_client(clients, server.uri, CURRENT_SPEC, event_listeners=[commands])
+    on the hot one keeps its getMores there.  A latency window wider than any round trip keeps
+    both routers eligible whatever the load."""
+    client = enabled_client(
+        clients, server.uri, CURRENT_SPEC, event_listeners=[commands], localThresholdMS=60_000
+    )
     await resolve(client.db.coll.insert_many([{"_id": i} for i in range(10)]))
     await wait_for_mongoses(client, 2)
     hot = server.addresses[0]
