@@ -5,6 +5,7 @@ exporter enabled, write to one ``PROMETHEUS_MULTIPROC_DIR``; prometheus-client's
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -44,6 +45,8 @@ else:
 for _ in range(finds):
     client.db.coll.find_one({})
 metrics.write_gauges()
+if role == "closing":  # the exporter closed in a process that goes on
+    metrics.close()
 client.close()
 print(json.dumps({"pid": os.getpid(), "role": role}))
 """
@@ -76,12 +79,13 @@ def _total(families: dict[str, Any], name: str, **labels: str) -> float:
 def test_several_processes_aggregate_in_one_directory(
     standalone_server: EmbeddedServer, tmp_path: Path
 ) -> None:
-    """Three processes at once (one adaptive client that the server pushes back, two draft
-    clients): counters and histograms add up; each gauge is aggregated by its mode; a
-    process marked dead leaves its counts and takes its live gauges with it."""
+    """Four processes at once (one adaptive client that the server pushes back, three draft
+    clients, one of which closes its exporter): counters and histograms add up; each gauge is
+    aggregated by its mode, a closed exporter's per-process gauges as NaN; a process marked
+    dead leaves its counts and takes its live gauges with it."""
     standalone_server.configure_fail_point(overload_fail_point(["insert"], times=2))
     environment = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
-    roles = [("adaptive", 0), ("draft", 5), ("draft", 7)]
+    roles = [("adaptive", 0), ("draft", 5), ("draft", 7), ("closing", 3)]
     workers = [
         subprocess.Popen(
             [sys.executable, "-c", WORKER, standalone_server.uri, role, str(finds)],
@@ -100,6 +104,7 @@ def test_several_processes_aggregate_in_one_directory(
         done.append(json.loads(out))
     pids = {d["role"]: [str(x["pid"]) for x in done if x["role"] == d["role"]] for d in done}
     (adaptive,) = pids["adaptive"]
+    (closing,) = pids["closing"]
     families = _collect(tmp_path)
 
     # Every family written (a labelled family with no value yet has no file entry), with its
@@ -110,26 +115,28 @@ def test_several_processes_aggregate_in_one_directory(
     for name, family in families.items():
         assert family.type == kinds[name], name
     ops = "backpressure_client_operations_total"
-    assert _total(families, ops, backpressure_outcome="succeeded") == 1 + 5 + 7
+    assert _total(families, ops, backpressure_outcome="succeeded") == 1 + 5 + 7 + 3
     assert _total(families, ops, backpressure_outcome="failed") == 0
     assert _total(families, "backpressure_retries_total", db_response_status_code="462") == 2
     duration = "db_client_operation_duration_seconds_count"
-    assert _total(families, duration, db_operation_name="find") == 12
+    assert _total(families, duration, db_operation_name="find") == 15
     assert _total(families, duration, db_operation_name="insert") == 1
     retried = "backpressure_client_operation_retries"
     assert _total(families, f"{retried}_count", db_operation_name="insert") == 1
     assert _total(families, f"{retried}_sum", db_operation_name="insert") == 2
 
     # Per-process gauges (liveall): one series per process, a pid label on each.
-    tokens = _samples(families, "backpressure_budget_tokens")
-    assert sorted(s.labels["pid"] for s in tokens) == sorted(pids["draft"])
-    assert all(0 < s.value <= 1000 for s in tokens)
+    tokens = {s.labels["pid"]: s.value for s in _samples(families, "backpressure_budget_tokens")}
+    assert set(tokens) == {*pids["draft"], closing}
+    assert all(0 < tokens[pid] <= 1000 for pid in pids["draft"])
+    assert math.isnan(tokens[closing])  # closed: gone (Prometheus's min and max skip NaN)
     ratios = {
         s.labels["pid"]: s.value for s in _samples(families, "backpressure_amplification_ratio")
     }
-    assert set(ratios) == {adaptive, *pids["draft"]}
+    assert set(ratios) == {adaptive, closing, *pids["draft"]}
     assert ratios[adaptive] == 3.0  # one insert, three attempts
     assert [ratios[pid] for pid in pids["draft"]] == [1.0, 1.0]
+    assert math.isnan(ratios[closing])
     rates = _samples(families, "backpressure_pacing_rate_per_second")
     assert [s.labels["pid"] for s in rates] == [adaptive]
     assert rates[0].value > 0
@@ -149,10 +156,9 @@ def test_several_processes_aggregate_in_one_directory(
     mark_process_dead(int(adaptive), path=str(tmp_path))
     after = _collect(tmp_path)
     assert _total(after, "backpressure_retries_total") == 2
-    assert _total(after, ops) == 13
-    assert {s.labels["pid"] for s in _samples(after, "backpressure_amplification_ratio")} == set(
-        pids["draft"]
-    )
+    assert _total(after, ops) == 16
+    live = {s.labels["pid"] for s in _samples(after, "backpressure_amplification_ratio")}
+    assert live == {closing, *pids["draft"]}
     assert _samples(after, "backpressure_pacing_paced") == []
     assert _samples(after, "backpressure_pacing_rate_per_second") == []
 
