@@ -14,6 +14,7 @@ Both files are package data (``backpressure.metrics.GRAFANA_DASHBOARD`` and
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -178,13 +179,15 @@ def test_the_files_are_package_data() -> None:
     assert ALERTS.is_file()
     pyproject = (ROOT / "pyproject.toml").read_text("utf-8")
     assert '"metrics/dashboards/*.json", "metrics/dashboards/*.yml"' in pyproject
-    for name in (DASHBOARD.name, ALERTS.name):
-        copies = [
-            path
-            for path in ROOT.rglob(name)
-            if not {".venv", "build", "_build", ".git"} & set(path.relative_to(ROOT).parts)
+    names = {DASHBOARD.name, ALERTS.name}
+    copies = []
+    for directory, subdirectories, files in os.walk(ROOT):
+        # Not the virtualenvs, caches, builds and .git (dot directories), nor docs/_build.
+        subdirectories[:] = [
+            d for d in subdirectories if not d.startswith(".") and d not in {"build", "_build"}
         ]
-        assert copies == [package / "dashboards" / name], copies
+        copies += [Path(directory, name) for name in names & set(files)]
+    assert sorted(copies) == sorted(package / "dashboards" / name for name in names), copies
 
 
 def test_every_panel_query_is_filtered_by_job_and_instance() -> None:
