@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.parser import text_string_to_metric_families
 
-from backpressure.metrics._recorder import METRICS
+import backpressure
+import backpressure.metrics
+import backpressure.metrics.prometheus as prometheus_exporter
+from backpressure.metrics._recorder import AMPLIFICATION, BUDGET_TOKENS, METRICS
 from backpressure.metrics.prometheus import MULTIPROCESS_MODES
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.integration.conftest import overload_fail_point
@@ -47,8 +51,8 @@ for _ in range(finds):
 metrics.write_gauges()
 if role == "closing":  # the exporter closed in a process that goes on
     metrics.close()
-client.close()
-print(json.dumps({"pid": os.getpid(), "role": role}))
+print(json.dumps({"pid": os.getpid(), "role": role}), flush=True)
+os._exit(0)  # as killed: the gauges stay as last written (no later write of the thread)
 """
 """One worker process: the exporter in multiprocess mode, a client, some operations."""
 
@@ -169,3 +173,40 @@ def test_every_gauge_has_a_live_mode() -> None:
     gauges = {metric for metric in METRICS if metric.kind == "gauge"}
     assert set(MULTIPROCESS_MODES) == gauges
     assert all(mode.startswith("live") for mode in MULTIPROCESS_MODES.values())
+
+
+def _gauge(metric: Any, **labels: str) -> float:
+    """The value of the one sample of a prometheus-client metric object with ``labels``."""
+    (family,) = metric.collect()
+    (sample,) = [s for s in family.samples if s.labels == labels]
+    return float(sample.value)
+
+
+def test_in_process_the_writer_writes_and_clears_the_gauges(
+    standalone_server: EmbeddedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same code path in this process (prometheus-client keeps the values in memory here,
+    having been imported before the variable was set): nothing is registered in the registry;
+    the gauges are written on demand and by the thread, and as gone once closed."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    client: Any = backpressure.MongoClient(standalone_server.uri)
+    backpressure.enable(client, backpressure.DRAFT)
+    registry = CollectorRegistry()
+    metrics = backpressure.metrics.enable_prometheus(registry, clients=[client])
+    try:
+        assert metrics.multiprocess
+        assert b"backpressure" not in generate_latest(registry)
+        objects = prometheus_exporter._file_metrics().objects
+        client.db.coll.find_one({})
+        deadline = time.monotonic() + 30
+        while _gauge(objects[AMPLIFICATION]) != 1.0:  # the thread writes it within a second
+            assert time.monotonic() < deadline, "the amplification was not written"
+            time.sleep(0.05)
+        metrics.write_gauges()
+        ((label, tokens),) = metrics.listener.budget_tokens()
+        assert _gauge(objects[BUDGET_TOKENS], backpressure_client=label) == tokens
+    finally:
+        metrics.close()
+        client.close()
+    assert math.isnan(_gauge(objects[BUDGET_TOKENS], backpressure_client=label))
+    assert math.isnan(_gauge(objects[AMPLIFICATION]))

@@ -23,7 +23,7 @@ from pymongo.errors import PyMongoError
 
 import backpressure
 import backpressure.metrics
-from backpressure.testing.prometheus import PrometheusServer
+from backpressure.testing.prometheus import PrometheusServer, PrometheusServerError
 from backpressure.testing.server.embedded import EmbeddedServer
 from tests.prometheus.tools import require_tool
 
@@ -151,3 +151,11 @@ def test_the_overload_alert_fires_and_resolves(
         load.stop()
         metrics.close()
         client.close()
+
+
+def test_a_missing_prometheus_binary_is_named(tmp_path: Path) -> None:
+    """Without the binary, starting says so (and how to install it); nothing is left behind."""
+    server = PrometheusServer(["127.0.0.1:9"], binary=str(tmp_path / "no-prometheus"))
+    with pytest.raises(PrometheusServerError, match="apt-get install prometheus"):
+        server.start()
+    assert server.url == ""
