@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Optional, Union
 
-__all__ = ["PrometheusServer", "PrometheusServerError"]
+__all__ = ["PrometheusServer", "PrometheusServerError", "wait_until"]
 
 
 class PrometheusServerError(RuntimeError):
@@ -214,13 +214,20 @@ class PrometheusServer:
         return sum(1 for group in groups if not group["lastEvaluation"].startswith("0001-"))
 
     def wait_until(self, condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-        """Poll ``condition()`` every tenth of the interval until it holds.
+        """:func:`wait_until`, polling every tenth of the scrape interval."""
+        wait_until(condition, what, timeout, poll=self.interval / 10)
 
-        Raises:
-            TimeoutError: it did not hold within ``timeout`` seconds (``what`` names it).
-        """
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-            time.sleep(self.interval / 10)
+
+def wait_until(
+    condition: Callable[[], bool], what: str, timeout: float = 60.0, poll: float = 0.05
+) -> None:
+    """Poll ``condition()`` every ``poll`` seconds until it holds.
+
+    Raises:
+        TimeoutError: it did not hold within ``timeout`` seconds (``what`` names it).
+    """
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(poll)
