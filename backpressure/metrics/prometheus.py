@@ -276,8 +276,13 @@ class _GaugeWriter:
         self._thread: Optional[threading.Thread] = None
         self.start()
 
+    def after_fork(self) -> None:
+        """In a forked child: a new lock, and the writing thread started again."""
+        self._lock = threading.Lock()
+        self.start()
+
     def start(self) -> None:
-        """Start the writing thread (again, in a forked child)."""
+        """Start the writing thread."""
         self._stopping = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name="backpressure-prometheus-gauges", daemon=True
@@ -349,9 +354,12 @@ a fork: with gunicorn's ``preload_app`` the exporter may be enabled before it)."
 
 
 def _restart_writers() -> None:
-    """In a forked child: start every open exporter's writing thread again."""
+    """In a forked child: start every open exporter's writing thread again, with new locks
+    (the parent's thread may have held one when the process forked)."""
+    global _FILE_LOCK
+    _FILE_LOCK = threading.Lock()
     for writer in list(_WRITERS):
-        writer.start()
+        writer.after_fork()
 
 
 if hasattr(os, "register_at_fork"):

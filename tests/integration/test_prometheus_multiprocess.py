@@ -57,6 +57,42 @@ os._exit(0)  # as killed: the gauges stay as last written (no later write of the
 """One worker process: the exporter in multiprocess mode, a client, some operations."""
 
 
+FORKING = """
+import json, os, sys
+import pymongo
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
+import backpressure, backpressure.metrics
+from backpressure.testing.prometheus import wait_until
+
+uri, directory = sys.argv[1], sys.argv[2]
+backpressure.metrics.enable_prometheus()  # before the fork, as with gunicorn's preload_app
+child = os.fork()
+if child == 0:
+    client = pymongo.MongoClient(uri)
+    backpressure.enable(client, backpressure.DRAFT)
+    client.db.coll.find_one({})
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=directory)
+    me = str(os.getpid())
+
+    def written():
+        return any(
+            s.name == "backpressure_amplification_ratio" and s.labels.get("pid") == me
+            and s.value == 1.0
+            for family in registry.collect() for s in family.samples
+        )
+
+    wait_until(written, "the child's gauges written by its own thread", timeout=30)
+    print(json.dumps({"child": me}), flush=True)
+    os._exit(0)
+_, status = os.waitpid(child, 0)
+sys.exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+"""
+"""Enables the exporter, then forks a worker that uses a client without writing its gauges
+itself: the thread the fork hook started again writes them."""
+
+
 def _collect(directory: Path) -> dict[str, Any]:
     """Family name -> family, from a MultiProcessCollector over ``directory`` (exposed as
     text and parsed back, as Prometheus would read it)."""
@@ -208,3 +244,24 @@ def test_in_process_the_writer_writes_and_clears_the_gauges(
         client.close()
     assert math.isnan(_gauge(objects[BUDGET_TOKENS], backpressure_client=label))
     assert math.isnan(_gauge(objects[AMPLIFICATION]))
+
+
+def test_a_forked_worker_writes_its_gauges(
+    standalone_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """An exporter enabled before a fork (gunicorn's ``preload_app``): in the child, the
+    writing thread runs again and writes the child's gauges under the child's pid."""
+    result = subprocess.run(
+        [sys.executable, "-c", FORKING, standalone_server.uri, str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert result.returncode == 0, result.stderr
+    child = json.loads(result.stdout)["child"]
+    ratios = _samples(_collect(tmp_path), "backpressure_amplification_ratio")
+    by_pid = {s.labels["pid"]: s.value for s in ratios}
+    assert by_pid.pop(child) == 1.0
+    assert list(by_pid.values()) == [0.0]  # the parent: no operation
