@@ -39,9 +39,9 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 def test_the_picture_script_draws_every_panel_from_prometheus(tmp_path: Path) -> None:
-    """A 3 s quiet, 6 s overload, 5 s recovery run: each panel has data, the 462 retries
-    start after the limiter was turned on and reach more than one a second, and the picture
-    is drawn."""
+    """A 3 s quiet, 6 s overload, 5 s recovery run: each panel has data (but the give-ups,
+    which may have none), the 462 retries start after the limiter was turned on and reach
+    more than one a second, and the picture is drawn."""
     require_tool("prometheus")
     script = _script()
     recorded = script.record(quiet=3.0, overload=6.0, recovery=5.0)
@@ -49,7 +49,9 @@ def test_the_picture_script_draws_every_panel_from_prometheus(tmp_path: Path) ->
     panels = recorded["panels"]
     assert set(panels) == set(script.PANELS)
     for title, series in panels.items():
-        assert series, f"{title}: no series"
+        # A give-up needs three rejections in a row: a short overload may have none.
+        if title != "Give-ups per second, by reason":
+            assert series, f"{title}: no series"
     (retries,) = [s for legend, s in panels["Retries per second, by error code"]]
     assert retries["metric"] == {"db_response_status_code": "462"}
     values = [(float(t), float(v)) for t, v in retries["values"]]
