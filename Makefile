@@ -8,7 +8,7 @@ EXTRAS := test,dev,demo,motor,server,odm
 # without conn_mgr (why each: docs/compatibility.md).
 COMPAT_VERSIONS ?= 4.9.2 4.11.3 4.12.1 4.13.2 4.14.1 4.15.5 4.16.0 4.17.0 4.18.3 4.19.0 4.20.0 4.20.1
 
-.PHONY: install test test-compat test-pythons lookahead lint format demo bench spec-test spec-tests pymongo-tests docs clean FORCE
+.PHONY: install prometheus test test-compat test-pythons lookahead lint format demo bench spec-test spec-tests pymongo-tests docs clean FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,20 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 install: $(VENV)/.installed
+
+# A real Prometheus for the tests that need one (tests/test_dashboards.py: promtool checks and
+# unit-tests the alert rules; tests/integration/test_prometheus_server.py: a server scrapes the
+# exporter during an overload): Debian's prometheus package, installed only when `prometheus`
+# or `promtool` is missing (as root, with apt; .ci/run runs this before the tests). Without it
+# those tests are skipped, and fail where the CI variable is set (tests/prometheus/tools.py).
+prometheus:
+	@if command -v prometheus > /dev/null && command -v promtool > /dev/null; then \
+		echo "prometheus: $$(prometheus --version 2>&1 | head -n 1)"; \
+	else \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends prometheus > /dev/null && \
+		echo "prometheus: installed $$(prometheus --version 2>&1 | head -n 1)"; \
+	fi
 
 # Branch coverage of the package over the whole suite, with a floor: the total measured when it
 # was set (83.0 % on pymongo 4.20.1), less 2 points. Coverage starts with each Python process

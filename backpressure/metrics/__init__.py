@@ -17,12 +17,17 @@ amplification (attempts over operations) of the last ``window`` seconds, the ada
 local waits (by server, and their seconds) and local refusals (by reason), and hedged reads.
 Names and attributes follow OpenTelemetry's semantic conventions where one exists; the
 Prometheus names are the OpenTelemetry ones under its Prometheus mapping.
+
+The package ships a Grafana dashboard and Prometheus alert rules for these metrics:
+``GRAFANA_DASHBOARD`` and ``PROMETHEUS_ALERTS`` are the paths of the installed files (see
+docs/production.md).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from backpressure.metrics._recorder import AmplificationWindow, MetricsListener
@@ -32,12 +37,22 @@ if TYPE_CHECKING:
     from backpressure.metrics.prometheus import PrometheusMetrics
 
 __all__ = [
+    "GRAFANA_DASHBOARD",
+    "PROMETHEUS_ALERTS",
     "AmplificationWindow",
     "MetricsListener",
     "disable_metrics",
     "enable_opentelemetry",
     "enable_prometheus",
 ]
+
+GRAFANA_DASHBOARD = Path(__file__).resolve().parent / "dashboards" / "grafana.json"
+"""The Grafana dashboard of these metrics (JSON, with ``datasource``, ``job`` and ``instance``
+variables), installed with the package: import it in Grafana."""
+
+PROMETHEUS_ALERTS = GRAFANA_DASHBOARD.with_name("prometheus-alerts.yml")
+"""The Prometheus alerting rules of these metrics, installed with the package: name it (or a
+copy) in Prometheus's ``rule_files``."""
 
 _LOCK = threading.Lock()
 _ENABLED: dict[int, tuple[Any, Any]] = {}

@@ -14,13 +14,31 @@ scrape time, ``backpressure_pacing_paced``, ``backpressure_pacing_rate_per_secon
 ``backpressure_pacing_waiting``, ``backpressure_pacing_backlog_seconds``,
 ``backpressure_pacing_pushbacks_total``, ``backpressure_pacing_competing`` and
 ``backpressure_pacing_last_chance_sends_total``.
+
+**Multiprocess mode.** When ``PROMETHEUS_MULTIPROC_DIR`` is set (prometheus-client's
+multiprocess mode, for gunicorn or uWSGI workers), a custom collector would only ever show the
+process serving the scrape. So the same families are prometheus-client's own ``Counter``,
+``Histogram`` and ``Gauge`` objects instead, whose values each process writes to files in that
+directory, and which ``prometheus_client.multiprocess.MultiProcessCollector`` adds up over the
+processes. Counters and histograms are summed. The gauges, read from the clients, are written
+every ``GAUGE_INTERVAL`` seconds by a thread of each process, and aggregated over the live
+processes as ``MULTIPROCESS_MODES`` says: the ones the dashboard and the alerts sum (paced,
+waiting and competing clients) summed, the backlog as its maximum, and the ones they take the
+minimum, maximum and mean of (budget tokens, amplification, paced rate) one series per process
+(a ``pid`` label). A gauge whose client or server is gone is written as 0 (summed ones, the
+backlog) or NaN (per-process ones; Prometheus's ``min``, ``max`` and ``avg`` skip NaN). The
+processes' files are removed with ``mark_process_dead(pid)`` when a worker exits (gunicorn's
+``child_exit`` hook): see docs/production.md.
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import math
+import os
 import threading
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional
 
@@ -29,14 +47,44 @@ from backpressure.metrics._recorder import (
     AMPLIFICATION,
     BUDGET_TOKENS,
     METRICS,
+    PACING_BACKLOG,
+    PACING_COMPETING,
     PACING_GAUGES,
+    PACING_PACED,
+    PACING_RATE,
+    PACING_WAITING,
     AttributeValue,
     MetricsListener,
     MetricSpec,
     pacing_value,
 )
 
-__all__ = ["PrometheusMetrics"]
+__all__ = ["GAUGE_INTERVAL", "MULTIPROCESS_MODES", "PrometheusMetrics", "multiprocess_dir"]
+
+MULTIPROCESS_MODES: Mapping[MetricSpec, str] = {
+    BUDGET_TOKENS: "liveall",
+    AMPLIFICATION: "liveall",
+    PACING_PACED: "livesum",
+    PACING_RATE: "liveall",
+    PACING_WAITING: "livesum",
+    PACING_BACKLOG: "livemax",
+    PACING_COMPETING: "livesum",
+}
+"""How multiprocess mode aggregates each gauge over the live processes (prometheus-client's
+``multiprocess_mode``): ``liveall`` keeps one series per process (``pid`` label)."""
+
+GAUGE_INTERVAL = 1.0
+"""Seconds between two writes of the gauges in multiprocess mode."""
+
+
+def multiprocess_dir() -> Optional[str]:
+    """The directory of prometheus-client's multiprocess mode (None: not in that mode).
+
+    ``PROMETHEUS_MULTIPROC_DIR`` (or its old name ``prometheus_multiproc_dir``), as
+    prometheus-client reads it: set it before the process starts, in every worker.
+    """
+    old_name = "prometheus_multiproc_dir"  # prometheus-client reads both
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get(old_name)
 
 
 class _Histogram:
@@ -163,8 +211,164 @@ class _Collector:
             yield family
 
 
+class _FileMetrics:
+    """prometheus-client's metric objects for every family (multiprocess mode: their values
+    go to the files of ``PROMETHEUS_MULTIPROC_DIR``); registered in no registry, since a
+    ``MultiProcessCollector`` serves them."""
+
+    def __init__(self) -> None:
+        """Create one object per metric of ``METRICS``."""
+        client = require("prometheus_client", "prometheus", "Prometheus metrics")
+        self.objects: dict[MetricSpec, Any] = {}
+        for metric in METRICS:
+            labels = metric.prometheus_labels
+            name, doc = metric.prometheus_name, metric.description
+            if metric.kind == "histogram":
+                made = client.Histogram(name, doc, labels, registry=None, buckets=metric.buckets)
+            elif metric.kind == "counter":
+                made = client.Counter(name, doc, labels, registry=None)
+            else:
+                mode = MULTIPROCESS_MODES[metric]
+                made = client.Gauge(name, doc, labels, registry=None, multiprocess_mode=mode)
+            self.objects[metric] = made
+
+    def series(self, metric: MetricSpec, labels: Sequence[str]) -> Any:
+        """The child of ``metric`` for ``labels`` (the metric itself without labels)."""
+        found = self.objects[metric]
+        return found.labels(*labels) if labels else found
+
+    def record(
+        self, metric: MetricSpec, value: float, attributes: Mapping[str, AttributeValue]
+    ) -> None:
+        """Add ``value`` to a counter, or observe it in a histogram (absent labels are "")."""
+        series = self.series(metric, [str(attributes.get(name, "")) for name in metric.attributes])
+        if metric.kind == "histogram":
+            series.observe(value)
+        else:
+            series.inc(value)
+
+
+_FILE_METRICS: Optional[_FileMetrics] = None
+_FILE_LOCK = threading.Lock()
+
+
+def _file_metrics() -> _FileMetrics:
+    """The process's one set of file-backed metrics (two sets would overwrite each other's
+    values in the same files)."""
+    global _FILE_METRICS
+    with _FILE_LOCK:
+        if _FILE_METRICS is None:
+            _FILE_METRICS = _FileMetrics()
+        return _FILE_METRICS
+
+
+class _GaugeWriter:
+    """Writes the gauges (and the pacers' counts) read from the clients into the files."""
+
+    def __init__(self, files: _FileMetrics, listener: MetricsListener) -> None:
+        """Write for the clients of ``listener``; start the thread that writes every second."""
+        self._files = files
+        self._listener = listener
+        self._lock = threading.Lock()
+        self._written: dict[MetricSpec, set[tuple[str, ...]]] = {}
+        self._counted: dict[tuple[MetricSpec, tuple[str, ...]], float] = {}
+        self._stopping = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.start()
+
+    def after_fork(self) -> None:
+        """In a forked child: a new lock, and the writing thread started again."""
+        self._lock = threading.Lock()
+        self.start()
+
+    def start(self) -> None:
+        """Start the writing thread."""
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="backpressure-prometheus-gauges", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        """Write now, then every ``GAUGE_INTERVAL`` seconds until stopped."""
+        stopping = self._stopping
+        self.write()
+        while not stopping.wait(GAUGE_INTERVAL):
+            self.write()
+
+    def _current(self) -> dict[MetricSpec, dict[tuple[str, ...], float]]:
+        """The values to write now, by metric and labels."""
+        listener = self._listener
+        current: dict[MetricSpec, dict[tuple[str, ...], float]] = {
+            BUDGET_TOKENS: {(label,): tokens for label, tokens in listener.budget_tokens()},
+            AMPLIFICATION: {(): listener.amplification()},
+        }
+        for metric in PACING_GAUGES:
+            current[metric] = {}
+        for attributes, snapshot in listener.pacing():
+            for metric in PACING_GAUGES:
+                value = pacing_value(metric, snapshot)
+                if value is not None:
+                    labels = tuple(str(attributes[name]) for name in metric.attributes)
+                    current[metric][labels] = value
+        return current
+
+    def write(self, *, closing: bool = False) -> None:
+        """Write every gauge now; a series gone since the last write (or all of them when
+        ``closing``) is written as 0 or NaN (see the module's docstring)."""
+        current = {} if closing else self._current()
+        with self._lock:
+            for metric in (BUDGET_TOKENS, AMPLIFICATION, *PACING_GAUGES):
+                values = current.get(metric, {})
+                if metric.kind == "counter":
+                    self._count(metric, values)
+                    continue
+                idle = math.nan if MULTIPROCESS_MODES[metric] == "liveall" else 0.0
+                for labels in self._written.get(metric, set()) - set(values):
+                    self._files.series(metric, labels).set(idle)
+                for labels, value in values.items():
+                    self._files.series(metric, labels).set(value)
+                self._written[metric] = set(values)
+
+    def _count(self, metric: MetricSpec, values: Mapping[tuple[str, ...], float]) -> None:
+        """Add to a counter what a pacer counted since the last write (lock held)."""
+        for labels, value in values.items():
+            before = self._counted.get((metric, labels), 0.0)
+            added = value - before if value >= before else value  # a new pacer: from 0
+            if added > 0:
+                self._files.series(metric, labels).inc(added)
+            self._counted[metric, labels] = value
+
+    def stop(self) -> None:
+        """Stop the thread; write the gauges one last time as gone."""
+        self._stopping.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=30)
+        self.write(closing=True)
+
+
+_WRITERS: weakref.WeakSet[_GaugeWriter] = weakref.WeakSet()
+"""The writers of open exporters, started again in a forked child (a thread does not survive
+a fork: with gunicorn's ``preload_app`` the exporter may be enabled before it)."""
+
+
+def _restart_writers() -> None:
+    """In a forked child: start every open exporter's writing thread again, with new locks
+    (the parent's thread may have held one when the process forked)."""
+    global _FILE_LOCK
+    _FILE_LOCK = threading.Lock()
+    for writer in list(_WRITERS):
+        writer.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_restart_writers)
+
+
 class PrometheusMetrics:
-    """The metrics of the covered clients, registered in one prometheus-client registry."""
+    """The metrics of the covered clients, registered in one prometheus-client registry (in
+    multiprocess mode: written to ``PROMETHEUS_MULTIPROC_DIR``, see the module's docstring)."""
 
     def __init__(
         self,
@@ -175,6 +379,9 @@ class PrometheusMetrics:
     ) -> None:
         """Register the collector in ``registry`` (prometheus-client's default one if None).
 
+        In multiprocess mode nothing is registered: the values go to the files of
+        ``PROMETHEUS_MULTIPROC_DIR``, which a ``MultiProcessCollector`` serves.
+
         Raises:
             MissingExtraError: prometheus-client is not installed.
             ValueError: one of ``clients`` is not enabled, or the registry already has
@@ -183,6 +390,16 @@ class PrometheusMetrics:
         client_registry = require("prometheus_client.registry", "prometheus", "Prometheus metrics")
         self.registry: Any = client_registry.REGISTRY if registry is None else registry
         """The prometheus-client registry the collector is registered in."""
+        self.multiprocess = multiprocess_dir() is not None
+        """Whether the metrics are written for prometheus-client's multiprocess mode."""
+        self._writer: Optional[_GaugeWriter] = None
+        self._collector: Optional[_Collector] = None
+        if self.multiprocess:
+            files = _file_metrics()
+            self.listener = MetricsListener(files, clients, window=window)
+            self._writer = _GaugeWriter(files, self.listener)
+            _WRITERS.add(self._writer)
+            return
         self._aggregates = _Aggregates()
         self.listener = MetricsListener(self._aggregates, clients, window=window)
         """The listener attached to the covered clients."""
@@ -193,8 +410,20 @@ class PrometheusMetrics:
             self.listener.close()
             raise
 
+    def write_gauges(self) -> None:
+        """Multiprocess mode: write the gauges now (a thread does every ``GAUGE_INTERVAL``
+        seconds), for example before a worker exits. Otherwise nothing to do: the gauges
+        are read at scrape time."""
+        if self._writer is not None:
+            self._writer.write()
+
     def close(self) -> None:
-        """Unregister the collector and detach from the clients."""
+        """Unregister the collector and detach from the clients (multiprocess mode: write
+        their gauges as gone)."""
         self.listener.close()
-        with contextlib.suppress(KeyError):  # already unregistered by the user
-            self.registry.unregister(self._collector)
+        if self._writer is not None:
+            _WRITERS.discard(self._writer)
+            self._writer.stop()
+        if self._collector is not None:
+            with contextlib.suppress(KeyError):  # already unregistered by the user
+                self.registry.unregister(self._collector)
