@@ -123,7 +123,8 @@ spec-tests: $(VENV)/.installed
 spec-test: $(VENV)/.installed spec-tests
 	$(BIN)/python -m pytest tests/spec
 
-# pymongo's own backpressure tests (sync and async, from the installed pymongo's source
+# pymongo's own backpressure tests, then its server-selection tests (sync and async, from the
+# installed pymongo's source
 # distribution, cached in .cache/pymongo-tests) against the embedded replica set, with every
 # client enabled with each of PRESET (comma-separated: default, current, adaptive, draft, or
 # stock for none); with stock among them, every other preset must pass exactly what stock passes.
@@ -133,6 +134,8 @@ JOBS ?= 4
 
 pymongo-tests: $(VENV)/.installed
 	$(BIN)/python scripts/pymongo_tests.py --preset $(PRESET) --jobs $(JOBS) $(PYMONGO_TESTS_ARGS)
+	$(BIN)/python scripts/pymongo_tests.py --suite selection --preset $(PRESET) --jobs $(JOBS) \
+		$(PYMONGO_TESTS_ARGS)
 
 # The docs site (Sphinx, furo, MyST): strict (-W: a warning fails; -n: every reference must
 # resolve), offline (no intersphinx), into docs/_build/html. The API reference imports the

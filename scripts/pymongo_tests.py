@@ -1,11 +1,13 @@
-"""Run pymongo's own backpressure tests with every client enabled with a preset, against the
-embedded replica set; report passed/failed/skipped per preset.
+"""Run pymongo's own backpressure tests (or its server-selection tests) with every client
+enabled with a preset, against the embedded replica set; report passed/failed/skipped per preset.
 
-usage: python scripts/pymongo_tests.py [--preset P[,P...]] [--flavour sync,async] [--jobs N]
-                                       [-k EXPR] [--server-version V] [--cache DIR] ...
+usage: python scripts/pymongo_tests.py [--preset P[,P...]] [--suite S] [--flavour sync,async]
+                                       [--jobs N] [-k EXPR] [--server-version V] [--cache DIR] ...
 
-The test files (``test/test_client_backpressure.py`` and its async twin
-``test/asynchronous/test_client_backpressure.py``) come from pymongo's source distribution for
+The test files (suite ``backpressure``: ``test/test_client_backpressure.py`` and its async
+twin ``test/asynchronous/test_client_backpressure.py``; suite ``selection``: the
+``test_server_selection*.py`` files and ``test_topology.py``, sync and async) come from
+pymongo's source distribution for
 the installed pymongo version (``pip download --no-binary :all: --no-deps pymongo==<version>``),
 unpacked once into ``.cache/pymongo-tests/pymongo-<version>/`` (only ``test/`` and
 ``pyproject.toml``, pymongo's pytest settings: the tests import the installed pymongo, not the
@@ -57,10 +59,26 @@ FILES = {
     "sync": "test/test_client_backpressure.py",
     "async": "test/asynchronous/test_client_backpressure.py",
 }
+_SELECTION = (
+    "test_server_selection.py",
+    "test_server_selection_in_window.py",
+    "test_server_selection_logging.py",
+    "test_server_selection_rtt.py",
+)
+SUITES: dict[str, dict[str, tuple[str, ...]]] = {
+    "backpressure": {flavour: (path,) for flavour, path in FILES.items()},
+    "selection": {
+        "sync": (*(f"test/{name}" for name in _SELECTION), "test/test_topology.py"),
+        "async": tuple(f"test/asynchronous/{name}" for name in _SELECTION),
+    },
+}
+"""The test files of each suite, per flavour (the backpressure suite's are :data:`FILES`)."""
+TITLES = {"backpressure": "backpressure tests", "selection": "server-selection tests"}
 # pymongo's prose test 5 (baseBackoffMS) needs a 9.0 server; the 9.0 profile runs every test.
 SERVER_VERSION = "9.0"
 USAGE = (
-    "python scripts/pymongo_tests.py [--preset P[,P...]] [--flavour sync,async] [--jobs N] "
+    "python scripts/pymongo_tests.py [--preset P[,P...]] [--suite S] [--flavour sync,async] "
+    "[--jobs N] "
     "[-k EXPR] [--server-version V] [--cache DIR] [--timeout S] [--json PATH] "
     "[--markdown PATH] [-v]"
 )
@@ -117,7 +135,7 @@ def fetch_tests(version: str, cache: Path) -> Path:
                 or member.name == prefix + "pyproject.toml"
             ]
             names = {member.name[len(prefix) :] for member in wanted}
-            missing = [path for path in FILES.values() if path not in names]
+            missing = [path for path in FILES.values() if path not in names]  # the main suite
             if missing or "pyproject.toml" not in names:
                 raise RuntimeError(
                     f"pymongo {version}'s sdist lacks {', '.join(missing or ['pyproject.toml'])}"
@@ -219,6 +237,7 @@ def run_tests(
     flavour: str,
     tests: Path,
     *,
+    suite: str = "backpressure",
     server_version: str,
     keyword: Optional[str],
     timeout: float,
@@ -230,7 +249,8 @@ def run_tests(
     from backpressure.testing import EmbeddedServer
 
     log_dir.mkdir(parents=True, exist_ok=True)
-    stem = log_dir / f"{preset}-{flavour}"
+    name = f"{preset}-{flavour}" if suite == "backpressure" else f"{suite}-{preset}-{flavour}"
+    stem = log_dir / name
     report, counts, log = (Path(f"{stem}{suffix}") for suffix in (".xml", ".counts.json", ".log"))
     for stale in (report, counts):
         stale.unlink(missing_ok=True)
@@ -238,7 +258,7 @@ def run_tests(
         sys.executable,
         "-m",
         "pytest",
-        FILES[flavour],
+        *SUITES[suite][flavour],
         "-p",
         PLUGIN,
         "-p",
@@ -339,7 +359,8 @@ def ordered(runs: Sequence[PresetRun], default: str) -> list[PresetRun]:
 def render_markdown(report: dict[str, Any]) -> str:
     """The report as a Markdown page: the figures per preset, then each preset's failures."""
     lines = [
-        f"# pymongo {report['pymongo']}'s own backpressure tests, every client enabled",
+        f"# pymongo {report['pymongo']}'s own "
+        f"{TITLES[report.get('suite', 'backpressure')]}, every client enabled",
         "",
         f"{', '.join(report['files'])} from pymongo {report['pymongo']}'s source distribution, "
         f"against the embedded replica set (3 members, version {report['server_version']}); "
@@ -367,7 +388,12 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 
 def build_report(
-    runs: Sequence[PresetRun], *, files: Sequence[str], server_version: str, default: str
+    runs: Sequence[PresetRun],
+    *,
+    files: Sequence[str],
+    server_version: str,
+    default: str,
+    suite: str = "backpressure",
 ) -> dict[str, Any]:
     """The JSON report: versions, files, and per preset its figures and failing tests."""
     stock = next((run for run in runs if run.preset == STOCK), None)
@@ -384,6 +410,7 @@ def build_report(
         "server_version": server_version,
         "default": default,
         "files": list(files),
+        **({} if suite == "backpressure" else {"suite": suite}),
         "presets": rows,
     }
 
@@ -424,6 +451,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="P[,P...]",
         help=f"comma-separated presets to run, each in its own run: {', '.join(PRESETS)} "
         "(default: the package's default preset; stock: no client enabled)",
+    )
+    parser.add_argument(
+        "--suite",
+        choices=list(SUITES),
+        default="backpressure",
+        help="pymongo's backpressure tests or its server-selection tests (default: backpressure)",
     )
     parser.add_argument(
         "--flavour",
@@ -494,13 +527,15 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         args.jobs,
         tests=tests,
         server_version=args.server_version,
+        suite=args.suite,
         keyword=args.keyword,
         timeout=args.timeout,
         log_dir=cache / "runs",
     )
     report = build_report(
         runs,
-        files=[FILES[f] for f in args.flavour],
+        files=[path for f in args.flavour for path in SUITES[args.suite][f]],
+        suite=args.suite,
         server_version=args.server_version,
         default=default,
     )
