@@ -289,11 +289,12 @@ class ClientState:
         return self.controller.policy
 
     def snapshot(self) -> BackpressureStats:
-        """Return the client's statistics so far, with its servers' pacing state."""
+        """Return the client's statistics so far, with its servers' pacing state and server
+        choice signals."""
         pacing = self.controller.pacing
-        if isinstance(pacing, ClientPacers):
-            return self.stats.snapshot(pacing.snapshot())
-        return self.stats.snapshot()
+        paced = pacing.snapshot() if isinstance(pacing, ClientPacers) else None
+        choice = self.choice.signals() if self.choice is not None else None
+        return self.stats.snapshot(paced, choice)
 
     def operation_finished(self, event: OperationFinishedEvent) -> None:
         """Hand a finished operation to the statistics and the operation listeners."""

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Optional
 
 from backpressure.core.adaptive.pacer import ServerPacerSnapshot
+from backpressure.core.choice import ServerSignal
 from backpressure.core.decision import StopReason
 from backpressure.core.events import Address, OperationFinishedEvent
 
@@ -66,6 +67,12 @@ class BackpressureStats:
     """The adaptive policy's pacing state per server at the snapshot (whether it is paced, the
     rate, the waiting callers and their backlog, the pushbacks, whether it competes); empty
     for the other policies and before any reply."""
+    server_choice: Mapping[Address, ServerSignal] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    """The server choice's signal per server that pushed back (the share of recent attempts
+    pushed back, whether selections avoid it, how many avoided it); empty while none did, or
+    with ``route_around`` off."""
 
     @property
     def gave_up_total(self) -> int:
@@ -224,11 +231,14 @@ class StatsRecorder:
         self._first_attempt_successes.clear()
 
     def snapshot(
-        self, pacing: Optional[Mapping[Address, ServerPacerSnapshot]] = None
+        self,
+        pacing: Optional[Mapping[Address, ServerPacerSnapshot]] = None,
+        server_choice: Optional[Mapping[Address, ServerSignal]] = None,
     ) -> BackpressureStats:
         """Return the counters so far as a frozen ``BackpressureStats``.
 
-        ``pacing`` is the pacers' state to report with them (see ``ClientPacers.snapshot``).
+        ``pacing`` is the pacers' state to report with them (see ``ClientPacers.snapshot``),
+        ``server_choice`` the server choice's signals (``ServerChoice.signals``).
         """
         with self._lock:
             self._fold_first_attempt_successes()
@@ -244,4 +254,5 @@ class StatsRecorder:
                     {address: counters.freeze() for address, counters in self._servers.items()}
                 ),
                 pacing=MappingProxyType(dict(pacing or {})),
+                server_choice=MappingProxyType(dict(server_choice or {})),
             )

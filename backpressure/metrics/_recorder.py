@@ -25,6 +25,7 @@ from backpressure.core.adaptive import (
     LocalWaitEvent,
     ServerPacerSnapshot,
 )
+from backpressure.core.choice import ServerSignal
 from backpressure.core.client_state import ClientState
 from backpressure.core.events import (
     Address,
@@ -40,6 +41,10 @@ __all__ = [
     "AMPLIFICATION",
     "BACKOFF_BUCKETS",
     "BUDGET_TOKENS",
+    "CHOICE_AVOIDED",
+    "CHOICE_METRICS",
+    "CHOICE_ROUTED_AROUND",
+    "CHOICE_SIGNAL",
     "DURATION_BUCKETS",
     "GIVEUPS",
     "HEDGES",
@@ -60,14 +65,17 @@ __all__ = [
     "PACING_WAITING",
     "RETRIES",
     "RETRY_BUCKETS",
+    "SERVER_METRICS",
     "AmplificationWindow",
     "AttributeValue",
     "MetricSpec",
     "MetricsBackend",
     "MetricsListener",
+    "ServerSnapshot",
     "duration_attributes",
     "pacing_value",
     "server_attributes",
+    "server_value",
 ]
 
 AttributeValue = Union[str, int]
@@ -298,6 +306,55 @@ PACING_GAUGES: tuple[MetricSpec, ...] = (
 """The per-server pacing metrics, read from the pacers' snapshots at scrape/collection time."""
 
 
+CHOICE_SIGNAL = MetricSpec(
+    "backpressure.server_choice.signal",
+    "gauge",
+    "1",
+    "Share of the server's recent attempts pushed back (overload errors, timeouts), as the "
+    "server choice sees it (0..1, halving each second).",
+    _PACED_SERVER,
+)
+CHOICE_AVOIDED = MetricSpec(
+    "backpressure.server_choice.avoided",
+    "gauge",
+    "{server}",
+    "1 while selections with a choice of server steer away from the server, else 0.",
+    _PACED_SERVER,
+)
+CHOICE_ROUTED_AROUND = MetricSpec(
+    "backpressure.server_choice.routed_around",
+    "counter",
+    "{selection}",
+    "Selections with a choice of server that left the server out.",
+    _PACED_SERVER,
+)
+
+CHOICE_METRICS: tuple[MetricSpec, ...] = (CHOICE_SIGNAL, CHOICE_AVOIDED, CHOICE_ROUTED_AROUND)
+"""The per-server server choice metrics, read from its signals at scrape/collection time."""
+
+SERVER_METRICS: tuple[MetricSpec, ...] = (*PACING_GAUGES, *CHOICE_METRICS)
+"""Every per-server metric read from a snapshot (see :func:`server_value`)."""
+
+ServerSnapshot = Union[ServerPacerSnapshot, ServerSignal]
+"""What a per-server metric is read from: a pacer's snapshot or a server choice signal."""
+
+
+def server_value(metric: MetricSpec, snapshot: ServerSnapshot) -> Optional[float]:
+    """The value ``metric`` (one of ``SERVER_METRICS``) reports for ``snapshot`` (None: none,
+    or a snapshot of the other kind)."""
+    if isinstance(snapshot, ServerSignal):
+        if metric is CHOICE_SIGNAL:
+            return snapshot.signal
+        if metric is CHOICE_AVOIDED:
+            return 1.0 if snapshot.avoided else 0.0
+        if metric is CHOICE_ROUTED_AROUND:
+            return float(snapshot.routed_around)
+        return None
+    if metric in CHOICE_METRICS:
+        return None
+    return pacing_value(metric, snapshot)
+
+
 def pacing_value(metric: MetricSpec, snapshot: ServerPacerSnapshot) -> Optional[float]:
     """The value ``metric`` (one of ``PACING_GAUGES``) reports for ``snapshot`` (None: none)."""
     if metric is PACING_PACED:
@@ -331,6 +388,7 @@ METRICS: tuple[MetricSpec, ...] = (
     LOCAL_REFUSALS,
     HEDGES,
     *PACING_GAUGES,
+    *CHOICE_METRICS,
 )
 """Every metric both exporters serve, in the order they list them."""
 
@@ -533,6 +591,21 @@ class MetricsListener:
                 }
                 found_pacing.append((attributes, snapshot))
         return found_pacing
+
+    def servers(self) -> list[tuple[dict[str, AttributeValue], ServerSnapshot]]:
+        """Return the attributes and snapshot of every server a pacer or a server choice
+        knows, for every covered client (:meth:`pacing`, then the server choice's signals)."""
+        found: list[tuple[dict[str, AttributeValue], ServerSnapshot]] = list(self.pacing())
+        for label, state in self._labelled_states():
+            if state.choice is None:
+                continue
+            for server, signal in sorted(state.choice.signals().items()):
+                attributes: dict[str, AttributeValue] = {
+                    "backpressure.client": label,
+                    **server_attributes(server),
+                }
+                found.append((attributes, signal))
+        return found
 
     def amplification(self) -> float:
         """Return attempts over operations in the sliding window (0.0 when idle)."""

@@ -49,12 +49,12 @@ from backpressure.metrics._recorder import (
     METRICS,
     OPERATION_RETRIES,
     OPERATION_RETRY_DELAY,
-    PACING_GAUGES,
+    SERVER_METRICS,
     AttributeValue,
     MetricsListener,
     MetricSpec,
-    pacing_value,
     server_attributes,
+    server_value,
 )
 
 __all__ = ["SCHEMA_URL", "NamespaceListener", "OpenTelemetryMetrics", "namespace_listener"]
@@ -197,8 +197,8 @@ class _Instruments:
         """Create the counters and histograms of ``METRICS`` on ``meter``."""
         self._instruments: dict[MetricSpec, Any] = {}
         for metric in METRICS:
-            if metric in PACING_GAUGES:
-                continue  # observed from the pacers' snapshots (OpenTelemetryMetrics)
+            if metric in SERVER_METRICS:
+                continue  # observed from the per-server snapshots (OpenTelemetryMetrics)
             if metric.kind == "counter":
                 self._instruments[metric] = meter.create_counter(
                     metric.name, unit=metric.unit, description=metric.description
@@ -264,7 +264,7 @@ class OpenTelemetryMetrics:
                 unit=metric.unit,
                 description=metric.description,
             )
-        for metric in PACING_GAUGES:
+        for metric in SERVER_METRICS:
             create = (
                 meter.create_observable_counter
                 if metric.kind == "counter"
@@ -278,11 +278,12 @@ class OpenTelemetryMetrics:
             )
 
     def _pacing_callback(self, metric: MetricSpec) -> Any:
-        """Return the callback reporting ``metric`` for every server a pacer knows."""
+        """Return the callback reporting ``metric`` for every server a pacer or a server
+        choice knows."""
 
         def observe(_options: Any) -> Iterator[Any]:
-            for attributes, snapshot in self.listener.pacing():
-                value = pacing_value(metric, snapshot)
+            for attributes, snapshot in self.listener.servers():
+                value = server_value(metric, snapshot)
                 if value is not None:
                     yield self._api.Observation(value, attributes)
 

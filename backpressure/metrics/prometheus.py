@@ -46,17 +46,19 @@ from backpressure.core.extras import require
 from backpressure.metrics._recorder import (
     AMPLIFICATION,
     BUDGET_TOKENS,
+    CHOICE_AVOIDED,
+    CHOICE_SIGNAL,
     METRICS,
     PACING_BACKLOG,
     PACING_COMPETING,
-    PACING_GAUGES,
     PACING_PACED,
     PACING_RATE,
     PACING_WAITING,
+    SERVER_METRICS,
     AttributeValue,
     MetricsListener,
     MetricSpec,
-    pacing_value,
+    server_value,
 )
 
 __all__ = ["GAUGE_INTERVAL", "MULTIPROCESS_MODES", "PrometheusMetrics", "multiprocess_dir"]
@@ -69,6 +71,8 @@ MULTIPROCESS_MODES: Mapping[MetricSpec, str] = {
     PACING_WAITING: "livesum",
     PACING_BACKLOG: "livemax",
     PACING_COMPETING: "livesum",
+    CHOICE_SIGNAL: "liveall",
+    CHOICE_AVOIDED: "livesum",
 }
 """How multiprocess mode aggregates each gauge over the live processes (prometheus-client's
 ``multiprocess_mode``): ``liveall`` keeps one series per process (``pid`` label)."""
@@ -188,7 +192,7 @@ class _Collector:
     def collect(self) -> Iterator[Any]:
         """Yield every metric family with its current values."""
         counters, histograms = self._aggregates.snapshot()
-        pacing = self._listener.pacing()
+        servers = self._listener.servers()
         for metric in METRICS:
             family = self._family(metric)
             if metric is BUDGET_TOKENS:
@@ -196,9 +200,9 @@ class _Collector:
                     family.add_metric([label], tokens)
             elif metric is AMPLIFICATION:
                 family.add_metric([], self._listener.amplification())
-            elif metric in PACING_GAUGES:
-                for attributes, snapshot in pacing:
-                    value = pacing_value(metric, snapshot)
+            elif metric in SERVER_METRICS:
+                for attributes, snapshot in servers:
+                    value = server_value(metric, snapshot)
                     if value is not None:
                         values = [str(attributes[name]) for name in metric.attributes]
                         family.add_metric(values, value)
@@ -303,11 +307,11 @@ class _GaugeWriter:
             BUDGET_TOKENS: {(label,): tokens for label, tokens in listener.budget_tokens()},
             AMPLIFICATION: {(): listener.amplification()},
         }
-        for metric in PACING_GAUGES:
+        for metric in SERVER_METRICS:
             current[metric] = {}
-        for attributes, snapshot in listener.pacing():
-            for metric in PACING_GAUGES:
-                value = pacing_value(metric, snapshot)
+        for attributes, snapshot in listener.servers():
+            for metric in SERVER_METRICS:
+                value = server_value(metric, snapshot)
                 if value is not None:
                     labels = tuple(str(attributes[name]) for name in metric.attributes)
                     current[metric][labels] = value
@@ -318,7 +322,7 @@ class _GaugeWriter:
         ``closing``) is written as 0 or NaN (see the module's docstring)."""
         current = {} if closing else self._current()
         with self._lock:
-            for metric in (BUDGET_TOKENS, AMPLIFICATION, *PACING_GAUGES):
+            for metric in (BUDGET_TOKENS, AMPLIFICATION, *SERVER_METRICS):
                 values = current.get(metric, {})
                 if metric.kind == "counter":
                     self._count(metric, values)

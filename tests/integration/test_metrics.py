@@ -341,6 +341,10 @@ async def test_opentelemetry_instruments_with_units(
         "backpressure.giveups": "{giveup}",
         "backpressure.budget.tokens": "{token}",
         "backpressure.amplification": "1",
+        # The server choice saw the pushbacks (a standalone: no selection had a choice).
+        "backpressure.server_choice.signal": "1",
+        "backpressure.server_choice.avoided": "{server}",
+        "backpressure.server_choice.routed_around": "{selection}",
     }
     retries = {
         p.attributes["backpressure.retry.number"]: p.value

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import backpressure
+import backpressure.metrics
 from backpressure import CURRENT_SPEC
 from backpressure.core.policy import PRESETS
 from backpressure.switch.client import state as state_of
@@ -239,3 +240,56 @@ async def test_motor_client_routes_around(
         assert set(commands.addresses("find")) == {replicaset_server.addresses[2]}
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("server", ["replicaset"], indirect=True)
+async def test_operators_see_the_server_choice(
+    clients: ClientFactory,
+    server: EmbeddedServer,
+    commands: CommandRecorder,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The signal, the avoided flag and the routed-around count reach Prometheus and the
+    statistics snapshot, and one INFO line says the member is avoided."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    registry = CollectorRegistry()
+    client = enabled_client(
+        clients,
+        server.uri,
+        CURRENT_SPEC,
+        event_listeners=[commands],
+        readPreference="nearest",
+        localThresholdMS=60_000,
+    )
+    backpressure.metrics.enable_prometheus(registry, clients=[client])
+    try:
+        await resolve(client.db.coll.insert_one({"_id": 1}))
+        await wait_for_members(client, 3)
+        hot = server.addresses[1]
+        server.configure_fail_point(overload_fail_point(["find"]), member=1)
+        with caplog.at_level("INFO", logger="backpressure"):
+            await _read_until_pushed_back(client, hot, commands)
+            for _ in range(10):
+                await resolve(client.db.coll.find_one({}))
+        avoided_lines = [r for r in caplog.records if "selections with a choice avoid" in r.message]
+        assert len(avoided_lines) == 1
+        assert f"{hot[0]}:{hot[1]}" in avoided_lines[0].getMessage()
+        stats = backpressure.stats(client)
+        assert stats.server_choice[hot].avoided
+        assert stats.server_choice[hot].routed_around >= 10
+        text = generate_latest(registry).decode()
+        samples = {
+            (sample.name, sample.labels.get("server_port")): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if family.name.startswith("backpressure_server_choice")
+        }
+        port = str(hot[1])
+        assert samples[("backpressure_server_choice_signal_ratio", port)] > 0.0
+        assert samples[("backpressure_server_choice_avoided", port)] == 1.0
+        routed = samples[("backpressure_server_choice_routed_around_total", port)]
+        assert routed >= 10
+    finally:
+        backpressure.metrics.disable_metrics()
