@@ -63,6 +63,9 @@ from pymongo.errors import PyMongoError
 
 from backpressure.bench.fleet import _await_ready, _wait_until
 from backpressure.cli import (
+    bounded_float,
+    name_list,
+    non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
@@ -1316,19 +1319,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--quick", action="store_true", help="seconds per run: 2 processes x 2 threads (tests)"
     )
     parser.add_argument(
-        "--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}"
+        "--shapes", type=name_list(SHAPES), default=",".join(SHAPES), help="comma-separated"
     )
     parser.add_argument(
-        "--policies", default=",".join(HOTSPOT_POLICIES), help="comma-separated policies"
+        "--policies",
+        type=name_list(POLICIES),
+        default=",".join(HOTSPOT_POLICIES),
+        help="comma-separated policies (the default's rows come first)",
     )
     parser.add_argument("--processes", type=positive_int, default=plan.processes)
     parser.add_argument("--threads", type=positive_int, default=plan.threads)
-    parser.add_argument("--think-ms", type=positive_float, default=plan.think_s * 1000)
+    parser.add_argument("--think-ms", type=non_negative_float, default=plan.think_s * 1000)
     parser.add_argument("--deadline", type=positive_float, default=plan.deadline_s, help="s")
     parser.add_argument("--seconds", type=positive_float, default=plan.seconds, help="per run")
     parser.add_argument("--hot-rate", type=positive_int, default=plan.hot_rate, help="ops/s")
     parser.add_argument("--room-rate", type=positive_int, default=plan.room_rate, help="ops/s")
-    parser.add_argument("--read-fraction", type=float, default=plan.read_fraction)
+    parser.add_argument("--read-fraction", type=bounded_float(0.0, 1.0), default=plan.read_fraction)
     parser.add_argument("--burst-seconds", type=positive_float, default=plan.burst_seconds)
     parser.add_argument("--queue-depth", type=non_negative_int, default=plan.queue_depth)
     parser.add_argument("--cool-rate", type=positive_int, default=plan.cool_rate, help="ops/s")
@@ -1393,11 +1399,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         return 0
     try:
         plan = plan_from_args(args)
-        shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
-        unknown = [s for s in shapes if s not in SHAPES]
-        if unknown or not shapes:
-            raise ValueError(f"--shapes: choose from {', '.join(SHAPES)}, got {args.shapes!r}")
-        policies = hotspot_policies([p.strip() for p in args.policies.split(",") if p.strip()])
+        policies = hotspot_policies(args.policies)
     except ValueError as exc:
         parser.error(str(exc))
     info, commit = machine_info(), code_revision()
@@ -1406,7 +1408,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         print(f"hotspot {text} ...", file=sys.stderr, flush=True)
 
     with _timed() as measured:
-        rows = run_hotspot(plan, shapes, policies, progress=progress)
+        rows = run_hotspot(plan, args.shapes, policies, progress=progress)
     load, wall_s = measured[:2], measured[2]
     chart = None if args.out is None else args.out.with_suffix(".png")
     data = hotspot_report(
