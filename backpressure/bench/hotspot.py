@@ -188,7 +188,7 @@ class HotspotPlan:
     """Hot then cool: the open loop's arrivals per second, over all processes."""
     cool_hot_s: float = 10.0
     """Hot then cool: seconds router 0 admits ``hot_rate``."""
-    cool_after_s: float = 5.0
+    cool_after_s: float = 4.0
     """Hot then cool: seconds of load after the hot phase."""
     cool_threads: int = 32
     """Hot then cool: threads per process serving the arrivals."""
@@ -1261,9 +1261,10 @@ def render_chart(data: dict[str, Any], path: Path) -> None:
             else:
                 ax.plot(times, values, color=colours[row.policy], label=policy_label(row.policy))
         if shape == COOL:
+            ax.axhline(plan.cool_demand, color="0.5", linestyle=":", linewidth=1)
             ax.axvspan(0, plan.cool_hot_s, color="0.92", zorder=0)
             ax.annotate(
-                f"mongos 0 at {plan.hot_rate}/s",
+                f"mongos 0 at {plan.hot_rate}/s; dotted: the demand",
                 (0.2, 1.0),
                 xycoords=("data", "axes fraction"),
                 xytext=(0, -12),
