@@ -154,6 +154,21 @@ def test_the_hedging_page_is_the_rendering_of_its_raw_data() -> None:
     assert firsts == [f"default ({default_policy_name()}), no hedging"] * len(SCENARIOS)
 
 
+def test_the_hotspot_page_is_the_rendering_of_its_raw_data() -> None:
+    """``hotspot.md`` is what ``render_hotspot_report`` makes of ``hotspot.json``: every shape
+    ran, each shape's first row is the default policy's, and its chart is committed beside it."""
+    from backpressure.bench.hotspot import SHAPES, render_hotspot_report
+
+    report = json.loads((RESULTS / "hotspot.json").read_text(encoding="utf-8"))
+    assert (RESULTS / "hotspot.md").read_text(encoding="utf-8") == render_hotspot_report(report)
+    rows = report["rows"]
+    assert [shape for shape in SHAPES if any(r["shape"] == shape for r in rows)] == list(SHAPES)
+    for shape in SHAPES:
+        runs = [r for r in rows if r["shape"] == shape and r["kind"] == "run"]
+        assert not runs or runs[0]["policy"] == default_policy_name()
+    assert (RESULTS / report["chart"]).read_bytes()[:4] == b"\x89PNG"
+
+
 # -- figures quoted in prose -------------------------------------------------------------------
 
 ADAPTIVE_DEFAULT = RESULTS / "adaptive-default"

@@ -1,5 +1,8 @@
 """``python -m backpressure.bench``: overhead, decision-core cost, overload and server benchmarks.
 
+``python -m backpressure.bench hotspot [options]`` runs the hotspot benchmark instead
+(:mod:`backpressure.bench.hotspot`).
+
 Writes ``latest.json`` and ``latest.md`` (the machine, the versions, the date, the load average
 and, per goal, whether it was met, with its figures) into ``--output`` (by default the untracked
 ``bench-results/``) and prints the report.  The committed results in ``bench/results/`` are
@@ -802,7 +805,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:
-    """The command line, without the missing-extra and Ctrl-C handling of :func:`main`."""
+    """The command line, without the missing-extra and Ctrl-C handling of :func:`main`;
+    ``hotspot`` first runs that benchmark with the arguments after it
+    (``python -m backpressure.bench.hotspot``)."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["hotspot"]:
+        from backpressure.bench import hotspot
+
+        return hotspot.main(arguments[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     _check(parser, args)

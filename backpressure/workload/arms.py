@@ -9,6 +9,8 @@ application calls it (``call(fn)``), and the number of retries its budget refuse
 * ``pymongo-native``: pymongo's own overload retries (pymongo >= 4.17 only).
 * ``current`` / ``draft`` (and ``adaptive`` where the package has it): this package's presets
   through ``backpressure.MongoClient``.
+* ``no-route-around``: the default preset with server choice off (``routeAroundOverload=false``),
+  so a benchmark can show what server choice alone changes.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
 from backpressure.switch.client import budget as budget_of
 
 __all__ = [
+    "NO_ROUTE_AROUND",
     "POLICIES",
     "POLICY_NAMES",
     "STOCK",
@@ -56,6 +59,8 @@ def default_first(names: Sequence[str]) -> list[str]:
 def policy_label(name: str) -> str:
     """A policy's row label in every table: ``default (<name>)`` for the default, and pymongo's
     own overload retries (``pymongo-native``) named "stock pymongo"."""
+    if name == NO_ROUTE_AROUND:
+        return "default, routeAroundOverload=false"
     text = "stock pymongo" if name == "pymongo-native" else name
     return f"default ({text})" if name == default_policy_name() else text
 
@@ -216,7 +221,20 @@ def _ours() -> tuple[ClientArm, ...]:
         presets.append(
             ClientArm("adaptive", "backpressure adaptive preset (local pacing)", "ours", adaptive)
         )
+    presets.append(
+        ClientArm(
+            NO_ROUTE_AROUND,
+            "the default preset without server choice (routeAroundOverload=false)",
+            "ours",
+            _presets.DEFAULT_POLICY.replace(route_around=False),
+        )
+    )
     return tuple(presets)
+
+
+NO_ROUTE_AROUND = "no-route-around"
+"""The arm that runs the default preset with server choice off: beside the default, it shows
+what server choice alone changes."""
 
 
 STOCK = "pymongo-native"
