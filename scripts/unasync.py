@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 FILES = {
     "backpressure/adapters/async_cycle.py": "backpressure/adapters/sync_cycle.py",
     "backpressure/adapters/backport/async_loop.py": "backpressure/adapters/backport/sync_loop.py",
+    "backpressure/adapters/hedging/async_wrappers.py": (
+        "backpressure/adapters/hedging/sync_wrappers.py"
+    ),
     "backpressure/adapters/native/async_wrappers.py": (
         "backpressure/adapters/native/sync_wrappers.py"
     ),
@@ -42,6 +45,8 @@ SUBS = [
     (r"\bAsyncBackpressurePool\b", "BackpressurePool"),
     (r"\b_AsyncRetryLoop\b", "_SyncRetryLoop"),
     (r"\b_AsyncMethodRetry\b", "_SyncMethodRetry"),
+    (r"\bbackpressure\.adapters\.hedging\.tasks\b", "backpressure.adapters.hedging.threads"),
+    (r"\bTaskAttempts\b", "ThreadAttempts"),
     (r"\bthe async flavour\b", "the sync flavour"),
 ]
 """(pattern, replacement) pairs applied to every line, in order."""

@@ -195,7 +195,7 @@ class _SyncRetryLoop:
             seams.keep_candidate_servers(client)  # the filter steers this selection only
 
         def select() -> Any:
-            # Through the instance: the hedging wrapper (``adapters/hedging.py``) sits there.
+            # Through the instance: the hedging wrapper (``adapters/hedging/``) sits there.
             return client._select_server(
                 self._selector,
                 self._session,
