@@ -20,7 +20,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 FILES = {
     "backpressure/adapters/async_cycle.py": "backpressure/adapters/sync_cycle.py",
+    "backpressure/adapters/backport/async_install.py": (
+        "backpressure/adapters/backport/sync_install.py"
+    ),
     "backpressure/adapters/backport/async_loop.py": "backpressure/adapters/backport/sync_loop.py",
+    "backpressure/adapters/backport/async_methods.py": (
+        "backpressure/adapters/backport/sync_methods.py"
+    ),
+    "backpressure/adapters/backport/async_pool.py": "backpressure/adapters/backport/sync_pool.py",
     "backpressure/adapters/hedging/async_wrappers.py": (
         "backpressure/adapters/hedging/sync_wrappers.py"
     ),
@@ -38,6 +45,7 @@ SUBS = [
     (r"\basyncio\.sleep\b", "time.sleep"),
     (r"\bpymongo\.asynchronous\b", "pymongo.synchronous"),
     (r"\bbackpressure\.adapters\.async_cycle\b", "backpressure.adapters.sync_cycle"),
+    (r"\bbackpressure\.adapters\.backport\.async_", "backpressure.adapters.backport.sync_"),
     (r"\bAsyncMongoClient\b", "MongoClient"),
     (r"\bAsyncCollection\b", "Collection"),
     (r"\bAsyncDatabase\b", "Database"),
