@@ -40,6 +40,11 @@ which holds one command document: pymongo updates it in place on each send (``ls
 hedge follows an overload reply, and the first attempt's retries are stopped once the read is
 answered); a first attempt retrying a network error while a hedge is being encoded is the one
 overlap left.
+
+Layout.  ``race.py``: the race's rule and its attempts; ``reads.py``: which reads are hedged;
+``installation.py``: what one client's hedging installed; ``async_wrappers.py``: the wrappers
+and the race loop, from which ``sync_wrappers.py`` is generated (``scripts/unasync.py``); the
+executors ``tasks.py`` (async) and ``threads.py`` (sync).
 """
 
 from __future__ import annotations

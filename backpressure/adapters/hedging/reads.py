@@ -34,7 +34,7 @@ while the first attempt waits: those clients are left unhedged (Motor and sync c
 affected)."""
 
 HEDGED_COMMANDS: frozenset[str] = frozenset({"find", "count", "distinct"})
-"""The commands whose reads may be hedged (see the module docstring for the other rules)."""
+"""The commands whose reads may be hedged (the other rules: the package docstring)."""
 
 _NON_CURSOR_COMMANDS = frozenset({"count", "distinct"})
 

@@ -74,7 +74,7 @@ class ServerPacerSnapshot:
 
 
 class ServerPacer(NeighbourTests):
-    """Pacing state of one server (see the module docstring for the rules)."""
+    """Pacing state of one server (the rules: :mod:`backpressure.core.adaptive`)."""
 
     def __init__(self, policy: Policy) -> None:
         """Create an open pacer configured by ``policy``'s adaptive fields."""
