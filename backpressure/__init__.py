@@ -29,9 +29,8 @@ from backpressure.core.outer import is_transient, retry_outside
 from backpressure.core.overrides import Criticality
 from backpressure.core.policy import ADAPTIVE, CURRENT_SPEC, DRAFT, InvalidPolicyError, Policy
 from backpressure.core.stats import BackpressureStats
+from backpressure.switch.classes import AsyncMongoClient, MongoClient
 from backpressure.switch.client import (
-    AsyncMongoClient,
-    MongoClient,
     disable,
     enable,
     is_enabled,
@@ -97,7 +96,7 @@ def __getattr__(name: str) -> Any:
         AttributeError: any other unknown name.
     """
     if name == "AsyncIOMotorClient":
-        from backpressure.switch.client import motor_client_class
+        from backpressure.switch.classes import motor_client_class
 
         return motor_client_class()
     if name in _SUBPACKAGES:

@@ -20,7 +20,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 FILES = {
     "backpressure/adapters/async_cycle.py": "backpressure/adapters/sync_cycle.py",
+    "backpressure/adapters/backport/async_install.py": (
+        "backpressure/adapters/backport/sync_install.py"
+    ),
     "backpressure/adapters/backport/async_loop.py": "backpressure/adapters/backport/sync_loop.py",
+    "backpressure/adapters/backport/async_methods.py": (
+        "backpressure/adapters/backport/sync_methods.py"
+    ),
+    "backpressure/adapters/backport/async_pool.py": "backpressure/adapters/backport/sync_pool.py",
+    "backpressure/adapters/hedging/async_wrappers.py": (
+        "backpressure/adapters/hedging/sync_wrappers.py"
+    ),
     "backpressure/adapters/native/async_wrappers.py": (
         "backpressure/adapters/native/sync_wrappers.py"
     ),
@@ -35,6 +45,7 @@ SUBS = [
     (r"\basyncio\.sleep\b", "time.sleep"),
     (r"\bpymongo\.asynchronous\b", "pymongo.synchronous"),
     (r"\bbackpressure\.adapters\.async_cycle\b", "backpressure.adapters.sync_cycle"),
+    (r"\bbackpressure\.adapters\.backport\.async_", "backpressure.adapters.backport.sync_"),
     (r"\bAsyncMongoClient\b", "MongoClient"),
     (r"\bAsyncCollection\b", "Collection"),
     (r"\bAsyncDatabase\b", "Database"),
@@ -42,6 +53,8 @@ SUBS = [
     (r"\bAsyncBackpressurePool\b", "BackpressurePool"),
     (r"\b_AsyncRetryLoop\b", "_SyncRetryLoop"),
     (r"\b_AsyncMethodRetry\b", "_SyncMethodRetry"),
+    (r"\bbackpressure\.adapters\.hedging\.tasks\b", "backpressure.adapters.hedging.threads"),
+    (r"\bTaskAttempts\b", "ThreadAttempts"),
     (r"\bthe async flavour\b", "the sync flavour"),
 ]
 """(pattern, replacement) pairs applied to every line, in order."""

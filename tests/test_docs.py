@@ -564,24 +564,24 @@ def test_the_outer_loop_arithmetic_is_the_presets() -> None:
 def test_the_adaptive_page_gives_the_pacers_times_in_windows() -> None:
     """The pacing times are fractions of ``adaptive_window`` (its default named), taken from
     the pacer's own constants, so the page holds at any window."""
-    from backpressure.core.adaptive import pacer
+    from backpressure.core.adaptive import _neighbours, _rate, _replies, _waiting
     from backpressure.core.policy import Policy
 
     text = " ".join((DOCS / "adaptive.md").read_text(encoding="utf-8").split())
     window = Policy.__dataclass_fields__["adaptive_window"].default
     assert f"a window is `adaptive_window` ({window:g} s by default" in text
     for phrase in (
-        f"the send rate of the last {pacer._SEND_BUCKETS / pacer._BUCKETS:g} windows",
-        f"the slot-to-reply time and {pacer._MIN_ROUND:g} windows",
-        f"{pacer._HELD_QUIET:g} of it after a held round",
-        f"doubles every {pacer._CLIMB_DOUBLING:g} windows",
-        f"a pushback less than {pacer._YOUNG:g} windows after the close",
-        f"{pacer._YOUNG_GAPS:g} times the mean gap of the last {pacer._YOUNG_ROUNDS} without one",
-        f"at least {pacer._YOUNG_QUIET:g} windows, at most `adaptive_quiet`",
-        f"within {pacer._JUMP_AGE:g} windows of the close",
-        f"It tests at one instant in {pacer._COMPETING_TESTS}, cutting",
-        f"not after {pacer._CLIMB_CUT_QUIET:g} windows without a pushback",
-        f"asks again at least every {pacer._NAP:g} windows",
+        f"the send rate of the last {_replies._SEND_BUCKETS / _replies._BUCKETS:g} windows",
+        f"the slot-to-reply time and {_rate._MIN_ROUND:g} windows",
+        f"{_rate._HELD_QUIET:g} of it after a held round",
+        f"doubles every {_rate._CLIMB_DOUBLING:g} windows",
+        f"a pushback less than {_rate._YOUNG:g} windows after the close",
+        f"{_rate._YOUNG_GAPS:g} times the mean gap of the last {_rate._YOUNG_ROUNDS} without one",
+        f"at least {_rate._YOUNG_QUIET:g} windows, at most `adaptive_quiet`",
+        f"within {_rate._JUMP_AGE:g} windows of the close",
+        f"It tests at one instant in {_neighbours._COMPETING_TESTS}, cutting",
+        f"not after {_neighbours._CLIMB_CUT_QUIET:g} windows without a pushback",
+        f"asks again at least every {_waiting._NAP:g} windows",
     ):
         assert phrase in text, phrase
     assert not re.search(r"\b0\.\d+ s\b(?! at the default)", text)

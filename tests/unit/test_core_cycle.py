@@ -301,7 +301,7 @@ def test_hedged_race_one_rule_for_who_wins_and_when_to_raise() -> None:
     attempt failed the first attempt's error is raised."""
     from pymongo.errors import AutoReconnect, OperationFailure
 
-    from backpressure.adapters.hedging import _Attempt, _Race
+    from backpressure.adapters.hedging.race import _Attempt, _Race
 
     race = _Race()
     first, hedge = _Attempt(race, None, 0), _Attempt(race, A, 1)

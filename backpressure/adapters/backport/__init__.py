@@ -55,8 +55,8 @@ def _patch_classes() -> None:
     with _PATCH_LOCK:
         if _patched:
             return
-        from backpressure.adapters.backport import async_loop as _async_backport
-        from backpressure.adapters.backport import sync_loop as _sync_backport
+        from backpressure.adapters.backport import async_install as _async_backport
+        from backpressure.adapters.backport import sync_install as _sync_backport
 
         _async_backport.patch_classes()
         _sync_backport.patch_classes()
@@ -86,11 +86,11 @@ def install(client: Any, state: ClientState) -> None:
     _patch_classes()
     setattr(client, STATE_ATTRIBUTE, state)
     if is_async:
-        from backpressure.adapters.backport import async_loop as _async_backport
+        from backpressure.adapters.backport import async_install as _async_backport
 
         _async_backport.install_client(client)
     else:
-        from backpressure.adapters.backport import sync_loop as _sync_backport
+        from backpressure.adapters.backport import sync_install as _sync_backport
 
         _sync_backport.install_client(client)
 
@@ -101,11 +101,11 @@ def uninstall(client: Any) -> None:
         vars(client).pop(STATE_ATTRIBUTE, None)
         return
     if is_async_client(client):
-        from backpressure.adapters.backport import async_loop as _async_backport
+        from backpressure.adapters.backport import async_install as _async_backport
 
         _async_backport.uninstall_client(client)
     else:
-        from backpressure.adapters.backport import sync_loop as _sync_backport
+        from backpressure.adapters.backport import sync_install as _sync_backport
 
         _sync_backport.uninstall_client(client)
     vars(client).pop(STATE_ATTRIBUTE, None)
@@ -124,9 +124,9 @@ def client_kwargs(*, is_async: bool) -> dict[str, Any]:
     """
     _require_backport()
     if is_async:
-        from backpressure.adapters.backport.async_loop import AsyncBackpressurePool
+        from backpressure.adapters.backport.async_pool import AsyncBackpressurePool
 
         return {"_pool_class": AsyncBackpressurePool}
-    from backpressure.adapters.backport.sync_loop import BackpressurePool
+    from backpressure.adapters.backport.sync_pool import BackpressurePool
 
     return {"_pool_class": BackpressurePool}

@@ -1,29 +1,21 @@
-"""Overload retries for ``AsyncMongoClient`` on pymongo 4.9-4.16 (the async flavour).
+"""Overload retries for ``AsyncMongoClient`` on pymongo 4.9-4.16: the retry loop (the async
+flavour).
+
+``client._retry_internal`` (the loop every retryable read and write passes through) is replaced
+on the client instance by ``_AsyncRetryLoop``: the classic retryable read/write rules of
+pymongo 4.9-4.16, unchanged, plus an overload branch driven by the operation's attempt cycle
+(``AttemptCycle``: it admits each attempt, records it and answers ``Backoff`` or ``Stop``;
+this module selects, sends and sleeps, through ``async_cycle``).  The txnNumber is taken once
+before the first attempt; bulk writes retry batch by batch through ``bulk.retrying``.  The other
+parts of the backport: ``async_methods.py`` (methods that bypass this loop), ``async_pool.py``
+(connection errors as overloads), ``async_install.py`` (what is put on classes and clients).
 
 The sync twin ``sync_loop.py`` is generated from ``async_loop.py`` by ``scripts/unasync.py``:
 edit the async file, then run ``python scripts/unasync.py``.
-
-Theory of operation:
-
-* ``client._retry_internal`` (the loop every retryable read and write passes through) is replaced
-  on the client instance by ``_AsyncRetryLoop``: the classic retryable read/write rules of
-  pymongo 4.9-4.16, unchanged, plus an overload branch driven by the operation's attempt cycle
-  (``AttemptCycle``: it admits each attempt, records it and answers ``Backoff`` or ``Stop``;
-  this module selects, sends and sleeps, through ``async_cycle``).  The
-  txnNumber is taken once before the first attempt; bulk writes retry batch by batch through
-  ``bulk.retrying``.
-* Methods that bypass ``_retry_internal`` before 4.17 (runCommand and DDL) get class-level
-  wrappers, inert unless the client is enabled, that re-run the whole method on overload.  The
-  client's ``_select_server`` is overridden on the instance to deprioritize servers for them.
-* ``AsyncBackpressurePool`` labels connection-establishment errors as overload errors; the
-  gated ``Topology.handle_error`` then leaves the server known and its pool intact.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-import types
 from typing import Any, Callable, Optional
 
 from pymongo import _csot
@@ -48,27 +40,15 @@ from backpressure.core.ledger import AttemptLedger, AttemptOutcome
 # isort: split
 # The flavour's own modules (sync_cycle and pymongo.synchronous in the generated twin).
 from pymongo.asynchronous import mongo_client as _mongo_client
-from pymongo.asynchronous.collection import AsyncCollection as _Collection
-from pymongo.asynchronous.database import AsyncDatabase as _Database
-from pymongo.asynchronous.pool import AsyncConnection as _Connection
-from pymongo.asynchronous.pool import Pool as _Pool
-from pymongo.asynchronous.topology import Topology as _Topology
 
 from backpressure.adapters.async_cycle import after_wait, carry_out, pause
 
-__all__ = [
-    "AsyncBackpressurePool",
-    "install_client",
-    "patch_classes",
-    "public_wrapped_names",
-    "uninstall_client",
-]
+__all__ = []
 
 # pymongo >= 4.17 moved some of these names; the backport only runs on 4.9-4.16.
 _CLIENT_MODULE: Any = _mongo_client
 _ACTIVE_STATES = seams.ACTIVE_TRANSACTION_STATES
 _STARTING_STATES = seams.STARTING_TRANSACTION_STATES
-_CLIENT_CLASS: Any = _CLIENT_MODULE.AsyncMongoClient
 
 
 class _AsyncRetryLoop:
@@ -199,7 +179,7 @@ class _AsyncRetryLoop:
             seams.keep_candidate_servers(client)  # the filter steers this selection only
 
         def select() -> Any:
-            # Through the instance: the hedging wrapper (``adapters/hedging.py``) sits there.
+            # Through the instance: the hedging wrapper (``adapters/hedging/``) sits there.
             return client._select_server(
                 self._selector,
                 self._session,
@@ -427,284 +407,3 @@ async def _retry_internal(
         operation_id,
     )  # fmt: skip
     return await loop.run()
-
-
-async def _select_server(
-    self: Any,
-    server_selector: Any,
-    session: Any,
-    operation: str,
-    address: Any = None,
-    deprioritized_servers: Optional[list[Any]] = None,
-    operation_id: Optional[int] = None,
-) -> Any:
-    """Instance override of ``_select_server``: deprioritization for method-level retries."""
-    attempt = _shared.METHOD_ATTEMPT.get()
-    if attempt is None or deprioritized_servers is not None:
-        return await type(self)._select_server(
-            self, server_selector, session, operation, address, deprioritized_servers,
-            operation_id,
-        )  # fmt: skip
-    if attempt.deprioritized:
-        seams.keep_candidate_servers(self)  # the filter steers this selection only
-    server = await type(self)._select_server(
-        self, server_selector, session, operation, address, attempt.deprioritized or None,
-        operation_id,
-    )  # fmt: skip
-    if attempt.server is None:
-        attempt.server = server
-    return server
-
-
-class _AsyncMethodRetry:
-    """Retries one call of a method that bypasses ``_retry_internal`` (runCommand, DDL)."""
-
-    def __init__(self, client: Any, state: ClientState, name: str, run_command: bool) -> None:
-        """Prepare the bookkeeping for one call of the method."""
-        self._client = client
-        self._state = state
-        self._run_command = run_command
-        self._cycle = AttemptCycle(state, name)
-
-    def _retries_allowed(self) -> bool:
-        """runCommand needs retryReads and retryWrites; DDL needs retryWrites."""
-        if not self._state.policy.respect_retry_options:
-            return True
-        options = self._client.options
-        if self._run_command:
-            return bool(options.retry_reads and options.retry_writes)
-        return bool(options.retry_writes)
-
-    async def run(self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: Any) -> Any:
-        """Call ``method`` until it succeeds or the core says to give up."""
-        attempt = _shared.MethodAttempt()
-        token = _shared.METHOD_ATTEMPT.set(attempt)
-        try:
-            while True:
-                attempt.server = None
-                try:
-                    result = await method(*args, **kwargs)
-                except PyMongoError as exc:
-                    cycle = self._cycle
-                    record = cycle.record()
-                    record.attempt_started(attempt.address())
-                    if retry_summary(exc) is not None:
-                        # An inner retry loop already decided about this error.
-                        record.controller.record_failure(exc, retried=record.retries > 0)
-                        raise
-                    step = cycle.step(
-                        exc,
-                        record.failed(
-                            exc,
-                            deadline=_shared.csot_deadline(),
-                            retries_allowed=self._retries_allowed(),
-                        ),
-                    )
-                    if isinstance(step, Stop):
-                        raise
-                    if attempt.server is not None and (
-                        step.retarget or _shared.is_sharded(self._client)
-                    ):
-                        attempt.deprioritized.append(attempt.server)
-                    await pause(self._state, step.seconds)
-                    continue
-                self._cycle.record().attempt_started(attempt.address())
-                self._cycle.record().succeeded()
-                return result
-        finally:
-            _shared.METHOD_ATTEMPT.reset(token)
-
-
-def _owning_client(owner_kind: str, target: Any) -> Any:
-    """Return the client of a client, database or collection object."""
-    if owner_kind == "client":
-        return target
-    if owner_kind == "database":
-        return target.client
-    return target.database.client
-
-
-def _method_with_retries(
-    owner_kind: str, name: str, run_command: bool
-) -> Callable[[Any], Callable[..., Any]]:
-    """Build the factory wrapping one bypassing method with gated overload retries."""
-
-    def factory(original: Any) -> Callable[..., Any]:
-        signature = inspect.signature(original)
-
-        @functools.wraps(original)
-        async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-            client = _owning_client(owner_kind, self)
-            state: Optional[ClientState] = getattr(client, STATE_ATTRIBUTE, None)
-            if state is None or _shared.METHOD_ATTEMPT.get() is not None:
-                return await original(self, *args, **kwargs)
-            arguments = _shared.bound_arguments(signature, (self, *args), kwargs)
-            session = arguments.get("session")
-            if session is not None and session.in_transaction:
-                return await original(self, *args, **kwargs)
-            label = _shared.command_name(name, arguments)
-            retry = _AsyncMethodRetry(client, state, label, run_command)
-            timeout = getattr(self, "_timeout", None)
-            if _csot.get_timeout() is None and timeout is not None:
-                # One client-side timeout for all attempts, as _csot.apply gives pymongo's loop.
-                with _csot._TimeoutContext(timeout):
-                    return await retry.run(original, (self, *args), kwargs)
-            return await retry.run(original, (self, *args), kwargs)
-
-        return method
-
-    return factory
-
-
-# (owner class, kind, method name, operation name, is runCommand)
-_BYPASSING_METHODS: tuple[tuple[type, str, str, str, bool], ...] = (
-    (_Database, "database", "command", "command", True),
-    (_Database, "database", "cursor_command", "command", True),
-    (_Database, "database", "_drop_helper", "drop", False),
-    (_Collection, "collection", "_create_helper", "create", False),
-    (_Collection, "collection", "_create_indexes", "createIndexes", False),
-    (_Collection, "collection", "_drop_index", "dropIndexes", False),
-    (_Collection, "collection", "_create_search_indexes", "createSearchIndexes", False),
-    (_Collection, "collection", "drop_search_index", "dropSearchIndex", False),
-    (_Collection, "collection", "update_search_index", "updateSearchIndex", False),
-    (_Collection, "collection", "rename", "renameCollection", False),
-    (_CLIENT_CLASS, "client", "drop_database", "dropDatabase", False),
-)
-
-
-def _handle_error_with_skip(original: Any) -> Callable[..., Any]:
-    """Wrap ``Topology.handle_error``: overload-labelled connection errors leave SDAM alone."""
-
-    async def handle_error(self: Any, address: Any, err_ctx: Any) -> None:
-        error = err_ctx.error
-        if (
-            isinstance(error, ConnectionFailure)
-            and is_overload(error)
-            and _shared.topology_enabled(self._topology_id)
-        ):
-            return  # the server shed the connection: keep it known and its pool intact
-        await original(self, address, err_ctx)
-
-    return handle_error
-
-
-def patch_classes() -> list[tuple[type, str]]:
-    """Install the gated class-level hooks once (idempotent); return the public names wrapped."""
-    wrapped_public: list[tuple[type, str]] = []
-    for owner, kind, method_name, name, run_command in _BYPASSING_METHODS:
-        factory = _method_with_retries(kind, name, run_command)
-        replaced = _shared.replace_attribute(owner, method_name, factory)
-        if replaced and not method_name.startswith("_"):
-            wrapped_public.append((owner, method_name))
-    _shared.replace_attribute(_Topology, "handle_error", _handle_error_with_skip)
-    _shared.replace_attribute(_Connection, "hello_cmd", _shared.hello_cmd_with_flag)
-    return wrapped_public
-
-
-def public_wrapped_names() -> dict[type, frozenset[str]]:
-    """Return the public method names wrapped per pymongo class (for the Motor refresh)."""
-    names: dict[type, set[str]] = {}
-    for owner, _kind, method_name, _name, _run_command in _BYPASSING_METHODS:
-        if not method_name.startswith("_"):
-            names.setdefault(owner, set()).add(method_name)
-    return {owner: frozenset(found) for owner, found in names.items()}
-
-
-class AsyncBackpressurePool(_Pool):
-    """Connection pool of an enabled client: connection-establishment errors become overloads."""
-
-    async def connect(self, *args: Any, **kwargs: Any) -> Any:
-        """Open a connection; label network errors and timeouts with the overload labels."""
-        try:
-            return await super().connect(*args, **kwargs)
-        except PyMongoError as exc:
-            _shared.label_connection_error(self, exc)
-            raise
-
-
-def _labelling_connect(pool: Any) -> Callable[..., Any]:
-    """Build an instance-level ``connect`` labelling errors for a pool created before install."""
-    original = pool.connect
-
-    async def connect(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return await original(*args, **kwargs)
-        except PyMongoError as exc:
-            _shared.label_connection_error(pool, exc)
-            raise
-
-    return connect
-
-
-def _tag_pool(pool: Any) -> Any:
-    """Make an existing pool label connection errors (no-op for our own pool class)."""
-    if not isinstance(pool, AsyncBackpressurePool) and "connect" not in vars(pool):
-        pool.connect = _labelling_connect(pool)
-    return pool
-
-
-def _replace_srv_pool_class(client: Any, old: Optional[type], new: Optional[type]) -> None:
-    """Give the topology a ``mongodb+srv`` client builds on first use ``new`` as its pool class,
-    if ``old`` is the one it would get (None: pymongo's own)."""
-    srv_info = client._resolve_srv_info
-    if srv_info.get("pool_class") is old:
-        srv_info["pool_class"] = new
-
-
-def _tag_topology(client: Any) -> None:
-    """Tag the client topology's current pools and the ones it creates later.
-
-    A ``mongodb+srv`` client of pymongo 4.11-4.16 has no topology before its first use (it
-    resolves the SRV record then): the topology it builds gets our pool class instead, through
-    the settings it will build from (``_resolve_srv_info``), unless the application chose one.
-    """
-    topology = client._topology
-    if topology is None:
-        _replace_srv_pool_class(client, None, AsyncBackpressurePool)
-        return
-    for server in list(topology._servers.values()):
-        _tag_pool(server.pool)
-    if "_create_pool_for_server" not in vars(topology):
-        create = topology._create_pool_for_server
-        topology._create_pool_for_server = lambda address: _tag_pool(create(address))
-
-
-def _untag_topology(client: Any) -> None:
-    """Remove what ``_tag_topology`` put on the client (pools built since stay inert)."""
-    topology = client._topology
-    if topology is None:
-        _replace_srv_pool_class(client, AsyncBackpressurePool, None)
-        return
-    vars(topology).pop("_create_pool_for_server", None)
-    for server in list(topology._servers.values()):
-        vars(server.pool).pop("connect", None)
-
-
-async def _process_response(self: Any, reply: Any, session: Any) -> None:
-    """Instance override of ``_process_response``: hostile reply fields are made harmless.
-
-    pymongo calls it with each command reply before it builds an error from it (except for the
-    batches of bulk writes, which it checks first); see ``seams.sanitize_reply``.
-    """
-    if type(reply) is not dict or "errorLabels" in reply or "baseBackoffMS" in reply:
-        seams.sanitize_reply(reply)
-    await type(self)._process_response(self, reply, session)
-
-
-def install_client(client: Any) -> None:
-    """Put the backport on one client (state already stored on it)."""
-    client._retry_internal = types.MethodType(_csot.apply(_retry_internal), client)
-    client._select_server = types.MethodType(_select_server, client)
-    client._process_response = types.MethodType(_process_response, client)
-    _shared.enable_topology(client)
-    if not issubclass(client._topology_settings.pool_class, AsyncBackpressurePool):
-        _tag_topology(client)
-
-
-def uninstall_client(client: Any) -> None:
-    """Remove the backport's instance attributes from one client."""
-    _shared.disable_topology(client)
-    vars(client).pop("_retry_internal", None)
-    vars(client).pop("_select_server", None)
-    vars(client).pop("_process_response", None)
-    _untag_topology(client)

@@ -3,7 +3,11 @@
 * :mod:`~backpressure.adapters.seams.names`: ``PRIVATE_NAMES``, every private pymongo name
   the adapters touch, with what each is for;
 * :mod:`~backpressure.adapters.seams.versions`: feature detection of the installed pymongo and
-  the version guard (``native_problems``, ``backport_problems``, ``guard``);
+  the version guard (``guard``);
+* :mod:`~backpressure.adapters.seams.probes`: the guard's probes of each seam's shape
+  (``native_problems``, ``backport_problems``) and ``print_report``;
+* :mod:`~backpressure.adapters.seams.signatures`: the known signatures of the methods the native
+  adapter wraps (``native_signature``, ``signature_report``);
 * :mod:`~backpressure.adapters.seams.selection`: CSOT and server selection helpers;
 * :mod:`~backpressure.adapters.seams.calls`: the arguments of the calls the adapters wrap;
 * :mod:`~backpressure.adapters.seams.transactions`: transaction fix-ups;
@@ -21,6 +25,12 @@ from backpressure.adapters.seams.calls import (
     retry_internal_argument,
 )
 from backpressure.adapters.seams.names import PRIVATE_NAMES
+from backpressure.adapters.seams.probes import (
+    _parameters,
+    backport_problems,
+    native_problems,
+    print_report,
+)
 from backpressure.adapters.seams.replies import reply_ok, sanitize_reply
 from backpressure.adapters.seams.selection import (
     DESCRIPTION_KEEPS_FILTER,
@@ -32,6 +42,16 @@ from backpressure.adapters.seams.selection import (
     server_address,
     servers_where,
     steer,
+)
+from backpressure.adapters.seams.signatures import (
+    _EMPTY,
+    NATIVE_RETRY_INTERNAL_SIGNATURES,
+    NATIVE_SELECT_SERVER_SIGNATURE,
+    forwarding_only,
+    native_exact_signatures,
+    native_signature,
+    retry_internal_arity,
+    signature_report,
 )
 from backpressure.adapters.seams.transactions import (
     ACTIVE_TRANSACTION_STATES,
@@ -46,33 +66,21 @@ from backpressure.adapters.seams.transactions import (
     transaction_starting,
 )
 from backpressure.adapters.seams.versions import (
-    _EMPTY,
     ASYNC_SHOULD_RETRY_AWAITED,
     BACKOFF_TAKES_BASE,
     HAS_ASYNC_CLIENT,
     HAS_NATIVE_BACKPRESSURE,
-    NATIVE_RETRY_INTERNAL_SIGNATURES,
-    NATIVE_SELECT_SERVER_SIGNATURE,
     OPTION_ATTRIBUTES,
     PYMONGO_VERSION,
     TESTED_RANGE,
     UnsupportedPymongoError,
     UntestedPymongoWarning,
-    _parameters,
     _version_text,
-    backport_problems,
     client_has_native_backpressure,
     explicit_overload_options,
-    forwarding_only,
     guard,
     is_async_client,
-    native_exact_signatures,
-    native_problems,
-    native_signature,
-    print_report,
-    retry_internal_arity,
     should_retry_is_awaited,
-    signature_report,
 )
 
 __all__ = [

@@ -58,7 +58,7 @@ PRIVATE_NAMES: Mapping[str, str] = {
     "Database._drop_helper, Collection._create_helper / ._create_indexes / ._drop_index / "
     "._create_search_indexes, ._timeout": "commands that bypass the retry loop before 4.17",
     "motor.metaprogramming._class_cache": "Motor attributes rebuilt after wrapping",
-    # Hedged reads (adapters/hedging.py, both eras).
+    # Hedged reads (adapters/hedging/, both eras).
     "MongoClient._run_operation / ._retryable_read": "hedging: the read entry points wrapped",
     "message._Query (copy, reset) / message._CursorAddress": "hedging: a hedge's own find",
     "MongoClient._close_cursor_soon": "hedging: kill the server cursor of a losing find",
