@@ -75,8 +75,11 @@ def _run_load(client: Any, stopping: threading.Event) -> None:
             client.db.coll.find_one({})
 
 
-def record(quiet: float, overload: float, recovery: float) -> dict[str, Any]:
-    """Run the scenario; return each panel's series and the phases' times (Unix seconds)."""
+def record(
+    quiet: float, overload: float, recovery: float, capacity: float = CAPACITY
+) -> dict[str, Any]:
+    """Run the scenario (the server admits ``capacity`` requests a second during the
+    overload); return each panel's series and the phases' times (Unix seconds)."""
     registry = CollectorRegistry()
     httpd, http_thread = start_http_server(0, addr="127.0.0.1", registry=registry)
     target = f"127.0.0.1:{httpd.server_address[1]}"
@@ -106,7 +109,7 @@ def record(quiet: float, overload: float, recovery: float) -> dict[str, Any]:
                     )
                     start = time.time()
                     time.sleep(quiet)
-                    server.set_rate_limit(CAPACITY)
+                    server.set_rate_limit(capacity)
                     overload_start = time.time()
                     time.sleep(overload)
                     server.disable_rate_limit()
