@@ -7,6 +7,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -15,6 +16,7 @@ from backpressure.bench.faults import (
     OVERLOAD_LABELS,
     QUICK_FAULTS,
     ROUNDS_PER_TABLE,
+    STOCK_GOAL,
     Fault,
     FaultPlan,
     FaultRun,
@@ -33,14 +35,20 @@ from backpressure.bench.faults import (
     rounds_from_report,
     run_faults,
     run_policy_faults,
+    soak_policies,
+    split_policy,
     total_run,
 )
+from backpressure.bench.faults import _Controller as Controller
 from backpressure.bench.fleet import fleet_policies
 from backpressure.bench.goals import run_numbers
+from backpressure.bench.publish import publish_run
 from backpressure.testing import EmbeddedServer
-from backpressure.workload.arms import default_policy_name
+from backpressure.workload.arms import STOCK, default_policy_name
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "adaptive-default"
+SHARDED_SOAK = RESULTS.parent / "faults-sharded"
+"""The committed sharded soak (``.json`` and ``.md``)."""
 
 
 def test_the_schedule_is_seeded_and_draws_every_kind() -> None:
@@ -318,3 +326,192 @@ def test_a_soak_of_many_rounds_gets_one_per_round_table_per_eight_rounds() -> No
         "| policy | round 9 | round 10 |",
     ]
     assert sum("| round 1 |" in line for line in render_faults_report(data).splitlines()) == 1
+
+
+# -- the sharded soak -------------------------------------------------------------------------
+
+
+def _quick_faults() -> list[Fault]:
+    """A close, an all-reject window, two closed commits and a tight limit, in 3 s."""
+    return [
+        Fault(
+            0.3,
+            0.3,
+            "close",
+            "3 closed",
+            {"mode": {"times": 3}, "data": {"failCommands": ["update"], "closeConnection": True}},
+        ),
+        Fault(
+            0.8,
+            1.2,
+            "overload",
+            "all rejected",
+            {
+                "mode": "alwaysOn",
+                "data": {
+                    "failCommands": ["update"],
+                    "errorCode": 462,
+                    "errorLabels": OVERLOAD_LABELS,
+                },
+            },
+        ),
+        Fault(
+            1.5,
+            1.5,
+            "commit",
+            "2 commits closed",
+            {
+                "mode": {"times": 2},
+                "data": {"failCommands": ["commitTransaction"], "closeConnection": True},
+            },
+        ),
+        Fault(2.0, 2.5, "limit", "20/s", rate=20.0),
+    ]
+
+
+def test_a_short_sharded_soak_hits_one_router_and_loses_nothing(
+    embedded_server_factory: Callable[..., EmbeddedServer],
+) -> None:
+    """2 x 2 writers for 3 s against 3 mongos, every fault on mongos 0: every acked write is
+    stored once, no update fails on the other routers, and mongos 0's share is counted."""
+    server = embedded_server_factory(topology="sharded", members=3)
+    plan = dataclasses.replace(
+        QUICK_FAULTS, seconds=3.0, transaction_share=0.5, capacity=100_000.0, topology="sharded"
+    )
+    run = run_policy_faults(server, default_policy_name(), plan, _quick_faults())
+    assert run.acked > 0
+    assert run.transactions > 0
+    assert (run.duplicated, run.lost) == (0, 0)
+    assert run.stored >= run.acked
+    assert sum(run.ok_bins) == run.acked
+    assert sum(run.error_bins) == run.errors
+    members = [server.stats(member=index)["commands"] for index in range(3)]
+    received = [
+        sum(commands.get(name, {}).get("received", 0) for name in ("update", "commitTransaction"))
+        for commands in members
+    ]
+    assert run.faulty_received == received[0]
+    assert run.server_received == sum(received)
+    assert run.faulty_share == received[0] / sum(received)
+    for healthy in members[1:]:  # no update failed outside mongos 0
+        assert healthy.get("update", {}).get("failed", 0) == 0
+    with pytest.raises(ValueError, match="the plan's topology is replicaset, the server's sharded"):
+        run_policy_faults(server, default_policy_name(), QUICK_FAULTS, [])
+
+
+class _Recorder:
+    """A stand-in server that records the fail points and limits it is sent."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object, object]] = []
+
+    def configure_fail_point(self, doc: dict[str, object], member: object = None) -> None:
+        self.calls.append(("fail point", doc["mode"], member))
+
+    def set_rate_limit(self, rate: float, member: object = None) -> None:
+        self.calls.append(("limit", rate, member))
+
+
+@pytest.mark.parametrize(("topology", "limited"), [("replicaset", None), ("sharded", 0)])
+def test_every_fault_goes_to_one_member_and_a_router_limit_to_that_router(
+    topology: str, limited: object
+) -> None:
+    """Fail points go to member 0 (the primary, or mongos 0); a tight limit and its end go to
+    every member of the replica set (only the primary takes writes) but to mongos 0 alone."""
+    plan = dataclasses.replace(QUICK_FAULTS, seconds=3.0, topology=topology)
+    target = _Recorder()
+    faults = [fault for fault in _quick_faults() if fault.kind in ("overload", "limit")]
+    Controller(target, plan, faults).run(t0=0.0)  # every instant has passed: no wait
+    assert target.calls == [
+        ("fail point", "alwaysOn", 0),
+        ("fail point", "off", 0),
+        ("limit", 20.0, limited),
+        ("limit", plan.capacity, limited),
+    ]
+
+
+def test_a_policy_may_carry_client_options() -> None:
+    """``current+routeAroundOverload=false`` is current with server choice off; options need one
+    of the package's presets and a value; the default's row comes first."""
+    assert split_policy("current+routeAroundOverload=false") == (
+        "current",
+        {"routeAroundOverload": "false"},
+    )
+    assert split_policy(STOCK) == (STOCK, {})
+    for bad, message in (
+        ("current+routeAroundOverload", "expected OPTION=VALUE"),
+        ("current+=false", "expected OPTION=VALUE"),
+        (f"{STOCK}+routeAroundOverload=false", "need one of this package's presets"),
+        ("nosuch+x=1", "unknown policy 'nosuch'"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            split_policy(bad)
+    names = soak_policies(["current+routeAroundOverload=false", STOCK, default_policy_name()])
+    assert names[0] == default_policy_name()
+    assert soak_policies() == fleet_policies()
+
+
+def test_a_sharded_plan_names_its_topology_and_routers() -> None:
+    """The topology is one of the two; a sharded cluster needs a choice of routers."""
+    assert FaultPlan(topology="sharded").members == 3
+    assert FaultPlan().members is None
+    with pytest.raises(ValueError, match=r"FaultPlan\.topology must be one of replicaset, sharded"):
+        FaultPlan(topology="standalone")
+    with pytest.raises(ValueError, match=r"FaultPlan\.routers must be an int >= 2"):
+        FaultPlan(topology="sharded", routers=1)
+
+
+def test_a_sharded_report_compares_every_policy_with_stock() -> None:
+    """The sharded page pairs every policy with stock pymongo round by round, gives mongos 0's
+    share of the writes, and judges acked >= stock's on the totals; the replica set's page keeps
+    its columns."""
+    acked = {default_policy_name(): 1000, STOCK: 900, "current+routeAroundOverload=false": 880}
+
+    def runner(_target: object, policy: str, plan: FaultPlan, faults: Sequence[Fault]) -> FaultRun:
+        return dataclasses.replace(
+            _run(policy, acked[policy], 4), faulty_received=110, seconds=plan.seconds
+        )
+
+    names = [STOCK, "current+routeAroundOverload=false", default_policy_name()]
+    plan = FaultPlan(seconds=30.0, rounds=2, topology="sharded")
+    info = {"date": "d", "cpu_count": 2, "python": "3", "pymongo": "4", "backpressure": "0"}
+    rounds = run_faults(None, names, plan, runner=runner)
+    data = json.loads(json.dumps(faults_report(rounds, plan, info, [1.0], 9.0, "abc")))
+    rows = {row["policy"]: row for row in data["runs"]}
+    assert data["runs"][0]["policy"] == default_policy_name()
+    assert rows[default_policy_name()]["stock_ratios"] == [round(1000 / 900, 4)] * 2
+    assert rows[default_policy_name()]["goals"][STOCK_GOAL] == "met"
+    assert rows["current+routeAroundOverload=false"]["goals"][STOCK_GOAL] == "NOT met"
+    assert STOCK_GOAL not in rows[STOCK]["goals"]
+    text = render_faults_report(data)
+    assert "3 mongos routers" in text
+    assert "| vs stock | 95% CI (stock) |" in text
+    assert "| machine busy | to mongos 0 |" in text
+    assert "| 10.0% |" in text  # 110 of the 1,100 commands each run counted
+    replicaset = dataclasses.replace(plan, topology="replicaset")
+    data = faults_report(rounds, replicaset, info, [1.0], 9.0, "abc")
+    assert "vs stock" not in render_faults_report(data)
+    assert STOCK_GOAL not in data["runs"][0]["goals"]
+
+
+def test_a_run_is_published_from_the_topology_it_asks_for() -> None:
+    """``publish_run`` starts the deployment the benchmark names: here 3 mongos routers."""
+    data = publish_run(
+        lambda server: [server.topology, len(server.addresses)],
+        lambda runs, info, load, wall_s, commit: {"runs": runs},
+        lambda data: "",
+        topology="sharded",
+        members=3,
+    )
+    assert data == {"runs": ["sharded", 3]}
+
+
+def test_the_committed_sharded_soak_is_the_rendering_of_its_raw_data() -> None:
+    """``faults-sharded.md`` is what ``render_faults_report`` makes of its JSON: a sharded
+    soak with the default's row first and stock pymongo's beside it."""
+    data = json.loads(SHARDED_SOAK.with_suffix(".json").read_text(encoding="utf-8"))
+    text = SHARDED_SOAK.with_suffix(".md").read_text(encoding="utf-8")
+    assert text == render_faults_report(data)
+    assert data["plan"]["topology"] == "sharded"
+    assert [row["policy"] for row in data["runs"]][:2] == [default_policy_name(), STOCK]
+    assert all(STOCK_GOAL in row["goals"] for row in data["runs"] if row["policy"] != STOCK)

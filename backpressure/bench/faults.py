@@ -30,6 +30,19 @@ difference from an overload-control one.  The default's row comes first, stock p
 it.  Goals for ``adaptive``: acked >= 98 % of ``current``'s (met when the interval's low end is
 at or above 0.98, missed when its high end is below), errors <= ``current``'s; for every
 policy, 0 duplicated and 0 lost.
+
+``--topology sharded`` runs the same writers and the same schedule against an embedded sharded
+cluster of ``--routers`` mongos (3 by default) over one shard, the URI naming every router, so
+that each selection has a choice of router.  Every mongos's ingress limiter admits ``capacity``
+ops/s; every fault hits mongos 0 alone (its fail points, and its limiter for the tight limits)
+while the other routers stay healthy.  The page then also gives each policy's acked writes
+against stock pymongo's (paired by round, as against ``current``'s), the share of the writes
+and commits that mongos 0 received, and one more goal for every policy but stock: acked (all
+rounds added up) >= stock pymongo's.
+
+A policy name may carry client options after ``+``: ``current+routeAroundOverload=false`` is
+the ``current`` preset with its server choice off (options for this package's presets only;
+each value is passed to the client as written, which validates it).
 """
 
 from __future__ import annotations
@@ -59,15 +72,19 @@ from backpressure.bench.fleet import _await_ready, _wait_until, fleet_policies
 from backpressure.bench.publish import publish_run
 from backpressure.cli import positive_float, positive_int, run_cli
 from backpressure.workload import POLICIES
-from backpressure.workload.arms import default_policy_name, policy_label
+from backpressure.workload.arms import STOCK, default_first, default_policy_name, policy_label
 from backpressure.workload.driver import received_commands
 from backpressure.workload.metrics import AFTER_FAULT_S, counts_by_fault
 from backpressure.workload.report import run_line
 
 __all__ = [
+    "FAULTY_MEMBER",
     "FAULT_GOALS",
+    "OPTION_SEPARATOR",
     "QUICK_FAULTS",
     "ROUNDS_PER_TABLE",
+    "STOCK_GOAL",
+    "TOPOLOGIES",
     "Fault",
     "FaultPlan",
     "FaultRound",
@@ -78,6 +95,7 @@ __all__ = [
     "faults_report",
     "judge",
     "judge_rounds",
+    "judge_stock",
     "kind_ratios",
     "main",
     "mean_interval",
@@ -89,6 +107,8 @@ __all__ = [
     "rounds_from_report",
     "run_faults",
     "run_policy_faults",
+    "soak_policies",
+    "split_policy",
     "total_run",
 ]
 
@@ -104,6 +124,21 @@ FAULT_GOALS: tuple[str, ...] = (
     "0 duplicated",
     "0 lost",
 )
+
+STOCK_GOAL = "acked >= stock pymongo's"
+"""The sharded soak's goal for every policy but stock: its acked writes, all rounds added up,
+at least stock pymongo's."""
+
+TOPOLOGIES: tuple[str, ...] = ("replicaset", "sharded")
+"""The deployments the soak runs against."""
+
+FAULTY_MEMBER = 0
+"""The member every fault hits: the primary of the replica set, the first mongos of the
+sharded cluster."""
+
+OPTION_SEPARATOR = "+"
+"""Between a policy's name and each client option it carries:
+``current+routeAroundOverload=false``."""
 
 KEY_SPACE = 10**9
 """Ids: ``process * KEY_SPACE + thread * (KEY_SPACE // 1000) + n``."""
@@ -128,9 +163,19 @@ class FaultPlan:
     rounds: int = 6
     """Interleaved rounds: each replays its ``seconds / rounds`` slice of the schedule under
     every policy (the module's docstring)."""
+    topology: str = "replicaset"
+    """``replicaset`` (faults on the primary) or ``sharded`` (faults on mongos 0)."""
+    routers: int = 3
+    """The mongos routers of the sharded topology (at least 2: a choice of router)."""
 
     def __post_init__(self) -> None:
         """Validate the numbers."""
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(
+                f"FaultPlan.topology must be one of {', '.join(TOPOLOGIES)}, got {self.topology!r}"
+            )
+        if isinstance(self.routers, bool) or not isinstance(self.routers, int) or self.routers < 2:
+            raise ValueError(f"FaultPlan.routers must be an int >= 2, got {self.routers!r}")
         if self.processes < 1 or self.threads < 1 or self.threads >= 1000:
             raise ValueError(
                 f"FaultPlan needs processes >= 1 and threads in 1..999, got "
@@ -151,6 +196,17 @@ class FaultPlan:
     def round_s(self) -> float:
         """The length of one round's slice of the schedule, in seconds."""
         return self.seconds / self.rounds
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the soak runs against the sharded cluster."""
+        return self.topology == "sharded"
+
+    @property
+    def members(self) -> Optional[int]:
+        """The deployment's members: the routers of the sharded cluster, None (the embedded
+        server's default, 3) for the replica set."""
+        return self.routers if self.sharded else None
 
 
 QUICK_FAULTS = FaultPlan(processes=2, threads=2, seconds=4.0, capacity=500.0, rounds=2)
@@ -257,6 +313,44 @@ def _fail_point(mode: Any, commands: list[str], **data: Any) -> dict[str, Any]:
     }
 
 
+# -- the policies ----------------------------------------------------------------------------
+
+
+def split_policy(name: str) -> tuple[str, dict[str, str]]:
+    """A policy name and the client options it carries: ``current+routeAroundOverload=false``
+    is ``("current", {"routeAroundOverload": "false"})``; ValueError for an option without a
+    value, for an unknown policy, or for options on a policy that is not one of this
+    package's presets."""
+    base, *items = name.split(OPTION_SEPARATOR)
+    if base not in POLICIES:
+        raise ValueError(f"unknown policy {base!r}; choose from {', '.join(POLICIES)}")
+    options: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise ValueError(f"policy {name!r}: expected OPTION=VALUE after +, got {item!r}")
+        options[key] = value
+    if options and POLICIES[base].kind != "ours":
+        raise ValueError(f"policy {name!r}: client options need one of this package's presets")
+    return base, options
+
+
+def soak_policies(names: Optional[Sequence[str]] = None) -> list[str]:
+    """The soak's policies, the default's first: ``names`` (each as :func:`split_policy` reads
+    it), or the fleet's policies (:func:`~backpressure.bench.fleet.fleet_policies`)."""
+    if names is None:
+        return fleet_policies()
+    for name in names:
+        split_policy(name)
+    return default_first(names)
+
+
+def _open(policy: str, uri: str, **kwargs: Any) -> Any:
+    """Open ``policy``'s client for ``uri``, with the options its name carries."""
+    base, options = split_policy(policy)
+    return POLICIES[base].open(uri, **kwargs, **options)
+
+
 # -- the writer processes ---------------------------------------------------------------------
 
 
@@ -272,7 +366,7 @@ def _writer_process(
 ) -> None:
     """One client process: T writer threads, each recording the ids acknowledged."""
     logging.getLogger("backpressure").setLevel(logging.ERROR)
-    client = POLICIES[policy_name].open(uri, maxPoolSize=plan.threads + 10, appname=f"soak-{index}")
+    client = _open(policy_name, uri, maxPoolSize=plan.threads + 10, appname=f"soak-{index}")
     try:
         collection = client.client[DATABASE][COLLECTION]
         collection.find_one({"_id": -1})  # connect and discover before the clock starts
@@ -398,6 +492,17 @@ class FaultRun:
     machine_busy: Optional[float] = None
     """Share of the machine's CPU time busy during the soak, every process counted (None:
     not measured)."""
+    faulty_received: Optional[int] = None
+    """The ``update`` and ``commitTransaction`` commands the member every fault hits received
+    (:data:`FAULTY_MEMBER`; None: not counted)."""
+
+    @property
+    def faulty_share(self) -> Optional[float]:
+        """The share of the servers' ``update`` and ``commitTransaction`` commands that the
+        member every fault hits received (None: not counted)."""
+        if self.faulty_received is None or not self.server_received:
+            return None
+        return self.faulty_received / self.server_received
 
     @property
     def error_rate(self) -> float:
@@ -425,12 +530,17 @@ class FaultRun:
 
 
 class _Controller:
-    """Applies the fault schedule from this process, in time order."""
+    """Applies the fault schedule from this process, in time order.
+
+    Fail points go to :data:`FAULTY_MEMBER`. A tight limit goes to every member of the replica
+    set (only its primary takes writes) and to mongos 0 alone in the sharded cluster.
+    """
 
     def __init__(self, target: Any, plan: FaultPlan, faults: Sequence[Fault]) -> None:
         """Remember what to apply."""
         self.target = target
         self.plan = plan
+        self.rate_member = FAULTY_MEMBER if plan.sharded else None
         self.events: list[tuple[float, int, Fault, bool]] = sorted(
             [(f.at, 1, f, True) for f in faults] + [(f.end, 0, f, False) for f in faults],
             key=lambda e: (e[0], e[1]),
@@ -447,17 +557,23 @@ class _Controller:
 
     def _start(self, fault: Fault) -> None:
         if fault.fail_point is not None:
-            self.target.configure_fail_point(fault.fail_point, member=0)
+            self.target.configure_fail_point(fault.fail_point, member=FAULTY_MEMBER)
         if fault.rate is not None:
-            self.target.set_rate_limit(fault.rate)
+            self._set_rate_limit(fault.rate)
 
     def _stop(self, fault: Fault) -> None:
         if fault.kind == "overload":  # the others stop by themselves ({times: n})
             self.target.configure_fail_point(
-                {"configureFailPoint": "failCommand", "mode": "off"}, member=0
+                {"configureFailPoint": "failCommand", "mode": "off"}, member=FAULTY_MEMBER
             )
         if fault.rate is not None:
-            self.target.set_rate_limit(self.plan.capacity)
+            self._set_rate_limit(self.plan.capacity)
+
+    def _set_rate_limit(self, rate: float) -> None:
+        if self.rate_member is None:
+            self.target.set_rate_limit(rate)
+        else:
+            self.target.set_rate_limit(rate, member=self.rate_member)
 
 
 def transaction_collection(process: int, thread: int) -> str:
@@ -517,7 +633,10 @@ def run_policy_faults(
     target: Any, policy: str, plan: FaultPlan, faults: Optional[Sequence[Fault]] = None
 ) -> FaultRun:
     """Run the soak once under ``policy`` and check every acked write; ``faults`` defaults
-    to the plan's seeded schedule."""
+    to the plan's seeded schedule. ``target`` is an embedded server of the plan's topology."""
+    topology = getattr(target, "topology", None)
+    if topology != plan.topology:
+        raise ValueError(f"the plan's topology is {plan.topology}, the server's {topology}")
     if faults is None:
         faults = fault_schedule(plan.seed, plan.seconds)
     context = multiprocessing.get_context("spawn")
@@ -581,6 +700,8 @@ def run_policy_faults(
             kinds[name] = kinds.get(name, 0) + int(n)
     duplicated, lost = audit(acked, stored)
     slots = max(len(r["ok_bins"]) for r in reports)
+    counted = ("update", "commitTransaction")
+    faulty = stats["members"][FAULTY_MEMBER] if "members" in stats else stats
     return FaultRun(
         policy=policy,
         operations=sum(int(r["ops"]) for r in reports),
@@ -590,7 +711,7 @@ def run_policy_faults(
         stored=len(stored),
         duplicated=duplicated,
         lost=lost,
-        server_received=received_commands(stats, ("update", "commitTransaction")),
+        server_received=received_commands(stats, counted),
         faults=len(faults),
         error_kinds=dict(sorted(kinds.items())),
         ok_bins=tuple(sum(r["ok_bins"][i] for r in reports) for i in range(slots)),
@@ -599,6 +720,7 @@ def run_policy_faults(
         seconds=plan.seconds,
         cpu_s=round(sum(float(r["cpu_s"]) for r in reports), 3),
         machine_busy=_busy_share(machine_before, machine_after),
+        faulty_received=received_commands(faulty, counted),
     )
 
 
@@ -654,7 +776,7 @@ def run_faults(
     """Run every policy (the default's first) through the seeded schedule in ``plan.rounds``
     interleaved rounds: round ``r`` runs its slice of the schedule under every policy, in
     :func:`round_order`."""
-    names = fleet_policies(policies)
+    names = soak_policies(policies)
     schedule = fault_schedule(plan.seed, plan.seconds)
     one = dataclasses.replace(plan, seconds=plan.round_s, rounds=1)
     rounds = []
@@ -680,6 +802,7 @@ def total_run(runs: Sequence[FaultRun]) -> FaultRun:
         for name, n in run.error_kinds.items():
             kinds[name] = kinds.get(name, 0) + n
     busy = [run.machine_busy for run in runs if run.machine_busy is not None]
+    faulty = [run.faulty_received for run in runs]
     return FaultRun(
         policy=runs[0].policy,
         operations=sum(run.operations for run in runs),
@@ -696,6 +819,7 @@ def total_run(runs: Sequence[FaultRun]) -> FaultRun:
         seconds=round(sum(run.seconds for run in runs), 3),
         cpu_s=round(sum(run.cpu_s for run in runs), 3),
         machine_busy=round(statistics.fmean(busy), 4) if busy else None,
+        faulty_received=None if None in faulty else sum(n or 0 for n in faulty),
     )
 
 
@@ -861,26 +985,53 @@ def _policies(rounds: Sequence[FaultRound]) -> list[str]:
     return sorted(rounds[0].order, key=lambda name: name != default_policy_name())
 
 
-def _summary(rounds: Sequence[FaultRound]) -> list[dict[str, Any]]:
-    """Each policy's totals over the rounds, its paired ratios and goals, the default's first."""
+def _rounded(value: Optional[float]) -> Optional[float]:
+    return None if value is None else round(value, 4)
+
+
+def judge_stock(total: FaultRun, stock: Optional[FaultRun]) -> str:
+    """:data:`STOCK_GOAL`: ``met`` when ``total``'s acked writes (all rounds) are at least
+    stock pymongo's, ``NOT met`` otherwise, ``-`` without stock's run."""
+    return "-" if stock is None else _verdict(total.acked >= stock.acked)
+
+
+def _summary(
+    rounds: Sequence[FaultRound], plan: Optional[FaultPlan] = None
+) -> list[dict[str, Any]]:
+    """Each policy's totals over the rounds, its paired ratios and goals, the default's first.
+
+    For the sharded soak, also the paired ratios against stock pymongo and :data:`STOCK_GOAL`
+    (every policy but stock)."""
     policies = _policies(rounds)
     totals = {name: total_run([one.run_of(name) for one in rounds]) for name in policies}
     current = totals.get("current")
+    stock = totals.get(STOCK)
+    sharded = plan is not None and plan.sharded
     rows = []
     for name in policies:
         total = totals[name]
         ratios = paired_ratios(rounds, name) if current is not None else []
         mean, low, high = mean_interval(ratios) if ratios else (None, None, None)
-        rows.append(
-            {
-                **total.to_dict(),
-                "ratios": [round(r, 4) for r in ratios],
-                "ratio_mean": None if mean is None else round(mean, 4),
-                "ratio_low": None if low is None else round(low, 4),
-                "ratio_high": None if high is None else round(high, 4),
-                "goals": judge_rounds(total, ratios, current),
-            }
-        )
+        row = {
+            **total.to_dict(),
+            "ratios": [round(r, 4) for r in ratios],
+            "ratio_mean": _rounded(mean),
+            "ratio_low": _rounded(low),
+            "ratio_high": _rounded(high),
+            "goals": judge_rounds(total, ratios, current),
+        }
+        if sharded:
+            versus = paired_ratios(rounds, name, STOCK) if stock is not None else []
+            mean, low, high = mean_interval(versus) if versus else (None, None, None)
+            row.update(
+                stock_ratios=[round(r, 4) for r in versus],
+                stock_ratio_mean=_rounded(mean),
+                stock_ratio_low=_rounded(low),
+                stock_ratio_high=_rounded(high),
+            )
+            if name != STOCK:
+                row["goals"][STOCK_GOAL] = judge_stock(total, stock)
+        rows.append(row)
     return rows
 
 
@@ -896,7 +1047,7 @@ def _round_list(items: Sequence[int]) -> str:
 
 def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str:
     """The interleaved soak's tables (every policy, the default's first) and goals."""
-    rows = _summary(rounds)
+    rows = _summary(rounds, plan)
     policies = [row["policy"] for row in rows]
     totals = {name: total_run([one.run_of(name) for one in rounds]) for name in policies}
     schedule = fault_schedule(plan.seed, plan.seconds)
@@ -909,7 +1060,8 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
     if backward:
         order += f" and the reverse in {_round_list(backward)}"
     loads = ", ".join(_figure(one.load, 1) for one in rounds)
-    lines = [
+    lines = _sharded_intro(plan)
+    lines += [
         f"{plan.processes} processes x {plan.threads} writers, deadline {plan.deadline_s:g} s, "
         f"capacity {plan.capacity:g} ops/s, {100 * plan.transaction_share:g}% two-document "
         f"transactions; fault schedule {plan.seed}: {plan.seconds:g} s, {len(schedule)} faults ("
@@ -922,19 +1074,20 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
         "`current`'s in the same round, with its 95% confidence interval. Client CPU: the "
         "client processes' CPU time (all threads) per acked write, and in cores kept busy; "
         "machine busy: the share of the machine's CPU time in use during the soaks, every "
-        "process counted.",
+        "process counted."
+        + (
+            " `vs stock`: the same against stock pymongo's acked writes. To mongos 0: the share "
+            "of the `update` and `commitTransaction` commands the routers received that went to "
+            "mongos 0, the router the faults hit."
+            if plan.sharded
+            else ""
+        ),
         "",
     ]
-    header = [
-        "policy",
-        "acked",
-        "vs current",
-        "95% CI",
-        "errors",
-        "error rate",
-        "duplicated",
-        "lost",
-    ]
+    header = ["policy", "acked", "vs current", "95% CI"]
+    if plan.sharded:
+        header += ["vs stock", "95% CI (stock)"]
+    header += ["errors", "error rate", "duplicated", "lost"]
     costs = [
         "policy",
         "operations",
@@ -944,6 +1097,8 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
         "client CPU, cores",
         "machine busy",
     ]
+    if plan.sharded:
+        costs.append("to mongos 0")
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     cost_lines = ["| " + " | ".join(costs) + " |", "|" + "---|" * len(costs)]
     for row in rows:
@@ -958,6 +1113,10 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
             f"{total.acked:,}",
             _figure(row["ratio_mean"]),
             interval,
+        ]
+        if plan.sharded:
+            cells += [_figure(row.get("stock_ratio_mean")), _interval(row, "stock_ratio")]
+        cells += [
             f"{total.errors:,}",
             f"{100 * total.error_rate:.2f}%",
             f"{total.duplicated:,}",
@@ -973,6 +1132,9 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
             f"{total.cpu_cores:.2f}",
             busy,
         ]
+        if plan.sharded:
+            share = total.faulty_share
+            cells.append("-" if share is None else f"{100 * share:.1f}%")
         cost_lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Operations and the client's CPU:", "", *cost_lines]
     lines += ["", "Acked writes per round (`vs current` in that round):"]
@@ -1023,6 +1185,25 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
     return "\n".join(lines) + "\n"
 
 
+def _interval(row: Mapping[str, Any], key: str) -> str:
+    """``low-high`` of a row's ``<key>_low`` and ``<key>_high`` (``-`` without an interval)."""
+    low, high = row.get(f"{key}_low"), row.get(f"{key}_high")
+    return "-" if low is None or high is None else f"{low:.3f}-{high:.3f}"
+
+
+def _sharded_intro(plan: FaultPlan) -> list[str]:
+    """The sharded soak's first paragraph (none for the replica set's)."""
+    if not plan.sharded:
+        return []
+    return [
+        f"Sharded cluster: {plan.routers} mongos routers over one shard (one embedded process, "
+        f"its own), the URI naming every router; each router's ingress limiter admits "
+        f"{plan.capacity:g} ops/s. Every fault of the schedule hits mongos 0 alone (its fail "
+        "points; the tight limits are its limiter's); the other routers stay healthy.",
+        "",
+    ]
+
+
 def _kind_totals(counts: Sequence[Mapping[str, int]]) -> dict[str, int]:
     """Per-kind counts added up."""
     total: dict[str, int] = {}
@@ -1050,7 +1231,7 @@ def faults_report(
         "plan": asdict(plan),
         "schedule": [asdict(fault) for fault in fault_schedule(plan.seed, plan.seconds)],
         "rounds": [one.to_dict() for one in rounds],
-        "runs": _summary(rounds),
+        "runs": _summary(rounds, plan),
     }
 
 
@@ -1107,12 +1288,31 @@ def render_faults_report(data: dict[str, Any]) -> str:
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:
-    """Parse ``argv`` and soak every policy in interleaved rounds on one embedded replica set."""
+    """Parse ``argv`` and soak every policy in interleaved rounds on one embedded deployment
+    (a replica set, or a sharded cluster with ``--topology sharded``)."""
     parser = argparse.ArgumentParser(
         prog="python -m backpressure.bench.faults",
         description="Writers under a seeded fault schedule; every acked write checked.",
     )
-    parser.add_argument("--policies", help="comma-separated (default: every available policy)")
+    parser.add_argument(
+        "--policies",
+        help=(
+            "comma-separated (default: every available policy); a preset may carry client "
+            "options: current+routeAroundOverload=false"
+        ),
+    )
+    parser.add_argument(
+        "--topology",
+        choices=TOPOLOGIES,
+        default="replicaset",
+        help="faults on the replica set's primary, or on one mongos of a sharded cluster",
+    )
+    parser.add_argument(
+        "--routers",
+        type=positive_int,
+        default=3,
+        help="mongos routers of the sharded cluster (faults on the first; at least 2)",
+    )
     parser.add_argument(
         "--seconds", type=positive_float, default=120.0, help="the fault schedule's length"
     )
@@ -1129,13 +1329,19 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the table")
     args = parser.parse_args(argv)
     policies = [p for p in args.policies.split(",") if p] if args.policies else None
-    plan = FaultPlan(
-        processes=args.processes,
-        threads=args.threads,
-        seconds=args.seconds,
-        seed=args.seed,
-        rounds=args.rounds,
-    )
+    try:
+        soak_policies(policies)
+        plan = FaultPlan(
+            processes=args.processes,
+            threads=args.threads,
+            seconds=args.seconds,
+            seed=args.seed,
+            rounds=args.rounds,
+            topology=args.topology,
+            routers=args.routers,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
 
     def progress(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
@@ -1148,6 +1354,8 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         render_faults_report,
         markdown=args.markdown,
         json_path=args.json,
+        topology=plan.topology,
+        members=plan.members,
     )
     return 0
 

@@ -1,8 +1,9 @@
 """One way to run a real-process benchmark and publish it: the run's record, its page, its JSON.
 
-The recovery, fault-soak and mixed-fleet benchmarks each run on a fresh embedded replica set (its
-own process) and publish a page that opens with the run's date, wall time, machine, load average
-and commit (:func:`backpressure.workload.report.run_line`), rendered from the JSON they write.
+The recovery, fault-soak and mixed-fleet benchmarks each run on a fresh embedded deployment (its
+own process; a replica set unless the benchmark asks for another topology) and publish a page
+that opens with the run's date, wall time, machine, load average and commit
+(:func:`backpressure.workload.report.run_line`), rendered from the JSON they write.
 """
 
 from __future__ import annotations
@@ -31,8 +32,13 @@ def publish_run(
     *,
     markdown: Optional[Path] = None,
     json_path: Optional[Path] = None,
+    topology: str = "replicaset",
+    members: Optional[int] = None,
 ) -> dict[str, Any]:
-    """Run ``run(server)`` on a fresh embedded replica set and publish what it measured.
+    """Run ``run(server)`` on a fresh embedded deployment and publish what it measured.
+
+    The deployment is a ``topology`` (a replica set by default) of ``members`` members (the
+    topology's default when None), in its own process.
 
     The 1-minute load average is read before and after, the wall time around the server's
     life.  The page ``render`` makes of ``report``'s data is printed, and written to
@@ -43,7 +49,7 @@ def publish_run(
     info, commit = machine_info(), code_revision()
     load = [os.getloadavg()[0]]
     started = time.monotonic()
-    with EmbeddedServer("replicaset", subprocess=True) as server:
+    with EmbeddedServer(topology, members=members, subprocess=True) as server:
         runs = run(server)
     load.append(os.getloadavg()[0])
     data = report(runs, info, load, time.monotonic() - started, commit)
