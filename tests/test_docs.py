@@ -60,6 +60,9 @@ BLOCKS: dict[str, Optional[Callable[[str], bool]]] = {
     'backpressure="current", maxAdaptiveRetries=3': _lines("3", "1"),
     'AsyncMongoClient(uri, backpressure="draft")': _lines("True", "True"),
     "named = backpressure.DRAFT.replace": _lines("draft 3", "True"),
+    # server-choice.md
+    'print("avoided:", hot.avoided': _lines("avoided: True | routed around: True"),
+    "policy(c).route_around for c in (off, also_off)": _lines("False False"),
     # adaptive.md
     'with backpressure.MongoClient(server.uri, backpressure="adaptive")': _lines("adaptive True 2"),
     'AsyncMongoClient(uri, backpressure="adaptive")': _lines("async adaptive"),

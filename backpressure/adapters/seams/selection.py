@@ -60,9 +60,24 @@ def steer(
     if not avoided:
         return deprioritized
     current = deprioritized or []
-    merged = [*current, *(known[a] for a in avoided if known[a] not in current)]
+    added = [known[a] for a in avoided if known[a] not in current]
+    if current and added and not _leaves_one(client, selector, known, [*current, *added]):
+        # pymongo already deprioritizes servers (a retry it retargets): adding the rest of
+        # the eligible ones would make it fall back to all of them, the failed one included.
+        return deprioritized
     keep_candidate_servers(client)
-    return merged
+    return [*current, *added]
+
+
+def _leaves_one(client: Any, selector: Any, known: dict[Any, Any], avoided: list[Any]) -> bool:
+    """Whether a server eligible for ``selector`` is left when ``avoided`` are deprioritized
+    (True when the eligible servers cannot be read)."""
+    description = getattr(getattr(client, "_topology", None), "description", None)
+    try:
+        eligible = description.apply_selector(selector, None)  # type: ignore[union-attr]
+    except Exception:  # an unforeseen selector or description: assume pymongo has a choice
+        return True
+    return any(known.get(found.address) not in avoided for found in eligible)
 
 
 DESCRIPTION_KEEPS_FILTER: bool = (
