@@ -327,7 +327,8 @@ class ClientState:
         """
         self.controller.record_success(retried=False, server=server)
         self.stats.first_attempt_succeeded(server)
-        self.attempt_finished(server, False)
+        if not paced_counted:  # else the cycle handed the reply to the choice when it settled
+            self.attempt_finished(server, False)
         pacing = self.controller.pacing
         if not paced_counted and isinstance(pacing, ClientPacers):
             pacing.record(server, overloaded=False)

@@ -312,17 +312,19 @@ class AttemptCycle:
         return None if server is _NONE else self._address_of(server)
 
     def settle(self, error: Optional[BaseException], overload: Optional[bool] = None) -> None:
-        """Hand the open attempt's outcome to the pacing (``error`` None: a reply, no overload)
-        and a failure to the server choice, and close it; ``overload``: whether ``error``
-        carries the overload label, if read."""
+        """Hand the open attempt's outcome to the server choice and the pacing (``error`` None:
+        a reply, no overload) and close it; ``overload``: whether ``error`` carries the overload
+        label, if read."""
         if not self.attempt_open:
             return
         gate = self.gate
         address = self._attempt_address()
+        pushed_back = False
         if error is not None:
             if overload is None:
                 overload = overload_labels(error).overload
-            self.state.attempt_finished(address, overload or is_timeout(error))
+            pushed_back = overload or is_timeout(error)
+        self.state.attempt_finished(address, pushed_back)
         if gate is not None:
             self.pushed_back = gate.record(address, self.grant, error, overload)
         self.attempt_open = False
@@ -334,10 +336,10 @@ class AttemptCycle:
             and self.attempt_open
             and (self.grant is not None or self.retries is not None)
         )
+        retries = self.retries
         if counted:
             self.settle(None)
-        retries = self.retries
-        if retries is not None and self.attempt_open:
+        elif retries is not None and self.attempt_open:
             self.state.attempt_finished(self._attempt_address(), False)
         self.attempt_open = False
         if retries is None:
