@@ -28,6 +28,16 @@ from collections.abc import Generator
 
 import pytest
 
+STRICT_CYCLE = os.environ.setdefault("BACKPRESSURE_STRICT_CYCLE", "1") == "1"
+"""The attempt cycle checks the order of its calls in every test run (``AttemptCycle`` raises
+``CycleOrderError`` on a call out of order): on at import time, before any cycle exists, and
+through the environment for the tests' subprocesses (a run with the variable set to another
+value leaves the check off)."""
+
+import backpressure.core.cycle  # noqa: E402  (after the variable: the module reads it)
+
+backpressure.core.cycle.STRICT = STRICT_CYCLE
+
 
 def _runs_tests(config: pytest.Config) -> bool:
     """Whether this process runs tests: an xdist worker, or pytest without workers."""

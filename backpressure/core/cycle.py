@@ -28,11 +28,35 @@ created (``started_at``) and when the operation ends, and the finished event car
 operation's name and duration.  Era-specific rules (pymongo's classic retryable reads and
 writes, transaction fix-ups) stay in the executors; they reach the record through
 :meth:`AttemptCycle.record`.
+
+The order of the calls is a state machine (h11's ``_state.py`` is the model): the cycle is in
+one :class:`Phase`, every call is an :class:`Event` (and the answers of ``admit``, ``waited``
+and ``failed`` one more), and :data:`TRANSITIONS` is the one table of what may follow what.
+The orders the executors use::
+
+    IDLE --admit--> ASKED --started--> SENT --succeeded--> DONE          first-attempt success
+    IDLE --started--> SENT                                               nothing paced: no admit
+    ASKED --(Wait)--> WAITING --waited--> ASKED (--(Wait)--> WAITING ...)  paced: wait, recheck
+    ASKED --admit--> ASKED                          the pool was reset in the wait: select again
+    ASKED --(Stop)--> DONE                                              refused by the pacing
+    SENT --started--> SENT                 pymongo's classic retry, the failure never reported
+    SENT --transaction_began--> SENT              a reply to the statement opening a transaction
+    SENT --settle--> SETTLED --failed--> ...         the backport: the outcome to the pacing first
+    SETTLED --admit/started--> ASKED/SENT            the backport's classic retry after settle
+    SENT/SETTLED --failed--> FAILED --(Backoff)--> IDLE  or  --(Stop)--> STOPPED
+    any phase but DONE --ended--> DONE             the error raised without (another) decision
+
+A call out of order raises :class:`CycleOrderError` while :data:`STRICT` is on (the project's
+tests turn it on; so does ``BACKPRESSURE_STRICT_CYCLE=1`` in the environment, which the tests'
+subprocesses inherit).  Off (production), a cycle does not track its phase at all: each call
+costs one slot read and a comparison with None.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
@@ -44,7 +68,105 @@ from backpressure.core.labels import is_timeout, overload_labels
 from backpressure.core.operation import OperationRetries
 from backpressure.core.overrides import Criticality
 
-__all__ = ["SEND", "AttemptCycle", "Backoff", "Deadline", "Send", "Step", "Stop", "Wait"]
+__all__ = [
+    "SEND",
+    "STRICT",
+    "TRANSITIONS",
+    "AttemptCycle",
+    "Backoff",
+    "CycleOrderError",
+    "Deadline",
+    "Event",
+    "Phase",
+    "Send",
+    "Step",
+    "Stop",
+    "Wait",
+]
+
+STRICT = os.environ.get("BACKPRESSURE_STRICT_CYCLE", "") == "1"
+"""Whether a cycle created now checks the order of the calls against :data:`TRANSITIONS` and
+raises :class:`CycleOrderError` on a call out of order.  Off by default (production: the phase
+is not tracked); on for the project's tests (``tests/conftest.py``) and wherever the
+environment has ``BACKPRESSURE_STRICT_CYCLE=1``.  Read when a cycle is created."""
+
+
+class CycleOrderError(AssertionError):
+    """An executor called the attempt cycle out of order (raised only while :data:`STRICT`)."""
+
+
+class Phase(enum.Enum):
+    """Where one operation's attempt cycle is."""
+
+    IDLE = "idle"
+    """Before an attempt: none yet, or a retry granted (its backoff is the executor's)."""
+    ASKED = "asked"
+    """``admit`` (or ``waited``) answered :data:`SEND`: the attempt may be sent."""
+    WAITING = "waiting"
+    """``admit`` or ``waited`` answered :class:`Wait`: the executor waits, then asks ``waited``."""
+    SENT = "sent"
+    """``started``: an attempt is open, its outcome not known yet."""
+    SETTLED = "settled"
+    """``settle``: the open attempt's outcome went to the pacing; the retry rules not asked."""
+    FAILED = "failed"
+    """Within ``failed``: the retry rules are deciding (left before ``failed`` returns)."""
+    STOPPED = "stopped"
+    """``failed`` answered :class:`Stop`: the executor raises (``ended`` may still follow)."""
+    DONE = "done"
+    """The operation is over: it succeeded, ended, or the pacing refused it."""
+
+
+class Event(enum.Enum):
+    """A call to the cycle, or the answer it gave (``WAIT``, ``REFUSE``, ``RETRY``, ``STOP``)."""
+
+    ADMIT = "admit"
+    WAITED = "waited"
+    WAIT = "answer Wait"
+    REFUSE = "answer Stop (refused)"
+    START = "started"
+    TRANSACTION_BEGAN = "transaction_began"
+    SETTLE = "settle"
+    SUCCEED = "succeeded"
+    FAIL = "failed"
+    RETRY = "answer Backoff"
+    STOP = "answer Stop"
+    END = "ended"
+
+
+_P = Phase
+_E = Event
+TRANSITIONS: dict[tuple[Phase, Event], Phase] = {
+    # Before an attempt.
+    (_P.IDLE, _E.ADMIT): _P.ASKED,
+    (_P.IDLE, _E.START): _P.SENT,  # nothing paced: sent without asking
+    (_P.IDLE, _E.END): _P.DONE,  # e.g. no server for the retry
+    # Admitted, waiting.
+    (_P.ASKED, _E.WAIT): _P.WAITING,
+    (_P.ASKED, _E.REFUSE): _P.DONE,
+    (_P.ASKED, _E.ADMIT): _P.ASKED,  # the pool was reset during the wait: admitted again
+    (_P.ASKED, _E.START): _P.SENT,
+    (_P.ASKED, _E.END): _P.DONE,  # e.g. the selection again after the wait found no server
+    (_P.WAITING, _E.WAITED): _P.ASKED,
+    (_P.WAITING, _E.END): _P.DONE,
+    # An attempt open.
+    (_P.SENT, _E.START): _P.SENT,  # pymongo's classic retry: the failure never reported
+    (_P.SENT, _E.TRANSACTION_BEGAN): _P.SENT,
+    (_P.SENT, _E.SETTLE): _P.SETTLED,
+    (_P.SENT, _E.SUCCEED): _P.DONE,
+    (_P.SENT, _E.FAIL): _P.FAILED,
+    (_P.SENT, _E.END): _P.DONE,  # the backport raises the earlier error from within an attempt
+    # Its outcome handed to the pacing (the backport), the retry rules not asked yet.
+    (_P.SETTLED, _E.FAIL): _P.FAILED,
+    (_P.SETTLED, _E.ADMIT): _P.ASKED,  # pymongo's classic retry (the backport's loop)
+    (_P.SETTLED, _E.START): _P.SENT,
+    (_P.SETTLED, _E.END): _P.DONE,
+    # The retry rules' answer.
+    (_P.FAILED, _E.RETRY): _P.IDLE,
+    (_P.FAILED, _E.STOP): _P.STOPPED,
+    (_P.STOPPED, _E.END): _P.DONE,
+}
+"""The one transition table: ``(phase, event) -> next phase``; any other pair is a call out of
+order.  Every call of :class:`AttemptCycle` that changes the operation goes through it."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +233,7 @@ class AttemptCycle:
         "gate",
         "grant",
         "opens_transaction",
+        "phase",
         "processed",
         "pushed_back",
         "retries",
@@ -161,6 +284,29 @@ class AttemptCycle:
         """A reply to the statement opening a transaction came before ``retries`` existed."""
         self.started_at: Optional[float] = state.controller.clock() if state.timed else None
         """When the operation started, on the client's clock, if it is timed (None: not)."""
+        self.phase: Optional[Phase] = Phase.IDLE if STRICT else None
+        """Where the cycle is (see :data:`TRANSITIONS`); None: not tracked (:data:`STRICT` was
+        off when the cycle was created)."""
+
+    # -- the order of the calls ---------------------------------------------------------------
+
+    def _to(self, event: Event) -> None:
+        """Take ``event`` from the current phase (called only while the phase is tracked)."""
+        after = TRANSITIONS.get((self.phase, event))  # type: ignore[arg-type]
+        if after is None:
+            after = self._out_of_order(event)
+        self.phase = after
+
+    def _out_of_order(self, event: Event) -> Optional[Phase]:
+        """Raise :class:`CycleOrderError` for ``event`` while :data:`STRICT`; else stop tracking."""
+        if STRICT:
+            phase = self.phase
+            legal = sorted(e.value for (p, e) in TRANSITIONS if p is phase)
+            raise CycleOrderError(
+                f"attempt cycle of {self.name()!r}: {event.value} in phase"
+                f" {phase.name if phase is not None else None}; legal there: {', '.join(legal)}"
+            )
+        return None
 
     # -- the per-operation record -------------------------------------------------------------
 
@@ -219,6 +365,8 @@ class AttemptCycle:
         ``deadline`` is the operation's deadline on the client's clock (None: none), or the
         query returning it.
         """
+        if self.phase is not None:
+            self._to(Event.ADMIT)
         self.server = server
         self.grant = None
         self.asked = True
@@ -246,10 +394,16 @@ class AttemptCycle:
         except LocalOverloadError as exc:
             return self._refused(exc)
         self.grant = grant
-        return Wait(grant.wait) if grant.wait > 0.0 else SEND
+        if grant.wait > 0.0:
+            if self.phase is not None:
+                self._to(Event.WAIT)
+            return Wait(grant.wait)
+        return SEND
 
     def waited(self) -> Step:
         """Ask again once a :class:`Wait` is over: :data:`SEND`, :class:`Wait` or :class:`Stop`."""
+        if self.phase is not None:
+            self._to(Event.WAITED)
         grant = self.grant
         gate = self.gate
         if gate is None or grant is None or grant.ticket is None:
@@ -259,10 +413,16 @@ class AttemptCycle:
         except LocalOverloadError as exc:
             self.grant = None
             return self._refused(exc)
-        return Wait(wait) if wait > 0.0 else SEND
+        if wait > 0.0:
+            if self.phase is not None:
+                self._to(Event.WAIT)
+            return Wait(wait)
+        return SEND
 
     def _refused(self, exc: LocalOverloadError) -> Stop:
         """Account for an attempt the pacing refused (nothing was sent for it)."""
+        if self.phase is not None:
+            self._to(Event.REFUSE)
         self.attempt_open = False
         retries = self.record()
         retries.stopped(exc.reason)
@@ -278,6 +438,8 @@ class AttemptCycle:
         An attempt still open here failed without the executor reporting it (pymongo's own loop
         retried an error its classic rules retry): it is recorded as such.
         """
+        if self.phase is not None:
+            self._to(Event.START)
         if self.asked:
             self.asked = False
         else:  # sent without asking admit: nothing was paced
@@ -299,6 +461,8 @@ class AttemptCycle:
 
     def transaction_began(self) -> None:
         """Note that the server processed a command of the statement opening a transaction."""
+        if self.phase is not None:
+            self._to(Event.TRANSACTION_BEGAN)
         if self.retries is None and self.first is not _NONE:
             self.processed = True  # replayed by ``record`` if it is ever needed
         else:
@@ -315,6 +479,12 @@ class AttemptCycle:
         """Hand the open attempt's outcome to the server choice and the pacing (``error`` None:
         a reply, no overload) and close it; ``overload``: whether ``error`` carries the overload
         label, if read."""
+        if self.phase is not None:
+            self._to(Event.SETTLE)
+        self._settle(error, overload)
+
+    def _settle(self, error: Optional[BaseException], overload: Optional[bool] = None) -> None:
+        """``settle`` without the order check (``succeeded`` and ``failed`` settle too)."""
         if not self.attempt_open:
             return
         gate = self.gate
@@ -331,6 +501,8 @@ class AttemptCycle:
 
     def succeeded(self) -> None:
         """The success accounting: the reply to the pacing, then the count or the record."""
+        if self.phase is not None:
+            self._to(Event.SUCCEED)
         counted = (
             self.gate is not None
             and self.attempt_open
@@ -338,7 +510,7 @@ class AttemptCycle:
         )
         retries = self.retries
         if counted:
-            self.settle(None)
+            self._settle(None)
         elif retries is not None and self.attempt_open:
             self.state.attempt_finished(self._attempt_address(), False)
         self.attempt_open = False
@@ -375,9 +547,11 @@ class AttemptCycle:
         ``classic_retryable``: pymongo's own retryable read/write rules would retry ``error``.
         The error's overload labels are read once for the pacing and every retry rule.
         """
+        if self.phase is not None:
+            self._to(Event.FAIL)
         labels = overload_labels(error)
         if self.attempt_open:
-            self.settle(error, labels.overload)
+            self._settle(error, labels.overload)
         decision = self.record().failed(
             error,
             deadline=deadline,
@@ -386,7 +560,10 @@ class AttemptCycle:
             classic_retryable=classic_retryable,
             labels=labels,
         )
-        return self.step(error, decision)
+        step = self.step(error, decision)
+        if self.phase is not None:
+            self._to(Event.RETRY if type(step) is Backoff else Event.STOP)
+        return step
 
     @staticmethod
     def step(error: BaseException, decision: Decision) -> Union[Backoff, Stop]:
@@ -399,6 +576,8 @@ class AttemptCycle:
         """The operation ends with ``error`` raised without a decision of :meth:`failed` (an
         error no attempt could report, e.g. no server for a retry): attach the summary and
         report the operation finished.  ``reason`` replaces a summary without a stop reason."""
+        if self.phase is not None:
+            self._to(Event.END)
         retries = self.record()
         summary = retries.summary()
         if summary.stop_reason is None and reason is not None:

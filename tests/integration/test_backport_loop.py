@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from pymongo import _csot
+from pymongo import _csot, monitoring
+from pymongo.asynchronous import pool as asynchronous_pool
 from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.hello import Hello
 from pymongo.operations import InsertOne
+from pymongo.synchronous import pool as synchronous_pool
 
 from backpressure import DRAFT
 from backpressure.core.decision import StopReason
@@ -254,3 +256,69 @@ async def test_no_writes_performed_reports_the_earlier_error(
     assert isinstance(caught.value.__cause__, OperationFailure)
     assert caught.value.__cause__.code == 2
     assert len(commands.started_commands("insert")) == 2
+
+
+class _NoSessionsAfterAFailure(monitoring.CommandListener):
+    """Once a command failed, every connection says it supports no sessions (see below)."""
+
+    def __init__(self) -> None:
+        """No command failed yet."""
+        self.failed_once = False
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        """Nothing to do."""
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        """Nothing to do."""
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        """From now on, connections support no sessions."""
+        self.failed_once = True
+
+
+async def test_a_retry_without_sessions_raises_the_error_retried_as_it_is(
+    clients: ClientFactory,
+    replicaset_server: EmbeddedServer,
+    commands: CommandRecorder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pymongo's classic retry of a write needs sessions: when the retry's connection has none,
+    the error retried is raised from within that attempt, with its summary, and the loop does not
+    handle it again as that attempt's failure (the attempt cycle's order: ended, then nothing)."""
+    switch = _NoSessionsAfterAFailure()
+
+    def supports_sessions(conn: object) -> bool:
+        return not switch.failed_once and bool(vars(conn).get("supports_sessions"))
+
+    def set_supports_sessions(conn: object, value: bool) -> None:
+        vars(conn)["supports_sessions"] = value  # read again once the test is over
+
+    for module in (synchronous_pool, asynchronous_pool):
+        connection_class = getattr(module, "Connection", None) or module.AsyncConnection
+        monkeypatch.setattr(
+            connection_class,
+            "supports_sessions",
+            property(supports_sessions, set_supports_sessions),
+            raising=False,
+        )
+    client = enabled_client(clients, replicaset_server.uri, event_listeners=[commands, switch])
+    await resolve(client.db.coll.insert_one({"_id": 1}))  # connected, with sessions
+    replicaset_server.configure_fail_point(
+        {
+            "configureFailPoint": "failCommand",
+            "mode": {"times": 1},
+            "data": {
+                "failCommands": ["insert"],
+                "errorCode": 262,
+                "errorLabels": ["RetryableWriteError"],
+            },
+        }
+    )
+    commands.reset()
+    with pytest.raises(OperationFailure) as caught:
+        await resolve(client.db.coll.insert_one({"_id": 2}))
+    assert caught.value.code == 262
+    assert len(commands.started_commands("insert")) == 1
+    summary = retry_summary(caught.value)
+    assert summary is not None
+    assert summary.attempts == 2

@@ -87,6 +87,7 @@ class _SyncRetryLoop:
         self._last_error: Optional[PyMongoError] = None
         self._retrying = False
         self._after_overload = False
+        self._ended = False  # ``_raise`` ended the operation (see ``run``)
         self._commit_attempt: Optional[int] = None  # the session's counter before this attempt
         # Every decision about the operation: admit, wait, record, retry or give up.  Its
         # record (OperationRetries) is created only when an attempt fails or a second one
@@ -130,6 +131,10 @@ class _SyncRetryLoop:
                 # A retry that finds no server reports the error of the attempt before it.
                 self._raise(self._last_error if self._is_retrying() else exc, exc)
             except PyMongoError as exc:
+                if self._ended:
+                    # ``_write_once`` raised the error retried from within the attempt (pymongo's
+                    # retry needs sessions): the operation is over, nothing failed here.
+                    raise
                 pause(self._state, self._after_failure(exc))
                 continue
             self._cycle.succeeded()
@@ -158,6 +163,7 @@ class _SyncRetryLoop:
     def _raise(self, error: Optional[BaseException], cause: Optional[BaseException] = None) -> Any:
         """Raise ``error`` with the operation's retry summary attached."""
         assert error is not None
+        self._ended = True
         self._cycle.ended(error)
         if cause is not None and cause is not error:
             raise error from cause
