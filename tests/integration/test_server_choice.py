@@ -12,6 +12,7 @@ import itertools
 from typing import Any
 
 import pytest
+from pymongo.errors import OperationFailure
 
 import backpressure
 import backpressure.metrics
@@ -42,10 +43,19 @@ def _choice(client: Any) -> Any:
     return state.choice
 
 
-async def _read_until_pushed_back(client: Any, hot: tuple[str, int], commands: Any) -> None:
-    """Read until a read reached ``hot`` and was pushed back (and retried elsewhere)."""
+async def _read_until_pushed_back(
+    client: Any, hot: tuple[str, int], commands: Any, *, may_fail: bool = False
+) -> None:
+    """Read until a read reached ``hot`` and was pushed back (and retried elsewhere).
+
+    ``may_fail``: a read whose every attempt went to ``hot`` may fail (pymongo's own choice,
+    which does not avoid it, picks it a third of the time at each attempt)."""
     for _ in range(HOT_READS):
-        await resolve(client.db.coll.find_one({}))
+        try:
+            await resolve(client.db.coll.find_one({}))
+        except OperationFailure:
+            if not may_fail:
+                raise
         if hot in commands.addresses("find"):
             return
     raise AssertionError(f"no read reached {hot} in {HOT_READS} reads")
@@ -117,9 +127,9 @@ async def test_route_around_off_keeps_pymongos_choice(
     await wait_for_members(client, 3)
     hot = server.addresses[1]
     server.configure_fail_point(overload_fail_point(["find"]), member=1)
-    await _read_until_pushed_back(client, hot, commands)
+    await _read_until_pushed_back(client, hot, commands, may_fail=True)
     commands.reset()
-    await _read_until_pushed_back(client, hot, commands)
+    await _read_until_pushed_back(client, hot, commands, may_fail=True)
 
 
 @pytest.mark.parametrize("server", ["sharded"], indirect=True)
@@ -263,6 +273,8 @@ async def test_operators_see_the_server_choice(
         readPreference="nearest",
         localThresholdMS=60_000,
     )
+    # The choice on a clock that stands still: the signal does not fade however slow the run.
+    run_on_clock(client, lambda: 1000.0, lambda _seconds: None)
     backpressure.metrics.enable_prometheus(registry, clients=[client])
     try:
         await resolve(client.db.coll.insert_one({"_id": 1}))
