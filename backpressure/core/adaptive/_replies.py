@@ -8,7 +8,7 @@ held outside the pacing).  The rules are described in :mod:`backpressure.core.ad
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 from backpressure.core.adaptive._waiting import SlotQueue
 from backpressure.core.policy import Policy
@@ -31,6 +31,8 @@ class ReplyCounts(SlotQueue):
 
     paced: bool
     """Whether attempts to the server are paced (set by the rate rules)."""
+    _rate_at: Callable[[float], float]
+    """The paced rate at a time (the rate rules' method, a layer above: ``RateRules``)."""
 
     def __init__(self, policy: Policy) -> None:
         """Create empty counts, in buckets of a tenth of ``policy``'s window."""
@@ -43,10 +45,6 @@ class ReplyCounts(SlotQueue):
         self._bucket_ids = [-1] * _BUCKETS
         self._replies = [0] * _BUCKETS  # replies (admitted or pushed back) per time bucket
         self._pushed = [0] * _BUCKETS  # pushbacks per time bucket
-
-    def _rate_at(self, now: float) -> float:
-        """The paced rate at ``now`` (the rate rules give it: :class:`RateRules`)."""
-        raise NotImplementedError  # pragma: no cover - RateRules, a layer above, overrides it
 
     def _count(self, now: float, count: int = 1, pushed: int = 0) -> None:
         """Add ``count`` replies (``pushed`` of them pushbacks) to the time bucket of ``now``."""
