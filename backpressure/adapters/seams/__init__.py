@@ -40,7 +40,6 @@ from backpressure.adapters.seams.selection import (
     pool_paused,
     selection_has_choice,
     server_address,
-    servers_where,
     steer,
 )
 from backpressure.adapters.seams.signatures import (
@@ -131,7 +130,6 @@ __all__ = [
     "sanitize_reply",
     "selection_has_choice",
     "server_address",
-    "servers_where",
     "set_commit_attempt",
     "should_retry_is_awaited",
     "signature_report",

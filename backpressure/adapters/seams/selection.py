@@ -23,14 +23,6 @@ def csot_deadline() -> Optional[float]:
     return deadline if deadline != float("inf") else None
 
 
-def servers_where(client: Any, predicate: Callable[[Any], bool]) -> list[Any]:
-    """Return the client's known ``Server`` objects whose address satisfies ``predicate``."""
-    servers = getattr(getattr(client, "_topology", None), "_servers", None)
-    if not isinstance(servers, dict):
-        return []
-    return [server for address, server in list(servers.items()) if predicate(address)]
-
-
 # -- server avoidance (``deprioritized_servers``) ----------------------------------------------
 
 
