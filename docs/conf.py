@@ -67,7 +67,7 @@ nitpick_ignore_regex = [(r"py:.*", pattern) for pattern in _EXTERNAL]
 # aliases, private names and helper classes of the implementation, and its modules.
 _INTERNAL_CLASSES = (
     "C|T|_DocumentType|PolicySetting|OperationSettings|Budget|ClientState|TypeRegistry|SlotGrant"
-    "|Refusal|Pacing|BudgetWarnings|StatsRecorder|AttemptLedger|ServerPacer|ServerPacerSnapshot"
+    "|Refusal|Pacing|LogRateLimit|StatsRecorder|AttemptLedger|ServerPacer|ServerPacerSnapshot"
     "|MetricsBackend|PrometheusMetrics|OpenTelemetryMetrics|MemberRef|Deployment"
 )
 _INTERNAL = (

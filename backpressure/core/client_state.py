@@ -19,7 +19,7 @@ from backpressure.core.events import (
     RetryListener,
 )
 from backpressure.core.log_limit import LogRateLimit
-from backpressure.core.operation import BudgetWarnings, OperationRetries
+from backpressure.core.operation import OperationRetries
 from backpressure.core.overrides import Criticality, OperationSettings
 from backpressure.core.policy import Policy
 from backpressure.core.stats import BackpressureStats, StatsRecorder
@@ -164,14 +164,15 @@ class ClientState:
     """What the executors sleep local waits and backoffs with, of the client's flavour (a
     coroutine function for an async client); None: ``time.sleep`` or ``asyncio.sleep``.  A
     private hook for tests (``backpressure.switch.client.set_timing``)."""
-    budget_warnings: BudgetWarnings = field(init=False, repr=False, compare=False)
-    """The client's rate limit of budget-empty WARNINGs (on the controller's clock)."""
+    budget_warning_limit: LogRateLimit = field(init=False, repr=False, compare=False)
+    """The client's rate limit of budget-empty WARNINGs, shared by its operations so that an empty
+    budget under sustained overload logs one line per interval (on the controller's clock)."""
     stats: StatsRecorder = field(init=False, repr=False, compare=False)
     """The client's statistics (see ``backpressure.stats``)."""
 
     def __post_init__(self) -> None:
         """Create the client's budget-warning rate limit and statistics."""
-        self.budget_warnings = BudgetWarnings(clock=self.controller.clock)
+        self.budget_warning_limit = LogRateLimit(clock=self.controller.clock)
         pacing = self.controller.pacing
         self.gate: Optional[PacingGate] = (
             PacingGate(pacing, logger=self.logger) if isinstance(pacing, ClientPacers) else None
@@ -420,7 +421,7 @@ class ClientState:
             operation,
             listeners=self._retry_listeners,
             logger=self.logger,
-            budget_warnings=self.budget_warnings,
+            budget_warning_limit=self.budget_warning_limit,
             on_finished=self.operation_finished,
             criticality=criticality,
             opens_transaction=opens_transaction,

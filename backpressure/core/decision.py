@@ -111,7 +111,7 @@ class RetryController:
 
         With ``sleeps`` False (test mode) every ``Retry`` asks the driver not to sleep.
         ``pacing`` is the per-server pacing of an adaptive policy (None: no pacing; see
-        :func:`backpressure.core.adaptive.slots_for`).
+        :func:`backpressure.core.adaptive.pacers_for`).
         """
         self.policy: Policy = policy
         """The policy in force."""

@@ -39,21 +39,9 @@ from backpressure.core.ledger import AttemptLedger, AttemptOutcome
 from backpressure.core.log_limit import LogRateLimit
 from backpressure.core.overrides import Criticality
 
-__all__ = ["BudgetWarnings", "OperationRetries", "error_type"]
+__all__ = ["OperationRetries", "error_type"]
 
 _LOGGER = logging.getLogger("backpressure")
-
-
-class BudgetWarnings(LogRateLimit):
-    """Rate limit of the WARNING logged when a give-up finds the retry budget empty.
-
-    Under sustained overload an empty budget makes every operation give up; one WARNING line per
-    give-up would flood the log.  One ``BudgetWarnings`` is shared by all the operations of a
-    client: the first budget-empty give-up is logged at WARNING, then at most one every
-    ``interval`` seconds (on ``clock``), which tells how many were logged at DEBUG since the
-    previous WARNING (``admit`` returns None for those).  Only logging is limited: listeners
-    receive every give-up.
-    """
 
 
 def _error_code(error: BaseException) -> Optional[int]:
@@ -111,7 +99,7 @@ class OperationRetries:
         *,
         listeners: Sequence[RetryListener] = (),
         logger: logging.Logger = _LOGGER,
-        budget_warnings: Optional[BudgetWarnings] = None,
+        budget_warning_limit: Optional[LogRateLimit] = None,
         on_finished: Optional[Callable[[OperationFinishedEvent], None]] = None,
         criticality: Criticality = Criticality.CRITICAL,
         opens_transaction: bool = False,
@@ -119,7 +107,7 @@ class OperationRetries:
     ) -> None:
         """Start tracking ``operation`` (a command name) under ``controller``.
 
-        ``budget_warnings`` is the client's rate limit of budget-empty WARNINGs (shared by its
+        ``budget_warning_limit`` is the client's rate limit of budget-empty WARNINGs (shared by its
         operations); by default the operation gets its own (so its give-up is a WARNING).
         ``on_finished`` receives one ``OperationFinishedEvent`` when the operation succeeds or
         gives up (the client's statistics and metrics).  ``criticality`` is the operation's hint
@@ -130,8 +118,10 @@ class OperationRetries:
         """
         self._controller = controller
         self._started = started
-        self._budget_warnings = (
-            BudgetWarnings(clock=controller.clock) if budget_warnings is None else budget_warnings
+        self._budget_warning_limit = (
+            LogRateLimit(clock=controller.clock)
+            if budget_warning_limit is None
+            else budget_warning_limit
         )
         self._operation = operation
         self._listeners = tuple(listeners)
@@ -392,7 +382,7 @@ class OperationRetries:
         level = logging.INFO
         note = ""
         if decision.reason is StopReason.BUDGET_EMPTY:
-            suppressed = self._budget_warnings.admit()
+            suppressed = self._budget_warning_limit.admit()
             if suppressed is None:
                 level = logging.DEBUG  # a WARNING for this was logged less than interval ago
             else:

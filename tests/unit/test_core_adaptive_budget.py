@@ -194,16 +194,16 @@ def test_a_paced_critical_retry_past_the_deadline_waits_part_of_the_time_left() 
     assert early.delay == pytest.approx(0.2)  # the spec's delay when it fits
 
 
-def test_admission_for_builds_pacing_only_for_adaptive_policies() -> None:
-    """pacers_for gives an ClientPacers on the given clock for ADAPTIVE, None for DRAFT."""
+def test_pacers_for_builds_pacing_only_for_adaptive_policies() -> None:
+    """pacers_for gives a ClientPacers on the given clock for ADAPTIVE, None for DRAFT."""
 
     def clock() -> float:
         return 5.0
 
-    admission = pacers_for(ADAPTIVE, clock=clock)
-    assert admission is not None
-    assert admission.clock is clock
-    assert admission.policy is ADAPTIVE
+    pacers = pacers_for(ADAPTIVE, clock=clock)
+    assert pacers is not None
+    assert pacers.clock is clock
+    assert pacers.policy is ADAPTIVE
     assert pacers_for(DRAFT) is None
 
 

@@ -1,4 +1,4 @@
-"""Tests for the rate limit of the budget-empty WARNING (BudgetWarnings), on a fake clock."""
+"""Tests for the rate limit of the budget-empty WARNING (a LogRateLimit), on a fake clock."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from backpressure.core.client_state import ClientState
 from backpressure.core.decision import GiveUp, RetryController, StopReason
 from backpressure.core.events import GiveUpEvent, RetryEvent
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
-from backpressure.core.operation import BudgetWarnings
+from backpressure.core.log_limit import LogRateLimit
 from backpressure.core.policy import DRAFT
 from tests.fakes import FakeClock
 
@@ -102,7 +102,7 @@ def test_limit_is_per_client(caplog: pytest.LogCaptureFixture) -> None:
     give_up(first)
     levels = [r.levelno for r in budget_records(caplog)]
     assert levels == [logging.WARNING, logging.WARNING, logging.DEBUG]
-    assert first.budget_warnings is not second.budget_warnings
+    assert first.budget_warning_limit is not second.budget_warning_limit
 
 
 def test_other_give_ups_are_not_limited(caplog: pytest.LogCaptureFixture) -> None:
@@ -115,13 +115,13 @@ def test_other_give_ups_are_not_limited(caplog: pytest.LogCaptureFixture) -> Non
         op.attempt_started(A)
         assert op.failed(overload(), retries_allowed=False) == GiveUp(StopReason.RETRIES_DISABLED)
     assert [r.levelno for r in caplog.records] == [logging.INFO] * 3
-    assert state.budget_warnings.admit() == 0  # never used
+    assert state.budget_warning_limit.admit() == 0  # never used
 
 
 def test_admit_counts() -> None:
     """admit returns the count logged at DEBUG since the previous WARNING, or None."""
     clock = FakeClock()
-    warnings = BudgetWarnings(2.0, clock=clock)
+    warnings = LogRateLimit(2.0, clock=clock)
     assert warnings.interval == 2.0
     assert warnings.admit() == 0
     assert warnings.admit() is None
@@ -135,7 +135,7 @@ def test_admit_counts() -> None:
 
 def test_zero_interval_always_warns() -> None:
     """An interval of 0 disables the limit."""
-    warnings = BudgetWarnings(0, clock=FakeClock())
+    warnings = LogRateLimit(0, clock=FakeClock())
     assert [warnings.admit() for _ in range(3)] == [0, 0, 0]
 
 
@@ -143,11 +143,11 @@ def test_zero_interval_always_warns() -> None:
 def test_invalid_interval(bad: float) -> None:
     """A negative or non-finite interval is refused."""
     with pytest.raises(ValueError, match="interval"):
-        BudgetWarnings(bad)
+        LogRateLimit(bad)
 
 
 @pytest.mark.parametrize("bad", [True, "5", None])
 def test_interval_type(bad: Any) -> None:
     """A non-number interval is refused."""
     with pytest.raises(TypeError, match="interval"):
-        BudgetWarnings(bad)
+        LogRateLimit(bad)
