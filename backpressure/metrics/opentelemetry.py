@@ -1,7 +1,7 @@
 """OpenTelemetry instruments for the retry metrics (needs the ``otel`` extra).
 
 Instruments of the meter ``backpressure``: one per metric of
-``backpressure.metrics._recorder.METRICS``, with its name, unit and attributes
+``backpressure.metrics._catalogue.METRICS``, with its name, unit and attributes
 (``db.client.operation.duration``, ``backpressure.client.operations``,
 ``backpressure.client.operation.retries``, ``backpressure.client.operation.retry_delay``,
 ``backpressure.retries``, ``backpressure.giveups``, ``backpressure.budget.tokens``,
@@ -43,19 +43,18 @@ from pymongo import monitoring
 
 from backpressure.core.events import Address, OperationFinishedEvent
 from backpressure.core.extras import require
-from backpressure.metrics._recorder import (
+from backpressure.metrics._attributes import AttributeValue, server_attributes
+from backpressure.metrics._catalogue import (
     AMPLIFICATION,
     BUDGET_TOKENS,
     METRICS,
     OPERATION_RETRIES,
     OPERATION_RETRY_DELAY,
     SERVER_METRICS,
-    AttributeValue,
-    MetricsListener,
     MetricSpec,
-    server_attributes,
-    server_value,
 )
+from backpressure.metrics._recorder import MetricsListener
+from backpressure.metrics._servers import server_readings
 
 __all__ = ["SCHEMA_URL", "NamespaceListener", "OpenTelemetryMetrics", "namespace_listener"]
 
@@ -282,10 +281,8 @@ class OpenTelemetryMetrics:
         choice knows."""
 
         def observe(_options: Any) -> Iterator[Any]:
-            for attributes, snapshot in self.listener.servers():
-                value = server_value(metric, snapshot)
-                if value is not None:
-                    yield self._api.Observation(value, attributes)
+            for attributes, value in server_readings(metric, self.listener.servers()):
+                yield self._api.Observation(value, attributes)
 
         return observe
 

@@ -1,7 +1,7 @@
 """Prometheus exposition of the retry metrics (needs the ``prometheus`` extra).
 
 One custom collector per registry serves, at scrape time, every metric of
-``backpressure.metrics._recorder.METRICS`` under its OpenTelemetry name mapped to Prometheus
+``backpressure.metrics._catalogue.METRICS`` under its OpenTelemetry name mapped to Prometheus
 (``MetricSpec.prometheus_name``; the labels are the attributes with underscores for dots):
 ``db_client_operation_duration_seconds`` (histogram), ``backpressure_client_operations_total``,
 ``backpressure_client_operation_retries`` and
@@ -43,7 +43,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional
 
 from backpressure.core.extras import require
-from backpressure.metrics._recorder import (
+from backpressure.metrics._attributes import AttributeValue
+from backpressure.metrics._catalogue import (
     AMPLIFICATION,
     BUDGET_TOKENS,
     CHOICE_AVOIDED,
@@ -55,11 +56,10 @@ from backpressure.metrics._recorder import (
     PACING_RATE,
     PACING_WAITING,
     SERVER_METRICS,
-    AttributeValue,
-    MetricsListener,
     MetricSpec,
-    server_value,
 )
+from backpressure.metrics._recorder import MetricsListener
+from backpressure.metrics._servers import server_readings
 
 __all__ = ["GAUGE_INTERVAL", "MULTIPROCESS_MODES", "PrometheusMetrics", "multiprocess_dir"]
 
@@ -118,6 +118,11 @@ class _Histogram:
 _Labels = tuple[str, ...]
 
 
+def _label_values(metric: MetricSpec, attributes: Mapping[str, AttributeValue]) -> _Labels:
+    """The values of ``metric``'s labels in ``attributes`` (an absent one is "")."""
+    return tuple(str(attributes.get(name, "")) for name in metric.attributes)
+
+
 class _Aggregates:
     """The counters and histograms the listener fills and the collector reads."""
 
@@ -131,7 +136,7 @@ class _Aggregates:
         self, metric: MetricSpec, value: float, attributes: Mapping[str, AttributeValue]
     ) -> None:
         """Add ``value`` to a counter, or observe it in a histogram (absent labels are "")."""
-        labels = tuple(str(attributes.get(name, "")) for name in metric.attributes)
+        labels = _label_values(metric, attributes)
         with self.lock:
             if metric.kind == "histogram":
                 series = self.histograms.setdefault(metric, {})
@@ -201,11 +206,8 @@ class _Collector:
             elif metric is AMPLIFICATION:
                 family.add_metric([], self._listener.amplification())
             elif metric in SERVER_METRICS:
-                for attributes, snapshot in servers:
-                    value = server_value(metric, snapshot)
-                    if value is not None:
-                        values = [str(attributes[name]) for name in metric.attributes]
-                        family.add_metric(values, value)
+                for attributes, value in server_readings(metric, servers):
+                    family.add_metric(list(_label_values(metric, attributes)), value)
             elif metric.kind == "histogram":
                 for labels, (buckets, total) in sorted(histograms.get(metric, {}).items()):
                     family.add_metric(list(labels), buckets, total)
@@ -245,7 +247,7 @@ class _FileMetrics:
         self, metric: MetricSpec, value: float, attributes: Mapping[str, AttributeValue]
     ) -> None:
         """Add ``value`` to a counter, or observe it in a histogram (absent labels are "")."""
-        series = self.series(metric, [str(attributes.get(name, "")) for name in metric.attributes])
+        series = self.series(metric, _label_values(metric, attributes))
         if metric.kind == "histogram":
             series.observe(value)
         else:
@@ -307,14 +309,10 @@ class _GaugeWriter:
             BUDGET_TOKENS: {(label,): tokens for label, tokens in listener.budget_tokens()},
             AMPLIFICATION: {(): listener.amplification()},
         }
+        servers = listener.servers()
         for metric in SERVER_METRICS:
-            current[metric] = {}
-        for attributes, snapshot in listener.servers():
-            for metric in SERVER_METRICS:
-                value = server_value(metric, snapshot)
-                if value is not None:
-                    labels = tuple(str(attributes[name]) for name in metric.attributes)
-                    current[metric][labels] = value
+            readings = server_readings(metric, servers)
+            current[metric] = {_label_values(metric, attributes): v for attributes, v in readings}
         return current
 
     def write(self, *, closing: bool = False) -> None:

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import backpressure
 import backpressure.metrics
 import backpressure.metrics.prometheus as prometheus_exporter
-from backpressure.metrics._recorder import AMPLIFICATION, BUDGET_TOKENS, METRICS
+from backpressure.metrics._catalogue import AMPLIFICATION, BUDGET_TOKENS, METRICS
 from backpressure.metrics.prometheus import MULTIPROCESS_MODES
 from backpressure.testing.prometheus import wait_until
 from backpressure.testing.server.embedded import EmbeddedServer
