@@ -8,6 +8,7 @@ records or reads a value.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
@@ -107,6 +108,10 @@ class MetricSpec:
     def prometheus_labels(self) -> tuple[str, ...]:
         """The Prometheus label names (the attributes with underscores for dots)."""
         return tuple(attribute.replace(".", "_") for attribute in self.attributes)
+
+    def label_values(self, attributes: Mapping[str, object]) -> tuple[str, ...]:
+        """The Prometheus label values in ``attributes``, in label order (an absent one is "")."""
+        return tuple(str(attributes.get(name, "")) for name in self.attributes)
 
 
 _OPERATION = ("db.system.name", "db.operation.name")
