@@ -2,7 +2,7 @@
 
 The names come from the real exposition: a registry with the Prometheus exporter enabled is
 scraped and parsed, and each family's sample names are built from its type; the labels of each
-family are those of its metric in ``backpressure.metrics._recorder.METRICS``, plus the target
+family are those of its metric in ``backpressure.metrics._catalogue.METRICS``, plus the target
 labels Prometheus adds (``job``, ``instance``), which the dashboard's variables filter on.
 
 Both files are package data (``backpressure.metrics.GRAFANA_DASHBOARD`` and
@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import backpressure.metrics
 from backpressure.metrics import GRAFANA_DASHBOARD as DASHBOARD
 from backpressure.metrics import PROMETHEUS_ALERTS as ALERTS
-from backpressure.metrics._recorder import METRICS
+from backpressure.metrics._catalogue import METRICS
 from tests.prometheus.tools import require_tool
 
 ROOT = Path(__file__).resolve().parents[1]

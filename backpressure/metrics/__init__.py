@@ -30,7 +30,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from backpressure.metrics._recorder import AmplificationWindow, MetricsListener
+from backpressure.metrics._recorder import MetricsListener
+from backpressure.metrics._window import AmplificationWindow
 
 if TYPE_CHECKING:
     from backpressure.metrics.opentelemetry import OpenTelemetryMetrics

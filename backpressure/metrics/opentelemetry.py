@@ -1,7 +1,7 @@
 """OpenTelemetry instruments for the retry metrics (needs the ``otel`` extra).
 
 Instruments of the meter ``backpressure``: one per metric of
-``backpressure.metrics._recorder.METRICS``, with its name, unit and attributes
+``backpressure.metrics._catalogue.METRICS``, with its name, unit and attributes
 (``db.client.operation.duration``, ``backpressure.client.operations``,
 ``backpressure.client.operation.retries``, ``backpressure.client.operation.retry_delay``,
 ``backpressure.retries``, ``backpressure.giveups``, ``backpressure.budget.tokens``,
@@ -35,27 +35,30 @@ operation's instruments have no ``db.namespace`` and ``db.collection.name``.
 from __future__ import annotations
 
 import contextvars
-import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional
 
-from pymongo import monitoring
-
 from backpressure.core.events import Address, OperationFinishedEvent
 from backpressure.core.extras import require
-from backpressure.metrics._recorder import (
+from backpressure.metrics._attributes import AttributeValue, server_attributes
+from backpressure.metrics._catalogue import (
     AMPLIFICATION,
     BUDGET_TOKENS,
     METRICS,
     OPERATION_RETRIES,
     OPERATION_RETRY_DELAY,
     SERVER_METRICS,
-    AttributeValue,
-    MetricsListener,
     MetricSpec,
-    server_attributes,
-    server_value,
 )
+from backpressure.metrics._namespace import (
+    NamespaceListener,
+    forget_command,
+    namespace_attributes,
+    namespace_listener,
+    register_listener,
+)
+from backpressure.metrics._recorder import MetricsListener
+from backpressure.metrics._servers import server_readings
 
 __all__ = ["SCHEMA_URL", "NamespaceListener", "OpenTelemetryMetrics", "namespace_listener"]
 
@@ -66,96 +69,10 @@ SCHEMA_URL = "https://opentelemetry.io/schemas/1.33.0"
 ``schema_url``): the version whose database client conventions (``db.client.operation.duration``
 and its attributes, ``db.system.name`` among them) were declared stable."""
 
-_Namespace = tuple[str, str, Optional[str]]
-"""(command name, database, collection or None)."""
-
-_LAST_COMMAND: contextvars.ContextVar[Optional[_Namespace]] = contextvars.ContextVar(
-    "backpressure_last_command", default=None
-)
-"""The last command started in this thread or task, as :class:`NamespaceListener` saw it."""
-
 _FINISHED_SERVER: contextvars.ContextVar[Optional[Address]] = contextvars.ContextVar(
     "backpressure_finished_server", default=None
 )
 """The last attempt's server of the operation whose end is being recorded."""
-
-
-def _collection(event: monitoring.CommandStartedEvent) -> Optional[str]:
-    """The collection a command names: the value of its first key when that is a string (find,
-    insert, update, delete, aggregate, count, distinct, findAndModify ...), the ``collection``
-    field of a getMore; None for a command on the database (an aggregate with ``1``, ping)."""
-    command = event.command
-    if event.command_name == "getMore":
-        named = command.get("collection")
-    else:
-        named = command.get(event.command_name)
-    return named if isinstance(named, str) and named else None
-
-
-class NamespaceListener(monitoring.CommandListener):
-    """Notes the database and collection of each command as it starts (see the module).
-
-    It only sets a context variable, and does nothing while no reporter is open.
-    """
-
-    def __init__(self) -> None:
-        """A listener that notes nothing until a reporter is open (:meth:`hold`)."""
-        self._lock = threading.Lock()
-        self._holders = 0
-
-    def hold(self) -> None:
-        """One more reporter reads the namespaces."""
-        with self._lock:
-            self._holders += 1
-
-    def release(self) -> None:
-        """One reporter fewer reads them."""
-        with self._lock:
-            self._holders = max(self._holders - 1, 0)
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        """Note the command's name, database and collection in the current context."""
-        if self._holders:
-            _LAST_COMMAND.set((event.command_name, event.database_name, _collection(event)))
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        """Nothing to note."""
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        """Nothing to note."""
-
-
-_LISTENER = NamespaceListener()
-_REGISTERED = False
-_REGISTER_LOCK = threading.Lock()
-
-
-def namespace_listener() -> NamespaceListener:
-    """The command listener the reporters read namespaces from, for ``event_listeners`` of a
-    client created before the first reporter (later clients have it already)."""
-    return _LISTENER
-
-
-def _register_listener() -> None:
-    """Register the namespace listener with pymongo, once per process."""
-    global _REGISTERED
-    with _REGISTER_LOCK:
-        if not _REGISTERED:
-            monitoring.register(_LISTENER)
-            _REGISTERED = True
-
-
-def namespace_attributes(operation: object) -> dict[str, AttributeValue]:
-    """``db.namespace`` and ``db.collection.name`` of ``operation``'s last command in this
-    context (none when the last command noted here is another command)."""
-    last = _LAST_COMMAND.get()
-    if last is None or last[0] != operation:
-        return {}
-    _command, database, collection = last
-    attributes: dict[str, AttributeValue] = {"db.namespace": database}
-    if collection is not None:
-        attributes["db.collection.name"] = collection
-    return attributes
 
 
 def _histogram(meter: Any, name: str, unit: str, description: str, bounds: Sequence[float]) -> Any:
@@ -187,7 +104,7 @@ class _Listener(MetricsListener):
             super().operation_finished(event)
         finally:
             _FINISHED_SERVER.reset(token)
-            _LAST_COMMAND.set(None)
+            forget_command()
 
 
 class _Instruments:
@@ -249,9 +166,9 @@ class OpenTelemetryMetrics:
         )
         """The meter provider the instruments belong to."""
         meter = self.meter_provider.get_meter("backpressure", _VERSION, schema_url=SCHEMA_URL)
-        _register_listener()
+        register_listener()
         self.listener: MetricsListener = _Listener(_Instruments(meter), clients, window=window)
-        _LISTENER.hold()
+        namespace_listener().hold()
         self._holding = True
         """The listener attached to the covered clients."""
         for metric, callback in (
@@ -282,10 +199,8 @@ class OpenTelemetryMetrics:
         choice knows."""
 
         def observe(_options: Any) -> Iterator[Any]:
-            for attributes, snapshot in self.listener.servers():
-                value = server_value(metric, snapshot)
-                if value is not None:
-                    yield self._api.Observation(value, attributes)
+            for attributes, value in server_readings(metric, self.listener.servers()):
+                yield self._api.Observation(value, attributes)
 
         return observe
 
@@ -303,5 +218,5 @@ class OpenTelemetryMetrics:
         """Detach from the clients; the gauges stop reporting (instruments cannot be removed)."""
         if self._holding:
             self._holding = False
-            _LISTENER.release()
+            namespace_listener().release()
         self.listener.close()

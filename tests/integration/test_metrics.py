@@ -22,7 +22,7 @@ import backpressure.switch.registry
 from backpressure import ADAPTIVE, DRAFT, LocalOverloadError
 from backpressure.adapters import seams
 from backpressure.adapters.native import wrapper_flavour
-from backpressure.metrics._recorder import DURATION_BUCKETS, METRICS
+from backpressure.metrics._catalogue import DURATION_BUCKETS, METRICS
 from backpressure.switch.client import budget as budget_of
 from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer

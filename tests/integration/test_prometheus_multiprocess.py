@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import backpressure
 import backpressure.metrics
-import backpressure.metrics.prometheus as prometheus_exporter
-from backpressure.metrics._recorder import AMPLIFICATION, BUDGET_TOKENS, METRICS
+from backpressure.metrics._catalogue import AMPLIFICATION, BUDGET_TOKENS, METRICS
+from backpressure.metrics._prometheus_multiprocess import file_metrics
 from backpressure.metrics.prometheus import MULTIPROCESS_MODES
 from backpressure.testing.prometheus import wait_until
 from backpressure.testing.server.embedded import EmbeddedServer
@@ -233,7 +233,7 @@ def test_in_process_the_writer_writes_and_clears_the_gauges(
     try:
         assert metrics.multiprocess
         assert b"backpressure" not in generate_latest(registry)
-        objects = prometheus_exporter._file_metrics().objects
+        objects = file_metrics().objects
         client.db.coll.find_one({})
         # The thread writes it within a second.
         wait_until(lambda: _gauge(objects[AMPLIFICATION]) == 1.0, "the amplification written")
