@@ -31,7 +31,7 @@ from backpressure.bench.fleet import (
     QUICK,
     FleetPlan,
     FleetRun,
-    fleet_policies,
+    fleet_arms,
     plan_from_dict,
     render_fleet_markdown,
     summarize,
@@ -49,7 +49,8 @@ from backpressure.bench.transient import QUICK_TRANSIENT, TransientRun
 from backpressure.core.backoff import backoff_ceiling
 from backpressure.core.policy import DEFAULT_POLICY, DRAFT
 from backpressure.testing import EmbeddedServer
-from backpressure.workload import POLICIES, WorkloadConfig
+from backpressure.workload import ARMS, WorkloadConfig
+from backpressure.workload.arms import ARM_KEY
 from backpressure.workload.driver import RunResult, run_closed_loop
 
 
@@ -115,10 +116,10 @@ def test_oracle_and_closed_loop_floor() -> None:
     assert closed_loop_floor(512, 1.0, 200.0) == pytest.approx(1 - 200 / 512)
 
 
-def _result(policy: str) -> RunResult:
+def _result(arm: str) -> RunResult:
     """A minimal RunResult for synthetic runs."""
     return RunResult(
-        policy=policy,
+        arm=arm,
         description="",
         integration="pymongo",
         capacity=100.0,
@@ -145,7 +146,7 @@ def _result(policy: str) -> RunResult:
 def _run(
     scenario: str,
     kind: str,
-    policy: str,
+    arm: str,
     *,
     workers: int = 32,
     errors: int = 0,
@@ -159,7 +160,7 @@ def _run(
     return ScenarioRun(
         scenario=scenario,
         kind=kind,
-        policy=policy,
+        arm=arm,
         workers=workers,
         capacity=200.0,
         operations=1000,
@@ -174,11 +175,11 @@ def _run(
         local_waits=None,
         local_refusals=None,
         budget_refused=refused,
-        result=_result(policy),
+        result=_result(arm),
     )
 
 
-def test_goals_are_judged_per_policy_and_dropped_when_no_retries_meets_them() -> None:
+def test_goals_are_judged_per_arm_and_dropped_when_no_retries_meets_them() -> None:
     """Closed, open and hot-member goals; a goal no-retries meets is marked dropped."""
     runs = [
         _run("closed 32w", "closed", BASELINE, errors=840),
@@ -252,7 +253,7 @@ def test_generic_markdown_renders_nested_tables() -> None:
 def test_closed_loop_records_every_operation(replicaset_server: EmbeddedServer) -> None:
     """A closed loop's arrival log, counters and per-operation attempts add up."""
     config = WorkloadConfig(capacity=30.0, burst_seconds=0.1, allowed_wait=0.2)
-    result = run_closed_loop(replicaset_server, POLICIES["no-retries"], 4, 0.5, config)
+    result = run_closed_loop(replicaset_server, ARMS["no-retries"], 4, 0.5, config)
     assert result.loop == "closed"
     assert result.workers == 4
     assert result.offered == result.issued == result.successes + result.errors > 0
@@ -289,7 +290,7 @@ def test_bench_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> 
             "--hot-workers", "2",
             "--hot-seconds", "0.3",
             "--allowed-wait", "0.2",
-            "--policies", "no-retries,current",
+            "--arms", "no-retries,current",
             "--skip-roundtrips",
             "--skip-fleet",
             "--skip-transient",
@@ -320,10 +321,10 @@ def test_bench_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> 
         assert work[(name, "stock")]["our_calls"] == 0
         assert work[(name, "enabled")]["our_calls"] > 0
     runs = data["overload"]["runs"]
-    assert [(r["scenario"], r["policy"]) for r in runs] == [
-        (scenario, policy)
+    assert [(r["scenario"], r[ARM_KEY]) for r in runs] == [
+        (scenario, arm)
         for scenario in ("closed 2w", "open 3x", "burst 3x 0.2s", "hot member")
-        for policy in ("no-retries", "current")
+        for arm in ("no-retries", "current")
     ]
     for run in runs:
         result = run["result"]
@@ -357,14 +358,14 @@ def test_fleet_quick_mode_runs_real_processes(
     replicaset_server: EmbeddedServer, tmp_path: Path
 ) -> None:
     """``--only fleet --fleet-quick``: 2 client processes x 2 threads against the embedded
-    replica set; the report holds every policy asked for, the default's first, and figures
+    replica set; the report holds every arm asked for, the default's first, and figures
     that come from the run (server counters, per-process successes), not from constants."""
     args = build_parser().parse_args(
         [
             "--output", str(tmp_path),
             "--only", "fleet",
             "--fleet-quick",
-            "--policies", "no-retries,current",
+            "--arms", "no-retries,current",
             "--progress", "off",
         ]
     )  # fmt: skip
@@ -382,7 +383,7 @@ def test_fleet_quick_mode_runs_real_processes(
     plan = plan_from_dict(shape["plan"])
     assert plan == QUICK
     runs = [FleetRun.from_dict(run) for run in shape["runs"]]
-    assert [run.policy for run in runs] == fleet_policies(["no-retries", "current"])
+    assert [run.arm for run in runs] == fleet_arms(["no-retries", "current"])
     for run in runs:
         assert len(run.per_process_successes) == QUICK.processes
         assert sum(run.per_process_successes) == run.operations - run.app_errors
@@ -394,14 +395,14 @@ def test_fleet_quick_mode_runs_real_processes(
         assert set(run.judge()) == set(FLEET_GOALS)
         assert run.per_process_competed_s == (None,) * QUICK.processes  # neither paces
     assert "Seconds competing" not in markdown
-    no_retries = next(run for run in runs if run.policy == "no-retries")
+    no_retries = next(run for run in runs if run.arm == "no-retries")
     assert no_retries.attempts_per_op == pytest.approx(1.0, abs=0.01)
-    header = "| policy | ops | app errors | attempts/op | Jain |"
+    header = "| arm | ops | app errors | attempts/op | Jain |"
     assert header in markdown
     [transient] = data["transient"]
     assert transient["plan"] == asdict(QUICK_TRANSIENT)
     transient_runs = [TransientRun.from_dict(run) for run in transient["runs"]]
-    assert [run.policy for run in transient_runs] == fleet_policies(["no-retries", "current"])
+    assert [run.arm for run in transient_runs] == fleet_arms(["no-retries", "current"])
     for transient_run in transient_runs:
         assert transient_run.operations == len(QUICK_TRANSIENT.arrivals())
         assert transient_run.server_rejected >= QUICK_TRANSIENT.rejections  # the fail point
@@ -479,7 +480,7 @@ def test_fleet_summary_arithmetic() -> None:
         (["--hot-seconds", "0"], "argument --hot-seconds: must be > 0, got 0"),
         (["--allowed-wait", "inf"], "argument --allowed-wait: expected a finite number"),
         (["--burst-seconds", "0"], "argument --burst-seconds: must be > 0, got 0"),
-        (["--policies", "foo"], "argument --policies: unknown foo; choose from"),
+        (["--arms", "foo"], "argument --arms: unknown foo; choose from"),
         (["--fleet-step", "0"], "argument --fleet-step: must be > 0, got 0"),
         (["--fleet-shapes", "8y8"], "argument --fleet-shapes: a fleet shape is PROCESSESxTHREADS"),
         (["--fleet-shapes", ","], "argument --fleet-shapes: expected at least one value"),
@@ -520,10 +521,10 @@ def test_hedging_bench_runs_every_row_and_renders_its_report(tmp_path: Path) -> 
     assert out.with_suffix(".md").read_text(encoding="utf-8") == hedging.render_markdown(report)
     assert stdout.getvalue() == hedging.render_markdown(report)
     default = DEFAULT_POLICY.name
-    assert [(row["scenario"], row["policy"]) for row in report["rows"]] == [
-        (scenario, policy)
+    assert [(row["scenario"], row[ARM_KEY]) for row in report["rows"]] == [
+        (scenario, arm)
         for scenario in hedging.SCENARIOS
-        for policy in (
+        for arm in (
             f"default ({default}), no hedging",
             "stock pymongo",
             f"default ({default}) + hedge_delay 5 ms",
@@ -532,7 +533,7 @@ def test_hedging_bench_runs_every_row_and_renders_its_report(tmp_path: Path) -> 
     for row in report["rows"]:
         (figures,) = row["runs"]
         assert 0 < figures["p50_ms"] <= figures["p90_ms"] <= figures["p99_ms"] <= figures["max_ms"]
-        if "hedge_delay" in row["policy"]:
+        if "hedge_delay" in row[ARM_KEY]:
             assert figures["finds_per_read"] >= 1.0
         else:  # nothing retries a held find: exactly one find per read
             assert figures["finds_per_read"] == 1.0

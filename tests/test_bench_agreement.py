@@ -2,7 +2,7 @@
 
 Only quantities that timing noise on a loaded machine cannot move much are compared, with a
 generous tolerance: app errors are bounded by the tokens the limiter hands out whatever the
-client's speed, and attempts per operation by each policy's retry cap.
+client's speed, and attempts per operation by each arm's retry cap.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ def test_open_loop_overload_agrees_with_real_runs() -> None:
         rows = compare(
             target,
             plan=plan,
-            policies=("no-retries", "current"),
+            arms=("no-retries", "current"),
             scenarios=("bench-open-3x",),
             cpu_ms_per_attempt=1.0,
         )
-    assert [(row.scenario, row.policy) for row in rows] == [
+    assert [(row.scenario, row.arm) for row in rows] == [
         ("bench-open-3x", "no-retries"),
         ("bench-open-3x", "current"),
     ]

@@ -23,6 +23,7 @@ from backpressure.bench.criticality import (
 )
 from backpressure.bench.goals import latest_runs, run_numbers
 from backpressure.testing import EmbeddedServer
+from backpressure.workload.arms import ARM_KEY
 from backpressure.workload.report import machine_info
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "adaptive-default"
@@ -96,9 +97,9 @@ def test_a_quick_run_accounts_for_every_arrival_in_its_half(
     assert f"{CRITICALITY_GOAL}: " in page
 
 
-def _run(policy: str, critical_errors: int) -> CriticalityRun:
+def _run(arm: str, critical_errors: int) -> CriticalityRun:
     return CriticalityRun(
-        policy=policy,
+        arm=arm,
         critical_ops=1000,
         critical_errors=critical_errors,
         sheddable_ops=1000,
@@ -109,7 +110,7 @@ def _run(policy: str, critical_errors: int) -> CriticalityRun:
         served_bins=(10,) * 40,
         errors_after_end=3,
         per_process_critical=((500, critical_errors), (500, 0)),
-        per_process_competed_s=(None, None) if policy != "adaptive" else (0.0, 1.5),
+        per_process_competed_s=(None, None) if arm != "adaptive" else (0.0, 1.5),
         local_refusals=None,
         error_kinds={"OperationFailure": 500 + critical_errors},
         client_cpu_s=1.0,
@@ -131,7 +132,7 @@ def test_the_goal_the_order_and_the_page_from_the_raw_data() -> None:
     rows = [
         line.split("|")[1].strip()
         for line in render_criticality_markdown(runs, QUICK).splitlines()
-        if line.startswith("| ") and "policy" not in line
+        if line.startswith("| ") and not line.startswith("| arm |")
     ]
     assert rows == ["default (current)", "adaptive", "stock pymongo"]
     data = criticality_report(runs, QUICK, machine_info(), [1.0, 2.0], 12.5, "abc1234")
@@ -161,10 +162,10 @@ def test_the_critical_halfs_error_kinds_are_reported_apart() -> None:
     assert CriticalityRun.from_dict(data["runs"][0]).critical_error_kinds is None
 
 
-def test_an_unknown_policy_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    """``--policy`` with a name that is no policy exits 2 and names it."""
+def test_an_unknown_arm_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--arms`` with a name that is no arm exits 2 and names it."""
     with pytest.raises(SystemExit) as exit_info:
-        main(["--policy", "current,bogus"])
+        main(["--arms", "current,bogus"])
     assert exit_info.value.code == 2
     assert "bogus" in capsys.readouterr().err
 
@@ -172,18 +173,18 @@ def test_an_unknown_policy_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
 @pytest.mark.parametrize("run", run_numbers(RESULTS, "criticality-run"))
 def test_the_committed_criticality_page_is_the_rendering_of_its_raw_data(run: int) -> None:
     """``criticality-run<N>.md`` is what ``render_criticality_report`` makes of its JSON, and
-    every policy ran, stock pymongo and ``adaptive`` among them."""
+    every arm ran, stock pymongo and ``adaptive`` among them."""
     data = json.loads((RESULTS / f"criticality-run{run}.json").read_text(encoding="utf-8"))
     page = (RESULTS / f"criticality-run{run}.md").read_text(encoding="utf-8")
     assert page == render_criticality_report(data)
-    policies = {entry["policy"] for entry in data["runs"]}
-    assert {"current", "pymongo-native", "adaptive"} <= policies
+    arms = {entry[ARM_KEY] for entry in data["runs"]}
+    assert {"current", "pymongo-native", "adaptive"} <= arms
 
 
 def test_the_committed_agreement_table_is_the_simulators_runs_of_the_same_plan() -> None:
     """``criticality-agreement.md`` is what ``bench.agreement --criticality`` prints for the
     latest two committed runs (simulated seeds 1 and 2: the simulator is deterministic for a
-    seed, and runs today's code, as the latest runs did), every policy's row, the default's
+    seed, and runs today's code, as the latest runs did), every arm's row, the default's
     first."""
     pytest.importorskip("simpy")
     from backpressure.bench.agreement import criticality_agreement_markdown

@@ -33,18 +33,18 @@ from backpressure.bench.faults import (
     render_faults_report,
     round_faults,
     rounds_from_report,
+    run_arm_faults,
     run_faults,
-    run_policy_faults,
-    soak_policies,
-    split_policy,
+    soak_arms,
+    split_arm,
     total_run,
 )
 from backpressure.bench.faults import _Controller as Controller
-from backpressure.bench.fleet import fleet_policies
+from backpressure.bench.fleet import fleet_arms
 from backpressure.bench.goals import run_numbers
 from backpressure.bench.publish import publish_run
 from backpressure.testing import EmbeddedServer
-from backpressure.workload.arms import STOCK, default_policy_name
+from backpressure.workload.arms import ARM_KEY, STOCK, default_policy_name
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "adaptive-default"
 SHARDED_SOAK = RESULTS.parent / "faults-sharded"
@@ -72,8 +72,8 @@ def test_the_audit_finds_duplicated_and_lost_documents() -> None:
     assert audit([1, 2, 3], {1: 1, 2: 2, 4: 1}) == (1, 1)
 
 
-def _run(policy: str, acked: int, errors: int, duplicated: int = 0, lost: int = 0) -> FaultRun:
-    return FaultRun(policy, 1000, 100, errors, acked, acked, duplicated, lost, 1100, 10)
+def _run(arm: str, acked: int, errors: int, duplicated: int = 0, lost: int = 0) -> FaultRun:
+    return FaultRun(arm, 1000, 100, errors, acked, acked, duplicated, lost, 1100, 10)
 
 
 def test_the_goals_compare_with_current() -> None:
@@ -84,7 +84,8 @@ def test_the_goals_compare_with_current() -> None:
     assert verdicts == dict.fromkeys(FAULT_GOALS, False)
     assert judge(current, None)[FAULT_GOALS[0]] is None
     rows = render_faults_markdown([_run("adaptive", 9_000, 40), current], QUICK_FAULTS)
-    table = [row for row in rows.splitlines() if row.startswith("| ") and "policy" not in row]
+    lines = rows.splitlines()
+    table = [row for row in lines if row.startswith("| ") and not row.startswith("| arm |")]
     assert [row.split("|")[1].strip() for row in table] == ["default (current)", "adaptive"]
     assert "| 0.900 |" in table[1]
 
@@ -129,7 +130,7 @@ def test_a_short_soak_loses_nothing_under_closes_rejections_and_failed_commits(
         ),
         Fault(2.0, 2.5, "limit", "20/s", rate=20.0),
     ]
-    run = run_policy_faults(replicaset_server, "current", plan, faults)
+    run = run_arm_faults(replicaset_server, "current", plan, faults)
     assert run.acked > 0
     assert run.transactions > 0
     assert (run.duplicated, run.lost) == (0, 0)
@@ -154,12 +155,12 @@ def test_a_bad_plan_names_the_option() -> None:
 @pytest.mark.parametrize("run", run_numbers(RESULTS, "faults-run"))
 def test_the_committed_soaks_are_the_rendering_of_their_raw_data(run: int) -> None:
     """``faults-run<n>.md`` is exactly what ``render_faults_report`` makes of its JSON, every
-    policy's row there, the default's first."""
+    arm's row there, the default's first."""
     data = json.loads((RESULTS / f"faults-run{run}.json").read_text(encoding="utf-8"))
     text = (RESULTS / f"faults-run{run}.md").read_text(encoding="utf-8")
     assert text == render_faults_report(data)
-    assert data["runs"][0]["policy"] == default_policy_name()
-    assert {entry["policy"] for entry in data["runs"]} == set(fleet_policies())
+    assert data["runs"][0][ARM_KEY] == default_policy_name()
+    assert {entry[ARM_KEY] for entry in data["runs"]} == set(fleet_arms())
 
 
 def test_a_round_replays_its_slice_of_the_schedule_shifted_and_cut() -> None:
@@ -183,16 +184,16 @@ def test_a_round_replays_its_slice_of_the_schedule_shifted_and_cut() -> None:
         FaultPlan(rounds=0)
 
 
-def test_the_rounds_alternate_their_order_and_pair_each_policy_with_current() -> None:
-    """A fake runner records the calls: every round runs every policy on that round's slice,
+def test_the_rounds_alternate_their_order_and_pair_each_arm_with_current() -> None:
+    """A fake runner records the calls: every round runs every arm on that round's slice,
     the default first in even rounds and last in odd ones, each on a round-long plan."""
     calls: list[tuple[str, float, int, tuple[float, ...]]] = []
     acked = {"current": 1000, "adaptive": 900}
 
-    def runner(_target: object, policy: str, plan: FaultPlan, faults: Sequence[Fault]) -> FaultRun:
-        calls.append((policy, plan.seconds, plan.rounds, tuple(f.at for f in faults)))
-        number = sum(1 for call in calls if call[0] == policy)
-        return _run(policy, acked[policy] + 10 * number, 5)
+    def runner(_target: object, arm: str, plan: FaultPlan, faults: Sequence[Fault]) -> FaultRun:
+        calls.append((arm, plan.seconds, plan.rounds, tuple(f.at for f in faults)))
+        number = sum(1 for call in calls if call[0] == arm)
+        return _run(arm, acked[arm] + 10 * number, 5)
 
     plan = FaultPlan(seconds=30.0, rounds=3)
     rounds = run_faults(None, ["adaptive", "current"], plan, runner=runner)
@@ -248,7 +249,7 @@ def test_the_acked_goal_is_decided_only_when_the_interval_clears_98_percent() ->
 
 
 def test_totals_add_up_the_rounds_and_acks_are_counted_by_fault_kind() -> None:
-    """A policy's total is the sum of its rounds (CPU too); each fault's acks run from its
+    """An arm's total is the sum of its rounds (CPU too); each fault's acks run from its
     start to 1 s after its end, the rest is ``none``."""
     one = dataclasses.replace(
         _run("adaptive", 10, 1),
@@ -265,7 +266,7 @@ def test_totals_add_up_the_rounds_and_acks_are_counted_by_fault_kind() -> None:
     assert total.error_kinds == {"X": 2}
     assert total.cpu_ms_per_ack == pytest.approx(150.0)
     assert total.cpu_cores == pytest.approx(0.75)
-    with pytest.raises(ValueError, match="one policy"):
+    with pytest.raises(ValueError, match="one arm"):
         total_run([one, _run("current", 1, 1)])
     faults = [Fault(0.5, 0.5, "close", "1 closed"), Fault(2.0, 2.5, "overload", "all rejected")]
     assert acked_by_kind(one, faults) == {"close": 2 + 3, "overload": 5 + 6 + 7, "none": 1 + 4 + 8}
@@ -276,11 +277,11 @@ def test_an_interleaved_report_renders_from_its_json(tmp_path: Path) -> None:
     row first, the per-round and per-kind tables, the goals."""
     plan = FaultPlan(seconds=30.0, rounds=2)
 
-    def runner(_target: object, policy: str, plan: FaultPlan, faults: Sequence[Fault]) -> FaultRun:
+    def runner(_target: object, arm: str, plan: FaultPlan, faults: Sequence[Fault]) -> FaultRun:
         bins = (100,) * int(plan.seconds / 0.25)
-        acked = sum(bins) if policy == "current" else sum(bins) - 300
+        acked = sum(bins) if arm == "current" else sum(bins) - 300
         return dataclasses.replace(
-            _run(policy, acked, 4),
+            _run(arm, acked, 4),
             ok_bins=bins,
             seconds=plan.seconds,
             cpu_s=3.0,
@@ -291,7 +292,7 @@ def test_an_interleaved_report_renders_from_its_json(tmp_path: Path) -> None:
     info = {"date": "d", "cpu_count": 2, "python": "3", "pymongo": "4", "backpressure": "0"}
     data = json.loads(json.dumps(faults_report(rounds, plan, info, [1.0, 2.0], 9.0, "abc")))
     text = render_faults_report(data)
-    assert [row["policy"] for row in data["runs"]] == [default_policy_name(), "adaptive"]
+    assert [row[ARM_KEY] for row in data["runs"]] == [default_policy_name(), "adaptive"]
     table = [row for row in text.splitlines() if row.startswith("| default (current) | 12,000")]
     assert len(table) == 1
     assert "| 1.000 | 1.000-1.000 |" in table[0]
@@ -322,8 +323,8 @@ def test_a_soak_of_many_rounds_gets_one_per_round_table_per_eight_rounds() -> No
         if "| round 1 |" in line or "| round 9 |" in line
     ]
     assert headers == [
-        "| policy | " + " | ".join(f"round {n}" for n in range(1, 9)) + " |",
-        "| policy | round 9 | round 10 |",
+        "| arm | " + " | ".join(f"round {n}" for n in range(1, 9)) + " |",
+        "| arm | round 9 | round 10 |",
     ]
     assert sum("| round 1 |" in line for line in render_faults_report(data).splitlines()) == 1
 
@@ -378,7 +379,7 @@ def test_a_short_sharded_soak_hits_one_router_and_loses_nothing(
     plan = dataclasses.replace(
         QUICK_FAULTS, seconds=3.0, transaction_share=0.5, capacity=100_000.0, topology="sharded"
     )
-    run = run_policy_faults(server, default_policy_name(), plan, _quick_faults())
+    run = run_arm_faults(server, default_policy_name(), plan, _quick_faults())
     assert run.acked > 0
     assert run.transactions > 0
     assert (run.duplicated, run.lost) == (0, 0)
@@ -396,7 +397,7 @@ def test_a_short_sharded_soak_hits_one_router_and_loses_nothing(
     for healthy in members[1:]:  # no update failed outside mongos 0
         assert healthy.get("update", {}).get("failed", 0) == 0
     with pytest.raises(ValueError, match="the plan's topology is replicaset, the server's sharded"):
-        run_policy_faults(server, default_policy_name(), QUICK_FAULTS, [])
+        run_arm_faults(server, default_policy_name(), QUICK_FAULTS, [])
 
 
 class _Recorder:
@@ -430,25 +431,25 @@ def test_every_fault_goes_to_one_member_and_a_router_limit_to_that_router(
     ]
 
 
-def test_a_policy_may_carry_client_options() -> None:
+def test_an_arm_may_carry_client_options() -> None:
     """``current+routeAroundOverload=false`` is current with server choice off; options need one
     of the package's presets and a value; the default's row comes first."""
-    assert split_policy("current+routeAroundOverload=false") == (
+    assert split_arm("current+routeAroundOverload=false") == (
         "current",
         {"routeAroundOverload": "false"},
     )
-    assert split_policy(STOCK) == (STOCK, {})
+    assert split_arm(STOCK) == (STOCK, {})
     for bad, message in (
         ("current+routeAroundOverload", "expected OPTION=VALUE"),
         ("current+=false", "expected OPTION=VALUE"),
         (f"{STOCK}+routeAroundOverload=false", "need one of this package's presets"),
-        ("nosuch+x=1", "unknown policy 'nosuch'"),
+        ("nosuch+x=1", "unknown arm 'nosuch'"),
     ):
         with pytest.raises(ValueError, match=message):
-            split_policy(bad)
-    names = soak_policies(["current+routeAroundOverload=false", STOCK, default_policy_name()])
+            split_arm(bad)
+    names = soak_arms(["current+routeAroundOverload=false", STOCK, default_policy_name()])
     assert names[0] == default_policy_name()
-    assert soak_policies() == fleet_policies()
+    assert soak_arms() == fleet_arms()
 
 
 def test_a_sharded_plan_names_its_topology_and_routers() -> None:
@@ -461,15 +462,15 @@ def test_a_sharded_plan_names_its_topology_and_routers() -> None:
         FaultPlan(topology="sharded", routers=1)
 
 
-def test_a_sharded_report_compares_every_policy_with_stock() -> None:
-    """The sharded page pairs every policy with stock pymongo round by round, gives mongos 0's
+def test_a_sharded_report_compares_every_arm_with_stock() -> None:
+    """The sharded page pairs every arm with stock pymongo round by round, gives mongos 0's
     share of the writes, and judges acked >= stock's on the totals; the replica set's page keeps
     its columns."""
     acked = {default_policy_name(): 1000, STOCK: 900, "current+routeAroundOverload=false": 880}
 
-    def runner(_target: object, policy: str, plan: FaultPlan, faults: Sequence[Fault]) -> FaultRun:
+    def runner(_target: object, arm: str, plan: FaultPlan, faults: Sequence[Fault]) -> FaultRun:
         return dataclasses.replace(
-            _run(policy, acked[policy], 4), faulty_received=110, seconds=plan.seconds
+            _run(arm, acked[arm], 4), faulty_received=110, seconds=plan.seconds
         )
 
     names = [STOCK, "current+routeAroundOverload=false", default_policy_name()]
@@ -477,8 +478,8 @@ def test_a_sharded_report_compares_every_policy_with_stock() -> None:
     info = {"date": "d", "cpu_count": 2, "python": "3", "pymongo": "4", "backpressure": "0"}
     rounds = run_faults(None, names, plan, runner=runner)
     data = json.loads(json.dumps(faults_report(rounds, plan, info, [1.0], 9.0, "abc")))
-    rows = {row["policy"]: row for row in data["runs"]}
-    assert data["runs"][0]["policy"] == default_policy_name()
+    rows = {row[ARM_KEY]: row for row in data["runs"]}
+    assert data["runs"][0][ARM_KEY] == default_policy_name()
     assert rows[default_policy_name()]["stock_ratios"] == [round(1000 / 900, 4)] * 2
     assert rows[default_policy_name()]["goals"][STOCK_GOAL] == "met"
     assert rows["current+routeAroundOverload=false"]["goals"][STOCK_GOAL] == "NOT met"
@@ -513,5 +514,5 @@ def test_the_committed_sharded_soak_is_the_rendering_of_its_raw_data() -> None:
     text = SHARDED_SOAK.with_suffix(".md").read_text(encoding="utf-8")
     assert text == render_faults_report(data)
     assert data["plan"]["topology"] == "sharded"
-    assert [row["policy"] for row in data["runs"]][:2] == [default_policy_name(), STOCK]
-    assert all(STOCK_GOAL in row["goals"] for row in data["runs"] if row["policy"] != STOCK)
+    assert [row[ARM_KEY] for row in data["runs"]][:2] == [default_policy_name(), STOCK]
+    assert all(STOCK_GOAL in row["goals"] for row in data["runs"] if row[ARM_KEY] != STOCK)

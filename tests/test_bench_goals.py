@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from backpressure.bench.goals import GOALS, goals_markdown, latest_runs, main
-from backpressure.workload.arms import default_policy_name, policy_label
+from backpressure.workload.arms import arm_label, default_policy_name
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "adaptive-default"
 
@@ -25,7 +25,7 @@ def test_the_table_covers_every_goal_twice_with_the_defaults_column_first() -> N
     text = goals_markdown(RESULTS)
     header = next(line for line in text.splitlines() if line.startswith("| goal |"))
     columns = [cell.strip() for cell in header.strip("|").split("|")][2:]
-    assert columns[0] == policy_label(default_policy_name())
+    assert columns[0] == arm_label(default_policy_name())
     assert columns[1:] == ["stock pymongo", "adaptive"]
     for goal in GOALS:
         rows = [line for line in text.splitlines() if line.startswith(f"| {goal.name} |")]

@@ -1,4 +1,4 @@
-"""The hotspot benchmark: one hot server of several, real processes, every policy beside stock."""
+"""The hotspot benchmark: one hot server of several, real processes, every arm beside stock."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from backpressure.bench.hotspot import (
     Row,
     cool_oracle,
     cool_windows,
-    hotspot_policies,
+    hotspot_arms,
     hotspot_report,
     hotspot_section,
     judge,
@@ -61,9 +61,9 @@ def test_a_quick_run_of_the_router_shapes_reports_every_row() -> None:
     """Hot router, hot then cool and the router rollout at a few seconds each, the default and
     stock pymongo: every row's counts add up, the default's rows come first, stock pymongo
     sends the hot router a share of its first attempts, and the page renders."""
-    policies = [STOCK, default_policy_name()]
-    rows = run_hotspot(QUICK_HOTSPOT, [ROLLOUT_ROUTER, COOL, ROUTER], policies)
-    assert [(r.shape, r.policy, r.kind) for r in rows] == [
+    arms = [STOCK, default_policy_name()]
+    rows = run_hotspot(QUICK_HOTSPOT, [ROLLOUT_ROUTER, COOL, ROUTER], arms)
+    assert [(r.shape, r.arm, r.kind) for r in rows] == [
         (ROUTER, default_policy_name(), "run"),
         (ROUTER, STOCK, "run"),
         (ROUTER, STOCK, "quiet"),
@@ -75,7 +75,7 @@ def test_a_quick_run_of_the_router_shapes_reports_every_row() -> None:
     ]
     for row in rows:
         _check_counts(row)
-    hot_stock = next(r for r in rows if r.shape == ROUTER and r.policy == STOCK)
+    hot_stock = next(r for r in rows if r.shape == ROUTER and r.arm == STOCK)
     assert hot_stock.hot_first_share > 0
     assert hot_stock.hot_received > 0
     quiet = next(r for r in rows if r.kind == "quiet")
@@ -97,7 +97,7 @@ def test_a_quick_run_of_the_router_shapes_reports_every_row() -> None:
 
 def _row(
     shape: str,
-    policy: str,
+    arm: str,
     kind: str = "run",
     *,
     operations: int = 1000,
@@ -113,7 +113,7 @@ def _row(
     successes = operations - errors
     return Row(
         shape=shape,
-        policy=policy,
+        arm=arm,
         kind=kind,
         processes=processes,
         operations=operations,
@@ -213,28 +213,28 @@ def test_an_open_loop_spreads_its_arrivals_over_the_processes() -> None:
     assert dataclasses.replace(load, open_rate=0.0).arrivals(0) == []
 
 
-def test_the_policies_and_the_plan_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
-    """The default's policy comes first; unknown policies, shapes and bad numbers are refused,
+def test_the_arms_and_the_plan_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    """The default's arm comes first; unknown arms, shapes and bad numbers are refused,
     on the command line as usage errors naming the flag."""
-    assert hotspot_policies([STOCK, "adaptive", default_policy_name()])[0] == default_policy_name()
-    assert NO_ROUTE_AROUND in hotspot_policies()
-    with pytest.raises(ValueError, match="unknown policies"):
-        hotspot_policies(["bogus"])
+    assert hotspot_arms([STOCK, "adaptive", default_policy_name()])[0] == default_policy_name()
+    assert NO_ROUTE_AROUND in hotspot_arms()
+    with pytest.raises(ValueError, match="unknown arms"):
+        hotspot_arms(["bogus"])
     with pytest.raises(ValueError, match="unknown shapes"):
         run_hotspot(QUICK_HOTSPOT, ["bogus"])
     with pytest.raises(ValueError, match="routers"):
         HotspotPlan(routers=1)
     with pytest.raises(ValueError, match="bin_s"):
         HotspotPlan(bin_s=0.3)
-    for argv in (["--shapes", "bogus"], ["--read-fraction", "2"], ["--policies", "nope"]):
+    for argv in (["--shapes", "bogus"], ["--read-fraction", "2"], ["--arms", "nope"]):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2
-    assert "argument --policies" in capsys.readouterr().err
+    assert "argument --arms" in capsys.readouterr().err
 
 
 def _data() -> dict[str, Any]:
-    """The raw data of an invented run of every policy in the two hot shapes."""
+    """The raw data of an invented run of every arm in the two hot shapes."""
     default = default_policy_name()
     rows = []
     for shape in (ROUTER, SECONDARY):

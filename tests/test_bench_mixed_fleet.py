@@ -1,4 +1,4 @@
-"""The mixed-fleet benchmark: real processes, a policy per process, each half reported."""
+"""The mixed-fleet benchmark: real processes, an arm per process, each half reported."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from backpressure.bench.mixed_fleet import (
     render,
     render_mixed_report,
     run_mixed,
-    upgraded_policies,
+    upgraded_arms,
 )
 from backpressure.testing import EmbeddedServer
-from backpressure.workload.arms import STOCK
+from backpressure.workload.arms import ARM_KEY, STOCK
 from backpressure.workload.report import machine_info
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "adaptive-default"
@@ -31,7 +31,7 @@ def test_a_quick_mixed_fleet_reports_each_half(replicaset_server: EmbeddedServer
     """2 processes x 2 threads, one on stock pymongo and one on ``current``: each half's
     figures come from its own processes, and the table shows the stock half's row first."""
     run = run_mixed(replicaset_server, 1, "current", QUICK)
-    assert (run.stock.policy, run.upgraded.policy) == (STOCK, "current")
+    assert (run.stock.arm, run.upgraded.arm) == (STOCK, "current")
     assert run.stock.processes == run.upgraded.processes == 1
     for half in (run.stock, run.upgraded):
         assert half.operations > 0
@@ -55,20 +55,21 @@ def test_the_goal_needs_both_the_share_and_the_error_rate() -> None:
     assert MixedRun(stock, Half("adaptive", 4, 900, 200, 700), 0).share == pytest.approx(1.0)
 
 
-def test_the_default_policys_runs_come_first_and_unknown_names_are_usage_errors(
+def test_the_default_presets_runs_come_first_and_unknown_names_are_usage_errors(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """``--policy`` lists the upgraded policies; the default preset's runs come first, a name
-    given twice runs once, and a name that is no package policy is a usage error naming it."""
-    assert upgraded_policies("adaptive,current") == ["current", "adaptive"]
-    assert upgraded_policies("draft, adaptive,draft") == ["draft", "adaptive"]
+    """``--arms`` lists the upgraded arms; the default preset's runs come first, a name
+    given twice runs once, and a name that is not one of this package's arms is a usage error
+    naming it."""
+    assert upgraded_arms("adaptive,current") == ["current", "adaptive"]
+    assert upgraded_arms("draft, adaptive,draft") == ["draft", "adaptive"]
     for bad in ("", "bogus", STOCK):
-        with pytest.raises(ValueError, match="--policy"):
-            upgraded_policies(bad)
+        with pytest.raises(ValueError, match="--arms"):
+            upgraded_arms(bad)
     with pytest.raises(SystemExit) as exit_info:
-        main(["--policy", "adaptive,bogus"])
+        main(["--arms", "adaptive,bogus"])
     assert exit_info.value.code == 2
-    assert "'bogus' is not a package policy" in capsys.readouterr().err
+    assert "'bogus' is not one of this package's arms" in capsys.readouterr().err
 
 
 def test_the_page_is_rendered_from_the_raw_data_with_the_run_line() -> None:
@@ -82,7 +83,7 @@ def test_the_page_is_rendered_from_the_raw_data_with_the_run_line() -> None:
     info = machine_info()
     data = mixed_report(runs, QUICK, info, [1.0, 2.0], 12.5, "abc1234")
     assert [entry["stock_processes"] for entry in data["runs"]] == [1, 1]
-    assert data["runs"][1]["upgraded"]["policy"] == "adaptive"
+    assert data["runs"][1]["upgraded"][ARM_KEY] == "adaptive"
     page = render_mixed_report(data)
     line, table = page.split("\n\n", 1)
     assert "abc1234" in line
@@ -131,7 +132,7 @@ def test_the_committed_mixed_fleet_page_is_the_rendering_of_its_raw_data(run: in
     data = json.loads((folder / f"mixed-fleet-run{run}.json").read_text(encoding="utf-8"))
     page = (folder / f"mixed-fleet-run{run}.md").read_text(encoding="utf-8")
     assert page == render_mixed_report(data)
-    upgraded = [run["upgraded"]["policy"] for run in data["runs"]]
+    upgraded = [run["upgraded"][ARM_KEY] for run in data["runs"]]
     assert upgraded == sorted(upgraded, key=lambda name: name != "current")
     assert upgraded[0] == "current"
     assert "adaptive" in upgraded

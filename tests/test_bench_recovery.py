@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from backpressure.bench.fleet import FleetPlan, fleet_policies, run_processes
+from backpressure.bench.fleet import FleetPlan, fleet_arms, run_processes
 from backpressure.bench.goals import run_numbers
 from backpressure.bench.recovery import (
     RECOVERY_GOALS,
@@ -22,7 +22,7 @@ from backpressure.bench.recovery import (
     summarize_recovery,
 )
 from backpressure.testing import EmbeddedServer
-from backpressure.workload.arms import STOCK, default_policy_name
+from backpressure.workload.arms import ARM_KEY, STOCK, default_policy_name
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "adaptive-default"
 
@@ -95,7 +95,7 @@ def test_the_figures_count_each_second_after_the_end() -> None:
     assert judge(stock, stock) == dict(zip(RECOVERY_GOALS, (True, True, True)))
     assert judge(run, None)[RECOVERY_GOALS[1]] is None
     rows = render_recovery_markdown([stock, run], plan).splitlines()
-    table = [row for row in rows if row.startswith("| ") and "policy" not in row]
+    table = [row for row in rows if row.startswith("| ") and not row.startswith("| arm |")]
     assert [row.split("|")[1].strip() for row in table] == ["stock pymongo", "adaptive"]
     assert "| 40% | 80% | 100% | 100% |" in table[1]
 
@@ -111,9 +111,9 @@ def test_a_recovery_plan_must_lift_the_limit(replicaset_server: EmbeddedServer) 
 @pytest.mark.parametrize("run", run_numbers(RESULTS, "recovery-run"))
 def test_the_committed_runs_are_the_rendering_of_their_raw_data(run: int) -> None:
     """``recovery-run<n>.md`` is exactly what ``render_recovery_report`` makes of its JSON,
-    every policy's row there, the default's first."""
+    every arm's row there, the default's first."""
     data = json.loads((RESULTS / f"recovery-run{run}.json").read_text(encoding="utf-8"))
     text = (RESULTS / f"recovery-run{run}.md").read_text(encoding="utf-8")
     assert text == render_recovery_report(data)
-    assert data["runs"][0]["policy"] == default_policy_name()
-    assert {entry["policy"] for entry in data["runs"]} == set(fleet_policies())
+    assert data["runs"][0][ARM_KEY] == default_policy_name()
+    assert {entry[ARM_KEY] for entry in data["runs"]} == set(fleet_arms())

@@ -12,11 +12,11 @@ from typing import Any, Optional
 
 import pytest
 
-from backpressure.bench import DEFAULT_POLICIES
+from backpressure.bench import DEFAULT_ARMS
 from backpressure.bench.fleet import FleetPlan, FleetRun, PhaseShare, default_policy_name
 from backpressure.demo import (
     ARRIVALS,
-    DEMO_POLICIES,
+    DEMO_ARMS,
     FEWEST,
     SCENARIOS,
     TABLE_HEADERS,
@@ -37,6 +37,7 @@ from backpressure.demo.fleet import (
 )
 from backpressure.testing import EmbeddedServer
 from backpressure.workload import Phase, PhaseResult, RunResult, WorkloadConfig
+from backpressure.workload.arms import ARMS_KEY
 from backpressure.workload.driver import _operations, _schedule, received_commands
 from backpressure.workload.metrics import amplification, bucket_counts, rate_per_second
 from backpressure.workload.report import format_table
@@ -118,7 +119,7 @@ PHASES = [
 ]
 
 
-def _result(policy: str, scale: int, timeline: Optional[dict[str, list[Any]]] = None) -> RunResult:
+def _result(arm: str, scale: int, timeline: Optional[dict[str, list[Any]]] = None) -> RunResult:
     """A RunResult with every count ``scale`` times a small run's (for table layout tests)."""
     phases = [
         PhaseResult(
@@ -139,7 +140,7 @@ def _result(policy: str, scale: int, timeline: Optional[dict[str, list[Any]]] = 
         for p in PHASES
     ]
     return RunResult(
-        policy=policy,
+        arm=arm,
         description="",
         integration="",
         capacity=200.0,
@@ -165,11 +166,11 @@ def _result(policy: str, scale: int, timeline: Optional[dict[str, list[Any]]] = 
     )
 
 
-def test_default_policies_are_the_overload_bench_ones() -> None:
-    """The demo compares the policies the overload bench compares, adaptive included."""
-    assert DEMO_POLICIES == DEFAULT_POLICIES
-    assert "adaptive" in DEMO_POLICIES
-    assert build_parser().parse_args([]).policies == list(DEMO_POLICIES)
+def test_default_arms_are_the_overload_bench_ones() -> None:
+    """The demo compares the arms the overload bench compares, adaptive included."""
+    assert DEMO_ARMS == DEFAULT_ARMS
+    assert "adaptive" in DEMO_ARMS
+    assert build_parser().parse_args([]).arms == list(DEMO_ARMS)
 
 
 @pytest.mark.parametrize("scale", [1, 100])
@@ -240,7 +241,7 @@ def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> N
             "--burst", "0.2",
             "--recovery", "0.2",
             "--overload", "0.3",
-            "--policies", "no-retries,current,adaptive",
+            "--arms", "no-retries,current,adaptive",
             "--output", str(tmp_path),
             "--progress", "off",
             "--seed", "3",
@@ -259,16 +260,16 @@ def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> N
     assert png.stat().st_size > 0
     data: dict[str, Any] = json.loads((tmp_path / "demo.json").read_text())
     assert data == json.loads(json.dumps(report, default=str))
-    assert set(data["policies"]) == {"no-retries", "current", "adaptive"}
+    assert set(data[ARMS_KEY]) == {"no-retries", "current", "adaptive"}
     assert data["config"]["seed"] == 3
     assert FEWEST in text
     assert set(data["fewest_errors"]) == {"steady", "burst", "recovery", "overload", "run"}
     assert (
-        0 <= data["fewest_errors"]["run"] <= min(r["app_errors"] for r in data["policies"].values())
+        0 <= data["fewest_errors"]["run"] <= min(r["app_errors"] for r in data[ARMS_KEY].values())
     )
     assert set(data["server_load_x_capacity"]) == {"no-retries", "current", "adaptive"}
     assert [p["name"] for p in data["phases"]] == ["steady", "burst", "recovery", "overload"]
-    for result in data["policies"].values():
+    for result in data[ARMS_KEY].values():
         assert result["offered"] == result["issued"] + result["skipped"]
         assert result["issued"] == result["successes"] + result["errors"]
         assert result["server_received"] >= result["successes"]
@@ -288,9 +289,9 @@ def test_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> N
         for phase in result["phases"]:
             assert phase["offered"] == phase["issued"] + phase["skipped"]
             assert phase["succeeded"] + phase["failed"] <= phase["issued"]
-    assert data["policies"]["no-retries"]["refused"] is None
-    assert data["policies"]["current"]["refused"] is None  # the current spec has no budget
-    assert data["policies"]["adaptive"]["local_waits"] is not None
+    assert data[ARMS_KEY]["no-retries"]["refused"] is None
+    assert data[ARMS_KEY]["current"]["refused"] is None  # the current spec has no budget
+    assert data[ARMS_KEY]["adaptive"]["local_waits"] is not None
 
 
 def test_demo_draws_no_progress_bar_when_stderr_is_not_a_terminal(
@@ -307,7 +308,7 @@ def test_demo_draws_no_progress_bar_when_stderr_is_not_a_terminal(
             "--burst", "0.1",
             "--recovery", "0.1",
             "--overload", "0.1",
-            "--policies", "no-retries",
+            "--arms", "no-retries",
             "--output", str(tmp_path),
         ]
     )  # fmt: skip
@@ -344,10 +345,10 @@ def test_make_demo_requirements_are_the_package_and_demo_extra_dependencies() ->
 # -- the fleet scenario (the default) ---------------------------------------------------------
 
 
-def _fleet_run(policy: str, scale: int) -> FleetRun:
+def _fleet_run(arm: str, scale: int) -> FleetRun:
     """A fleet run with made-up figures, ``scale`` times larger."""
     return FleetRun(
-        policy=policy,
+        arm=arm,
         shape="4x8",
         operations=123_456 * scale,
         app_errors=65_432 * scale,
@@ -388,8 +389,8 @@ def test_fleet_is_the_default_scenario_and_single_is_kept() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--policies", "foo"], "argument --policies: unknown foo; choose from"),
-        (["--policies", ","], "argument --policies: expected one or more of"),
+        (["--arms", "foo"], "argument --arms: unknown foo; choose from"),
+        (["--arms", ","], "argument --arms: expected one or more of"),
         (["--capacity", "-1"], "argument --capacity: must be > 0, got -1"),
         (["--burst-seconds", "0"], "argument --burst-seconds: must be > 0, got 0"),
         (["--rates", "100,x"], "argument --rates: item 2: expected a number, got 'x'"),
@@ -475,13 +476,13 @@ def test_fleet_series_regroups_the_bins() -> None:
 @pytest.mark.slow
 def test_fleet_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path) -> None:
     """A quick fleet run with real client processes: the table, JSON and PNG hold what the
-    processes and the servers counted, the default policy's row first."""
-    policies = ["no-retries", "adaptive", "current"]
+    processes and the servers counted, the default arm's row first."""
+    arms = ["no-retries", "adaptive", "current"]
     args = build_parser().parse_args(
         [
             "--quick",
-            "--policies",
-            ",".join(policies),
+            "--arms",
+            ",".join(arms),
             "--output",
             str(tmp_path),
             "--progress",
@@ -502,9 +503,9 @@ def test_fleet_demo_end_to_end(replicaset_server: EmbeddedServer, tmp_path: Path
     assert data["scenario"] == "fleet"
     default = default_policy_name()
     assert data["default_policy"] == default
-    assert sorted(data["policies"]) == sorted(policies)
-    if default in policies:
-        assert data["policies"][0] == default
+    assert sorted(data[ARMS_KEY]) == sorted(arms)
+    if default in arms:
+        assert data[ARMS_KEY][0] == default
         assert text.index(f"default ({default})") < text.index("no-retries ")
     assert data["physical_limit"]["error_fraction"] == 0.0  # 4 workers, 30/s: 0.13 s < 1 s
     lines = text.splitlines()

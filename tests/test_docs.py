@@ -302,25 +302,25 @@ def test_python_block_runs(
 
 def _fleet_summary(report: dict[str, Any]) -> str:
     """The benchmarks page's summary table, rendered from the committed fleet results."""
-    from backpressure.workload.arms import policy_label
+    from backpressure.workload.arms import ARM_KEY, arm_label
 
     plans = report["fleet"]
     shapes = [f"{p['plan']['processes']}x{p['plan']['threads']}" for p in plans]
-    runs = {(r["shape"], r["policy"]): r for p in plans for r in p["runs"]}
-    head = ["policy"] + [f"{what} {s}" for what in ("errors", "attempts/op", "p99") for s in shapes]
+    runs = {(r["shape"], r[ARM_KEY]): r for p in plans for r in p["runs"]}
+    head = ["arm"] + [f"{what} {s}" for what in ("errors", "attempts/op", "p99") for s in shapes]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for policy in [r["policy"] for r in plans[0]["runs"]]:
-        cells = [policy_label(policy)]
-        cells += [f"{runs[(s, policy)]['error_fraction'] * 100:.1f} %" for s in shapes]
-        cells += [f"{runs[(s, policy)]['attempts_per_op']:.2f}" for s in shapes]
-        cells += [f"{runs[(s, policy)]['p99_ms']:.0f} ms" for s in shapes]
+    for arm in [r[ARM_KEY] for r in plans[0]["runs"]]:
+        cells = [arm_label(arm)]
+        cells += [f"{runs[(s, arm)]['error_fraction'] * 100:.1f} %" for s in shapes]
+        cells += [f"{runs[(s, arm)]['attempts_per_op']:.2f}" for s in shapes]
+        cells += [f"{runs[(s, arm)]['p99_ms']:.0f} ms" for s in shapes]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def test_the_benchmarks_page_leads_with_the_fleet_summary() -> None:
     """The summary table at the top of the benchmarks page is the latest committed fleet run's
-    (named above it), every policy with the default's row first, before any other table."""
+    (named above it), every arm with the default's row first, before any other table."""
     from backpressure.bench.goals import latest_runs
 
     folder = ROOT / "bench" / "results" / "adaptive-default"

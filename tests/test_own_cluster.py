@@ -121,7 +121,7 @@ def _limiter(uri: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _run(module: str, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", module, "--progress", "off", "--policies", "current", *argv],
+        [sys.executable, "-m", module, "--progress", "off", "--arms", "current", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,

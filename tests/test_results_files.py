@@ -1,5 +1,5 @@
 """The committed benchmark results: every table is what the benchmark renders from its raw data
-(none is edited by hand), and every table that compares policies shows the default's row first."""
+(none is edited by hand), and every table that compares arms shows the default's row first."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from backpressure.bench import render_markdown
 from backpressure.bench.faults import kind_ratios, rounds_from_report
 from backpressure.bench.goals import latest_runs
 from backpressure.bench.history import LEDGER, run_name
-from backpressure.workload.arms import default_policy_name, policy_label
+from backpressure.workload.arms import ARM_KEY, arm_label, default_policy_name
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 
@@ -44,16 +44,16 @@ def test_the_fleet_page_tables_are_the_rendering_of_its_raw_data() -> None:
 
 @pytest.mark.parametrize("stem", ["latest"])
 def test_the_overload_table_shows_the_default_first_in_every_scenario(stem: str) -> None:
-    """In the overload table, each scenario's first row is the default policy's."""
+    """In the overload table, each scenario's first row is the default arm's."""
     text = (RESULTS / f"{stem}.md").read_text(encoding="utf-8")
-    header = "| scenario | policy |"
+    header = "| scenario | arm |"
     lines = text[text.index(header) :].splitlines()[2:]
     first: dict[str, str] = {}
     for line in lines:
         if not line.startswith("|"):
             break
-        scenario, policy = (cell.strip() for cell in line.strip("|").split("|")[:2])
-        first.setdefault(scenario, policy)
+        scenario, arm = (cell.strip() for cell in line.strip("|").split("|")[:2])
+        first.setdefault(scenario, arm)
     assert len(first) >= 5
     assert set(first.values()) == {default_policy_name()}
 
@@ -90,27 +90,27 @@ def test_the_sim_agreement_table_has_a_row_per_fleet_run_in_order() -> None:
     rows = _agreement_table()[2:]
     runs = [FleetRun.from_dict(run) for shape in report["fleet"] for run in shape["runs"]]
     assert [row.split("|")[1:3] for row in rows] == [
-        [f" {run.shape} ", f" {policy_label(run.policy)} "] for run in runs
+        [f" {run.shape} ", f" {arm_label(run.arm)} "] for run in runs
     ]
 
 
 UNMEASURED_AGREEMENT = ("no-retries", "draft", "pymongo-native")
-"""Policies whose agreement rows run without coverage's tracer, which makes the simulator several
+"""Arms whose agreement rows run without coverage's tracer, which makes the simulator several
 times slower: those rows only re-check committed figures. The closed-fleet simulations of
 no-retries and draft are the long ones (several times the others); stock pymongo's row is the
-very simulation of the measured ``current`` row (same scenario, seed and simulated policy). The
+very simulation of the measured ``current`` row (same scenario, seed and simulated arm). The
 other rows and the simulator's own tests run the same simulator paths measured."""
 
 
 def _agreement_params() -> list[Any]:
-    """Every fleet run as ``(shape, index)``, unmeasured when its policy is one of the above."""
+    """Every fleet run as ``(shape, index)``, unmeasured when its arm is one of the above."""
     report = json.loads((RESULTS / "fleet.json").read_text(encoding="utf-8"))
     return [
         pytest.param(
             shape,
             index,
             marks=[pytest.mark.unmeasured]
-            if report["fleet"][shape]["runs"][index]["policy"] in UNMEASURED_AGREEMENT
+            if report["fleet"][shape]["runs"][index][ARM_KEY] in UNMEASURED_AGREEMENT
             else [],
         )
         for shape, index in _fleet_runs()
@@ -124,7 +124,7 @@ def test_the_sim_agreement_table_is_generated_from_the_fleet_results(
 ) -> None:
     """Each row of ``sim-fleet.md``'s agreement table is what ``bench.agreement --fleet`` prints
     for that run of the committed ``fleet.json`` (the simulator is deterministic for a seed, and
-    each policy is simulated on its own). One run per test, so the simulations spread over the
+    each arm is simulated on its own). One run per test, so the simulations spread over the
     workers."""
     pytest.importorskip("simpy")
     from backpressure.bench.agreement import fleet_agreement_markdown
@@ -141,14 +141,14 @@ def test_the_sim_agreement_table_is_generated_from_the_fleet_results(
 
 def test_the_hedging_page_is_the_rendering_of_its_raw_data() -> None:
     """``hedging.md`` is what ``bench.hedging.render_markdown`` makes of ``hedging.json``, and
-    each scenario's first row is the default policy's."""
+    each scenario's first row is the default arm's."""
     from backpressure.bench.hedging import SCENARIOS
     from backpressure.bench.hedging import render_markdown as render_hedging
 
     report = json.loads((RESULTS / "hedging.json").read_text(encoding="utf-8"))
     assert (RESULTS / "hedging.md").read_text(encoding="utf-8") == render_hedging(report)
     firsts = [
-        next(row["policy"] for row in report["rows"] if row["scenario"] == scenario)
+        next(row[ARM_KEY] for row in report["rows"] if row["scenario"] == scenario)
         for scenario in SCENARIOS
     ]
     assert firsts == [f"default ({default_policy_name()}), no hedging"] * len(SCENARIOS)
@@ -156,7 +156,7 @@ def test_the_hedging_page_is_the_rendering_of_its_raw_data() -> None:
 
 def test_the_hotspot_page_is_the_rendering_of_its_raw_data() -> None:
     """``hotspot.md`` is what ``render_hotspot_report`` makes of ``hotspot.json``: every shape
-    ran, each shape's first row is the default policy's, and its chart is committed beside it."""
+    ran, each shape's first row is the default arm's, and its chart is committed beside it."""
     from backpressure.bench.hotspot import SHAPES, render_hotspot_report
 
     report = json.loads((RESULTS / "hotspot.json").read_text(encoding="utf-8"))
@@ -165,7 +165,7 @@ def test_the_hotspot_page_is_the_rendering_of_its_raw_data() -> None:
     assert [shape for shape in SHAPES if any(r["shape"] == shape for r in rows)] == list(SHAPES)
     for shape in SHAPES:
         runs = [r for r in rows if r["shape"] == shape and r["kind"] == "run"]
-        assert not runs or runs[0]["policy"] == default_policy_name()
+        assert not runs or runs[0][ARM_KEY] == default_policy_name()
     assert (RESULTS / report["chart"]).read_bytes()[:4] == b"\x89PNG"
 
 
@@ -197,18 +197,18 @@ def _span(values: list[float], digits: int, unit: str = "") -> str:
     return (low if low == high else f"{low}-{high}") + unit
 
 
-def _sim_agreement(policy: str) -> list[tuple[float, float]]:
-    """(error %, attempts/op) the simulator gives ``policy`` in ``sim-fleet.md``'s agreement
+def _sim_agreement(arm: str) -> list[tuple[float, float]]:
+    """(error %, attempts/op) the simulator gives ``arm`` in ``sim-fleet.md``'s agreement
     table (which a test above holds to the simulator and ``fleet.json``), one per shape."""
     text = (RESULTS / "sim-fleet.md").read_text(encoding="utf-8")
     found = []
     for line in text.splitlines():
         cells = [cell.strip() for cell in line.strip("|").split("|")]
-        if len(cells) >= 5 and cells[1] == policy and " / " in cells[2]:
+        if len(cells) >= 5 and cells[1] == arm and " / " in cells[2]:
             errors = float(cells[2].split(" / ")[1].rstrip("%"))
             attempts = float(cells[4].split(" / ")[1])
             found.append((errors, attempts))
-    assert found, policy
+    assert found, arm
     return found
 
 
@@ -247,7 +247,7 @@ def prose_figures() -> dict[str, str]:
 
 def _sim_sparse_fleet_figures() -> dict[str, str]:
     """The simulated sparse fleet (the ``fleet`` section of ``sim-fleet.md``, generated by the
-    yardsticks): the floor and each policy's attempts per operation."""
+    yardsticks): the floor and each arm's attempts per operation."""
     text = (RESULTS / "sim-fleet.md").read_text(encoding="utf-8")
     section = text[text.index("## `fleet`") : text.index("## `retry-storm`")]
     rows = {}
@@ -275,7 +275,7 @@ def _hedging_figures() -> dict[str, str]:
         found = [
             run
             for row in report["rows"]
-            if row["scenario"] == scenario and ("hedge_delay" in row["policy"]) == hedged
+            if row["scenario"] == scenario and ("hedge_delay" in row[ARM_KEY]) == hedged
             for run in row["runs"]
         ]
         assert found, (scenario, hedged)
@@ -306,18 +306,18 @@ def _hedging_figures() -> dict[str, str]:
 
 
 def _fleet_figures() -> dict[str, str]:
-    """The latest two real fleet runs (both shapes, every policy)."""
+    """The latest two real fleet runs (both shapes, every arm)."""
     reports = [data for _, data in _latest("fleet")]
 
-    def rows(policies: set[str], shape: str = "") -> list[dict[str, Any]]:
+    def rows(arms: set[str], shape: str = "") -> list[dict[str, Any]]:
         found = [
             run
             for report in reports
             for entry in report["fleet"]
             for run in entry["runs"]
-            if run["policy"] in policies and (not shape or run["shape"] == shape)
+            if run[ARM_KEY] in arms and (not shape or run["shape"] == shape)
         ]
-        assert found, (policies, shape)
+        assert found, (arms, shape)
         return found
 
     adaptive, like_stock = rows({"adaptive"}), rows({"current", "pymongo-native"})
@@ -345,12 +345,12 @@ def _fleet_figures() -> dict[str, str]:
 
 def _burst_fleet_figures() -> dict[str, str]:
     """The real fleet runs at a smaller burst allowance: each shape's figures, 0.25 s then
-    0.1 s, per policy (``burst_<policy>_<shape>``)."""
+    0.1 s, per arm (``burst_<arm>_<shape>``)."""
     stems = ("fleet-burst0.25-run1", "fleet-burst0.1-run1")
     figures = {}
-    for policy in ("adaptive", "current", "pymongo-native"):
-        runs = [fleets_of(stem, policy) for stem in stems]
-        if policy == "adaptive":
+    for arm in ("adaptive", "current", "pymongo-native"):
+        runs = [fleets_of(stem, arm) for stem in stems]
+        if arm == "adaptive":
             competed = sum(sum(run["per_process_competed_s"]) for r in runs for run in r.values())
             figures["burst_competing"] = (
                 "no pacer competed in any of them"
@@ -358,23 +358,21 @@ def _burst_fleet_figures() -> dict[str, str]:
                 else f"pacers competed {competed:.0f} s"
             )
         for shape in ("8x8", "4x16"):
-            figures[f"burst_{policy.replace('-', '_')}_{shape}"] = _runs_figures(
-                [run[shape] for run in runs], jain=policy == "adaptive"
+            figures[f"burst_{arm.replace('-', '_')}_{shape}"] = _runs_figures(
+                [run[shape] for run in runs], jain=arm == "adaptive"
             )
     mixed = json.loads(
         (RESULTS / "adaptive-default" / "mixed-fleet-burst0.25-run1.json").read_text("utf-8")
     )
-    for policy in ("current", "adaptive"):
-        runs = [run for run in mixed["runs"] if run["upgraded"]["policy"] == policy]
+    for arm in ("current", "adaptive"):
+        runs = [run for run in mixed["runs"] if run["upgraded"][ARM_KEY] == arm]
         assert [run["stock_processes"] for run in runs] == [1, 4, 7]
-        figures[f"burst_mixed_{policy}"] = _and_list(
-            [f"{run['share'] * 100:.0f} %" for run in runs]
-        )
+        figures[f"burst_mixed_{arm}"] = _and_list([f"{run['share'] * 100:.0f} %" for run in runs])
     figures["burst_mixed_competed"] = _and_list(
         [
             f"{run['upgraded']['competed_s'] / run['upgraded']['processes']:.0f} s"
             for run in mixed["runs"]
-            if run["upgraded"]["policy"] == "adaptive"
+            if run["upgraded"][ARM_KEY] == "adaptive"
         ]
     )
     return figures
@@ -385,12 +383,12 @@ def _rollout_figures() -> dict[str, str]:
     successes at each stock count, per run, and the adaptive processes' competing seconds."""
     runs = _latest("mixed-fleet")
 
-    def upgraded(data: dict[str, Any], policy: str) -> list[dict[str, Any]]:
-        return [run for run in data["runs"] if run["upgraded"]["policy"] == policy]
+    def upgraded(data: dict[str, Any], arm: str) -> list[dict[str, Any]]:
+        return [run for run in data["runs"] if run["upgraded"][ARM_KEY] == arm]
 
-    def shares(policy: str) -> str:
+    def shares(arm: str) -> str:
         return "; ".join(
-            _and_list([f"{run['share'] * 100:.0f} %" for run in upgraded(data, policy)])
+            _and_list([f"{run['share'] * 100:.0f} %" for run in upgraded(data, arm)])
             + f" in run {number}"
             for number, data in runs
         )
@@ -407,8 +405,8 @@ def _recovery_figures() -> dict[str, str]:
     and ``adaptive``'s successes from 1 s to 4 s against stock's."""
     runs = [data["runs"] for _, data in _latest("recovery")]
 
-    def share(policy: str, second: int) -> str:
-        return _and_list([f"{_row(rows, policy)['shares'][second] * 100:.0f} %" for rows in runs])
+    def share(arm: str, second: int) -> str:
+        return _and_list([f"{_row(rows, arm)['shares'][second] * 100:.0f} %" for rows in runs])
 
     return {
         "recovery_runs": _named("recovery"),
@@ -441,13 +439,11 @@ def _criticality_figures() -> dict[str, str]:
     and the arrivals of the first second after the end that were served."""
     runs = [data["runs"] for _, data in _latest("criticality")]
 
-    def critical(policy: str) -> str:
-        return _and_list(
-            [f"{_row(rows, policy)['critical_error_rate'] * 100:.1f} %" for rows in runs]
-        )
+    def critical(arm: str) -> str:
+        return _and_list([f"{_row(rows, arm)['critical_error_rate'] * 100:.1f} %" for rows in runs])
 
-    def after_end(policy: str) -> str:
-        return _and_list([f"{_row(rows, policy)['after_end'][0] * 100:.0f} %" for rows in runs])
+    def after_end(arm: str) -> str:
+        return _and_list([f"{_row(rows, arm)['after_end'][0] * 100:.0f} %" for rows in runs])
 
     return {
         "crit_runs": _named("criticality"),
@@ -537,8 +533,8 @@ def _quiet_sensitivity_figures() -> dict[str, str]:
         (RESULTS / "adaptive-default" / "sim-sensitivity-quiet.json").read_text(encoding="utf-8")
     )
     rows = [row for row in result if row["fleet"] == "8x8"]
-    current = next(row for row in rows if row["policy"] == "current")
-    short = next(row for row in rows if row["policy"] == "adaptive" and row["value"] == 0.8)
+    current = next(row for row in rows if row[ARM_KEY] == "current")
+    short = next(row for row in rows if row[ARM_KEY] == "adaptive" and row["value"] == 0.8)
     return {
         "quiet_current_8x8": f"{current['errors'] * 100:.1f} %",
         "quiet_short_runs": f"{short['competing_runs']} of {short['runs']}",
@@ -548,19 +544,19 @@ def _quiet_sensitivity_figures() -> dict[str, str]:
     }
 
 
-def _row(rows: list[dict[str, Any]], policy: str) -> dict[str, Any]:
-    """The row of ``policy`` in one run."""
-    return next(row for row in rows if row["policy"] == policy)
+def _row(rows: list[dict[str, Any]], arm: str) -> dict[str, Any]:
+    """The row of ``arm`` in one run."""
+    return next(row for row in rows if row[ARM_KEY] == arm)
 
 
-def fleets_of(stem: str, policy: str) -> dict[str, dict[str, Any]]:
-    """``policy``'s run of each fleet shape in ``adaptive-default/<stem>.json``, by shape."""
+def fleets_of(stem: str, arm: str) -> dict[str, dict[str, Any]]:
+    """``arm``'s run of each fleet shape in ``adaptive-default/<stem>.json``, by shape."""
     page = RESULTS / "adaptive-default" / f"{stem}.json"
     return {
         run["shape"]: run
         for shape in json.loads(page.read_text(encoding="utf-8"))["fleet"]
         for run in shape["runs"]
-        if run["policy"] == policy
+        if run[ARM_KEY] == arm
     }
 
 
@@ -583,19 +579,19 @@ def _and_list(items: list[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def _per_round(reports: list[dict[str, Any]], policy: str) -> str:
-    """``policy``'s acked writes over the default's in each soak of ``reports``: the mean of
+def _per_round(reports: list[dict[str, Any]], arm: str) -> str:
+    """``arm``'s acked writes over the default's in each soak of ``reports``: the mean of
     the rounds' ratios and its 95 % interval."""
     texts = []
     for report in reports:
-        row = _row(report["runs"], policy)
+        row = _row(report["runs"], arm)
         texts.append(f"{row['ratio_mean']:.3f} ({row['ratio_low']:.3f}-{row['ratio_high']:.3f})")
     return " and ".join(texts)
 
 
 def _soak_pair_figures(numbers: tuple[int, int], key: str) -> dict[str, str]:
     """The figures of two interleaved fault soaks (``faults-run<N>``) under keys ``key_*``:
-    each policy's acked writes over the default's (mean of the rounds and its interval), the
+    each arm's acked writes over the default's (mean of the rounds and its interval), the
     errors beside the default's, and the acks around tight limits and all-reject windows."""
     reports = [
         json.loads(
@@ -605,8 +601,8 @@ def _soak_pair_figures(numbers: tuple[int, int], key: str) -> dict[str, str]:
     ]
     rounds = [rounds_from_report(report) for report in reports]
 
-    def kind(policy: str, name: str) -> str:
-        return " and ".join(f"{kind_ratios(one, policy)[name]:.2f}" for one in rounds)
+    def kind(arm: str, name: str) -> str:
+        return " and ".join(f"{kind_ratios(one, arm)[name]:.2f}" for one in rounds)
 
     return {
         f"{key}_adaptive": _per_round(reports, "adaptive"),
@@ -724,7 +720,7 @@ PROSE: list[tuple[str, str]] = [
     ),
     (
         "docs/benchmarks.md",
-        "In the latest soak {soak_runs} no policy lost or duplicated a write; `adaptive` acked "
+        "In the latest soak {soak_runs} no arm lost or duplicated a write; `adaptive` acked "
         "{soak_adaptive} of the default's writes (stock pymongo {soak_stock}) with {soak_errors} "
         "errors; from a tight limit's start to 1 s after its end {soak_limit} of the default's "
         "acks, around the all-reject windows {soak_overload} and around closed connections "
@@ -783,7 +779,7 @@ PROSE: list[tuple[str, str]] = [
     ),
     (
         "docs/simulator.md",
-        "During the failover every policy fails about the same share of operations (the floor is "
+        "During the failover every arm fails about the same share of operations (the floor is "
         "{sim_fleet_floor}), while `draft` sends the servers {sim_fleet_draft} requests per "
         "operation and `current`, the default, {sim_fleet_current}.",
     ),

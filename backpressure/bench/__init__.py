@@ -28,7 +28,7 @@ from backpressure.bench.fleet import (
     QUICK,
     FleetPlan,
     FleetRun,
-    fleet_policies,
+    fleet_arms,
     parse_shape,
     plan_from_dict,
     render_fleet_markdown,
@@ -59,8 +59,8 @@ from backpressure.cli import (
     progress_enabled,
     run_cli,
 )
-from backpressure.workload import POLICIES
-from backpressure.workload.arms import default_first
+from backpressure.workload import ARMS
+from backpressure.workload.arms import ARM_KEY, ARMS_KEY, default_first
 from backpressure.workload.remote import (
     add_uri_arguments,
     check_uri_arguments,
@@ -83,12 +83,12 @@ __all__ = ["build_parser", "main", "render_markdown", "run_bench"]
 OVERHEAD_GOAL = 1.01
 """Target for the upper bound of the 95 % CI of enabled/stock client CPU per operation."""
 
-DEFAULT_POLICIES: tuple[str, ...] = tuple(
+DEFAULT_ARMS: tuple[str, ...] = tuple(
     name
     for name in ("no-retries", "pymongo-native", "current", "draft", "adaptive")
-    if name in POLICIES
+    if name in ARMS
 )
-"""The policies compared by default (``hand-written`` on request)."""
+"""The arms compared by default (``hand-written`` on request)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,10 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--burst-seconds", type=positive, default=plan.burst_seconds, help="limiter burst, s"
     )
     group.add_argument(
-        "--policies",
-        type=name_list(POLICIES),
-        default=",".join(DEFAULT_POLICIES),
-        help="comma-separated policies",
+        "--arms",
+        type=name_list(ARMS),
+        default=",".join(DEFAULT_ARMS),
+        help="comma-separated arms",
     )
     group = parser.add_argument_group("fleet (K client processes x T threads)")
     group.add_argument(
@@ -295,8 +295,8 @@ def run_bench(
     out: TextIO = sys.stdout,
 ) -> dict[str, Any]:
     """Run the selected sections; print the report, write JSON and Markdown, return the data."""
-    names: list[str] = list(args.policies)
-    unavailable = {n: r for n in names if (r := POLICIES[n].unavailable()) is not None}
+    names: list[str] = list(args.arms)
+    unavailable = {n: r for n in names if (r := ARMS[n].unavailable()) is not None}
     runnable = [name for name in names if name not in unavailable]
     plan = _plan(args)
     if args.only == "fleet":
@@ -329,7 +329,7 @@ def run_bench(
             "core": {"iterations": args.core_iterations, "threads": [1, args.core_threads]},
             "overload": {
                 **asdict(plan),
-                "policies": runnable,
+                ARMS_KEY: runnable,
                 "unavailable": unavailable,
             },
         },
@@ -338,11 +338,11 @@ def run_bench(
     if not args.skip_overhead:
         total += args.pairs * len(OPERATIONS)
     if not args.skip_overload:
-        total += plan.seconds_per_policy() * len(runnable)
+        total += plan.seconds_per_arm() * len(runnable)
     if plans:
         report["config"]["fleet"] = {
             "plans": [asdict(p) for p in plans],
-            "policies": fleet_policies(runnable),
+            ARMS_KEY: fleet_arms(runnable),
         }
     note = untouched_note(args)
     if note is not None:
@@ -462,7 +462,7 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 
 def _fleet_md(section: list[dict[str, Any]], server: str = "") -> list[str]:
-    """The fleet section: one table per shape, every policy, the default's first (``server``:
+    """The fleet section: one table per shape, every arm, the default's first (``server``:
     the report's server line, which names a deployment given with ``--uri``)."""
     target = (
         "the embedded replica set in its own process over TCP; the primary's rate limit steps "
@@ -480,7 +480,7 @@ def _fleet_md(section: list[dict[str, Any]], server: str = "") -> list[str]:
         "commands the servers received per operation. Jain: fairness over the processes' "
         "successes. Goodput: successes per second as a share of the capacity, from the settle "
         "time after each step to the next step. Refusals/s: local refusals the package's "
-        "listeners reported (- : the policy reports none). Every policy ran on the same "
+        "listeners reported (- : the arm reports none). Every arm ran on the same "
         "server one after another; the machine is shared, so client CPU contention varies.",
         "",
     ]
@@ -628,13 +628,13 @@ def scenario_rows(runs: list[dict[str, Any]]) -> list[list[str]]:
     """Table rows of the overload runs (``SCENARIO_HEADERS`` order)."""
     rows = []
     scenarios = list(dict.fromkeys(r["scenario"] for r in runs))
-    order = {name: rank for rank, name in enumerate(default_first([r["policy"] for r in runs]))}
-    runs = sorted(runs, key=lambda r: (scenarios.index(r["scenario"]), order[r["policy"]]))
+    order = {name: rank for rank, name in enumerate(default_first([r[ARM_KEY] for r in runs]))}
+    runs = sorted(runs, key=lambda r: (scenarios.index(r["scenario"]), order[r[ARM_KEY]]))
     for r in runs:
         rows.append(
             [
                 r["scenario"],
-                r["policy"],
+                r[ARM_KEY],
                 f"{r['operations']:,}",
                 f"{r['app_errors']:,} ({r['error_fraction']:.1%})",
                 _opt_int(r["physical_min"]),
@@ -653,7 +653,7 @@ def scenario_rows(runs: list[dict[str, Any]]) -> list[list[str]]:
 
 SCENARIO_HEADERS = (
     "scenario",
-    "policy",
+    "arm",
     "ops",
     "app errors",
     "physical min",
@@ -673,20 +673,18 @@ def _overload_md(section: dict[str, Any], config: dict[str, Any]) -> list[str]:
     unavailable = "".join(
         f" {name} not run: {reason}." for name, reason in config["unavailable"].items()
     )
-    oracle = "the policy-lab oracle (`backpressure.sim.oracle`) on the run's own arrival log"
+    oracle = "the simulator's oracle (`backpressure.sim.oracle`) on the run's own arrival log"
     goal_rows = []
     dropped = []
     for g in (Goal(**g) for g in section["goals"]):
         verdict = ", ".join(
-            f"{policy} {'-' if g.met[policy] is None else ('met' if g.met[policy] else 'NOT met')}"
-            for policy in default_first(list(g.met))
+            f"{arm} {'-' if g.met[arm] is None else ('met' if g.met[arm] else 'NOT met')}"
+            for arm in default_first(list(g.met))
         )
         if g.dropped:
             dropped.append(f"- {g.goal}: {verdict} ({BASELINE} meets it, so it is dropped)")
             continue
-        figures = "; ".join(
-            f"{policy}: {g.figures[policy]}" for policy in default_first(list(g.figures))
-        )
+        figures = "; ".join(f"{arm}: {g.figures[arm]}" for arm in default_first(list(g.figures)))
         goal_rows.append([g.goal, verdict, figures])
     return [
         "## Overload",
@@ -706,13 +704,13 @@ def _overload_md(section: dict[str, Any], config: dict[str, Any]) -> list[str]:
         "",
         "App errors: operations that raised plus arrivals never sent (deadline passed before a "
         f"worker was free). Physical min: {oracle}; for a closed loop that log depends on the "
-        "policy; the closed loop's error goal (<= 1%) applies only when N/C is below the wait "
-        "an operation is allowed, and otherwise the policy-independent floor "
+        "arm; the closed loop's error goal (<= 1%) applies only when N/C is below the wait "
+        "an operation is allowed, and otherwise the arm-independent floor "
         "max(0, 1 - C·wait/N) is shown, not judged. Attempts/op: workload commands the "
         "server received per operation. Goodput: successes/s (open loop: in the overload or "
         "burst phase; closed loop: after the first second). p50/p99: successful operations. "
         "Local waits: the "
-        "policy's local-wait events (- : it reports none). Never sent: operations that raised "
+        "arm's local-wait events (- : it reports none). Never sent: operations that raised "
         "without any attempt reaching the network (refused locally). Budget refused: retries "
         f"the retry budget refused (- : no budget).{unavailable}",
         "",
@@ -720,7 +718,7 @@ def _overload_md(section: dict[str, Any], config: dict[str, Any]) -> list[str]:
         "",
         "### Goals (all comparisons within this run)",
         "",
-        format_table(["goal", "result per policy", "figures"], goal_rows, markdown=True),
+        format_table(["goal", "result per arm", "figures"], goal_rows, markdown=True),
         "",
         *(["Dropped goals:", "", *dropped, ""] if dropped else []),
     ]

@@ -40,8 +40,8 @@ from backpressure.sim.scenarios import (
     bench_open,
 )
 from backpressure.sim.scenarios import scenario as sim_scenario
-from backpressure.workload import POLICIES, RunResult, WorkloadConfig, run_policy
-from backpressure.workload.arms import has_native_backpressure, policy_label
+from backpressure.workload import ARMS, RunResult, WorkloadConfig, run_arm
+from backpressure.workload.arms import ARM_KEY, arm_label, has_native_backpressure, to_file
 from backpressure.workload.driver import LoadTarget, run_closed_loop
 from backpressure.workload.plan import HOT_MEMBER, OverloadPlan
 
@@ -54,15 +54,15 @@ __all__ = [
     "measure_client_cpu",
 ]
 
-POLICY_NAMES: tuple[str, ...] = ("no-retries", "current", "draft")
+ARM_NAMES: tuple[str, ...] = ("no-retries", "current", "draft")
 
 
 @dataclass(frozen=True)
 class Agreement:
-    """One (scenario, policy): the real run and the simulated one."""
+    """One (scenario, arm): the real run and the simulated one."""
 
     scenario: str
-    policy: str
+    arm: str
     operations_real: int
     operations_sim: int
     real_app_errors: int
@@ -171,7 +171,7 @@ def measure_client_cpu(
     return admitted, rejected
 
 
-def _real(target: LoadTarget, plan: OverloadPlan, name: str, policy: str) -> RunResult:
+def _real(target: LoadTarget, plan: OverloadPlan, name: str, arm: str) -> RunResult:
     """Run one benchmark scenario for real, exactly as ``run_overload`` does."""
 
     def config(capacity: float, threads: int, read_fraction: float = 0.5) -> WorkloadConfig:
@@ -183,7 +183,7 @@ def _real(target: LoadTarget, plan: OverloadPlan, name: str, policy: str) -> Run
             allowed_wait=plan.allowed_wait,
         )
 
-    chosen = POLICIES[policy]
+    chosen = ARMS[arm]
     if name.startswith("bench-closed-"):
         workers = int(name.removeprefix("bench-closed-").removesuffix("w"))
         return run_closed_loop(
@@ -205,7 +205,7 @@ def _real(target: LoadTarget, plan: OverloadPlan, name: str, policy: str) -> Run
     else:
         load = float(name.removeprefix("bench-open-").removesuffix("x"))
         phases = shapes[f"open {load:g}x"]
-    return run_policy(target, chosen, phases, config(plan.open_capacity, plan.open_threads))
+    return run_arm(target, chosen, phases, config(plan.open_capacity, plan.open_threads))
 
 
 def simulated_scenarios(shape: BenchShape, plan: OverloadPlan) -> list[Scenario]:
@@ -221,7 +221,7 @@ def compare(
     target: LoadTarget,
     *,
     plan: Optional[OverloadPlan] = None,
-    policies: Sequence[str] = POLICY_NAMES,
+    arms: Sequence[str] = ARM_NAMES,
     scenarios: Optional[Sequence[str]] = None,
     seed: int = 1,
     cpu_ms_per_attempt: Optional[float] = None,
@@ -236,14 +236,14 @@ def compare(
     for scenario in simulated_scenarios(shape, plan):
         if scenarios is not None and scenario.name not in scenarios:
             continue
-        simulated = run(scenario, list(policies), seed=seed)
-        for name in policies:
+        simulated = run(scenario, list(arms), seed=seed)
+        for name in arms:
             real = _real(target, plan, scenario.name, name)
-            sim = simulated.policies[name]
+            sim = simulated.arms[name]
             results.append(
                 Agreement(
                     scenario=scenario.name,
-                    policy=name,
+                    arm=name,
                     operations_real=real.offered,
                     operations_sim=sim.ops,
                     real_app_errors=real.app_errors,
@@ -265,13 +265,13 @@ def _percent(value: Optional[float]) -> str:
 def format_agreement(rows: Sequence[Agreement]) -> str:
     """A markdown table: real and simulated figures side by side."""
     lines = [
-        "| scenario | policy | ops real / sim | app errors real / sim | diff "
+        "| scenario | arm | ops real / sim | app errors real / sim | diff "
         "| attempts/op real / sim | diff |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
-            f"| {row.scenario} | {row.policy} | {row.operations_real:,} / {row.operations_sim:,} | "
+            f"| {row.scenario} | {row.arm} | {row.operations_real:,} / {row.operations_sim:,} | "
             f"{row.real_error_fraction:.1%} / {row.sim_error_fraction:.1%} | "
             f"{_percent(row.errors_difference)} | "
             f"{row.real_attempts_per_op:.2f} / {row.sim_attempts_per_op:.2f} | "
@@ -284,8 +284,8 @@ FLEET_SCENARIOS = {"8x8": "closed-fleet", "4x16": "closed-fleet-4x16"}
 """The simulator's closed-loop fleet scenario of each real fleet shape."""
 
 
-def _sim_policy(real: str) -> str:
-    """The simulated policy standing for a real one (stock pymongo's loop is ``current``)."""
+def _sim_arm(real: str) -> str:
+    """The simulated arm standing for a real one (stock pymongo's loop is ``current``)."""
     return "current" if real == "pymongo-native" else real
 
 
@@ -299,11 +299,11 @@ def fleet_agreement_markdown(fleet_report: dict[str, Any], seed: int = 1) -> str
 
     Runs the simulator's ``closed-fleet`` scenario of every shape in ``fleet_report`` with
     ``seed`` and returns a Markdown table: app errors, attempts per operation and Jain's index,
-    real and simulated, for every policy of the real run in its order (the default's first).
+    real and simulated, for every arm of the real run in its order (the default's first).
 
     """
     lines = [
-        "| shape | policy (real) | app errors real / sim | diff | attempts/op real / sim | diff "
+        "| shape | arm (real) | app errors real / sim | diff | attempts/op real / sim | diff "
         "| Jain real / sim |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -312,13 +312,13 @@ def fleet_agreement_markdown(fleet_report: dict[str, Any], seed: int = 1) -> str
         if not runs:
             continue
         name = runs[0].shape
-        wanted = sorted({_sim_policy(run.policy) for run in runs})
+        wanted = sorted({_sim_arm(run.arm) for run in runs})
         result = run(sim_scenario(FLEET_SCENARIOS[name]), wanted, seed)
         for real in runs:
-            sim = result.policies[_sim_policy(real.policy)]
+            sim = result.arms[_sim_arm(real.arm)]
             sim_jain = sim.jain
             lines.append(
-                f"| {name} | {policy_label(real.policy)} | {real.error_fraction:.1%} / "
+                f"| {name} | {arm_label(real.arm)} | {real.error_fraction:.1%} / "
                 f"{sim.error_fraction:.1%} | {_relative(sim.error_fraction, real.error_fraction)} "
                 f"| {real.attempts_per_op:.2f} / {sim.attempts_per_op:.2f} | "
                 f"{_relative(sim.attempts_per_op, real.attempts_per_op)} | "
@@ -333,8 +333,8 @@ def criticality_agreement_markdown(
     """The real criticality runs (``criticality-run<N>.json``) beside the simulator's.
 
     Simulates the reports' plan (:func:`backpressure.bench.criticality.simulated`; the plans
-    must be the same) with every seed of ``seeds``, once per simulated policy, and returns a
-    Markdown table, one row per policy of the first report in its order (the default's first):
+    must be the same) with every seed of ``seeds``, once per simulated arm, and returns a
+    Markdown table, one row per arm of the first report in its order (the default's first):
     critical errors, sheddable errors and attempts per operation of every real run, then of
     every simulated seed.
     """
@@ -344,11 +344,11 @@ def criticality_agreement_markdown(
     if any(plan != plans[0] for plan in plans):
         raise ValueError("the criticality reports ran different plans")
     scenario = simulated(plans[0])
-    runs = [{row["policy"]: row for row in report["runs"]} for report in reports]
-    names = [row["policy"] for row in reports[0]["runs"]]
+    runs = [{row[ARM_KEY]: row for row in report["runs"]} for report in reports]
+    names = [row[ARM_KEY] for row in reports[0]["runs"]]
     simulated_runs = {
-        policy: [run(scenario, [policy], seed).policies[policy] for seed in seeds]
-        for policy in dict.fromkeys(_sim_policy(name) for name in names)
+        arm: [run(scenario, [arm], seed).arms[arm] for seed in seeds]
+        for arm in dict.fromkeys(_sim_arm(name) for name in names)
     }
 
     def cell(real: list[float], sim: list[float], fmt: str) -> str:
@@ -357,13 +357,13 @@ def criticality_agreement_markdown(
         )
 
     lines = [
-        "| policy (real) | critical errors real / sim | sheddable errors real / sim "
+        "| arm (real) | critical errors real / sim | sheddable errors real / sim "
         "| attempts/op real / sim |",
         "|---|---|---|---|",
     ]
     for name in names:
         real = [rows[name] for rows in runs]
-        sim = simulated_runs[_sim_policy(name)]
+        sim = simulated_runs[_sim_arm(name)]
         cells = [
             cell(
                 [r["critical_error_rate"] for r in real],
@@ -377,7 +377,7 @@ def criticality_agreement_markdown(
             ),
             cell([r["attempts_per_op"] for r in real], [p.attempts_per_op for p in sim], ".2f"),
         ]
-        lines.append(f"| {policy_label(name)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {arm_label(name)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -388,7 +388,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         description="Simulator vs real runs on the embedded server, side by side.",
     )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--policies", default=",".join(POLICY_NAMES))
+    parser.add_argument("--arms", default=",".join(ARM_NAMES))
     parser.add_argument("--scenarios", help="comma-separated bench-* names (default: all)")
     parser.add_argument("--cpu-ms", type=float, help="client CPU per attempt (default: measure)")
     parser.add_argument("--json", type=Path, metavar="PATH")
@@ -437,7 +437,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             cpu = args.cpu_ms
         rows = compare(
             target,
-            policies=[p.strip() for p in args.policies.split(",")],
+            arms=[p.strip() for p in args.arms.split(",")],
             scenarios=None if args.scenarios is None else args.scenarios.split(","),
             seed=args.seed,
             cpu_ms_per_attempt=cpu,
@@ -451,7 +451,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 {
                     "cpu_ms_per_attempt": cpu,
                     "load_average": [load_before, load_after],
-                    "rows": [asdict(r) for r in rows],
+                    "rows": [to_file(asdict(r)) for r in rows],
                 },
                 indent=2,
             )

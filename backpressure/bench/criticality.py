@@ -9,10 +9,10 @@ The embedded replica set (its own process, real TCP) admits 200 ops/s throughout
 half of that for 5 s, twice that for 20 s, then half again for 10 s: the simulator's
 ``criticality-fleet`` scenario on real processes.
 
-The policies run one after another on the same server with the same arrivals (the default's row
+The arms run one after another on the same server with the same arrivals (the default's row
 first; stock pymongo beside it).  Stock pymongo has no notion of criticality, so its two halves
 fail alike; the goal is that of the adaptive preset: <= 1 % errors on the critical half.  Per
-policy: errors of each half (raised, plus arrivals no thread could start before their deadline),
+arm: errors of each half (raised, plus arrivals no thread could start before their deadline),
 attempts per operation (the server's own counters), the overload's goodput as a share of the
 capacity, the share of the arrivals of each of the 2 seconds after the overload ends that
 succeeded (what holding sheddable work costs once it is over), errors of operations that arrived
@@ -45,14 +45,14 @@ from backpressure.bench.fleet import (
     FleetPlan,
     _wait_until,
     competed_seconds,
-    fleet_policies,
+    fleet_arms,
     require_positive,
     run_processes,
 )
 from backpressure.bench.publish import publish_run
 from backpressure.cli import run_cli
-from backpressure.workload import POLICIES
-from backpressure.workload.arms import default_first, policy_label
+from backpressure.workload import ARMS
+from backpressure.workload.arms import arm_label, default_first, from_file, to_file
 from backpressure.workload.driver import LoadTarget, LocalEventCounter
 from backpressure.workload.report import run_line
 
@@ -77,8 +77,8 @@ __all__ = [
 CRITICALITY_GOAL = "critical errors <= 1%"
 """The adaptive preset's goal for critical work at twice the capacity."""
 
-POLICY_NAMES: tuple[str, ...] = ("pymongo-native", "current", "draft", "adaptive")
-"""The policies a run compares by default (those that run here; the default's first)."""
+ARM_NAMES: tuple[str, ...] = ("pymongo-native", "current", "draft", "adaptive")
+"""The arms a run compares by default (those that run here; the default's first)."""
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ def simulated(plan: CriticalityPlan) -> Scenario:
 
 def arrivals(plan: CriticalityPlan, index: int) -> list[tuple[float, bool]]:
     """Process ``index``'s arrivals: (seconds from the start, sheddable), Poisson at its share
-    of each phase's demand, the same for every policy (seeded by the plan and the index)."""
+    of each phase's demand, the same for every arm (seeded by the plan and the index)."""
     rng = random.Random(f"criticality:{plan.seed}:{index}")
     schedule: list[tuple[float, bool]] = []
     start = 0.0
@@ -231,14 +231,14 @@ def _open_loop_process(
     plan: CriticalityPlan,
     index: int,
     uri: str,
-    policy_name: str,
+    arm_name: str,
     fleet: FleetPlan,
     ready: Any,
     go: Any,
     start_at: Any,
     results: Any,
 ) -> None:
-    """One client process: open the policy's client, wait for ``go``, serve its arrivals.
+    """One client process: open the arm's client, wait for ``go``, serve its arrivals.
 
     The arguments after ``plan`` are those :func:`run_processes` gives every process body
     (``fleet``, the plan it runs, is ``plan.fleet``).
@@ -246,7 +246,7 @@ def _open_loop_process(
     cpu_start = time.process_time()
     logging.getLogger("backpressure").setLevel(logging.ERROR)  # one line per give-up is noise
     events = LocalEventCounter()
-    client = POLICIES[policy_name].open(
+    client = ARMS[arm_name].open(
         uri, local_listener=events, maxPoolSize=plan.threads + 10, appname=f"criticality-{index}"
     )
     try:
@@ -353,14 +353,14 @@ def _process_report(
     }
 
 
-# -- one policy's run -------------------------------------------------------------------------
+# -- one arm's run ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class CriticalityRun:
-    """One policy's criticality run, summarised."""
+    """One arm's criticality run, summarised."""
 
-    policy: str
+    arm: str
     critical_ops: int
     critical_errors: int
     sheddable_ops: int
@@ -378,7 +378,7 @@ class CriticalityRun:
     per_process_critical: tuple[tuple[int, int], ...]
     """(critical operations, critical errors) of each process."""
     per_process_competed_s: tuple[Optional[float], ...]
-    """Seconds each process's pacers competed (None: the policy does not pace)."""
+    """Seconds each process's pacers competed (None: the arm does not pace)."""
     local_refusals: Optional[int]
     error_kinds: dict[str, int]
     client_cpu_s: float
@@ -447,7 +447,7 @@ class CriticalityRun:
     def from_dict(cls, data: dict[str, Any]) -> CriticalityRun:
         """The run :meth:`to_dict` described."""
         names = {f for f in cls.__dataclass_fields__ if f != "goals"}
-        values = {k: v for k, v in data.items() if k in names}
+        values = {k: v for k, v in from_file(data).items() if k in names}
         for name in (
             "success_bins",
             "due_bins",
@@ -473,11 +473,11 @@ class CriticalityRun:
             after_end=list(self.after_end),
             goals=self.judge(),
         )
-        return data
+        return to_file(data)
 
 
 def summarize_criticality(
-    policy: str, plan: CriticalityPlan, processes: Sequence[dict[str, Any]], received: int
+    arm: str, plan: CriticalityPlan, processes: Sequence[dict[str, Any]], received: int
 ) -> CriticalityRun:
     """Turn the processes' reports and the server's count into a :class:`CriticalityRun`."""
     width = max(len(report["success_bins"]) for report in processes)
@@ -494,7 +494,7 @@ def summarize_criticality(
             critical_kinds[name] = critical_kinds.get(name, 0) + n
     refusals = [r["local_refusals"] for r in processes if r["local_refusals"] is not None]
     return CriticalityRun(
-        policy=policy,
+        arm=arm,
         critical_ops=sum(int(r["critical_ops"]) for r in processes),
         critical_errors=sum(int(r["critical_errors"]) for r in processes),
         sheddable_ops=sum(int(r["sheddable_ops"]) for r in processes),
@@ -521,50 +521,49 @@ def summarize_criticality(
 
 def run_criticality(
     target: LoadTarget,
-    policies: Optional[Sequence[str]] = None,
+    arms: Optional[Sequence[str]] = None,
     plan: CriticalityPlan = CriticalityPlan(),
     *,
     progress: Optional[Callable[[str], None]] = None,
 ) -> list[CriticalityRun]:
-    """Run every policy (default: :data:`POLICY_NAMES` that run here; the default's first)
-    through ``plan`` on ``target``, one after another (``progress`` hears each policy's name
+    """Run every arm (default: :data:`ARM_NAMES` that run here; the default's first)
+    through ``plan`` on ``target``, one after another (``progress`` hears each arm's name
     as it starts)."""
-    names = fleet_policies(policies if policies is not None else _available())
+    names = fleet_arms(arms if arms is not None else _available())
     worker = functools.partial(_open_loop_process, plan)
     runs = []
-    for policy in names:
+    for arm in names:
         if progress is not None:
-            progress(f"criticality: {policy} ...")
-        reports, received = run_processes(target, [policy] * plan.processes, plan.fleet, worker)
-        runs.append(summarize_criticality(policy, plan, reports, received))
+            progress(f"criticality: {arm} ...")
+        reports, received = run_processes(target, [arm] * plan.processes, plan.fleet, worker)
+        runs.append(summarize_criticality(arm, plan, reports, received))
     return runs
 
 
 def _available() -> list[str]:
-    """:data:`POLICY_NAMES` that run with this pymongo."""
-    return [name for name in POLICY_NAMES if POLICIES[name].unavailable() is None]
+    """:data:`ARM_NAMES` that run with this pymongo."""
+    return [name for name in ARM_NAMES if ARMS[name].unavailable() is None]
 
 
 # -- the report -------------------------------------------------------------------------------
 
 
-def _kinds_by_policy(kinds: Iterable[tuple[str, dict[str, int]]]) -> str:
-    """``policy: Kind n, Kind n; policy: ...`` for each (policy, errors by kind); ``-`` for none."""
+def _kinds_by_arm(kinds: Iterable[tuple[str, dict[str, int]]]) -> str:
+    """``arm: Kind n, Kind n; arm: ...`` for each (arm, errors by kind); ``-`` for none."""
     return "; ".join(
-        f"{policy_label(policy)}: "
-        + (", ".join(f"{name} {n:,}" for name, n in by_kind.items()) or "-")
-        for policy, by_kind in kinds
+        f"{arm_label(arm)}: " + (", ".join(f"{name} {n:,}" for name, n in by_kind.items()) or "-")
+        for arm, by_kind in kinds
     )
 
 
 def render_criticality_markdown(runs: Sequence[CriticalityRun], plan: CriticalityPlan) -> str:
-    """The table (every policy, the default's first), the goal and the per-process lines."""
-    order = default_first([run.policy for run in runs])
-    runs = sorted(runs, key=lambda run: order.index(run.policy))
+    """The table (every arm, the default's first), the goal and the per-process lines."""
+    order = default_first([run.arm for run in runs])
+    runs = sorted(runs, key=lambda run: order.index(run.arm))
     phases = ", then ".join(f"{load:g} x C for {seconds:g} s" for seconds, load in plan.phases)
     start, end = plan.overload_window
     header = [
-        "policy",
+        "arm",
         "critical errors",
         "sheddable errors",
         "all errors",
@@ -590,7 +589,7 @@ def render_criticality_markdown(runs: Sequence[CriticalityRun], plan: Criticalit
     for run in runs:
         first, second = run.after_end
         cells = [
-            policy_label(run.policy),
+            arm_label(run.arm),
             f"{100 * run.critical_error_rate:.2f}% ({run.critical_errors:,} of "
             f"{run.critical_ops:,})",
             f"{100 * run.sheddable_error_rate:.1f}% ({run.sheddable_errors:,} of "
@@ -608,13 +607,13 @@ def render_criticality_markdown(runs: Sequence[CriticalityRun], plan: Criticalit
         verdicts = ", ".join(
             f"{goal}: {'met' if met else 'NOT met'}" for goal, met in run.judge().items()
         )
-        lines.append(f"- **{policy_label(run.policy)}**: {verdicts}")
+        lines.append(f"- **{arm_label(run.arm)}**: {verdicts}")
     per_process = "; ".join(
-        f"{policy_label(run.policy)}: "
+        f"{arm_label(run.arm)}: "
         + ", ".join(f"{100 * e / n if n else 0:.1f}%" for n, e in run.per_process_critical)
         for run in runs
     )
-    kinds = _kinds_by_policy((run.policy, run.error_kinds) for run in runs)
+    kinds = _kinds_by_arm((run.arm, run.error_kinds) for run in runs)
     lines += [
         "",
         f"Critical errors per process: {per_process}.",
@@ -623,18 +622,16 @@ def render_criticality_markdown(runs: Sequence[CriticalityRun], plan: Criticalit
         "",
     ]
     split = [
-        (run.policy, run.critical_error_kinds)
-        for run in runs
-        if run.critical_error_kinds is not None
+        (run.arm, run.critical_error_kinds) for run in runs if run.critical_error_kinds is not None
     ]
     if split:
-        lines += [f"The critical half's errors by kind: {_kinds_by_policy(split)}.", ""]
+        lines += [f"The critical half's errors by kind: {_kinds_by_arm(split)}.", ""]
     competed = [
         run for run in runs if any(seconds is not None for seconds in run.per_process_competed_s)
     ]
     if competed:
         seconds = "; ".join(
-            f"{policy_label(run.policy)}: "
+            f"{arm_label(run.arm)}: "
             + ", ".join(f"{s:.1f}" for s in run.per_process_competed_s if s is not None)
             for run in competed
         )
@@ -676,33 +673,33 @@ def render_criticality_report(data: dict[str, Any]) -> str:
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:
-    """Parse ``argv`` and run every policy on one embedded replica set."""
+    """Parse ``argv`` and run every arm on one embedded replica set."""
     parser = argparse.ArgumentParser(
         prog="python -m backpressure.bench.criticality",
         description="Critical and sheddable work from a fleet at twice the capacity.",
     )
     parser.add_argument(
-        "--policy",
-        help="policies, comma-separated (default: stock pymongo, current, draft, adaptive; "
+        "--arms",
+        help="arms, comma-separated (default: stock pymongo, current, draft, adaptive; "
         "the default's row first)",
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the page")
     args = parser.parse_args(argv)
-    policies = None
-    if args.policy is not None:
-        policies = [part.strip() for part in args.policy.split(",") if part.strip()]
+    arms = None
+    if args.arms is not None:
+        arms = [part.strip() for part in args.arms.split(",") if part.strip()]
         try:
-            fleet_policies(policies)
+            fleet_arms(arms)
         except ValueError as exc:
-            parser.error(f"--policy: {exc}")
+            parser.error(f"--arms: {exc}")
     plan = CriticalityPlan()
 
     def progress(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
     publish_run(
-        lambda server: run_criticality(server, policies, plan, progress=progress),
+        lambda server: run_criticality(server, arms, plan, progress=progress),
         lambda runs, info, load, wall_s, commit: criticality_report(
             runs, plan, info, load, wall_s, commit
         ),

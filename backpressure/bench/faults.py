@@ -19,28 +19,28 @@ At the end the collection is read back: acked (documents acknowledged), errors (
 raised), duplicated (a document whose ``n`` is above 1: a write applied twice), lost (acked but
 absent).
 
-The policies run in interleaved rounds (``--rounds``): the schedule is cut into that many
-slices of ``seconds / rounds``, and each round replays its slice under every policy, in the
+The arms run in interleaved rounds (``--rounds``): the schedule is cut into that many
+slices of ``seconds / rounds``, and each round replays its slice under every arm, in the
 default-first order in the first round, the reverse order in the second, and so on, so that a
-slow stretch of a shared machine falls on every arm alike.  Each policy's acked writes are
+slow stretch of a shared machine falls on every arm alike.  Each arm's acked writes are
 compared with ``current``'s round by round (the same slice, a minute or two apart): the mean of
 those paired ratios and its 95 % confidence interval over the rounds (Student's t).  The client
 processes' CPU seconds and the machine's busy share during each soak tell a client-cost
 difference from an overload-control one.  The default's row comes first, stock pymongo beside
 it.  Goals for ``adaptive``: acked >= 98 % of ``current``'s (met when the interval's low end is
 at or above 0.98, missed when its high end is below), errors <= ``current``'s; for every
-policy, 0 duplicated and 0 lost.
+arm, 0 duplicated and 0 lost.
 
 ``--topology sharded`` runs the same writers and the same schedule against an embedded sharded
 cluster of ``--routers`` mongos (3 by default) over one shard, the URI naming every router, so
 that each selection has a choice of router.  Every mongos's ingress limiter admits ``capacity``
 ops/s; every fault hits mongos 0 alone (its fail points, and its limiter for the tight limits)
-while the other routers stay healthy.  The page then also gives each policy's acked writes
+while the other routers stay healthy.  The page then also gives each arm's acked writes
 against stock pymongo's (paired by round, as against ``current``'s), the share of the writes
-and commits that mongos 0 received, and one more goal for every policy but stock: acked (all
+and commits that mongos 0 received, and one more goal for every arm but stock: acked (all
 rounds added up) >= stock pymongo's.
 
-A policy name may carry client options after ``+``: ``current+routeAroundOverload=false`` is
+An arm name may carry client options after ``+``: ``current+routeAroundOverload=false`` is
 the ``current`` preset with its server choice off (options for this package's presets only;
 each value is passed to the client as written, which validates it).
 """
@@ -68,11 +68,19 @@ import pymongo
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
-from backpressure.bench.fleet import _await_ready, _wait_until, fleet_policies
+from backpressure.bench.fleet import _await_ready, _wait_until, fleet_arms
 from backpressure.bench.publish import publish_run
 from backpressure.cli import positive_float, positive_int, run_cli
-from backpressure.workload import POLICIES
-from backpressure.workload.arms import STOCK, default_first, default_policy_name, policy_label
+from backpressure.workload import ARMS
+from backpressure.workload.arms import (
+    ARM_KEY,
+    STOCK,
+    arm_label,
+    default_first,
+    default_policy_name,
+    from_file,
+    to_file,
+)
 from backpressure.workload.driver import received_commands
 from backpressure.workload.metrics import AFTER_FAULT_S, counts_by_fault
 from backpressure.workload.report import run_line
@@ -105,10 +113,10 @@ __all__ = [
     "round_faults",
     "round_order",
     "rounds_from_report",
+    "run_arm_faults",
     "run_faults",
-    "run_policy_faults",
-    "soak_policies",
-    "split_policy",
+    "soak_arms",
+    "split_arm",
     "total_run",
 ]
 
@@ -126,7 +134,7 @@ FAULT_GOALS: tuple[str, ...] = (
 )
 
 STOCK_GOAL = "acked >= stock pymongo's"
-"""The sharded soak's goal for every policy but stock: its acked writes, all rounds added up,
+"""The sharded soak's goal for every arm but stock: its acked writes, all rounds added up,
 at least stock pymongo's."""
 
 TOPOLOGIES: tuple[str, ...] = ("replicaset", "sharded")
@@ -137,7 +145,7 @@ FAULTY_MEMBER = 0
 sharded cluster."""
 
 OPTION_SEPARATOR = "+"
-"""Between a policy's name and each client option it carries:
+"""Between an arm's name and each client option it carries:
 ``current+routeAroundOverload=false``."""
 
 KEY_SPACE = 10**9
@@ -162,7 +170,7 @@ class FaultPlan:
     start_timeout_s: float = 120.0
     rounds: int = 6
     """Interleaved rounds: each replays its ``seconds / rounds`` slice of the schedule under
-    every policy (the module's docstring)."""
+    every arm (the module's docstring)."""
     topology: str = "replicaset"
     """``replicaset`` (faults on the primary) or ``sharded`` (faults on mongos 0)."""
     routers: int = 3
@@ -313,42 +321,42 @@ def _fail_point(mode: Any, commands: list[str], **data: Any) -> dict[str, Any]:
     }
 
 
-# -- the policies ----------------------------------------------------------------------------
+# -- the arms ---------------------------------------------------------------------------------
 
 
-def split_policy(name: str) -> tuple[str, dict[str, str]]:
-    """A policy name and the client options it carries: ``current+routeAroundOverload=false``
+def split_arm(name: str) -> tuple[str, dict[str, str]]:
+    """An arm name and the client options it carries: ``current+routeAroundOverload=false``
     is ``("current", {"routeAroundOverload": "false"})``; ValueError for an option without a
-    value, for an unknown policy, or for options on a policy that is not one of this
+    value, for an unknown arm, or for options on an arm that is not one of this
     package's presets."""
     base, *items = name.split(OPTION_SEPARATOR)
-    if base not in POLICIES:
-        raise ValueError(f"unknown policy {base!r}; choose from {', '.join(POLICIES)}")
+    if base not in ARMS:
+        raise ValueError(f"unknown arm {base!r}; choose from {', '.join(ARMS)}")
     options: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
-            raise ValueError(f"policy {name!r}: expected OPTION=VALUE after +, got {item!r}")
+            raise ValueError(f"arm {name!r}: expected OPTION=VALUE after +, got {item!r}")
         options[key] = value
-    if options and POLICIES[base].kind != "ours":
-        raise ValueError(f"policy {name!r}: client options need one of this package's presets")
+    if options and ARMS[base].kind != "ours":
+        raise ValueError(f"arm {name!r}: client options need one of this package's presets")
     return base, options
 
 
-def soak_policies(names: Optional[Sequence[str]] = None) -> list[str]:
-    """The soak's policies, the default's first: ``names`` (each as :func:`split_policy` reads
-    it), or the fleet's policies (:func:`~backpressure.bench.fleet.fleet_policies`)."""
+def soak_arms(names: Optional[Sequence[str]] = None) -> list[str]:
+    """The soak's arms, the default's first: ``names`` (each as :func:`split_arm` reads
+    it), or the fleet's arms (:func:`~backpressure.bench.fleet.fleet_arms`)."""
     if names is None:
-        return fleet_policies()
+        return fleet_arms()
     for name in names:
-        split_policy(name)
+        split_arm(name)
     return default_first(names)
 
 
-def _open(policy: str, uri: str, **kwargs: Any) -> Any:
-    """Open ``policy``'s client for ``uri``, with the options its name carries."""
-    base, options = split_policy(policy)
-    return POLICIES[base].open(uri, **kwargs, **options)
+def _open(arm: str, uri: str, **kwargs: Any) -> Any:
+    """Open ``arm``'s client for ``uri``, with the options its name carries."""
+    base, options = split_arm(arm)
+    return ARMS[base].open(uri, **kwargs, **options)
 
 
 # -- the writer processes ---------------------------------------------------------------------
@@ -357,7 +365,7 @@ def _open(policy: str, uri: str, **kwargs: Any) -> Any:
 def _writer_process(
     index: int,
     uri: str,
-    policy_name: str,
+    arm_name: str,
     plan: FaultPlan,
     ready: Any,
     go: Any,
@@ -366,7 +374,7 @@ def _writer_process(
 ) -> None:
     """One client process: T writer threads, each recording the ids acknowledged."""
     logging.getLogger("backpressure").setLevel(logging.ERROR)
-    client = _open(policy_name, uri, maxPoolSize=plan.threads + 10, appname=f"soak-{index}")
+    client = _open(arm_name, uri, maxPoolSize=plan.threads + 10, appname=f"soak-{index}")
     try:
         collection = client.client[DATABASE][COLLECTION]
         collection.find_one({"_id": -1})  # connect and discover before the clock starts
@@ -457,14 +465,14 @@ def _writer_process(
         client.close()
 
 
-# -- one policy's soak ------------------------------------------------------------------------
+# -- one arm's soak ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class FaultRun:
-    """One policy's soak, summarised."""
+    """One arm's soak, summarised."""
 
-    policy: str
+    arm: str
     operations: int
     transactions: int
     errors: int
@@ -521,12 +529,14 @@ class FaultRun:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary."""
-        return {
-            **asdict(self),
-            "error_rate": self.error_rate,
-            "cpu_ms_per_ack": round(self.cpu_ms_per_ack, 4),
-            "cpu_cores": round(self.cpu_cores, 4),
-        }
+        return to_file(
+            {
+                **asdict(self),
+                "error_rate": self.error_rate,
+                "cpu_ms_per_ack": round(self.cpu_ms_per_ack, 4),
+                "cpu_cores": round(self.cpu_cores, 4),
+            }
+        )
 
 
 class _Controller:
@@ -629,10 +639,10 @@ def audit(acked: Sequence[int], stored: Mapping[int, int]) -> tuple[int, int]:
     return sum(1 for n in stored.values() if n > 1), sum(1 for key in acked if key not in stored)
 
 
-def run_policy_faults(
-    target: Any, policy: str, plan: FaultPlan, faults: Optional[Sequence[Fault]] = None
+def run_arm_faults(
+    target: Any, arm: str, plan: FaultPlan, faults: Optional[Sequence[Fault]] = None
 ) -> FaultRun:
-    """Run the soak once under ``policy`` and check every acked write; ``faults`` defaults
+    """Run the soak once under ``arm`` and check every acked write; ``faults`` defaults
     to the plan's seeded schedule. ``target`` is an embedded server of the plan's topology."""
     topology = getattr(target, "topology", None)
     if topology != plan.topology:
@@ -659,8 +669,8 @@ def run_policy_faults(
     processes = [
         context.Process(
             target=_writer_process,
-            args=(index, target.uri, policy, plan, ready, go, start_at, results),
-            name=f"soak-{policy}-{index}",
+            args=(index, target.uri, arm, plan, ready, go, start_at, results),
+            name=f"soak-{arm}-{index}",
             daemon=True,
         )
         for index in range(plan.processes)
@@ -703,7 +713,7 @@ def run_policy_faults(
     counted = ("update", "commitTransaction")
     faulty = stats["members"][FAULTY_MEMBER] if "members" in stats else stats
     return FaultRun(
-        policy=policy,
+        arm=arm,
         operations=sum(int(r["ops"]) for r in reports),
         transactions=sum(int(r["transactions"]) for r in reports),
         errors=sum(int(r["errors"]) for r in reports),
@@ -726,24 +736,24 @@ def run_policy_faults(
 
 @dataclass(frozen=True)
 class FaultRound:
-    """One round: its slice of the schedule run under every policy, one after another."""
+    """One round: its slice of the schedule run under every arm, one after another."""
 
     index: int
     order: tuple[str, ...]
-    """The policies in the order they ran."""
+    """The arms in the order they ran."""
     faults: tuple[Fault, ...]
     """The round's slice of the schedule (:func:`round_faults`)."""
     runs: tuple[FaultRun, ...]
-    """One per policy, in ``order``."""
+    """One per arm, in ``order``."""
     load: Optional[float] = None
     """The machine's 1-minute load average when the round started."""
 
-    def run_of(self, policy: str) -> FaultRun:
-        """The run of ``policy`` in this round (KeyError if it did not run)."""
+    def run_of(self, arm: str) -> FaultRun:
+        """The run of ``arm`` in this round (KeyError if it did not run)."""
         for run in self.runs:
-            if run.policy == policy:
+            if run.arm == arm:
                 return run
-        raise KeyError(policy)
+        raise KeyError(arm)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready round."""
@@ -757,26 +767,26 @@ class FaultRound:
 
 
 Runner = Callable[[Any, str, FaultPlan, Sequence[Fault]], FaultRun]
-"""Runs one policy's soak: ``(target, policy, plan, faults)`` (:func:`run_policy_faults`)."""
+"""Runs one arm's soak: ``(target, arm, plan, faults)`` (:func:`run_arm_faults`)."""
 
 
-def round_order(policies: Sequence[str], index: int) -> list[str]:
-    """The order of round ``index``: ``policies`` as given in even rounds, reversed in odd ones."""
-    return list(policies) if index % 2 == 0 else list(reversed(policies))
+def round_order(arms: Sequence[str], index: int) -> list[str]:
+    """The order of round ``index``: ``arms`` as given in even rounds, reversed in odd ones."""
+    return list(arms) if index % 2 == 0 else list(reversed(arms))
 
 
 def run_faults(
     target: Any,
-    policies: Optional[Sequence[str]] = None,
+    arms: Optional[Sequence[str]] = None,
     plan: FaultPlan = FaultPlan(),
     *,
     progress: Optional[Callable[[str], None]] = None,
-    runner: Runner = run_policy_faults,
+    runner: Runner = run_arm_faults,
 ) -> list[FaultRound]:
-    """Run every policy (the default's first) through the seeded schedule in ``plan.rounds``
-    interleaved rounds: round ``r`` runs its slice of the schedule under every policy, in
+    """Run every arm (the default's first) through the seeded schedule in ``plan.rounds``
+    interleaved rounds: round ``r`` runs its slice of the schedule under every arm, in
     :func:`round_order`."""
-    names = soak_policies(policies)
+    names = soak_arms(arms)
     schedule = fault_schedule(plan.seed, plan.seconds)
     one = dataclasses.replace(plan, seconds=plan.round_s, rounds=1)
     rounds = []
@@ -785,18 +795,18 @@ def run_faults(
         order = round_order(names, index)
         load = round(os.getloadavg()[0], 2)
         runs = []
-        for policy in order:
+        for arm in order:
             if progress is not None:
-                progress(f"faults: round {index + 1} of {plan.rounds}, {policy}")
-            runs.append(runner(target, policy, one, faults))
+                progress(f"faults: round {index + 1} of {plan.rounds}, {arm}")
+            runs.append(runner(target, arm, one, faults))
         rounds.append(FaultRound(index, tuple(order), tuple(faults), tuple(runs), load))
     return rounds
 
 
 def total_run(runs: Sequence[FaultRun]) -> FaultRun:
-    """One policy's runs added up (their bins left out; the machine's busy share averaged)."""
-    if not runs or len({run.policy for run in runs}) != 1:
-        raise ValueError("total_run needs one or more runs of one policy")
+    """One arm's runs added up (their bins left out; the machine's busy share averaged)."""
+    if not runs or len({run.arm for run in runs}) != 1:
+        raise ValueError("total_run needs one or more runs of one arm")
     kinds: dict[str, int] = {}
     for run in runs:
         for name, n in run.error_kinds.items():
@@ -804,7 +814,7 @@ def total_run(runs: Sequence[FaultRun]) -> FaultRun:
     busy = [run.machine_busy for run in runs if run.machine_busy is not None]
     faulty = [run.faulty_received for run in runs]
     return FaultRun(
-        policy=runs[0].policy,
+        arm=runs[0].arm,
         operations=sum(run.operations for run in runs),
         transactions=sum(run.transactions for run in runs),
         errors=sum(run.errors for run in runs),
@@ -823,14 +833,14 @@ def total_run(runs: Sequence[FaultRun]) -> FaultRun:
     )
 
 
-def paired_ratios(rounds: Sequence[FaultRound], policy: str, base: str = "current") -> list[float]:
-    """``policy``'s acked documents over ``base``'s, round by round (rounds where ``base``
+def paired_ratios(rounds: Sequence[FaultRound], arm: str, base: str = "current") -> list[float]:
+    """``arm``'s acked documents over ``base``'s, round by round (rounds where ``base``
     acked nothing are left out)."""
     ratios = []
     for one in rounds:
         acked = one.run_of(base).acked
         if acked:
-            ratios.append(one.run_of(policy).acked / acked)
+            ratios.append(one.run_of(arm).acked / acked)
     return ratios
 
 
@@ -885,7 +895,7 @@ def judge(run: FaultRun, current: Optional[FaultRun]) -> dict[str, Optional[bool
 
 
 def _current(runs: Sequence[FaultRun]) -> Optional[FaultRun]:
-    return next((run for run in runs if run.policy == "current"), None)
+    return next((run for run in runs if run.arm == "current"), None)
 
 
 def _verdict(met: Optional[bool]) -> str:
@@ -893,15 +903,15 @@ def _verdict(met: Optional[bool]) -> str:
 
 
 def render_faults_markdown(runs: Sequence[FaultRun], plan: FaultPlan) -> str:
-    """The table (every policy, the default's first) and each goal per policy."""
-    runs = sorted(runs, key=lambda run: run.policy != default_policy_name())
+    """The table (every arm, the default's first) and each goal per arm."""
+    runs = sorted(runs, key=lambda run: run.arm != default_policy_name())
     current = _current(runs)
     faults = fault_schedule(plan.seed, plan.seconds)
     by_kind: dict[str, int] = {}
     for fault in faults:
         by_kind[fault.kind] = by_kind.get(fault.kind, 0) + 1
     header = [
-        "policy",
+        "arm",
         "acked",
         "vs current",
         "errors",
@@ -919,7 +929,7 @@ def render_faults_markdown(runs: Sequence[FaultRun], plan: FaultPlan) -> str:
         f"{100 * plan.transaction_share:g}% two-document transactions; fault schedule "
         f"{plan.seed}: {len(faults)} faults ("
         + ", ".join(f"{kind} {n}" for kind, n in sorted(by_kind.items()))
-        + "). Policies one after another on the same schedule.",
+        + "). Arms one after another on the same schedule.",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
@@ -928,7 +938,7 @@ def render_faults_markdown(runs: Sequence[FaultRun], plan: FaultPlan) -> str:
         ratio = "-" if current is None or not current.acked else f"{run.acked / current.acked:.3f}"
         attempts = run.server_received / run.operations if run.operations else 0.0
         cells = [
-            policy_label(run.policy),
+            arm_label(run.arm),
             f"{run.acked:,}",
             ratio,
             f"{run.errors:,}",
@@ -944,13 +954,13 @@ def render_faults_markdown(runs: Sequence[FaultRun], plan: FaultPlan) -> str:
     lines += ["", "Errors by kind:", ""]
     for run in runs:
         kinds = ", ".join(f"{name} {n:,}" for name, n in run.error_kinds.items()) or "none"
-        lines.append(f"- **{policy_label(run.policy)}**: {kinds}")
+        lines.append(f"- **{arm_label(run.arm)}**: {kinds}")
     lines += ["", "Goals:", ""]
     for run in runs:
         verdicts = ", ".join(
             f"{goal}: {_verdict(met)}" for goal, met in judge(run, current).items()
         )
-        lines.append(f"- **{policy_label(run.policy)}**: {verdicts}")
+        lines.append(f"- **{arm_label(run.arm)}**: {verdicts}")
     return "\n".join(lines) + "\n"
 
 
@@ -980,8 +990,8 @@ def judge_rounds(
     }
 
 
-def _policies(rounds: Sequence[FaultRound]) -> list[str]:
-    """The policies of the rounds, the default's first (the first round's order otherwise)."""
+def _arms(rounds: Sequence[FaultRound]) -> list[str]:
+    """The arms of the rounds, the default's first (the first round's order otherwise)."""
     return sorted(rounds[0].order, key=lambda name: name != default_policy_name())
 
 
@@ -998,17 +1008,17 @@ def judge_stock(total: FaultRun, stock: Optional[FaultRun]) -> str:
 def _summary(
     rounds: Sequence[FaultRound], plan: Optional[FaultPlan] = None
 ) -> list[dict[str, Any]]:
-    """Each policy's totals over the rounds, its paired ratios and goals, the default's first.
+    """Each arm's totals over the rounds, its paired ratios and goals, the default's first.
 
     For the sharded soak, also the paired ratios against stock pymongo and :data:`STOCK_GOAL`
-    (every policy but stock)."""
-    policies = _policies(rounds)
-    totals = {name: total_run([one.run_of(name) for one in rounds]) for name in policies}
+    (every arm but stock)."""
+    arms = _arms(rounds)
+    totals = {name: total_run([one.run_of(name) for one in rounds]) for name in arms}
     current = totals.get("current")
     stock = totals.get(STOCK)
     sharded = plan is not None and plan.sharded
     rows = []
-    for name in policies:
+    for name in arms:
         total = totals[name]
         ratios = paired_ratios(rounds, name) if current is not None else []
         mean, low, high = mean_interval(ratios) if ratios else (None, None, None)
@@ -1046,10 +1056,10 @@ def _round_list(items: Sequence[int]) -> str:
 
 
 def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str:
-    """The interleaved soak's tables (every policy, the default's first) and goals."""
+    """The interleaved soak's tables (every arm, the default's first) and goals."""
     rows = _summary(rounds, plan)
-    policies = [row["policy"] for row in rows]
-    totals = {name: total_run([one.run_of(name) for one in rounds]) for name in policies}
+    arms = [row[ARM_KEY] for row in rows]
+    totals = {name: total_run([one.run_of(name) for one in rounds]) for name in arms}
     schedule = fault_schedule(plan.seed, plan.seconds)
     by_kind: dict[str, int] = {}
     for fault in schedule:
@@ -1067,10 +1077,10 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
         f"transactions; fault schedule {plan.seed}: {plan.seconds:g} s, {len(schedule)} faults ("
         + ", ".join(f"{kind} {n}" for kind, n in sorted(by_kind.items()))
         + f"), cut into {plan.rounds} rounds of {plan.round_s:g} s. Each round replays its "
-        f"slice under every policy, one after another, in the order of the table {order}. "
+        f"slice under every arm, one after another, in the order of the table {order}. "
         f"Load average at each round's start: {loads}.",
         "",
-        "`vs current`: the mean over the rounds of the policy's acked writes divided by "
+        "`vs current`: the mean over the rounds of the arm's acked writes divided by "
         "`current`'s in the same round, with its 95% confidence interval. Client CPU: the "
         "client processes' CPU time (all threads) per acked write, and in cores kept busy; "
         "machine busy: the share of the machine's CPU time in use during the soaks, every "
@@ -1084,12 +1094,12 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
         ),
         "",
     ]
-    header = ["policy", "acked", "vs current", "95% CI"]
+    header = ["arm", "acked", "vs current", "95% CI"]
     if plan.sharded:
         header += ["vs stock", "95% CI (stock)"]
     header += ["errors", "error rate", "duplicated", "lost"]
     costs = [
-        "policy",
+        "arm",
         "operations",
         "transactions",
         "attempts/op",
@@ -1102,14 +1112,14 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     cost_lines = ["| " + " | ".join(costs) + " |", "|" + "---|" * len(costs)]
     for row in rows:
-        total = totals[row["policy"]]
+        total = totals[row[ARM_KEY]]
         interval = (
             "-" if row["ratio_low"] is None else f"{row['ratio_low']:.3f}-{row['ratio_high']:.3f}"
         )
         attempts = total.server_received / total.operations if total.operations else 0.0
         busy = "-" if total.machine_busy is None else f"{100 * total.machine_busy:.0f}%"
         cells = [
-            policy_label(total.policy),
+            arm_label(total.arm),
             f"{total.acked:,}",
             _figure(row["ratio_mean"]),
             interval,
@@ -1124,7 +1134,7 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
         ]
         lines.append("| " + " | ".join(cells) + " |")
         cells = [
-            policy_label(total.policy),
+            arm_label(total.arm),
             f"{total.operations:,}",
             f"{total.transactions:,}",
             f"{attempts:.2f}",
@@ -1142,21 +1152,21 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
         chunk = rounds[first : first + ROUNDS_PER_TABLE]
         lines += [
             "",
-            "| policy | " + " | ".join(f"round {one.index + 1}" for one in chunk) + " |",
+            "| arm | " + " | ".join(f"round {one.index + 1}" for one in chunk) + " |",
             "|" + "---|" * (len(chunk) + 1),
         ]
-        for name in policies:
+        for name in arms:
             cells = []
             for one in chunk:
-                acked, base = one.run_of(name).acked, one.run_of(policies[0]).acked
-                if "current" in policies:
+                acked, base = one.run_of(name).acked, one.run_of(arms[0]).acked
+                if "current" in arms:
                     base = one.run_of("current").acked
                 cells.append(f"{acked:,} ({acked / base:.3f})" if base else f"{acked:,}")
-            lines.append(f"| {policy_label(name)} | " + " | ".join(cells) + " |")
+            lines.append(f"| {arm_label(name)} | " + " | ".join(cells) + " |")
     kinds = sorted({fault.kind for one in rounds for fault in one.faults})
     counted = {
         name: _kind_totals([acked_by_kind(one.run_of(name), one.faults) for one in rounds])
-        for name in policies
+        for name in arms
     }
     base_kinds = counted.get("current")
     lines += [
@@ -1164,24 +1174,24 @@ def render_rounds_markdown(rounds: Sequence[FaultRound], plan: FaultPlan) -> str
         f"Acked writes by fault kind, from each fault's start to {AFTER_FAULT_S:g} s after its "
         "end, all rounds (`vs current`); `no fault`: the rest of the time:",
         "",
-        "| policy | " + " | ".join([*kinds, "no fault"]) + " |",
+        "| arm | " + " | ".join([*kinds, "no fault"]) + " |",
         "|" + "---|" * (len(kinds) + 2),
     ]
-    for name in policies:
+    for name in arms:
         cells = []
         for kind in [*kinds, "none"]:
             acked = counted[name].get(kind, 0)
             base = 0 if base_kinds is None else base_kinds.get(kind, 0)
             cells.append(f"{acked:,} ({acked / base:.3f})" if base else f"{acked:,}")
-        lines.append(f"| {policy_label(name)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {arm_label(name)} | " + " | ".join(cells) + " |")
     lines += ["", "Errors by kind:", ""]
-    for name in policies:
+    for name in arms:
         listed = ", ".join(f"{k} {n:,}" for k, n in totals[name].error_kinds.items()) or "none"
-        lines.append(f"- **{policy_label(name)}**: {listed}")
+        lines.append(f"- **{arm_label(name)}**: {listed}")
     lines += ["", "Goals:", ""]
     for row in rows:
         verdicts = ", ".join(f"{goal}: {met}" for goal, met in row["goals"].items())
-        lines.append(f"- **{policy_label(row['policy'])}**: {verdicts}")
+        lines.append(f"- **{arm_label(row[ARM_KEY])}**: {verdicts}")
     return "\n".join(lines) + "\n"
 
 
@@ -1221,8 +1231,8 @@ def faults_report(
     wall_s: float,
     commit: str,
 ) -> dict[str, Any]:
-    """The raw data of one interleaved soak of every policy, as written to JSON: each round's
-    runs, and each policy's totals, paired ratios and goals (``runs``, the default's first)."""
+    """The raw data of one interleaved soak of every arm, as written to JSON: each round's
+    runs, and each arm's totals, paired ratios and goals (``runs``, the default's first)."""
     return {
         "machine": info,
         "load_average": [round(x, 2) for x in load],
@@ -1238,7 +1248,7 @@ def faults_report(
 def _fault_run(entry: Mapping[str, Any]) -> FaultRun:
     """A :class:`FaultRun` from its JSON (derived figures left out)."""
     names = set(FaultRun.__dataclass_fields__)
-    values = {k: v for k, v in entry.items() if k in names}
+    values = {k: v for k, v in from_file(entry).items() if k in names}
     values["ok_bins"] = tuple(values.get("ok_bins", ()))
     values["error_bins"] = tuple(values.get("error_bins", ()))
     return FaultRun(**values)
@@ -1263,12 +1273,10 @@ def rounds_from_report(data: Mapping[str, Any]) -> list[FaultRound]:
     ]
 
 
-def kind_ratios(
-    rounds: Sequence[FaultRound], policy: str, base: str = "current"
-) -> dict[str, float]:
-    """``policy``'s acked writes by fault kind (:func:`acked_by_kind`, all rounds) over
+def kind_ratios(rounds: Sequence[FaultRound], arm: str, base: str = "current") -> dict[str, float]:
+    """``arm``'s acked writes by fault kind (:func:`acked_by_kind`, all rounds) over
     ``base``'s; kinds where ``base`` acked nothing are left out."""
-    mine = _kind_totals([acked_by_kind(one.run_of(policy), one.faults) for one in rounds])
+    mine = _kind_totals([acked_by_kind(one.run_of(arm), one.faults) for one in rounds])
     theirs = _kind_totals([acked_by_kind(one.run_of(base), one.faults) for one in rounds])
     return {kind: mine.get(kind, 0) / n for kind, n in theirs.items() if n}
 
@@ -1276,7 +1284,7 @@ def kind_ratios(
 def render_faults_report(data: dict[str, Any]) -> str:
     """The Markdown page of :func:`faults_report`'s data: the run's line, then the tables.
 
-    Data without ``rounds`` (the soaks before the interleaved rounds: the policies one after
+    Data without ``rounds`` (the soaks before the interleaved rounds: the arms one after
     another over the whole schedule) renders as :func:`render_faults_markdown` does.
     """
     plan = FaultPlan(**data["plan"])
@@ -1288,16 +1296,16 @@ def render_faults_report(data: dict[str, Any]) -> str:
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:
-    """Parse ``argv`` and soak every policy in interleaved rounds on one embedded deployment
+    """Parse ``argv`` and soak every arm in interleaved rounds on one embedded deployment
     (a replica set, or a sharded cluster with ``--topology sharded``)."""
     parser = argparse.ArgumentParser(
         prog="python -m backpressure.bench.faults",
         description="Writers under a seeded fault schedule; every acked write checked.",
     )
     parser.add_argument(
-        "--policies",
+        "--arms",
         help=(
-            "comma-separated (default: every available policy); a preset may carry client "
+            "comma-separated (default: every available arm); a preset may carry client "
             "options: current+routeAroundOverload=false"
         ),
     )
@@ -1320,7 +1328,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         "--rounds",
         type=positive_int,
         default=6,
-        help="interleaved rounds, each replaying its slice of the schedule under every policy",
+        help="interleaved rounds, each replaying its slice of the schedule under every arm",
     )
     parser.add_argument("--processes", type=positive_int, default=4, help="client processes")
     parser.add_argument("--threads", type=positive_int, default=8, help="writers per process")
@@ -1328,9 +1336,9 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the table")
     args = parser.parse_args(argv)
-    policies = [p for p in args.policies.split(",") if p] if args.policies else None
+    arms = [p for p in args.arms.split(",") if p] if args.arms else None
     try:
-        soak_policies(policies)
+        soak_arms(arms)
         plan = FaultPlan(
             processes=args.processes,
             threads=args.threads,
@@ -1347,7 +1355,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         print(text, file=sys.stderr, flush=True)
 
     publish_run(
-        lambda server: run_faults(server, policies, plan, progress=progress),
+        lambda server: run_faults(server, arms, plan, progress=progress),
         lambda runs, info, load, wall_s, commit: faults_report(
             runs, plan, info, load, wall_s, commit
         ),

@@ -7,7 +7,7 @@ replica set runs in its own process and is reached over real TCP; nothing is moc
 primary's ingress rate limit steps through ``rates`` (200 -> 100 -> 300 ops/s by default) every
 ``step_s`` seconds, set from this process over the server's control connection.
 
-Per policy (every policy runs on the same server, one after another, the default's first):
+Per arm (every arm runs on the same server, one after another, the default's first):
 app errors, attempts per operation (workload commands the servers received, from their own
 counters, per operation), Jain's fairness index over the processes' successes, goodput per
 phase as a share of the capacity from ``settle_s`` after each step, p50/p99 of successful
@@ -38,8 +38,14 @@ import pymongo
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
-from backpressure.workload import POLICIES
-from backpressure.workload.arms import default_first, default_policy_name, policy_label
+from backpressure.workload import ARMS
+from backpressure.workload.arms import (
+    arm_label,
+    default_first,
+    default_policy_name,
+    from_file,
+    to_file,
+)
 from backpressure.workload.driver import LoadTarget, LocalEventCounter, received_commands
 from backpressure.workload.metrics import jain_index, percentile
 
@@ -49,7 +55,7 @@ __all__ = [
     "FleetPlan",
     "FleetRun",
     "default_policy_name",
-    "fleet_policies",
+    "fleet_arms",
     "plan_from_dict",
     "render_fleet_markdown",
     "require_positive",
@@ -136,18 +142,18 @@ FLEET_GOALS: tuple[str, ...] = (
 )
 
 
-def fleet_policies(names: Optional[Sequence[str]] = None) -> list[str]:
+def fleet_arms(names: Optional[Sequence[str]] = None) -> list[str]:
     """``names`` (default: no-retries, stock pymongo, current, draft, adaptive, those that run
-    here) with the default policy's moved first; unknown names raise ValueError."""
+    here) with the default arm's moved first; unknown names raise ValueError."""
     if names is None:
         names = [
             name
             for name in ("no-retries", "pymongo-native", "current", "draft", "adaptive")
-            if name in POLICIES and POLICIES[name].unavailable() is None
+            if name in ARMS and ARMS[name].unavailable() is None
         ]
-    unknown = [name for name in names if name not in POLICIES]
+    unknown = [name for name in names if name not in ARMS]
     if unknown:
-        raise ValueError(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
+        raise ValueError(f"unknown arms {unknown}; choose from {', '.join(ARMS)}")
     return default_first(names)
 
 
@@ -157,19 +163,19 @@ def fleet_policies(names: Optional[Sequence[str]] = None) -> list[str]:
 def _client_process(
     index: int,
     uri: str,
-    policy_name: str,
+    arm_name: str,
     plan: FleetPlan,
     ready: Any,
     go: Any,
     start_at: Any,
     results: Any,
 ) -> None:
-    """One client process: open the policy's client, wait for ``go``, run T closed loops."""
+    """One client process: open the arm's client, wait for ``go``, run T closed loops."""
     cpu_start = time.process_time()
     # A load generator under deliberate overload: one log line per give-up is noise.
     logging.getLogger("backpressure").setLevel(logging.ERROR)
     events = LocalEventCounter()
-    client = POLICIES[policy_name].open(
+    client = ARMS[arm_name].open(
         uri,
         local_listener=events,
         maxPoolSize=plan.threads + 10,
@@ -286,7 +292,7 @@ def competed_seconds(client: Any) -> Optional[float]:
     return round(sum(snapshot.competed_s for snapshot in pacing.values()), 3)
 
 
-# -- one policy's run -------------------------------------------------------------------------
+# -- one arm's run ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -304,9 +310,9 @@ class PhaseShare:
 
 @dataclass(frozen=True)
 class FleetRun:
-    """One policy's fleet run, summarised."""
+    """One arm's fleet run, summarised."""
 
-    policy: str
+    arm: str
     shape: str
     operations: int
     app_errors: int
@@ -322,13 +328,13 @@ class FleetRun:
     client_cpu_s: float
     duration_s: float
     floor_fraction: float
-    """max(0, 1 - C * deadline / N) of the worst phase: no policy can do better there."""
+    """max(0, 1 - C * deadline / N) of the worst phase: no arm can do better there."""
     goals: dict[str, bool] = field(default_factory=dict)
     phase_successes: tuple[tuple[int, ...], ...] = ()
     """Each phase's successes per process (the whole step, settle time included; empty in
     runs from before it was recorded)."""
     per_process_competed_s: tuple[Optional[float], ...] = ()
-    """Seconds each process's pacers competed (None: the policy does not pace; empty: not
+    """Seconds each process's pacers competed (None: the arm does not pace; empty: not
     recorded, as in runs from before it was)."""
     success_bins: tuple[int, ...] = ()
     """Successes of all processes per ``bin_s`` from the start (by completion time)."""
@@ -381,7 +387,7 @@ class FleetRun:
     def from_dict(cls, data: dict[str, Any]) -> FleetRun:
         """The run :meth:`to_dict` described."""
         names = {f for f in cls.__dataclass_fields__ if f != "goals"}
-        values = {k: v for k, v in data.items() if k in names}
+        values = {k: v for k, v in from_file(data).items() if k in names}
         values["per_process_successes"] = tuple(values["per_process_successes"])
         values["phase_successes"] = tuple(tuple(p) for p in values.get("phase_successes", ()))
         for name in ("per_process_competed_s", "success_bins", "error_bins"):
@@ -403,7 +409,7 @@ class FleetRun:
             refusals_per_s=self.refusals_per_s,
             goals=self.judge(),
         )
-        return data
+        return to_file(data)
 
 
 def _preload(uri: str, plan: FleetPlan) -> None:
@@ -450,27 +456,27 @@ def _apply_rate(target: LoadTarget, rate: float, plan: FleetPlan) -> None:
         target.set_rate_limit(rate, burst_seconds=plan.burst_seconds)
 
 
-def run_policy_fleet(target: LoadTarget, policy: str, plan: FleetPlan) -> FleetRun:
-    """Run ``plan`` once with every process under ``policy`` and summarise it."""
-    collected, received = run_processes(target, [policy] * plan.processes, plan)
-    return summarize(policy, plan, collected, received)
+def run_arm_fleet(target: LoadTarget, arm: str, plan: FleetPlan) -> FleetRun:
+    """Run ``plan`` once with every process under ``arm`` and summarise it."""
+    collected, received = run_processes(target, [arm] * plan.processes, plan)
+    return summarize(arm, plan, collected, received)
 
 
 def run_processes(
     target: LoadTarget,
-    policies: Sequence[str],
+    arms: Sequence[str],
     plan: FleetPlan,
     worker: Callable[..., None] = _client_process,
 ) -> tuple[list[dict[str, Any]], int]:
-    """Run ``plan`` once, process ``i`` under ``policies[i]`` (a mixed fleet when they differ).
+    """Run ``plan`` once, process ``i`` under ``arms[i]`` (a mixed fleet when they differ).
 
     ``worker`` is each process's body (the closed loop of :func:`_client_process` unless
     another benchmark brings its own load): a picklable callable taking ``_client_process``'s
     arguments, which reports a dict with ``"index"`` on ``results``.  Returns every process's
     report, in process order, and the workload commands the server received.
     """
-    if len(policies) != plan.processes:
-        raise ValueError(f"{plan.processes} processes need as many policies, got {len(policies)}")
+    if len(arms) != plan.processes:
+        raise ValueError(f"{plan.processes} processes need as many arms, got {len(arms)}")
     context = multiprocessing.get_context("spawn")
     ready: Any = context.Queue()
     results: Any = context.Queue()
@@ -482,11 +488,11 @@ def run_processes(
     processes = [
         context.Process(
             target=worker,
-            args=(index, target.uri, policy, plan, ready, go, start_at, results),
-            name=f"fleet-{policy}-{index}",
+            args=(index, target.uri, arm, plan, ready, go, start_at, results),
+            name=f"fleet-{arm}-{index}",
             daemon=True,
         )
-        for index, policy in enumerate(policies)
+        for index, arm in enumerate(arms)
     ]
     for process in processes:
         process.start()
@@ -518,7 +524,7 @@ def run_processes(
 
 
 def summarize(
-    policy: str, plan: FleetPlan, processes: Sequence[dict[str, Any]], received: int
+    arm: str, plan: FleetPlan, processes: Sequence[dict[str, Any]], received: int
 ) -> FleetRun:
     """Turn the processes' reports and the server's count into a :class:`FleetRun`."""
     bins = [0] * max(len(p["success_bins"]) for p in processes)
@@ -554,7 +560,7 @@ def summarize(
     workers = plan.processes * plan.threads
     floor = max(max(0.0, 1.0 - rate * plan.deadline_s / workers) for rate in plan.rates)
     return FleetRun(
-        policy=policy,
+        arm=arm,
         shape=plan.shape,
         operations=sum(int(r["ops"]) for r in processes),
         app_errors=sum(int(r["errors"]) for r in processes),
@@ -579,17 +585,17 @@ def summarize(
 
 def run_fleet(
     target: LoadTarget,
-    policies: Optional[Sequence[str]] = None,
+    arms: Optional[Sequence[str]] = None,
     plan: FleetPlan = FleetPlan(),
     *,
     progress: Optional[Callable[[str], None]] = None,
 ) -> list[FleetRun]:
-    """Run every policy (the default's first) through ``plan`` on ``target``."""
+    """Run every arm (the default's first) through ``plan`` on ``target``."""
     runs = []
-    for policy in fleet_policies(policies):
+    for arm in fleet_arms(arms):
         if progress is not None:
-            progress(f"fleet {plan.shape}: {policy}")
-        runs.append(run_policy_fleet(target, policy, plan))
+            progress(f"fleet {plan.shape}: {arm}")
+        runs.append(run_arm_fleet(target, arm, plan))
     return runs
 
 
@@ -601,17 +607,17 @@ def _ms(value: Optional[float]) -> str:
 
 
 def render_fleet_markdown(runs: Sequence[FleetRun], plan: FleetPlan) -> str:
-    """One shape's table (every policy, the default's first) and its goals."""
-    runs = sorted(runs, key=lambda run: run.policy != default_policy_name())
+    """One shape's table (every arm, the default's first) and its goals."""
+    runs = sorted(runs, key=lambda run: run.arm != default_policy_name())
     steps = " -> ".join(f"{rate:g}" for rate in plan.rates)
-    header = ["policy", "ops", "app errors", "attempts/op", "Jain"]
+    header = ["arm", "ops", "app errors", "attempts/op", "Jain"]
     header += [f"goodput @{rate:g}/s" for rate in plan.rates]
     header += ["p50 ms", "p99 ms", "refusals/s", "client CPU s"]
     lines = [
         f"### {plan.processes} processes x {plan.threads} threads",
         "",
         f"Capacity {steps} ops/s, {plan.step_s:g} s each; deadline {plan.deadline_s:g} s; "
-        f"goodput from {plan.settle_s:g} s after each step. Floor (no policy can do better): "
+        f"goodput from {plan.settle_s:g} s after each step. Floor (no arm can do better): "
         f"{100 * runs[0].floor_fraction:.1f}% app errors (N/C = "
         f"{plan.processes * plan.threads / min(plan.rates):.2f} s at the lowest capacity).",
         "",
@@ -621,7 +627,7 @@ def render_fleet_markdown(runs: Sequence[FleetRun], plan: FleetPlan) -> str:
     for run in runs:
         refusals = run.refusals_per_s
         cells = [
-            policy_label(run.policy),
+            arm_label(run.arm),
             f"{run.operations:,}",
             f"{100 * run.error_fraction:.1f}% ({run.app_errors:,})",
             f"{run.attempts_per_op:.2f}",
@@ -638,13 +644,13 @@ def render_fleet_markdown(runs: Sequence[FleetRun], plan: FleetPlan) -> str:
         verdicts = ", ".join(
             f"{goal}: {'met' if met else 'NOT met'}" for goal, met in run.judge().items()
         )
-        lines.append(f"- **{policy_label(run.policy)}**: {verdicts}")
+        lines.append(f"- **{arm_label(run.arm)}**: {verdicts}")
     successes = "; ".join(
-        f"{policy_label(run.policy)}: {', '.join(f'{n:,}' for n in run.per_process_successes)}"
+        f"{arm_label(run.arm)}: {', '.join(f'{n:,}' for n in run.per_process_successes)}"
         for run in runs
     )
     kinds = "; ".join(
-        f"{policy_label(run.policy)}: "
+        f"{arm_label(run.arm)}: "
         + (", ".join(f"{name} {n:,}" for name, n in run.error_kinds.items()) or "-")
         for run in runs
     )
@@ -653,8 +659,7 @@ def render_fleet_markdown(runs: Sequence[FleetRun], plan: FleetPlan) -> str:
     if fair:
         steps = " -> ".join(f"{rate:g}/s" for rate in plan.rates)
         jains = "; ".join(
-            f"{policy_label(run.policy)}: {', '.join(f'{j:.3f}' for j in run.phase_jain)}"
-            for run in fair
+            f"{arm_label(run.arm)}: {', '.join(f'{j:.3f}' for j in run.phase_jain)}" for run in fair
         )
         lines += [f"Jain within each phase ({steps}): {jains}.", ""]
     competed = [
@@ -662,7 +667,7 @@ def render_fleet_markdown(runs: Sequence[FleetRun], plan: FleetPlan) -> str:
     ]
     if competed:
         seconds = "; ".join(
-            f"{policy_label(run.policy)}: "
+            f"{arm_label(run.arm)}: "
             + ", ".join(f"{s:.1f}" for s in run.per_process_competed_s if s is not None)
             for run in competed
         )

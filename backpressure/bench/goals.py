@@ -21,36 +21,36 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from backpressure.cli import run_cli
-from backpressure.workload.arms import STOCK, default_policy_name, policy_label
+from backpressure.workload.arms import ARM_KEY, STOCK, arm_label, default_policy_name
 
 __all__ = ["GOALS", "Goal", "goals_markdown", "latest_runs", "main", "run_numbers"]
 
 Cell = tuple[str, Optional[bool]]
-"""A policy's figures in one run, and whether it met the goal (None: not judged)."""
+"""An arm's figures in one run, and whether it met the goal (None: not judged)."""
 
 
 @dataclass(frozen=True)
 class Goal:
-    """One goal: what it asks, the benchmark's result files, and how to read a policy's row."""
+    """One goal: what it asks, the benchmark's result files, and how to read an arm's row."""
 
     name: str
     asks: str
     stem: str
     """The results' file names: ``<stem><N>.json``."""
     read: Callable[[dict[str, Any], str], Optional[Cell]]
-    """A policy's cell in one run's data (None: the policy did not run)."""
+    """An arm's cell in one run's data (None: the arm did not run)."""
 
 
 def _percent(value: float, digits: int = 1) -> str:
     return f"{100 * value:.{digits}f} %"
 
 
-def _fleet(data: dict[str, Any], policy: str) -> Optional[Cell]:
+def _fleet(data: dict[str, Any], arm: str) -> Optional[Cell]:
     """Each shape's errors, attempts per operation and Jain; met when every fleet goal is."""
     parts, verdicts = [], []
     for shape in data["fleet"]:
         for run in shape["runs"]:
-            if run["policy"] == policy:
+            if run[ARM_KEY] == arm:
                 parts.append(
                     f"{run['shape']}: {_percent(run['error_fraction'])} at "
                     f"{run['attempts_per_op']:.2f}, Jain {run['jain']:.3f}"
@@ -59,15 +59,15 @@ def _fleet(data: dict[str, Any], policy: str) -> Optional[Cell]:
     return ("; ".join(parts), all(verdicts)) if parts else None
 
 
-def _transients(data: dict[str, Any], policy: str) -> Optional[Cell]:
+def _transients(data: dict[str, Any], arm: str) -> Optional[Cell]:
     """Each transient's goodput after the rise against stock's; met when every transient goal
     is (:func:`backpressure.bench.transient.judge`)."""
     from backpressure.bench.transient import TransientRun, judge
 
     parts, verdicts = [], []
     for transient in data.get("transient", ()):
-        runs = {run["policy"]: TransientRun.from_dict(run) for run in transient["runs"]}
-        run, stock = runs.get(policy), runs.get(STOCK)
+        runs = {run[ARM_KEY]: TransientRun.from_dict(run) for run in transient["runs"]}
+        run, stock = runs.get(arm), runs.get(STOCK)
         if run is None or stock is None:
             continue
         share = run.goodput / stock.goodput if stock.goodput else 0.0
@@ -81,11 +81,11 @@ def _transients(data: dict[str, Any], policy: str) -> Optional[Cell]:
     return "; ".join(parts), None if None in verdicts else all(verdicts)
 
 
-def _rollout(data: dict[str, Any], policy: str) -> Optional[Cell]:
+def _rollout(data: dict[str, Any], arm: str) -> Optional[Cell]:
     """An upgraded process's share of a stock process's successes at each stock count."""
-    if policy == STOCK:
+    if arm == STOCK:
         return ("the reference", None)
-    runs = [run for run in data["runs"] if run["upgraded"]["policy"] == policy]
+    runs = [run for run in data["runs"] if run["upgraded"][ARM_KEY] == arm]
     if not runs:
         return None
     shares = " / ".join(f"{100 * run['share']:.0f}" for run in runs)
@@ -93,13 +93,13 @@ def _rollout(data: dict[str, Any], policy: str) -> Optional[Cell]:
     return (f"{shares} % (at {counts} stock of {data['processes']})", all(r["met"] for r in runs))
 
 
-def _row(data: dict[str, Any], policy: str) -> Optional[dict[str, Any]]:
-    return next((run for run in data["runs"] if run["policy"] == policy), None)
+def _row(data: dict[str, Any], arm: str) -> Optional[dict[str, Any]]:
+    return next((run for run in data["runs"] if run[ARM_KEY] == arm), None)
 
 
-def _recovery(data: dict[str, Any], policy: str) -> Optional[Cell]:
+def _recovery(data: dict[str, Any], arm: str) -> Optional[Cell]:
     """The first second's share of the demand, 1-4 s against stock, errors after the end."""
-    run = _row(data, policy)
+    run = _row(data, arm)
     if run is None:
         return None
     ratio = run["ratio_to_stock"]
@@ -111,13 +111,13 @@ def _recovery(data: dict[str, Any], policy: str) -> Optional[Cell]:
     return text, all(met for met in run["goals"].values() if met is not None)
 
 
-def _faults(data: dict[str, Any], policy: str) -> Optional[Cell]:
+def _faults(data: dict[str, Any], arm: str) -> Optional[Cell]:
     """Acks per round against the default's, errors, duplicated and lost writes."""
-    run = _row(data, policy)
+    run = _row(data, arm)
     if run is None:
         return None
     audit = f"{run['errors']:,} errors, {run['duplicated']} duplicated, {run['lost']} lost"
-    if policy == "current":
+    if arm == "current":
         return f"the reference: {audit}", None
     text = (
         f"{run['ratio_mean']:.3f} ({run['ratio_low']:.3f}-{run['ratio_high']:.3f}) of "
@@ -129,9 +129,9 @@ def _faults(data: dict[str, Any], policy: str) -> Optional[Cell]:
     return text, None if "not decided" in verdicts else True
 
 
-def _criticality(data: dict[str, Any], policy: str) -> Optional[Cell]:
+def _criticality(data: dict[str, Any], arm: str) -> Optional[Cell]:
     """Errors of the critical and of the sheddable operations."""
-    run = _row(data, policy)
+    run = _row(data, arm)
     if run is None:
         return None
     text = (
@@ -144,7 +144,7 @@ def _criticality(data: dict[str, Any], policy: str) -> Optional[Cell]:
 GOALS: tuple[Goal, ...] = (
     Goal(
         "fleets",
-        "every process on the policy (8 x 8 and 4 x 16, capacity 200 -> 100 -> 300 ops/s): "
+        "every process on the arm (8 x 8 and 4 x 16, capacity 200 -> 100 -> 300 ops/s): "
         "app errors <= 1 %, <= 1.1 attempts per operation, Jain >= 0.95, goodput >= 95 % of "
         "the capacity",
         "fleet-run",
@@ -213,9 +213,9 @@ def _verdict(met: Optional[bool]) -> str:
 
 def goals_markdown(folder: Path, goals: Sequence[Goal] = GOALS) -> str:
     """The goals table over the latest two runs of each goal's benchmark in ``folder``."""
-    policies = [default_policy_name(), STOCK, "adaptive"]
-    policies = list(dict.fromkeys(policies))  # the default may be one of the others
-    header = ["goal", "run", *(policy_label(policy) for policy in policies)]
+    arms = [default_policy_name(), STOCK, "adaptive"]
+    arms = list(dict.fromkeys(arms))  # the default may be one of the others
+    header = ["goal", "run", *(arm_label(arm) for arm in arms)]
     lines = [f"- **{goal.name}**: {goal.asks}" for goal in goals]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     both = []
@@ -224,14 +224,14 @@ def goals_markdown(folder: Path, goals: Sequence[Goal] = GOALS) -> str:
         met_in: list[Optional[bool]] = []
         for number, data in runs:
             cells = []
-            for policy in policies:
-                cell = goal.read(data, policy)
+            for arm in arms:
+                cell = goal.read(data, arm)
                 if cell is None:
                     cells.append("-")
                     continue
                 text, met = cell
                 cells.append(text + _verdict(met))
-                if policy == "adaptive":
+                if arm == "adaptive":
                     met_in.append(met)
             lines.append(f"| {goal.name} | `{goal.stem}{number}` | " + " | ".join(cells) + " |")
         if met_in and all(met_in):

@@ -34,7 +34,7 @@ import backpressure
 from backpressure.cli import add_progress_argument, positive_int, progress_enabled, run_cli
 from backpressure.core import policy as _presets
 from backpressure.testing.server.embedded import EmbeddedServer
-from backpressure.workload.arms import default_policy_name, policy_label
+from backpressure.workload.arms import ARM_KEY, arm_label, default_policy_name
 from backpressure.workload.metrics import percentile
 
 __all__ = ["SCENARIOS", "main", "measure", "render_markdown", "run"]
@@ -79,7 +79,7 @@ def _slow_finds(block_ms: int, probability: Optional[float] = None) -> dict[str,
 
 def _rows(delay_ms: int) -> list[tuple[str, Any]]:
     """(row label, ``backpressure=`` setting; None: a plain pymongo client), the default first."""
-    default = policy_label(default_policy_name())
+    default = arm_label(default_policy_name())
     hedged = _presets.DEFAULT_POLICY.replace(hedge_delay=delay_ms / 1000)
     return [
         (f"{default}, no hedging", _presets.DEFAULT_POLICY),
@@ -181,7 +181,7 @@ def run(
         "slow_ms": slow_ms,
         "runs": runs,
         "rows": [
-            {"scenario": scenario, "policy": label, "runs": figures[(scenario, label)]}
+            {"scenario": scenario, ARM_KEY: label, "runs": figures[(scenario, label)]}
             for scenario in SCENARIOS
             for label, _setting in rows
         ],
@@ -229,7 +229,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             _cell([figures[key] for figures in row["runs"]], digits, unit)
             for key, digits, unit in _COLUMNS
         ]
-        lines.append(f"| {row['scenario']} | {row['policy']} | {' | '.join(cells)} |")
+        lines.append(f"| {row['scenario']} | {row[ARM_KEY]} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 
 

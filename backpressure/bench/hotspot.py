@@ -18,7 +18,7 @@ in the shapes where a selection has a choice of server:
 
 Every thread of a closed loop pauses 20 ms after each operation; every operation runs under
 ``pymongo.timeout(1)`` (an open loop's under what is left of 1 s from its arrival).  The
-policies run one after another on the same server, the default's row first: the default, stock
+arms run one after another on the same server, the default's row first: the default, stock
 pymongo (a plain ``pymongo.MongoClient``), ``adaptive`` and the default with server choice off
 (``routeAroundOverload=false``).
 
@@ -72,24 +72,26 @@ from backpressure.cli import (
     run_cli,
 )
 from backpressure.sim.oracle import Capacity, physical_limit
-from backpressure.workload import POLICIES
+from backpressure.workload import ARMS
 from backpressure.workload.arms import (
     NO_ROUTE_AROUND,
     STOCK,
+    arm_label,
     default_first,
     default_policy_name,
-    policy_label,
+    from_file,
+    to_file,
 )
 from backpressure.workload.metrics import percentile
 from backpressure.workload.report import code_revision, machine_info, run_line
 
 __all__ = [
-    "HOTSPOT_POLICIES",
+    "HOTSPOT_ARMS",
     "QUICK_HOTSPOT",
     "SHAPES",
     "HotspotPlan",
     "Row",
-    "hotspot_policies",
+    "hotspot_arms",
     "hotspot_section",
     "main",
     "render_chart",
@@ -130,8 +132,8 @@ TITLES = {
     ROLLOUT_SECONDARY: "Rollout, hot secondary",
 }
 
-HOTSPOT_POLICIES: tuple[str, ...] = ("current", STOCK, "adaptive", NO_ROUTE_AROUND)
-"""The policies of every shape (those this pymongo runs), the default's first."""
+HOTSPOT_ARMS: tuple[str, ...] = ("current", STOCK, "adaptive", NO_ROUTE_AROUND)
+"""The arms of every shape (those this pymongo runs), the default's first."""
 
 QUIET = "quiet"
 """The row kind of the physical-limit run: the same shape with no server limited."""
@@ -140,17 +142,17 @@ HOT_INDEX = {ROUTER: 0, SECONDARY: 1}
 """The hot member of each topology: mongos 0; secondary 1 (the primary is member 0)."""
 
 
-def hotspot_policies(names: Optional[Sequence[str]] = None) -> list[str]:
-    """``names`` (default: :data:`HOTSPOT_POLICIES` that run here), the default's first.
+def hotspot_arms(names: Optional[Sequence[str]] = None) -> list[str]:
+    """``names`` (default: :data:`HOTSPOT_ARMS` that run here), the default's first.
 
     Raises:
-        ValueError: a name is no policy of the benchmarks.
+        ValueError: a name is no arm of the benchmarks.
     """
     if names is None:
-        names = [n for n in HOTSPOT_POLICIES if n in POLICIES and POLICIES[n].unavailable() is None]
-    unknown = [name for name in names if name not in POLICIES]
+        names = [n for n in HOTSPOT_ARMS if n in ARMS and ARMS[n].unavailable() is None]
+    unknown = [name for name in names if name not in ARMS]
     if unknown:
-        raise ValueError(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
+        raise ValueError(f"unknown arms {unknown}; choose from {', '.join(ARMS)}")
     return default_first(list(dict.fromkeys(names)))
 
 
@@ -238,7 +240,7 @@ QUICK_HOTSPOT = HotspotPlan(
     queue_depth=3,
     keys=50,
 )
-"""A run of seconds per shape and policy, for the tests."""
+"""A run of seconds per shape and arm, for the tests."""
 
 
 # -- one fleet's load -------------------------------------------------------------------------
@@ -315,14 +317,14 @@ class _FirstAttempts(monitoring.CommandListener):
 def _hotspot_process(
     index: int,
     uri: str,
-    policy_name: str,
+    arm_name: str,
     load: Load,
     ready: Any,
     go: Any,
     start_at: Any,
     results: Any,
 ) -> None:
-    """One client process: open the policy's client, wait for ``go``, run the load."""
+    """One client process: open the arm's client, wait for ``go``, run the load."""
     cpu_start = time.process_time()
     logging.getLogger("backpressure").setLevel(logging.ERROR)  # one line per give-up is noise
     counter = _FirstAttempts()
@@ -333,7 +335,7 @@ def _hotspot_process(
     }
     if load.read_preference is not None:
         options["readPreference"] = load.read_preference
-    client = POLICIES[policy_name].open(uri, **options)
+    client = ARMS[arm_name].open(uri, **options)
     try:
         collection = client.client[DATABASE][COLLECTION]
         collection.find_one({"_id": -1})  # connect and discover before the clock starts
@@ -416,7 +418,7 @@ def _hotspot_process(
         results.put(
             {
                 "index": index,
-                "policy": policy_name,
+                "arm": arm_name,
                 "ops": len(outcomes),
                 "errors": sum(kinds.values()),
                 "successes": len(latencies),
@@ -451,13 +453,13 @@ def _preload(uri: str, keys: int) -> None:
 
 def run_processes(
     server: Any,
-    policies: Sequence[str],
+    arms: Sequence[str],
     load: Load,
     limits: Limits,
     plan: HotspotPlan,
     queue_depth: int = 0,
 ) -> tuple[list[dict[str, Any]], list[int]]:
-    """Run ``load`` once, process ``i`` under ``policies[i]``, with the members' ``limits``.
+    """Run ``load`` once, process ``i`` under ``arms[i]``, with the members' ``limits``.
 
     Returns every process's report, in process order, and the workload commands each member
     received (its own counters).
@@ -473,11 +475,11 @@ def run_processes(
     processes = [
         context.Process(
             target=_hotspot_process,
-            args=(index, server.uri, policy, load, ready, go, start_at, results),
-            name=f"hotspot-{policy}-{index}",
+            args=(index, server.uri, arm, load, ready, go, start_at, results),
+            name=f"hotspot-{arm}-{index}",
             daemon=True,
         )
-        for index, policy in enumerate(policies)
+        for index, arm in enumerate(arms)
     ]
     for process in processes:
         process.start()
@@ -529,12 +531,12 @@ def run_processes(
 
 @dataclass(frozen=True)
 class Row:
-    """One policy's run of one shape (or one half of a rollout run), summarised."""
+    """One arm's run of one shape (or one half of a rollout run), summarised."""
 
     shape: str
-    policy: str
+    arm: str
     kind: str
-    """``run`` (every process under ``policy``), ``half`` (a rollout's half) or ``quiet``
+    """``run`` (every process under ``arm``), ``half`` (a rollout's half) or ``quiet``
     (the physical-limit run: no server limited)."""
     processes: int
     operations: int
@@ -605,13 +607,13 @@ class Row:
             hot_first_share=self.hot_first_share,
             hot_received_share=self.hot_received_share,
         )
-        return data
+        return to_file(data)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Row:
         """The row :meth:`to_dict` described."""
         names = set(cls.__dataclass_fields__)
-        values = {k: v for k, v in data.items() if k in names}
+        values = {k: v for k, v in from_file(data).items() if k in names}
         values["per_process_successes"] = tuple(values["per_process_successes"])
         values["success_bins"] = tuple(values["success_bins"])
         return cls(**values)
@@ -619,7 +621,7 @@ class Row:
 
 def summarize(
     shape: str,
-    policy: str,
+    arm: str,
     kind: str,
     reports: Sequence[dict[str, Any]],
     hot_address: str,
@@ -643,7 +645,7 @@ def summarize(
         attempts_started += sum(report["attempts_by_server"].values())
     return Row(
         shape=shape,
-        policy=policy,
+        arm=arm,
         kind=kind,
         processes=len(reports),
         operations=sum(int(r["ops"]) for r in reports),
@@ -789,13 +791,13 @@ def _address(server: Any, index: int) -> str:
 def run_hotspot(
     plan: HotspotPlan,
     shapes: Sequence[str] = SHAPES,
-    policies: Optional[Sequence[str]] = None,
+    arms: Optional[Sequence[str]] = None,
     *,
     progress: Callable[[str], None] = lambda _: None,
 ) -> list[Row]:
-    """Run every shape of ``shapes`` with every policy (the default's first), each on its own
+    """Run every shape of ``shapes`` with every arm (the default's first), each on its own
     embedded deployment, and return the rows in the page's order."""
-    names = hotspot_policies(policies)
+    names = hotspot_arms(arms)
     unknown = [shape for shape in shapes if shape not in SHAPES]
     if unknown:
         raise ValueError(f"unknown shapes {unknown}; choose from {', '.join(SHAPES)}")
@@ -814,15 +816,13 @@ def run_hotspot(
 
             if shape == COOL:
                 load = _cool_load(plan)
-                for policy in names:
-                    progress(f"{shape}: {policy}")
+                for arm in names:
+                    progress(f"{shape}: {arm}")
                     reports, received = run_processes(
-                        server, [policy] * plan.processes, load, _cool_limits(plan), plan
+                        server, [arm] * plan.processes, load, _cool_limits(plan), plan
                     )
                     rows.append(
-                        summarize(
-                            shape, policy, "run", reports, hot_address, received, 0, plan.bin_s
-                        )
+                        summarize(shape, arm, "run", reports, hot_address, received, 0, plan.bin_s)
                     )
                 continue
             load = _closed_load(plan, shape)
@@ -830,18 +830,18 @@ def run_hotspot(
                 rows += _rollout(shape, plan, rows, server, load, hot_address, hot)
                 continue
             queue_depth = plan.queue_depth if "queue" in shape else 0
-            for policy in names:
-                progress(f"{shape}: {policy}")
+            for arm in names:
+                progress(f"{shape}: {arm}")
                 reports, received = run_processes(
                     server,
-                    [policy] * plan.processes,
+                    [arm] * plan.processes,
                     load,
                     _hot_limits(plan, shape),
                     plan,
                     queue_depth,
                 )
                 rows.append(
-                    summarize(shape, policy, "run", reports, hot_address, received, hot, plan.bin_s)
+                    summarize(shape, arm, "run", reports, hot_address, received, hot, plan.bin_s)
                 )
             if "queue" not in shape:
                 progress(f"{shape}: no server limited")
@@ -873,9 +873,9 @@ def _rollout(
     all-stock run (the base shape's stock row when it ran, else one run here)."""
     default = default_policy_name()
     stock_count = plan.processes // 2
-    policies_of = [STOCK] * stock_count + [default] * (plan.processes - stock_count)
+    arms_of = [STOCK] * stock_count + [default] * (plan.processes - stock_count)
     limits = _hot_limits(plan, shape)
-    reports, _ = run_processes(server, policies_of, load, limits, plan)
+    reports, _ = run_processes(server, arms_of, load, limits, plan)
     out = [
         summarize(shape, STOCK, "half", reports[:stock_count], hot_address, None, hot, plan.bin_s),
         summarize(
@@ -883,7 +883,7 @@ def _rollout(
         ),
     ]
     base = _base(shape)
-    stock_runs = [r for r in rows if r.shape == base and r.policy == STOCK and r.kind == "run"]
+    stock_runs = [r for r in rows if r.shape == base and r.arm == STOCK and r.kind == "run"]
     if stock_runs:
         out.append(replace(stock_runs[0], shape=shape, kind="all-stock"))
     else:
@@ -919,11 +919,9 @@ ROLLOUT_GOALS: tuple[str, ...] = (
 """Issue 48's goals for a rollout in the hot shapes."""
 
 
-def _find(rows: Sequence[Row], shape: str, policy: str, kind: str = "run") -> Optional[Row]:
-    """The row of ``policy`` (of ``kind``) in ``shape``, or None."""
-    return next(
-        (r for r in rows if r.shape == shape and r.policy == policy and r.kind == kind), None
-    )
+def _find(rows: Sequence[Row], shape: str, arm: str, kind: str = "run") -> Optional[Row]:
+    """The row of ``arm`` (of ``kind``) in ``shape``, or None."""
+    return next((r for r in rows if r.shape == shape and r.arm == arm and r.kind == kind), None)
 
 
 def judge(rows: Sequence[Row], shape: str, plan: HotspotPlan) -> dict[str, Optional[bool]]:
@@ -990,12 +988,10 @@ def _verdict(met: Optional[bool]) -> str:
 
 
 def _ordered(rows: Sequence[Row]) -> list[Row]:
-    """Rows in the page's order: by shape, then the policies' order (the default's first)."""
-    names = default_first(list(dict.fromkeys(r.policy for r in rows if r.kind == "run")))
+    """Rows in the page's order: by shape, then the arms' order (the default's first)."""
+    names = default_first(list(dict.fromkeys(r.arm for r in rows if r.kind == "run")))
     rank = {name: i for i, name in enumerate(names)}
-    return sorted(
-        rows, key=lambda r: (SHAPES.index(r.shape), r.kind != "run", rank.get(r.policy, 99))
-    )
+    return sorted(rows, key=lambda r: (SHAPES.index(r.shape), r.kind != "run", rank.get(r.arm, 99)))
 
 
 def _hot_table(
@@ -1003,7 +999,7 @@ def _hot_table(
 ) -> list[str]:
     """A hot router or hot secondary table, with the physical limit's row."""
     header = (
-        "| policy | successes | errors | attempts/op | p50 ms | p99 ms | first attempts to the hot "
+        "| arm | successes | errors | attempts/op | p50 ms | p99 ms | first attempts to the hot "
         "server | hot server's share of commands received |"
     )
     lines = [header, "|---|---|---|---|---|---|---|---|"]
@@ -1011,7 +1007,7 @@ def _hot_table(
         if row.kind != "run":
             continue
         lines.append(
-            f"| {policy_label(row.policy)} | {row.successes:,} | {_pct(row.error_fraction)} "
+            f"| {arm_label(row.arm)} | {row.successes:,} | {_pct(row.error_fraction)} "
             f"({row.errors:,}) | {row.attempts_per_op:.3f} | {_ms(row.p50_ms)} | "
             f"{_ms(row.p99_ms)} | {_pct(row.hot_first_share)} | {_pct(row.hot_received_share)} |"
         )
@@ -1026,11 +1022,11 @@ def _hot_table(
 
 
 def _cool_table(rows: Sequence[Row], plan: HotspotPlan, oracle: dict[str, int]) -> list[str]:
-    """Hot then cool: successes in each window, per policy, and the oracle's."""
+    """Hot then cool: successes in each window, per arm, and the oracle's."""
     windows = cool_windows(plan)
     stock = _find(rows, COOL, STOCK)
     header = (
-        f"| policy | hot phase ({plan.cool_hot_s:g} s) | first second after | "
+        f"| arm | hot phase ({plan.cool_hot_s:g} s) | first second after | "
         "seconds 1-4 after | errors | attempts/op | p99 ms | first attempts to the hot server |"
     )
     lines = [header, "|---|---|---|---|---|---|---|---|"]
@@ -1042,7 +1038,7 @@ def _cool_table(rows: Sequence[Row], plan: HotspotPlan, oracle: dict[str, int]) 
             ratio = f" ({count / base:.0%} of stock's)" if base and row is not stock else ""
             cells.append(f"{count:,}{ratio}")
         lines.append(
-            f"| {policy_label(row.policy)} | {' | '.join(cells)} | {_pct(row.error_fraction)} "
+            f"| {arm_label(row.arm)} | {' | '.join(cells)} | {_pct(row.error_fraction)} "
             f"({row.errors:,}) | {row.attempts_per_op:.3f} | {_ms(row.p99_ms)} | "
             f"{_pct(row.hot_first_share)} |"
         )
@@ -1060,18 +1056,18 @@ def _cool_table(rows: Sequence[Row], plan: HotspotPlan, oracle: dict[str, int]) 
 def _rollout_table(rows: Sequence[Row]) -> list[str]:
     """A rollout: each half's row, then the all-stock run's."""
     header = (
-        "| processes | policy | successes / process | errors | attempts/op | p99 ms | "
+        "| processes | arm | successes / process | errors | attempts/op | p99 ms | "
         "first attempts to the hot server |"
     )
     lines = [header, "|---|---|---|---|---|---|---|"]
     alone = next((r for r in rows if r.kind == "all-stock"), None)
-    for row in sorted(rows, key=lambda r: (r.kind == "all-stock", r.policy != STOCK)):
+    for row in sorted(rows, key=lambda r: (r.kind == "all-stock", r.arm != STOCK)):
         what = "all stock" if row.kind == "all-stock" else "half"
         share = ""
         if alone is not None and row is not alone and alone.per_process:
             share = f" ({row.per_process / alone.per_process:.0%} of an all-stock process's)"
         lines.append(
-            f"| {row.processes} ({what}) | {policy_label(row.policy)} | "
+            f"| {row.processes} ({what}) | {arm_label(row.arm)} | "
             f"{row.per_process:,.0f}{share} | {_pct(row.error_fraction)} ({row.errors:,}) | "
             f"{row.attempts_per_op:.3f} | {_ms(row.p99_ms)} | {_pct(row.hot_first_share)} |"
         )
@@ -1079,13 +1075,13 @@ def _rollout_table(rows: Sequence[Row]) -> list[str]:
 
 
 def hotspot_section(data: dict[str, Any]) -> str:
-    """The short summary (issue 48's format): per hot shape, each policy's successes, errors,
+    """The short summary (issue 48's format): per hot shape, each arm's successes, errors,
     attempts per operation, p99 and first attempts to the hot server, the default's column
     first."""
     rows = [Row.from_dict(r) for r in data["rows"]]
-    names = default_first(list(dict.fromkeys(r.policy for r in rows if r.kind == "run")))
+    names = default_first(list(dict.fromkeys(r.arm for r in rows if r.kind == "run")))
     lines = [
-        "| shape | " + " | ".join(policy_label(n) for n in names) + " |",
+        "| shape | " + " | ".join(arm_label(n) for n in names) + " |",
         "|---|" + "---|" * len(names),
     ]
     for shape in (ROUTER, SECONDARY, ROUTER_QUEUE, SECONDARY_QUEUE):
@@ -1128,7 +1124,7 @@ def render_hotspot_report(data: dict[str, Any]) -> str:
         f"admitting {plan.hot_rate}/s and the other members {plan.room_rate:,}/s. Limiter bursts "
         f"{plan.burst_seconds:g} s. The queueing shapes run the 9.0 profile with a request queue "
         f"of {plan.queue_depth} (`ingressRequestAdmissionMaxQueueDepth`) on every member. "
-        "The policies ran one after another on the same deployment, the default's row first; "
+        "The arms ran one after another on the same deployment, the default's row first; "
         "stock pymongo is a plain `pymongo.MongoClient`.",
         "",
         "Errors: operations that raised (open loop: and arrivals no thread was free to send "
@@ -1189,14 +1185,14 @@ def render_hotspot_report(data: dict[str, Any]) -> str:
             "",
         ]
     kinds = [
-        f"{TITLES[r.shape].lower()}, {policy_label(r.policy)}: "
+        f"{TITLES[r.shape].lower()}, {arm_label(r.arm)}: "
         + ", ".join(f"{name} {n:,}" for name, n in r.error_kinds.items())
         for r in rows
         if r.error_kinds and r.kind in ("run", "half")
     ]
     lines += ["Errors by kind: " + ("; ".join(kinds) if kinds else "none") + ".", ""]
     if chart:
-        lines += [f"![successes per second, every shape and policy]({chart})", ""]
+        lines += [f"![successes per second, every shape and arm]({chart})", ""]
     return "\n".join(lines)
 
 
@@ -1228,7 +1224,7 @@ CHART_SHAPES = (ROUTER, SECONDARY, COOL, ROUTER_QUEUE, SECONDARY_QUEUE)
 
 
 def render_chart(data: dict[str, Any], path: Path) -> None:
-    """Successes per half second of every policy in each shape, and the share of first
+    """Successes per half second of every arm in each shape, and the share of first
     attempts that went to the hot server, in one PNG."""
     from backpressure.core.extras import require
 
@@ -1239,7 +1235,7 @@ def render_chart(data: dict[str, Any], path: Path) -> None:
     plan = HotspotPlan(**data["plan"])
     rows = _ordered([Row.from_dict(r) for r in data["rows"]])
     shapes = [s for s in CHART_SHAPES if any(r.shape == s for r in rows)]
-    names = default_first(list(dict.fromkeys(r.policy for r in rows if r.kind == "run")))
+    names = default_first(list(dict.fromkeys(r.arm for r in rows if r.kind == "run")))
     colours = {name: plt.get_cmap("tab10")(i % 10) for i, name in enumerate(names)}
     panels = len(shapes) + 1
     columns = 2
@@ -1259,7 +1255,7 @@ def render_chart(data: dict[str, Any], path: Path) -> None:
             if row.kind == QUIET:
                 ax.plot(times, values, color="0.5", linestyle="--", label="no server limited")
             else:
-                ax.plot(times, values, color=colours[row.policy], label=policy_label(row.policy))
+                ax.plot(times, values, color=colours[row.arm], label=arm_label(row.arm))
         if shape == COOL:
             ax.axhline(plan.cool_demand, color="0.5", linestyle=":", linewidth=1)
             ax.axvspan(0, plan.cool_hot_s, color="0.92", zorder=0)
@@ -1286,7 +1282,7 @@ def render_chart(data: dict[str, Any], path: Path) -> None:
             found = _find(rows, shape, name)
             shares.append(100 * found.hot_first_share if found is not None else 0.0)
         positions = [j + (i - (len(names) - 1) / 2) * width for j in range(len(bar_shapes))]
-        bar_ax.bar(positions, shares, width, color=colours[name], label=policy_label(name))
+        bar_ax.bar(positions, shares, width, color=colours[name], label=arm_label(name))
     bar_ax.set_xticks(range(len(bar_shapes)))
     bar_ax.set_xticklabels(
         [TITLES[s].replace(", the server", "\n") for s in bar_shapes], fontsize=8
@@ -1313,7 +1309,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan = HotspotPlan()
     parser = argparse.ArgumentParser(
         prog="python -m backpressure.bench.hotspot",
-        description="One server of several pushes back: every policy, real processes.",
+        description="One server of several pushes back: every arm, real processes.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
@@ -1323,10 +1319,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--shapes", type=name_list(SHAPES), default=",".join(SHAPES), help="comma-separated"
     )
     parser.add_argument(
-        "--policies",
-        type=name_list(POLICIES),
-        default=",".join(HOTSPOT_POLICIES),
-        help="comma-separated policies (the default's rows come first)",
+        "--arms",
+        type=name_list(ARMS),
+        default=",".join(HOTSPOT_ARMS),
+        help="comma-separated arms (the default's rows come first)",
     )
     parser.add_argument("--processes", type=positive_int, default=plan.processes)
     parser.add_argument("--threads", type=positive_int, default=plan.threads)
@@ -1400,7 +1396,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         return 0
     try:
         plan = plan_from_args(args)
-        policies = hotspot_policies(args.policies)
+        arms = hotspot_arms(args.arms)
     except ValueError as exc:
         parser.error(str(exc))
     info, commit = machine_info(), code_revision()
@@ -1409,7 +1405,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         print(f"hotspot {text} ...", file=sys.stderr, flush=True)
 
     with _timed() as measured:
-        rows = run_hotspot(plan, args.shapes, policies, progress=progress)
+        rows = run_hotspot(plan, args.shapes, arms, progress=progress)
     load, wall_s = measured[:2], measured[2]
     chart = None if args.out is None else args.out.with_suffix(".png")
     data = hotspot_report(

@@ -3,13 +3,13 @@
 ``python -m backpressure.bench.mixed_fleet`` runs the fleet benchmark's plan (8 processes x 8
 threads, capacity 200 -> 100 -> 300 ops/s, 1 s deadline; :mod:`backpressure.bench.fleet`) with
 a share of the processes on stock pymongo (``pymongo-native``, pymongo's own overload retries)
-and the rest on a package policy, in one run per share (1, 4 and 7 of 8 by default) and
-policy (``--policy``: the default preset, ``current``, then ``adaptive``), each ``--runs``
+and the rest on one of this package's arms, in one run per share (1, 4 and 7 of 8 by default) and
+arm (``--arms``: the default preset, ``current``, then ``adaptive``), each ``--runs``
 times.  Every row is one half of one run: its processes, its
 operations and error rate, the mean successes of one of its processes and, for the upgraded
 half, that as a share of a stock process's (the coexistence goal: >= 95 %, at an error rate no
 higher than the stock half's).  The stock half's row comes first in every run, and the default
-policy's runs come first.
+arm's runs come first.
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ from backpressure.bench.fleet import FleetPlan, run_processes
 from backpressure.bench.publish import publish_run
 from backpressure.cli import positive_float, positive_int, run_cli
 from backpressure.workload.arms import (
-    POLICY_NAMES,
+    ARM_NAMES,
     STOCK,
+    arm_label,
     default_first,
     default_policy_name,
-    policy_label,
+    from_file,
+    to_file,
 )
 from backpressure.workload.metrics import coexists
 from backpressure.workload.report import run_line
@@ -42,7 +44,7 @@ __all__ = [
     "render",
     "render_mixed_report",
     "run_mixed",
-    "upgraded_policies",
+    "upgraded_arms",
 ]
 
 
@@ -54,13 +56,13 @@ DEFAULT_BURST_SECONDS = FleetPlan().burst_seconds
 class Half:
     """One half of a mixed fleet in one run."""
 
-    policy: str
+    arm: str
     processes: int
     operations: int
     errors: int
     successes: int
     competed_s: Optional[float] = None
-    """Seconds its processes' pacers competed, summed (None: its policy does not pace, or the
+    """Seconds its processes' pacers competed, summed (None: its arm does not pace, or the
     run predates the count)."""
 
     @property
@@ -94,10 +96,10 @@ class MixedRun:
         return coexists(self.share, self.upgraded.error_rate, self.stock.error_rate)
 
 
-def _half(policy: str, reports: Sequence[dict[str, Any]]) -> Half:
+def _half(arm: str, reports: Sequence[dict[str, Any]]) -> Half:
     """Add up the reports of one half's processes."""
     return Half(
-        policy,
+        arm,
         len(reports),
         sum(int(r["ops"]) for r in reports),
         sum(int(r["errors"]) for r in reports),
@@ -112,13 +114,13 @@ def _competed(reports: Sequence[dict[str, Any]]) -> Optional[float]:
     return round(sum(seconds), 3) if seconds else None
 
 
-def run_mixed(target: Any, stock: int, policy: str, plan: FleetPlan) -> MixedRun:
-    """Run ``plan`` with the first ``stock`` processes on stock pymongo, the rest on ``policy``."""
+def run_mixed(target: Any, stock: int, arm: str, plan: FleetPlan) -> MixedRun:
+    """Run ``plan`` with the first ``stock`` processes on stock pymongo, the rest on ``arm``."""
     if not 0 < stock < plan.processes:
         raise ValueError(f"stock must be in 1..{plan.processes - 1}, got {stock}")
-    policies = [STOCK] * stock + [policy] * (plan.processes - stock)
-    reports, received = run_processes(target, policies, plan)
-    return MixedRun(_half(STOCK, reports[:stock]), _half(policy, reports[stock:]), received)
+    arms = [STOCK] * stock + [arm] * (plan.processes - stock)
+    reports, received = run_processes(target, arms, plan)
+    return MixedRun(_half(STOCK, reports[:stock]), _half(arm, reports[stock:]), received)
 
 
 def render(runs: Sequence[tuple[int, MixedRun]], processes: int) -> str:
@@ -132,14 +134,13 @@ def render(runs: Sequence[tuple[int, MixedRun]], processes: int) -> str:
         for half in (run.stock, run.upgraded):
             upgraded = half is run.upgraded
             lines.append(
-                f"| {stock} of {processes} | {policy_label(half.policy)} | {half.processes} | "
+                f"| {stock} of {processes} | {arm_label(half.arm)} | {half.processes} | "
                 f"{half.operations:,} | {half.error_rate:.1%} | {half.per_process:,.0f} | "
                 f"{f'{run.share:.0%}' if upgraded else '-'} | "
                 f"{('met' if run.met else 'missed') if upgraded else '-'} |"
             )
     competed = [
-        f"{policy_label(run.upgraded.policy)} at {stock} of {processes}: "
-        f"{run.upgraded.competed_s:.1f}"
+        f"{arm_label(run.upgraded.arm)} at {stock} of {processes}: {run.upgraded.competed_s:.1f}"
         for stock, run in runs
         if run.upgraded.competed_s is not None
     ]
@@ -160,7 +161,7 @@ def mixed_report(
     wall_s: float,
     commit: str,
 ) -> dict[str, Any]:
-    """The raw data of one invocation (every share and policy), as written to JSON."""
+    """The raw data of one invocation (every share and arm), as written to JSON."""
     return {
         "machine": info,
         "load_average": [round(x, 2) for x in load],
@@ -169,7 +170,14 @@ def mixed_report(
         "processes": plan.processes,
         "burst_seconds": plan.burst_seconds,
         "runs": [
-            {"stock_processes": stock, **asdict(run), "share": run.share, "met": run.met}
+            {
+                "stock_processes": stock,
+                "stock": to_file(asdict(run.stock)),
+                "upgraded": to_file(asdict(run.upgraded)),
+                "server_received": run.server_received,
+                "share": run.share,
+                "met": run.met,
+            }
             for stock, run in runs
         ],
     }
@@ -180,7 +188,11 @@ def render_mixed_report(data: dict[str, Any]) -> str:
     runs = [
         (
             int(entry["stock_processes"]),
-            MixedRun(Half(**entry["stock"]), Half(**entry["upgraded"]), entry["server_received"]),
+            MixedRun(
+                Half(**from_file(entry["stock"])),
+                Half(**from_file(entry["upgraded"])),
+                entry["server_received"],
+            ),
         )
         for entry in data["runs"]
     ]
@@ -194,19 +206,19 @@ def render_mixed_report(data: dict[str, Any]) -> str:
     return line + "\n\n" + render(runs, int(data["processes"]))
 
 
-def upgraded_policies(spec: str) -> list[str]:
-    """The comma-separated policies of ``--policy``, the default preset's first.
+def upgraded_arms(spec: str) -> list[str]:
+    """The comma-separated arms of ``--arms``, the default preset's first.
 
     Raises:
-        ValueError: a name is not a policy of the benchmarks, or none is given.
+        ValueError: a name is not an arm of the benchmarks, or none is given.
     """
     names = [part.strip() for part in spec.split(",") if part.strip()]
     if not names:
-        raise ValueError("--policy: give at least one policy")
+        raise ValueError("--arms: give at least one arm")
     for name in names:
-        if name not in POLICY_NAMES or name == STOCK:
-            known = ", ".join(n for n in POLICY_NAMES if n != STOCK)
-            raise ValueError(f"--policy: {name!r} is not a package policy (known: {known})")
+        if name not in ARM_NAMES or name == STOCK:
+            known = ", ".join(n for n in ARM_NAMES if n != STOCK)
+            raise ValueError(f"--arms: {name!r} is not one of this package's arms (known: {known})")
     return default_first(list(dict.fromkeys(names)))
 
 
@@ -217,9 +229,9 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         description="Each half of a mixed fleet: stock pymongo processes beside upgraded ones.",
     )
     parser.add_argument(
-        "--policy",
+        "--arms",
         default=f"{default_policy_name()},adaptive",
-        help="the upgraded processes' policies, comma-separated (the default's runs come first)",
+        help="the upgraded processes' arms, comma-separated (the default's runs come first)",
     )
     parser.add_argument(
         "--stock", default="1,4,7", help="stock processes per run, comma-separated (of 8)"
@@ -237,22 +249,22 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     args = parser.parse_args(argv)
     shares = [int(part) for part in args.stock.split(",") if part]
     try:
-        policies = upgraded_policies(args.policy)
+        arms = upgraded_arms(args.arms)
     except ValueError as exc:
         parser.error(str(exc))
     plan = FleetPlan(burst_seconds=args.burst_seconds)
 
     def run(server: Any) -> list[tuple[int, MixedRun]]:
         runs = []
-        for policy in policies:
+        for arm in arms:
             for _ in range(args.runs):
                 for stock in shares:
                     print(
-                        f"{policy}: stock {stock} of {plan.processes} ...",
+                        f"{arm}: stock {stock} of {plan.processes} ...",
                         file=sys.stderr,
                         flush=True,
                     )
-                    runs.append((stock, run_mixed(server, stock, policy, plan)))
+                    runs.append((stock, run_mixed(server, stock, arm, plan)))
         return runs
 
     publish_run(

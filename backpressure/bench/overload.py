@@ -1,6 +1,6 @@
-"""Overload benchmark: every policy in both loop shapes and with one hot member, in one run.
+"""Overload benchmark: every arm in both loop shapes and with one hot member, in one run.
 
-Scenarios (all against the same embedded replica set, one policy after another):
+Scenarios (all against the same embedded replica set, one arm after another):
 
 * **Closed loop**: ``workers`` threads (32, 128, 512) each run operations back to back for
   ``closed_seconds`` against capacity C; every operation may take ``allowed_wait`` seconds.
@@ -9,12 +9,12 @@ Scenarios (all against the same embedded replica set, one policy after another):
 * **Hot member**: reads with ``readPreference=secondary``; one secondary is rate-limited, the
   other members are not.
 
-Per (scenario, policy): app errors (raised, plus arrivals never sent), the physical minimum the
-policy-lab oracle (:mod:`backpressure.sim.oracle`) computes for the same arrival log and the
+Per (scenario, arm): app errors (raised, plus arrivals never sent), the physical minimum the
+simulator's oracle (:mod:`backpressure.sim.oracle`) computes for the same arrival log and the
 ratio of the two, server-received attempts per operation, goodput, p50/p99 latency of successful
 operations, local waits and refusals, and retries refused by a budget.  The goals of the adaptive
-policy are judged from these figures; a goal that no-retries also meets says nothing about a
-retry policy and is dropped (listed as such).
+preset are judged from these figures; a goal that no-retries also meets says nothing about
+retries and is dropped (listed as such).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from backpressure.sim.oracle import (
     closed_loop_min_error_fraction,
     physical_min_errors,
 )
-from backpressure.workload import POLICIES, RunResult, WorkloadConfig, run_policy
+from backpressure.workload import ARMS, RunResult, WorkloadConfig, run_arm
+from backpressure.workload.arms import to_file
 from backpressure.workload.driver import LoadTarget, run_closed_loop
 from backpressure.workload.metrics import rate_per_second
 from backpressure.workload.plan import HOT_MEMBER, OverloadPlan
@@ -45,18 +46,18 @@ __all__ = [
 ]
 
 BASELINE = "no-retries"
-"""The policy whose success makes a goal uninformative."""
+"""The arm whose success makes a goal uninformative."""
 
 
 @dataclass(frozen=True)
 class ScenarioRun:
-    """One (scenario, policy) run, summarised."""
+    """One (scenario, arm) run, summarised."""
 
     scenario: str
     """``closed 32w``, ``open 3x``, ``burst 3x 3s``, ``hot member``."""
     kind: str
     """``closed``, ``open`` or ``hot``."""
-    policy: str
+    arm: str
     workers: int
     capacity: float
     operations: int
@@ -66,7 +67,7 @@ class ScenarioRun:
     physical_min: int
     """The oracle's minimum app errors for this arrival log."""
     floor_fraction: Optional[float]
-    """Closed loop: the steady-state error fraction no policy can beat, max(0, 1 - C*W/N)."""
+    """Closed loop: the steady-state error fraction no arm can beat, max(0, 1 - C*W/N)."""
     attempts_per_op: Optional[float]
     """Workload commands the server received per operation."""
     goodput: float
@@ -98,20 +99,20 @@ class ScenarioRun:
         data["error_fraction"] = self.error_fraction
         data["vs_min"] = self.vs_min
         data["result"] = self.result.to_dict()
-        return data
+        return to_file(data)
 
 
 def oracle_min_errors(
     arrivals: Sequence[float], allowed_wait: float, capacity: float, burst_seconds: float
 ) -> int:
-    """The fewest app errors any policy could have for these arrivals on one limited server."""
+    """The fewest app errors any arm could have for these arrivals on one limited server."""
     return physical_min_errors(
         list(arrivals), allowed_wait, Capacity.constant(capacity, burst_seconds)
     )
 
 
 def closed_loop_floor(workers: int, allowed_wait: float, capacity: float) -> float:
-    """Steady-state error fraction no policy can beat: max(0, 1 - capacity * wait / workers)."""
+    """Steady-state error fraction no arm can beat: max(0, 1 - capacity * wait / workers)."""
     return closed_loop_min_error_fraction(workers, allowed_wait, capacity)
 
 
@@ -153,7 +154,7 @@ def _summarize(
     return ScenarioRun(
         scenario=scenario,
         kind=kind,
-        policy=result.policy,
+        arm=result.arm,
         workers=result.workers,
         capacity=capacity,
         operations=result.offered,
@@ -174,13 +175,13 @@ def _summarize(
 
 def run_overload(
     target: LoadTarget,
-    policies: Sequence[str],
+    arms: Sequence[str],
     plan: OverloadPlan,
     *,
     database: str = "backpressure_bench",
     progress: Callable[[float], None] = lambda _: None,
 ) -> list[ScenarioRun]:
-    """Run every scenario for every policy (scenario by scenario) and return the summaries."""
+    """Run every scenario for every arm (scenario by scenario) and return the summaries."""
     runs: list[ScenarioRun] = []
 
     def config(capacity: float, threads: int, read_fraction: float = 0.5) -> WorkloadConfig:
@@ -194,10 +195,10 @@ def run_overload(
         )
 
     for workers in plan.closed_workers:
-        for name in policies:
+        for name in arms:
             result = run_closed_loop(
                 target,
-                POLICIES[name],
+                ARMS[name],
                 workers,
                 plan.closed_seconds,
                 config(plan.capacity, workers),
@@ -206,14 +207,14 @@ def run_overload(
             runs.append(_summarize(result, f"closed {workers}w", "closed", plan.capacity, plan))
     for label, phases in plan.open_shapes().items():
         open_config = config(plan.open_capacity, plan.open_threads)
-        for name in policies:
-            result = run_policy(target, POLICIES[name], phases, open_config, progress=progress)
+        for name in arms:
+            result = run_arm(target, ARMS[name], phases, open_config, progress=progress)
             runs.append(_summarize(result, label, "open", plan.open_capacity, plan))
     hot_config = config(plan.hot_capacity, plan.hot_workers, read_fraction=1.0)
-    for name in policies:
+    for name in arms:
         result = run_closed_loop(
             target,
-            POLICIES[name],
+            ARMS[name],
             plan.hot_workers,
             plan.hot_seconds,
             hot_config,
@@ -230,16 +231,16 @@ def run_overload(
 
 @dataclass(frozen=True)
 class Goal:
-    """One goal judged for every policy that ran it.
+    """One goal judged for every arm that ran it.
 
-    ``met`` maps a policy to True/False, or None when a figure the goal needs is missing.
+    ``met`` maps an arm to True/False, or None when a figure the goal needs is missing.
     ``dropped`` is True when no-retries meets the goal (so it says nothing about retries).
     """
 
     goal: str
     scenario: str
     figures: dict[str, str]
-    """Per policy: the figures the verdict rests on."""
+    """Per arm: the figures the verdict rests on."""
     met: dict[str, Optional[bool]]
     dropped: bool
 
@@ -278,7 +279,7 @@ def _closed_judge(plan: OverloadPlan) -> Judge:
     App errors <= 1 % applies only "whenever workers / capacity is below the wait an operation
     is allowed": with more workers than the deadline's worth of capacity, some operations must
     fail and how many depends on how fast a failure returns, so no bound is judged (the
-    policy-independent floor max(0, 1 - C*W/N) is shown for reference).  The others always
+    arm-independent floor max(0, 1 - C*W/N) is shown for reference).  The others always
     apply: attempts per operation <= 1.1, goodput >= 95 % of C, p99 <= 2 N/C + 100 ms.
     """
 
@@ -331,7 +332,7 @@ def _hot_judge(run: ScenarioRun) -> tuple[Optional[bool], str]:
 
 
 def evaluate_goals(runs: Sequence[ScenarioRun], plan: OverloadPlan) -> list[Goal]:
-    """Judge every scenario's goal for every policy; drop those no-retries meets."""
+    """Judge every scenario's goal for every arm; drop those no-retries meets."""
     goals: list[Goal] = []
     scenarios: list[str] = []
     for run in runs:
@@ -365,7 +366,7 @@ def evaluate_goals(runs: Sequence[ScenarioRun], plan: OverloadPlan) -> list[Goal
         met: dict[str, Optional[bool]] = {}
         figures: dict[str, str] = {}
         for run in mine:
-            met[run.policy], figures[run.policy] = judge(run)
+            met[run.arm], figures[run.arm] = judge(run)
         dropped = met.get(BASELINE) is True
         goals.append(Goal(text, scenario, figures, met, dropped))
     return goals

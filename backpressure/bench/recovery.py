@@ -8,12 +8,12 @@ The embedded replica set (its own process, real TCP) runs 10 s with no limit, ad
 for 10 s, then the limit is lifted at run time over the server's control connection and the
 load runs 10 s more.
 
-The policies run one after another on the same server with the same plan (the default's row
+The arms run one after another on the same server with the same plan (the default's row
 first; stock pymongo beside it): each arm gets the whole server, as its own deployment would.
 Side by side in one server, the arms would share the limiter during the overload, so one arm's
 backing off would hand capacity to the other and change the state each ends the overload in.
 
-Per policy: successes in each of the 4 seconds after the end as a share of the demand (the
+Per arm: successes in each of the 4 seconds after the end as a share of the demand (the
 arm's own best one-second goodput while nothing limits it: from 2 s to 10 s before the overload
 and from 5 s to 10 s after its end; on a loaded machine a second can only fall short of what the
 fleet asks, so the best one is the closest to it), successes from
@@ -32,10 +32,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from backpressure.bench.fleet import FleetPlan, fleet_policies, run_processes
+from backpressure.bench.fleet import FleetPlan, fleet_arms, run_processes
 from backpressure.bench.publish import publish_run
 from backpressure.cli import positive_int, run_cli
-from backpressure.workload.arms import STOCK, default_policy_name, policy_label
+from backpressure.workload.arms import STOCK, arm_label, default_policy_name, from_file, to_file
 from backpressure.workload.driver import LoadTarget
 from backpressure.workload.report import run_line
 
@@ -93,9 +93,9 @@ RECOVERY_PLAN = recovery_plan()
 
 @dataclass(frozen=True)
 class RecoveryRun:
-    """One policy's recovery run."""
+    """One arm's recovery run."""
 
-    policy: str
+    arm: str
     operations: int
     errors: int
     after_per_s: tuple[int, ...]
@@ -126,7 +126,9 @@ class RecoveryRun:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary."""
-        return {**asdict(self), "shares": list(self.shares), "one_to_four": self.one_to_four}
+        return to_file(
+            {**asdict(self), "shares": list(self.shares), "one_to_four": self.one_to_four}
+        )
 
 
 def _per_second(bins: Sequence[int], begin_s: float, end_s: float, bin_s: float) -> list[int]:
@@ -149,9 +151,7 @@ def _add(reports: Sequence[dict[str, Any]], key: str) -> list[int]:
     return total
 
 
-def summarize_recovery(
-    policy: str, plan: FleetPlan, reports: Sequence[dict[str, Any]]
-) -> RecoveryRun:
+def summarize_recovery(arm: str, plan: FleetPlan, reports: Sequence[dict[str, Any]]) -> RecoveryRun:
     """One arm's figures from its processes' reports."""
     end_s = plan.step_s * (len(plan.rates) - 1)
     begin_s = plan.step_s * (len(plan.rates) - 2)
@@ -166,7 +166,7 @@ def summarize_recovery(
         for name, n in report["error_kinds"].items():
             kinds[name] = kinds.get(name, 0) + int(n)
     return RecoveryRun(
-        policy=policy,
+        arm=arm,
         operations=sum(int(r["ops"]) for r in reports),
         errors=sum(int(r["errors"]) for r in reports),
         after_per_s=tuple(after),
@@ -182,12 +182,12 @@ def summarize_recovery(
 
 def run_recovery(
     target: LoadTarget,
-    policies: Optional[Sequence[str]] = None,
+    arms: Optional[Sequence[str]] = None,
     plan: FleetPlan = RECOVERY_PLAN,
     *,
     progress: Optional[Callable[[str], None]] = None,
 ) -> list[RecoveryRun]:
-    """Run every policy (the default's first) through ``plan``, one after another."""
+    """Run every arm (the default's first) through ``plan``, one after another."""
     rates = plan.rates
     if (
         len(rates) != 3
@@ -200,17 +200,17 @@ def run_recovery(
     if plan.step_s < STEADY_FROM_S + 1.0:
         raise ValueError(f"a recovery plan needs step_s >= {STEADY_FROM_S + 1.0:g}")
     runs = []
-    for policy in fleet_policies(policies):
+    for arm in fleet_arms(arms):
         if progress is not None:
-            progress(f"recovery: {policy}")
-        reports, _ = run_processes(target, [policy] * plan.processes, plan)
-        runs.append(summarize_recovery(policy, plan, reports))
+            progress(f"recovery: {arm}")
+        reports, _ = run_processes(target, [arm] * plan.processes, plan)
+        runs.append(summarize_recovery(arm, plan, reports))
     return runs
 
 
 def _stock(runs: Sequence[RecoveryRun]) -> Optional[RecoveryRun]:
     """Stock pymongo's run, if it ran."""
-    return next((run for run in runs if run.policy == STOCK), None)
+    return next((run for run in runs if run.arm == STOCK), None)
 
 
 def judge(run: RecoveryRun, stock: Optional[RecoveryRun]) -> dict[str, Optional[bool]]:
@@ -235,11 +235,11 @@ def _verdict(met: Optional[bool]) -> str:
 
 
 def render_recovery_markdown(runs: Sequence[RecoveryRun], plan: FleetPlan) -> str:
-    """The table (every policy, the default's first) and each goal per policy."""
-    runs = sorted(runs, key=lambda run: run.policy != default_policy_name())
+    """The table (every arm, the default's first) and each goal per arm."""
+    runs = sorted(runs, key=lambda run: run.arm != default_policy_name())
     stock = _stock(runs)
     header = [
-        "policy",
+        "arm",
         *(f"{k}-{k + 1} s" for k in range(AFTER_SECONDS)),
         "demand/s",
         "1-4 s ok",
@@ -264,7 +264,7 @@ def render_recovery_markdown(runs: Sequence[RecoveryRun], plan: FleetPlan) -> st
     for run in runs:
         ratio = ratio_to_stock(run, stock)
         cells = [
-            policy_label(run.policy),
+            arm_label(run.arm),
             *(f"{100 * share:.0f}%" for share in run.shares),
             f"{run.demand_per_s:,.0f}",
             f"{run.one_to_four:,}",
@@ -278,7 +278,7 @@ def render_recovery_markdown(runs: Sequence[RecoveryRun], plan: FleetPlan) -> st
     lines += ["", "Goals:", ""]
     for run in runs:
         verdicts = ", ".join(f"{goal}: {_verdict(met)}" for goal, met in judge(run, stock).items())
-        lines.append(f"- **{policy_label(run.policy)}**: {verdicts}")
+        lines.append(f"- **{arm_label(run.arm)}**: {verdicts}")
     return "\n".join(lines) + "\n"
 
 
@@ -290,7 +290,7 @@ def recovery_report(
     wall_s: float,
     commit: str,
 ) -> dict[str, Any]:
-    """The raw data of one run of every policy, as written to JSON."""
+    """The raw data of one run of every arm, as written to JSON."""
     stock = _stock(runs)
     return {
         "machine": info,
@@ -315,7 +315,7 @@ def render_recovery_report(data: dict[str, Any]) -> str:
     names = set(RecoveryRun.__dataclass_fields__)
     runs = []
     for entry in data["runs"]:
-        values = {k: v for k, v in entry.items() if k in names}
+        values = {k: v for k, v in from_file(entry).items() if k in names}
         values["after_per_s"] = tuple(values["after_per_s"])
         values["success_bins"] = tuple(values.get("success_bins", ()))
         runs.append(RecoveryRun(**values))
@@ -324,25 +324,25 @@ def render_recovery_report(data: dict[str, Any]) -> str:
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:
-    """Parse ``argv`` and run every policy once on one embedded replica set."""
+    """Parse ``argv`` and run every arm once on one embedded replica set."""
     parser = argparse.ArgumentParser(
         prog="python -m backpressure.bench.recovery",
         description="How soon the goodput is the demand again once an overload ends.",
     )
-    parser.add_argument("--policies", help="comma-separated (default: every available policy)")
+    parser.add_argument("--arms", help="comma-separated (default: every available arm)")
     parser.add_argument("--processes", type=positive_int, default=4, help="client processes")
     parser.add_argument("--threads", type=positive_int, default=8, help="threads per process")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the table")
     args = parser.parse_args(argv)
-    policies = [p for p in args.policies.split(",") if p] if args.policies else None
+    arms = [p for p in args.arms.split(",") if p] if args.arms else None
     plan = recovery_plan(args.processes, args.threads)
 
     def progress(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
     publish_run(
-        lambda server: run_recovery(server, policies, plan, progress=progress),
+        lambda server: run_recovery(server, arms, plan, progress=progress),
         lambda runs, info, load, wall_s, commit: recovery_report(
             runs, plan, info, load, wall_s, commit
         ),

@@ -7,7 +7,7 @@ counted from its due time.  The embedded replica set (its own process, real TCP)
 the primary reject the next ``rejections`` workload commands with code 462 and the overload
 labels; at ``rise_s`` demand rises ``rise`` x (to 400/s), still far below capacity.
 
-Per policy: successes per second in the ``after_s`` seconds after the rise, their p99 latency
+Per arm: successes per second in the ``after_s`` seconds after the rise, their p99 latency
 (from the due time), local refusals and app errors.  Goals, against stock pymongo in the same
 run: goodput >= 98% of stock's, p99 <= stock's + 20 ms, no local refusal.
 """
@@ -27,9 +27,9 @@ import pymongo
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
-from backpressure.bench.fleet import default_policy_name, fleet_policies
-from backpressure.workload import POLICIES
-from backpressure.workload.arms import STOCK, policy_label
+from backpressure.bench.fleet import default_policy_name, fleet_arms
+from backpressure.workload import ARMS
+from backpressure.workload.arms import STOCK, arm_label, from_file, to_file
 from backpressure.workload.driver import LocalEventCounter
 from backpressure.workload.metrics import percentile
 
@@ -89,9 +89,9 @@ QUICK_TRANSIENT = TransientPlan(
 
 @dataclass(frozen=True)
 class TransientRun:
-    """One policy's transient run."""
+    """One arm's transient run."""
 
-    policy: str
+    arm: str
     rejections: int
     operations: int
     app_errors: int
@@ -110,12 +110,12 @@ class TransientRun:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary."""
-        return {**asdict(self), "goodput": self.goodput}
+        return to_file({**asdict(self), "goodput": self.goodput})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TransientRun:
         """The run :meth:`to_dict` described."""
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        return cls(**{k: v for k, v in from_file(data).items() if k in cls.__dataclass_fields__})
 
 
 def _wait_until(instant: float) -> None:
@@ -135,8 +135,8 @@ def _rejected(stats: dict[str, Any]) -> int:
     return total
 
 
-def run_policy_transient(target: Any, policy: str, plan: TransientPlan) -> TransientRun:
-    """Run ``plan`` once under ``policy`` and summarise it."""
+def run_arm_transient(target: Any, arm: str, plan: TransientPlan) -> TransientRun:
+    """Run ``plan`` once under ``arm`` and summarise it."""
     target.reset()
     target.disable_rate_limit()
     plain: MongoClient[dict[str, Any]] = MongoClient(target.uri)
@@ -146,7 +146,7 @@ def run_policy_transient(target: Any, policy: str, plan: TransientPlan) -> Trans
     finally:
         plain.close()
     events = LocalEventCounter()
-    client = POLICIES[policy].open(target.uri, local_listener=events, maxPoolSize=plan.threads + 10)
+    client = ARMS[arm].open(target.uri, local_listener=events, maxPoolSize=plan.threads + 10)
     due = plan.arrivals()
     outcomes: list[tuple[float, bool, float]] = []  # (due offset, ok, latency ms)
     lock = threading.Lock()
@@ -206,7 +206,7 @@ def run_policy_transient(target: Any, policy: str, plan: TransientPlan) -> Trans
         target.disable_rate_limit()
     after = [(ok, latency) for offset, ok, latency in outcomes if offset >= plan.rise_s]
     return TransientRun(
-        policy=policy,
+        arm=arm,
         rejections=plan.rejections,
         operations=len(outcomes),
         app_errors=sum(1 for _, ok, _ in outcomes if not ok),
@@ -220,17 +220,17 @@ def run_policy_transient(target: Any, policy: str, plan: TransientPlan) -> Trans
 
 def run_transient(
     target: Any,
-    policies: Optional[Sequence[str]] = None,
+    arms: Optional[Sequence[str]] = None,
     plan: TransientPlan = TransientPlan(),
     *,
     progress: Optional[Callable[[str], None]] = None,
 ) -> list[TransientRun]:
-    """Run every policy (the default's first) through ``plan``."""
+    """Run every arm (the default's first) through ``plan``."""
     runs = []
-    for policy in fleet_policies(policies):
+    for arm in fleet_arms(arms):
         if progress is not None:
-            progress(f"transient {plan.rejections}: {policy}")
-        runs.append(run_policy_transient(target, policy, plan))
+            progress(f"transient {plan.rejections}: {arm}")
+        runs.append(run_arm_transient(target, arm, plan))
     return runs
 
 
@@ -252,12 +252,12 @@ def judge(run: TransientRun, stock: Optional[TransientRun]) -> dict[str, Optiona
 
 
 def render_transient_markdown(runs: Sequence[TransientRun], plan: TransientPlan) -> str:
-    """One table (every policy, the default's first) and the goals."""
-    runs = sorted(runs, key=lambda run: run.policy != default_policy_name())
-    stock = next((r for r in runs if r.policy == STOCK), None)
-    stock = stock or next((r for r in runs if r.policy == "current"), None)
+    """One table (every arm, the default's first) and the goals."""
+    runs = sorted(runs, key=lambda run: run.arm != default_policy_name())
+    stock = next((r for r in runs if r.arm == STOCK), None)
+    stock = stock or next((r for r in runs if r.arm == "current"), None)
     header = [
-        "policy",
+        "arm",
         "ops",
         "app errors",
         "server rejections",
@@ -282,7 +282,7 @@ def render_transient_markdown(runs: Sequence[TransientRun], plan: TransientPlan)
         p99 = "-" if run.after_p99_ms is None else f"{run.after_p99_ms:,.1f}"
         refusals = "-" if run.local_refusals is None else f"{run.local_refusals:,}"
         lines.append(
-            f"| {policy_label(run.policy)} | {run.operations:,} | {run.app_errors:,} | "
+            f"| {arm_label(run.arm)} | {run.operations:,} | {run.app_errors:,} | "
             f"{run.server_rejected:,} | {run.goodput:,.1f} | {ratio} | {p99} | {refusals} |"
         )
     lines += ["", "Goals:", ""]
@@ -291,5 +291,5 @@ def render_transient_markdown(runs: Sequence[TransientRun], plan: TransientPlan)
             f"{goal}: {'-' if met is None else ('met' if met else 'NOT met')}"
             for goal, met in judge(run, stock).items()
         )
-        lines.append(f"- **{policy_label(run.policy)}**: {verdicts}")
+        lines.append(f"- **{arm_label(run.arm)}**: {verdicts}")
     return "\n".join(lines) + "\n"

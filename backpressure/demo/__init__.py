@@ -3,14 +3,14 @@
 The embedded replica set runs in a subprocess with its ingress request rate limiter on.
 
 The default scenario, ``fleet`` (:mod:`backpressure.demo.fleet`), runs several client processes
-in a closed loop while the capacity steps down and up, every policy one after another, the
+in a closed loop while the capacity steps down and up, every arm one after another, the
 default's first, next to the physical limit.
 
 The ``single`` scenario (``--scenario single``) runs one client process at C ops/s: the same
-open-loop workload (find_one by _id, update_one, insert_one) runs once per client policy:
+open-loop workload (find_one by _id, update_one, insert_one) runs once per client arm:
 a steady phase below C, a short burst well above C, a recovery phase and a sustained overload.
-Per policy the demo reports the operations the application lost in each phase next to the fewest
-any policy could lose (the physical-limit oracle on the same arrivals), the load the server
+Per arm the demo reports the operations the application lost in each phase next to the fewest
+any arm could lose (the physical-limit oracle on the same arrivals), the load the server
 received as a multiple of C, attempts per operation, latency and retries refused by the budget;
 it writes a JSON report and one PNG figure (:mod:`backpressure.demo.chart`).
 
@@ -49,13 +49,14 @@ from backpressure.core.extras import require
 from backpressure.demo.chart import draw_demo_chart, phase_load, phase_spans
 from backpressure.sim.oracle import Capacity, physical_min_errors
 from backpressure.workload import (
-    POLICIES,
-    POLICY_NAMES,
+    ARM_NAMES,
+    ARMS,
     Phase,
     RunResult,
     WorkloadConfig,
-    run_policy,
+    run_arm,
 )
+from backpressure.workload.arms import ARMS_KEY
 from backpressure.workload.remote import (
     add_uri_arguments,
     check_uri_arguments,
@@ -75,7 +76,7 @@ from backpressure.workload.server import ServerFactory, embedded_server
 
 __all__ = [
     "ARRIVALS",
-    "DEMO_POLICIES",
+    "DEMO_ARMS",
     "FEWEST",
     "SCENARIOS",
     "TABLE_HEADERS",
@@ -91,15 +92,15 @@ __all__ = [
 SCENARIOS = ("fleet", "single")
 """The demo's scenarios, the default first."""
 
-DEMO_POLICIES: tuple[str, ...] = tuple(
+DEMO_ARMS: tuple[str, ...] = tuple(
     name
     for name in ("no-retries", "pymongo-native", "current", "draft", "adaptive")
-    if name in POLICIES
+    if name in ARMS
 )
-"""The policies the demo compares by default, as the overload bench does (others on request)."""
+"""The arms the demo compares by default, as the overload bench does (others on request)."""
 
 TABLE_HEADERS = (
-    "policy",
+    "arm",
     "burst lost",
     "overload lost",
     "lost",
@@ -117,7 +118,7 @@ FEWEST = "physical limit"
 """The table row of the physical limit (the oracle's fewest lost operations)."""
 
 ARRIVALS = "operations"
-"""The table row of the operations that arrived (the same for every policy)."""
+"""The table row of the operations that arrived (the same for every arm)."""
 
 
 def demo_phases(args: argparse.Namespace) -> list[Phase]:
@@ -134,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Return the command-line parser."""
     parser = argparse.ArgumentParser(
         prog="python -m backpressure.demo",
-        description="Compare client retry policies against a rate-limited embedded replica set.",
+        description="Compare client arms against a rate-limited embedded replica set.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
@@ -203,10 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--bucket", type=positive_float, default=0.5, help="time resolution of the figure, s"
     )
     parser.add_argument(
-        "--policies",
-        type=name_list(POLICY_NAMES),
-        default=",".join(DEMO_POLICIES),
-        help=f"comma-separated subset of {','.join(POLICY_NAMES)}",
+        "--arms",
+        type=name_list(ARM_NAMES),
+        default=",".join(DEMO_ARMS),
+        help=f"comma-separated subset of {','.join(ARM_NAMES)}",
     )
     parser.add_argument("--members", type=positive_int, default=3, help="replica set members")
     single.add_argument(
@@ -238,13 +239,13 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 def fewest_errors(
     arrivals: Sequence[float], phases: Sequence[Phase], config: WorkloadConfig
 ) -> dict[str, int]:
-    """The fewest operations any policy could lose: per phase (by arrival) and for the run.
+    """The fewest operations any arm could lose: per phase (by arrival) and for the run.
 
     The physical-limit oracle schedules arrivals (seconds from the start) against the server's
     limiter (``config.capacity``, ``config.burst_seconds``), each operation allowed
     ``config.allowed_wait``. A phase's figure is for its own arrivals alone, the limiter's bucket
-    full at its start: no policy can lose fewer of them, whatever it did before. The phases'
-    figures need not add up to the run's: a policy may lose operations in one phase to keep
+    full at its start: no arm can lose fewer of them, whatever it did before. The phases'
+    figures need not add up to the run's: an arm may lose operations in one phase to keep
     capacity for the next.
     """
     capacity = Capacity.constant(config.capacity, config.burst_seconds)
@@ -269,8 +270,8 @@ def result_rows(
 ) -> list[list[str]]:
     """Turn run results into table rows (TABLE_HEADERS order).
 
-    After the policies come two reference rows: the fewest lost operations any policy could
-    have (when ``fewest`` is given) and the operations that arrived (the same for every policy).
+    After the arms come two reference rows: the fewest lost operations any arm could
+    have (when ``fewest`` is given) and the operations that arrived (the same for every arm).
     """
     spans = {span.name: span for span in phase_spans(phases)}
     overload = spans.get("overload")
@@ -278,7 +279,7 @@ def result_rows(
     for r in results:
         rows.append(
             [
-                r.policy,
+                r.arm,
                 _phase_count(r, "burst", lost=True),
                 _phase_count(r, "overload", lost=True),
                 f"{r.app_errors:,}",
@@ -332,7 +333,7 @@ def run_demo(
     out: TextIO = sys.stdout,
 ) -> dict[str, Any]:
     """Run the demo as configured by ``args``; print the table and return the JSON report."""
-    names: list[str] = list(args.policies)
+    names: list[str] = list(args.arms)
     show_bar = progress_enabled(args.progress)
     note = untouched_note(args)
     if note is not None:
@@ -360,8 +361,8 @@ def run_demo(
     factory = server_factory or deployment_factory(
         args, lambda: embedded_server(members=args.members)
     )
-    runnable = [name for name in names if POLICIES[name].unavailable() is None]
-    skipped = {name: POLICIES[name].unavailable() for name in names if name not in runnable}
+    runnable = [name for name in names if ARMS[name].unavailable() is None]
+    skipped = {name: ARMS[name].unavailable() for name in names if name not in runnable}
     results: list[RunResult] = []
     started = time.perf_counter()
     planned = sum(phase.duration for phase in phases) * len(runnable)
@@ -375,9 +376,7 @@ def run_demo(
         with quiet_backpressure_logs(), factory() as server:
             for name in runnable:
                 bar.set_postfix_str(name)
-                results.append(
-                    run_policy(server, POLICIES[name], phases, config, progress=bar.update)
-                )
+                results.append(run_arm(server, ARMS[name], phases, config, progress=bar.update))
     finally:
         bar.close()
     elapsed = time.perf_counter() - started
@@ -405,9 +404,9 @@ def run_demo(
             for p in phases
         ],
         "fewest_errors": fewest,
-        "policies": {r.policy: r.to_dict() for r in results},
+        ARMS_KEY: {r.arm: r.to_dict() for r in results},
         "server_load_x_capacity": {
-            r.policy: {
+            r.arm: {
                 span.name: round(phase_load(r, span, args.capacity), 3)
                 for span in phase_spans(phases)
             }
@@ -453,7 +452,7 @@ def _legend() -> str:
         "attempts sent per second during the overload phase, as a multiple of C. att/op: "
         "workload commands the server received per operation, whole run. p50/p99: latency of "
         "successful ops. refused: retries the retry budget refused (- = no budget). "
-        f"{FEWEST}: the fewest lost operations any policy could have on these arrivals "
+        f"{FEWEST}: the fewest lost operations any arm could have on these arrivals "
         "(physical-limit oracle); the server admits at most C ops/s. "
         f"{ARRIVALS}: the operations that arrived, in each phase and in all.",
         width=TABLE_WIDTH,

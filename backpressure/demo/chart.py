@@ -1,4 +1,4 @@
-"""The demo's figure: per policy, server load against capacity, app errors and attempts per op.
+"""The demo's figure: per arm, server load against capacity, app errors and attempts per op.
 
 The pure parts (where each phase lies and how it is labelled, the per-phase figures written on
 the panels) are separate from the drawing so they can be tested without matplotlib.
@@ -90,10 +90,10 @@ def draw_demo_chart(
 ) -> Path:
     """Draw the demo's figure into a PNG at ``path`` and return ``path``.
 
-    One row per policy, three columns: the load the server received (attempts per second,
+    One row per arm, three columns: the load the server received (attempts per second,
     admitted ones shaded) against its capacity, with the load of each overloaded phase as a
     multiple of C; the errors the application saw per second (raised, plus arrivals never sent),
-    with the whole run's count next to the fewest any policy could have (``minimum_errors["run"]``);
+    with the whole run's count next to the fewest any arm could have (``minimum_errors["run"]``);
     the attempts the server received per operation, by arrival time.
     """
     matplotlib = require("matplotlib", "demo", "The chart")
@@ -153,8 +153,7 @@ def draw_demo_chart(
         for axis in axes[-1]:
             axis.set_xlabel("seconds since start of run")
         figure.suptitle(
-            "The same open-loop load against a server limited to C ops/s, one client policy "
-            "per row",
+            "The same open-loop load against a server limited to C ops/s, one client arm per row",
             y=0.995,
         )
         figure.tight_layout()
@@ -179,7 +178,7 @@ def _draw_row(
     error_axis: Any,
     attempts_axis: Any,
 ) -> None:
-    """Draw one policy's three panels."""
+    """Draw one arm's three panels."""
     timeline = result.timeline
     times = timeline["t"]
     width = _width(result)
@@ -217,7 +216,7 @@ def _draw_row(
     error_axis.step(edges, errors, where="post", color="tab:red", linewidth=1.4)
     attempts_axis.step(edges, per_op, where="post", color="tab:purple", linewidth=1.4)
     attempts_axis.axhline(1.0, color="black", linestyle=":", linewidth=1)
-    load_axis.set_ylabel(result.policy, fontsize=10, fontweight="bold")
+    load_axis.set_ylabel(result.arm, fontsize=10, fontweight="bold")
     fewest = minimum_errors.get("run")
     floor = "" if fewest is None else f" (physical limit {fewest:,})"
     error_axis.text(
@@ -278,16 +277,16 @@ def draw_fleet_chart(
 ) -> Path:
     """Draw the fleet scenario's figure into a PNG at ``path`` and return ``path``.
 
-    Left, one row per policy (in the order given, the default's first): successes per second
+    Left, one row per arm (in the order given, the default's first): successes per second
     (green) against the capacity steps (dashed) and app errors per second (red). Right: app
-    errors as a share of the operations per policy, the physical limit marked, each bar
+    errors as a share of the operations per arm, the physical limit marked, each bar
     labelled with the share and the attempts per operation.
     """
     matplotlib = require("matplotlib", "demo", "The chart")
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    from backpressure.workload.arms import policy_label
+    from backpressure.workload.arms import arm_label
 
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = max(1, len(runs))
@@ -296,7 +295,7 @@ def draw_fleet_chart(
     try:
         width = 0.5
         series = [fleet_series(run, width) for run in runs]
-        # The scale is the capacity's: a policy that fails fast in a closed loop raises errors
+        # The scale is the capacity's: an arm that fails fast in a closed loop raises errors
         # far faster than the server admits work; its line is clipped and its peak written.
         top = 2.0 * max(plan.rates)
         edges = [step * plan.step_s for step in range(len(plan.rates) + 1)]
@@ -343,7 +342,7 @@ def draw_fleet_chart(
                 )
             axis.set_xlim(0, plan.duration_s)
             axis.grid(alpha=0.3)
-            axis.set_ylabel(policy_label(run.policy), fontsize=9, fontweight="bold")
+            axis.set_ylabel(arm_label(run.arm), fontsize=9, fontweight="bold")
             axis.text(
                 0.99,
                 0.93,
@@ -364,7 +363,7 @@ def draw_fleet_chart(
             else:
                 axis.set_xlabel("seconds since start of load")
         bars = figure.add_subplot(grid[:, 1])
-        names = [policy_label(run.policy) for run in runs] + ["physical limit"]
+        names = [arm_label(run.arm) for run in runs] + ["physical limit"]
         shares = [100 * run.error_fraction for run in runs] + [100 * limit["error_fraction"]]
         notes = [f"{s:.1f}%, {run.attempts_per_op:.2f} att/op" for s, run in zip(shares, runs)]
         notes.append(f"{shares[-1]:.1f}%, 1.00 att/op")
@@ -376,7 +375,7 @@ def draw_fleet_chart(
         for y, share, note in zip(positions, shares, notes):
             bars.text(share + widest * 0.03, y, note, va="center", fontsize=9)
         bars.axvline(shares[-1], color="black", linestyle=":", linewidth=1)
-        # A bar near 0 is invisible: a marker at each policy's share keeps it on the chart.
+        # A bar near 0 is invisible: a marker at each arm's share keeps it on the chart.
         bars.scatter(shares, positions, color=colors, marker="D", s=18, zorder=3)
         bars.set_yticks(positions, names, fontsize=9)
         bars.yaxis.tick_right()
@@ -388,7 +387,7 @@ def draw_fleet_chart(
             f"{workers / min(plan.rates):.2f} s of queue vs a {plan.deadline_s:g} s deadline",
             fontsize=9,
         )
-        bars.set_title("app errors per policy (lower is better)", fontsize=9)
+        bars.set_title("app errors per arm (lower is better)", fontsize=9)
         bars.grid(axis="x", alpha=0.3)
         steps = " \u2192 ".join(f"{rate:g}" for rate in plan.rates)
         figure.suptitle(

@@ -3,8 +3,8 @@
 It reuses the fleet benchmark (:mod:`backpressure.bench.fleet`): K spawned processes, each with
 its own client and T threads in a closed loop (50% ``find_one``, 50% ``insert_one``, every
 operation under ``pymongo.timeout``), while the primary's rate limit steps through the capacities.
-Every policy runs the same plan on the same server, one after another, the default's first
-(read when the demo runs). The table and the figure put each policy next to the physical limit:
+Every arm runs the same plan on the same server, one after another, the default's first
+(read when the demo runs). The table and the figure put each arm next to the physical limit:
 a closed loop of N workers with deadline D against capacity C loses no operation while
 N / C <= D, and loses at least 1 - C * D / N of them otherwise.
 """
@@ -25,11 +25,11 @@ from backpressure.bench.fleet import (
     FleetPlan,
     FleetRun,
     default_policy_name,
-    fleet_policies,
-    run_policy_fleet,
+    fleet_arms,
+    run_arm_fleet,
 )
-from backpressure.workload import POLICIES
-from backpressure.workload.arms import policy_label
+from backpressure.workload import ARMS
+from backpressure.workload.arms import ARMS_KEY, arm_label
 from backpressure.workload.remote import deployment_factory, deployment_label
 from backpressure.workload.report import (
     format_table,
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 FLEET_HEADERS = (
-    "policy",
+    "arm",
     "ops",
     "app errors",
     "att/op",
@@ -61,7 +61,7 @@ FLEET_HEADERS = (
 )
 
 PHYSICAL_LIMIT = "physical limit"
-"""The table row of the best any policy could do."""
+"""The table row of the best any arm could do."""
 
 
 def fleet_plan(args: argparse.Namespace) -> FleetPlan:
@@ -85,7 +85,7 @@ def fleet_plan(args: argparse.Namespace) -> FleetPlan:
 
 
 def physical_limit(plan: FleetPlan) -> dict[str, Any]:
-    """The best any policy could do on ``plan``: per step, the fewest app errors a closed loop
+    """The best any arm could do on ``plan``: per step, the fewest app errors a closed loop
     of N workers with deadline D can have against capacity C (none while N / C <= D), goodput
     equal to C, one attempt per operation."""
     workers = plan.processes * plan.threads
@@ -111,7 +111,7 @@ def fleet_rows(runs: Sequence[FleetRun], plan: FleetPlan) -> list[list[str]]:
         refusals = run.refusals_per_s
         rows.append(
             [
-                policy_label(run.policy),
+                arm_label(run.arm),
                 f"{run.operations:,}",
                 f"{100 * run.error_fraction:.1f}% ({run.app_errors:,})",
                 f"{run.attempts_per_op:.2f}",
@@ -145,13 +145,13 @@ def run_fleet_demo(
     out: TextIO = sys.stdout,
     show_bar: bool = False,
 ) -> dict[str, Any]:
-    """Run every policy in ``names`` (the default's first) through the fleet plan; print the
+    """Run every arm in ``names`` (the default's first) through the fleet plan; print the
     table, write ``demo.json`` and ``demo.png`` under ``args.output`` and return the report."""
     from backpressure.demo.chart import draw_fleet_chart
 
     plan = fleet_plan(args)
-    runnable = fleet_policies([name for name in names if POLICIES[name].unavailable() is None])
-    skipped = {name: POLICIES[name].unavailable() for name in names if name not in runnable}
+    runnable = fleet_arms([name for name in names if ARMS[name].unavailable() is None])
+    skipped = {name: ARMS[name].unavailable() for name in names if name not in runnable}
     factory = server_factory or deployment_factory(
         args, lambda: embedded_server(members=args.members)
     )
@@ -167,7 +167,7 @@ def run_fleet_demo(
         with quiet_backpressure_logs(), factory() as server:
             for name in runnable:
                 bar.set_postfix_str(name)
-                runs.append(run_policy_fleet(server, name, plan))
+                runs.append(run_arm_fleet(server, name, plan))
                 bar.update(plan.duration_s)
     finally:
         bar.close()
@@ -185,8 +185,8 @@ def run_fleet_demo(
         "default_policy": default_policy_name(),
         "plan": asdict(plan),
         "members": args.members,
-        "policies": [run.policy for run in runs],
-        "runs": {run.policy: run.to_dict() for run in runs},
+        ARMS_KEY: [run.arm for run in runs],
+        "runs": {run.arm: run.to_dict() for run in runs},
         "physical_limit": limit,
         "unavailable": skipped,
         "chart": str(chart),
@@ -214,8 +214,8 @@ def _describe(plan: FleetPlan, where: str = "the embedded replica set") -> str:
         f"Fleet: {plan.processes} client processes x {plan.threads} threads ({workers} closed "
         f"loops, each with its own client per process) share {where}; "
         f"50% find_one, 50% insert_one, each under pymongo.timeout({plan.deadline_s:g}). "
-        f"Capacity {steps} ops/s, {plan.step_s:g} s per step. Every policy runs the same plan, "
-        f"one after another, the default ({default_policy_name()}) first."
+        f"Capacity {steps} ops/s, {plan.step_s:g} s per step. Every arm runs the same plan, "
+        f"one after another; the default, {default_policy_name()}, runs first."
     )
 
 
@@ -228,7 +228,7 @@ def _legend(plan: FleetPlan) -> str:
         "equal). p99: latency of successful operations. goodput/C: successes per second "
         "over capacity in each step in turn, from "
         f"{plan.settle_s:g} s after it (above 100%: the limiter's burst). refused/s: local "
-        f"refusals per second (- = the policy has none). {PHYSICAL_LIMIT}: the best any policy "
+        f"refusals per second (- = the arm has none). {PHYSICAL_LIMIT}: the best any arm "
         f"could do: {workers} workers over the lowest capacity is "
         f"{workers / min(plan.rates):.2f} s against a {plan.deadline_s:g} s deadline, so at "
         f"least {100 * physical_limit(plan)['error_fraction']:.1f}% of the operations fail, "

@@ -1,4 +1,4 @@
-"""A fleet-scale policy lab: the real decision core in virtual time, and the physical limit.
+"""A fleet-scale arm lab: the real decision core in virtual time, and the physical limit.
 
 ``backpressure.sim.oracle`` (the physical-limit oracle) needs only the standard library.  The
 simulator, ``run`` and the runs of ``python -m backpressure.sim`` need the ``sim`` extra (SimPy;
@@ -8,7 +8,7 @@ imported on first use::
     from backpressure.sim import run
 
     result = run("sustained-3x", ["no-retries", "current", "draft"], seed=1)
-    result.policies["draft"].app_errors
+    result.arms["draft"].app_errors
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from backpressure.sim.oracle import (
 )
 
 if TYPE_CHECKING:
-    from backpressure.sim.arms import SimArm, available_policies
+    from backpressure.sim.arms import SimArm, available_arms
     from backpressure.sim.model import (
         ClientGroup,
         ClosedLoop,
@@ -36,11 +36,12 @@ if TYPE_CHECKING:
         Scenario,
         ServerSpec,
     )
-    from backpressure.sim.runner import PolicyResult, Result, run
+    from backpressure.sim.runner import ArmResult, Result, run
     from backpressure.sim.scenarios import SCENARIOS, scenario, scenario_names
 
 __all__ = [
     "SCENARIOS",
+    "ArmResult",
     "Capacity",
     "ClientGroup",
     "ClosedLoop",
@@ -48,12 +49,11 @@ __all__ = [
     "OpenLoop",
     "Phase",
     "PhysicalLimit",
-    "PolicyResult",
     "Result",
     "Scenario",
     "ServerSpec",
     "SimArm",
-    "available_policies",
+    "available_arms",
     "closed_loop_min_error_fraction",
     "physical_limit",
     "physical_min_errors",
@@ -71,8 +71,8 @@ _LAZY = {
     "Scenario": "backpressure.sim.model",
     "ServerSpec": "backpressure.sim.model",
     "SimArm": "backpressure.sim.arms",
-    "available_policies": "backpressure.sim.arms",
-    "PolicyResult": "backpressure.sim.runner",
+    "available_arms": "backpressure.sim.arms",
+    "ArmResult": "backpressure.sim.runner",
     "Result": "backpressure.sim.runner",
     "run": "backpressure.sim.runner",
     "SCENARIOS": "backpressure.sim.scenarios",

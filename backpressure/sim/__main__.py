@@ -1,13 +1,13 @@
-"""``python -m backpressure.sim``: run a named scenario under several policies.
+"""``python -m backpressure.sim``: run a named scenario under several arms.
 
 Usage::
 
     python -m backpressure.sim --list
     python -m backpressure.sim fleet --seed 1 --json fleet.json --png fleet.png
-    python -m backpressure.sim sustained-3x --policies no-retries,current,draft
+    python -m backpressure.sim sustained-3x --arms no-retries,current,draft
 
 ``--list`` works without the ``sim`` extra; a run without SimPy prints the ``MissingExtraError``
-message and exits 1. Usage errors (an unknown scenario or policy) exit 2.
+message and exits 1. Usage errors (an unknown scenario or arm) exit 2.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from backpressure.cli import (
     run_cli,
 )
 from backpressure.core.extras import require
-from backpressure.sim.arms import available_policies, default_first
+from backpressure.sim.arms import available_arms, default_first
 from backpressure.sim.scenarios import SCENARIOS, scenario
 
 __all__ = ["main"]
@@ -38,16 +38,16 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m backpressure.sim",
         description=(
             "Simulate MongoDB clients under overload with the package's real decision core, "
-            "and compare the policies with the physical limit."
+            "and compare the arms with the physical limit."
         ),
     )
     parser.add_argument("scenario", nargs="?", help="a scenario name (see --list)")
-    parser.add_argument("--list", action="store_true", help="list scenarios and policies")
+    parser.add_argument("--list", action="store_true", help="list scenarios and arms")
     parser.add_argument(
-        "--policies",
-        type=name_list(available_policies()),
-        default=",".join(default_first(list(available_policies()))),
-        help="comma-separated policy names (default: all: %(default)s)",
+        "--arms",
+        type=name_list(available_arms()),
+        default=",".join(default_first(list(available_arms()))),
+        help="comma-separated arm names (default: all: %(default)s)",
     )
     add_seed_argument(parser)
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
@@ -57,13 +57,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _listing() -> str:
-    """Scenarios and policies, one per line."""
+    """Scenarios and arms, one per line."""
     lines = ["scenarios:"]
     for name, factory in SCENARIOS.items():
         lines.append(f"  {name:<22} {factory().description}")
-    lines.append("policies:")
-    for name, policy in available_policies().items():
-        lines.append(f"  {name:<22} {policy.description}")
+    lines.append("arms:")
+    for name, arm in available_arms().items():
+        lines.append(f"  {name:<22} {arm.description}")
     return "\n".join(lines)
 
 
@@ -98,7 +98,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         chosen = scenario(args.scenario)
     except ValueError as exc:
         parser.error(f"argument scenario: {exc}")
-    names: list[str] = args.policies
+    names: list[str] = args.arms
     require("simpy", "sim", "The simulator")
     from backpressure.sim.report import format_table, write_chart, write_json
     from backpressure.sim.runner import run

@@ -1,4 +1,4 @@
-"""The client policies the simulator compares, and how each one reaches the real decision core.
+"""The arms the simulator compares, and how each one reaches the real decision core.
 
 * ``no-retries``: one attempt per operation (pymongo with ``maxAdaptiveRetries=0``).
 * ``current``: the package's ``current`` preset, which is also what stock pymongo >= 4.17 does
@@ -10,8 +10,8 @@
 * ``adaptive``: ``backpressure.ADAPTIVE``, picked up when the installed package has it.
 
 Any :class:`~backpressure.core.policy.Policy` can be simulated too: :func:`resolve` accepts one.
-For the core policies, every decision (retry or not, the delay, the budget, retargeting and,
-for adaptive policies, the per-server pacing and its waits) is made by the package's own attempt
+For the core arms, every decision (retry or not, the delay, the budget, retargeting and,
+for an adaptive policy, the per-server pacing and its waits) is made by the package's own attempt
 cycle (:class:`~backpressure.core.cycle.AttemptCycle`, the one the pymongo adapters run), built
 with the simulator's clock and random source; nothing of the policy is re-implemented here.
 """
@@ -30,16 +30,16 @@ from backpressure.core.cycle import SEND, AttemptCycle, Backoff, Step, Stop
 from backpressure.core.decision import RetryController
 from backpressure.core.overrides import Criticality
 from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
+from backpressure.workload.arms import arm_label as display_name
 from backpressure.workload.arms import default_first
 from backpressure.workload.arms import default_policy_name as default_name
-from backpressure.workload.arms import policy_label as display_name
 
 __all__ = [
-    "POLICY_NAMES",
+    "ARM_NAMES",
     "Cycle",
     "CycleFactory",
     "SimArm",
-    "available_policies",
+    "available_arms",
     "cycle_factory",
     "default_first",
     "default_name",
@@ -83,9 +83,9 @@ def _adaptive_preset() -> Optional[Policy]:
     return preset if isinstance(preset, Policy) else None
 
 
-def available_policies() -> dict[str, SimArm]:
-    """Every named policy, in report order (``adaptive`` only when the package has it)."""
-    policies = [
+def available_arms() -> dict[str, SimArm]:
+    """Every named arm, in report order (``adaptive`` only when the package has it)."""
+    arms = [
         SimArm("no-retries", "one attempt, no overload retries", "none"),
         SimArm("retry-storm", "hand-written: 3 immediate retries on any error", "storm"),
         SimArm("current", "the default: current spec + server choice", "core", CURRENT_SPEC),
@@ -94,16 +94,16 @@ def available_policies() -> dict[str, SimArm]:
     ]
     adaptive = _adaptive_preset()
     if adaptive is not None:
-        policies.append(SimArm("adaptive", "adaptive per-server pacing", "core", adaptive))
-    return {policy.name: policy for policy in policies}
+        arms.append(SimArm("adaptive", "adaptive per-server pacing", "core", adaptive))
+    return {arm.name: arm for arm in arms}
 
 
-POLICY_NAMES: tuple[str, ...] = tuple(available_policies())
-"""Names of the policies available with the installed package, in report order."""
+ARM_NAMES: tuple[str, ...] = tuple(available_arms())
+"""Names of the arms available with the installed package, in report order."""
 
 
 def resolve(value: Union[str, Policy, SimArm]) -> SimArm:
-    """Turn a policy name, a package Policy or a SimArm into a SimArm.
+    """Turn an arm name, a package Policy or a SimArm into a SimArm.
 
     Raises:
         ValueError: an unknown name (the message lists the known ones).
@@ -114,29 +114,29 @@ def resolve(value: Union[str, Policy, SimArm]) -> SimArm:
     if isinstance(value, Policy):
         return SimArm(value.name, f"package policy {value.name!r}", "core", value)
     if isinstance(value, str):
-        known = available_policies()
-        policy = known.get(value)
-        if policy is None:
-            raise ValueError(f"unknown policy {value!r}; known policies: {', '.join(known)}")
-        return policy
-    raise TypeError(f"a policy must be a name, a Policy or a SimArm, got {value!r}")
+        known = available_arms()
+        arm = known.get(value)
+        if arm is None:
+            raise ValueError(f"unknown arm {value!r}; known arms: {', '.join(known)}")
+        return arm
+    raise TypeError(f"an arm must be a name, a Policy or a SimArm, got {value!r}")
 
 
 def resolve_all(values: Sequence[Union[str, Policy, SimArm]]) -> list[SimArm]:
     """Resolve each value; names must be distinct."""
-    policies = [resolve(value) for value in values]
-    names = [policy.name for policy in policies]
+    arms = [resolve(value) for value in values]
+    names = [arm.name for arm in arms]
     if len(set(names)) != len(names):
-        raise ValueError(f"policy names must be distinct, got {names}")
-    if not policies:
-        raise ValueError("at least one policy is needed")
-    return policies
+        raise ValueError(f"arm names must be distinct, got {names}")
+    if not arms:
+        raise ValueError("at least one arm is needed")
+    return arms
 
 
 class Cycle(Protocol):
     """What the simulator's executor asks for each operation (:class:`AttemptCycle`'s calls).
 
-    The core policies run the package's own :class:`~backpressure.core.cycle.AttemptCycle`;
+    The core arms run the package's own :class:`~backpressure.core.cycle.AttemptCycle`;
     ``no-retries`` and ``retry-storm`` are hand-written application loops, given the same shape
     so that one executor runs every arm.
     """
@@ -231,24 +231,24 @@ class _Storm(_OneAttempt):
 
 
 def cycle_factory(
-    policy: SimArm,
+    arm: SimArm,
     random: Callable[[], float],
     clock: Callable[[], float],
     logger: logging.Logger,
 ) -> tuple[CycleFactory, Optional[ClientState]]:
-    """Build one client's cycle factory (and its state, for the core policies).
+    """Build one client's cycle factory (and its state, for the core arms).
 
-    A core policy's client is wired as the package's switch wires an enabled client: a
+    A core arm's client is wired as the package's switch wires an enabled client: a
     ``RetryController`` with the policy's pacing (``pacers_for``), a ``ClientState``, and
     one ``AttemptCycle`` per operation, on the simulator's clock and random source.
     """
-    if policy.policy is None:
-        if policy.kind == "storm":
-            retries = policy.storm_retries
+    if arm.policy is None:
+        if arm.kind == "storm":
+            retries = arm.storm_retries
             return (lambda _name, _sheddable: _Storm(retries)), None
         one = _OneAttempt()
         return (lambda _name, _sheddable: one), None
-    core = policy.policy
+    core = arm.policy
     controller = RetryController(
         core, random=random, clock=clock, pacing=pacers_for(core, clock=clock)
     )
@@ -260,6 +260,6 @@ def cycle_factory(
     return new_cycle, state
 
 
-def describe(policies: Mapping[str, SimArm]) -> list[tuple[str, str]]:
+def describe(arms: Mapping[str, SimArm]) -> list[tuple[str, str]]:
     """``(name, description)`` pairs for listings."""
-    return [(name, policy.description) for name, policy in policies.items()]
+    return [(name, arm.description) for name, arm in arms.items()]

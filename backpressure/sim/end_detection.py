@@ -20,7 +20,7 @@ table gives:
   client served at its paced share until then and at the whole demand at once after
   (an instant climb, so a bound no pacer that waits for that quiet can beat).
 
-Beside them, the first second's share the policies really served in the same runs, the
+Beside them, the first second's share the arms really served in the same runs, the
 default's first.
 """
 
@@ -118,7 +118,7 @@ class EndDetection:
     paced_share: float
     """``adaptive``'s goodput over the window, as a share of the demand (mean over runs)."""
     first_second: dict[str, float]
-    """Per policy, the default's first: the first second's goodput after the end as a share
+    """Per arm, the default's first: the first second's goodput after the end as a share
     of the demand (mean over runs)."""
     rows: tuple[QuietRow, ...]
 
@@ -181,14 +181,14 @@ def _goodput_share(ok: Sequence[int], width: float, start: float, stop: float) -
 
 
 def _run_one(job: tuple[str, str, int, float]) -> RunPushbacks:
-    """Simulate one scenario, policy and seed; keep its pushbacks (a process pool's task)."""
+    """Simulate one scenario, arm and seed; keep its pushbacks (a process pool's task)."""
     from backpressure.sim.engine import simulate
 
-    name, policy, seed, window = job
+    name, arm, seed, window = job
     run = scenario(name)
     assert run.overload_end_s is not None  # checked by measure()
     end = run.overload_end_s
-    data = simulate(run, resolve(policy), seed)
+    data = simulate(run, resolve(arm), seed)
     width = run.bucket_s
     stop = min(run.duration_s, len(data.timeline_ok) * width)
     demand = _goodput_share(data.timeline_ok, width, end + DEMAND_AFTER_S, stop)
@@ -223,18 +223,18 @@ def measure(
         raise ValueError(
             f"window_s must be in 0..{end:g} (the time before the end), got {window_s}"
         )
-    policies = (default_policy_name(), "adaptive")
-    tasks = [(name, policy, seed, window_s) for policy in policies for seed in seeds]
+    arms = (default_policy_name(), "adaptive")
+    tasks = [(name, arm, seed, window_s) for arm in arms for seed in seeds]
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
             results = list(pool.map(_run_one, tasks))
     else:
         results = [_run_one(task) for task in tasks]
-    per_policy = {
-        policy: results[index * len(seeds) : (index + 1) * len(seeds)]
-        for index, policy in enumerate(policies)
+    per_arm = {
+        arm: results[index * len(seeds) : (index + 1) * len(seeds)]
+        for index, arm in enumerate(arms)
     }
-    paced = per_policy["adaptive"]
+    paced = per_arm["adaptive"]
     paced_share = min(1.0, statistics.mean(r.paced_share for r in paced))
     start = end - window_s
     gaps = [gap for r in paced for times in r.pushbacks for gap in _gaps(times, start, end)]
@@ -248,8 +248,7 @@ def measure(
         gap_p95_s=percentile(gaps, 95) or 0.0,
         paced_share=paced_share,
         first_second={
-            policy: statistics.mean(r.first_second for r in runs)
-            for policy, runs in per_policy.items()
+            arm: statistics.mean(r.first_second for r in runs) for arm, runs in per_arm.items()
         },
         rows=quiet_rows(
             [r.pushbacks for r in paced],
@@ -265,8 +264,8 @@ def render_markdown(result: EndDetection, command: str) -> str:
     """The results page: what was run, the measured first seconds, then the table."""
     span = seed_span(result.seeds)
     measured = ", ".join(
-        f"{policy}{' (the default)' if policy == default_policy_name() else ''} {share:.0%}"
-        for policy, share in result.first_second.items()
+        f"{arm}{' (the default)' if arm == default_policy_name() else ''} {share:.0%}"
+        for arm, share in result.first_second.items()
     )
     lines = [
         f"# When a pacer could tell that an overload ended ({result.scenario}, {span})\n",

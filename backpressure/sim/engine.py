@@ -1,11 +1,11 @@
-"""The discrete-event run of one scenario under one policy, on SimPy's virtual clock.
+"""The discrete-event run of one scenario under one arm, on SimPy's virtual clock.
 
 Theory of operation.  One SimPy process per operation (and one per closed-loop worker, one per
 open-loop arrival stream).  An operation:
 
 1. selects a server as pymongo does (writes to the primary or any mongos, reads by read
    preference; among the eligible ones, two at random and the one with fewer operations in
-   flight; servers the policy deprioritized are avoided while others remain);
+   flight; servers the arm deprioritized are avoided while others remain);
 2. asks the package's attempt cycle (:class:`~backpressure.core.cycle.AttemptCycle`, the one
    the pymongo adapters run) whether to send now, wait locally (and ask again), or not send;
 3. checks a connection out of the client's pool to that server (a new connection goes through
@@ -21,7 +21,7 @@ The executor has no retry or pacing logic of its own: it selects, sleeps, sends 
 
 The clock and random source given to the package's objects are SimPy's ``env.now`` and a seeded
 ``random.Random``, so a run is deterministic under its seed.  Arrivals and operation kinds come
-from their own seeded stream, identical for every policy, so policies are compared on the same
+from their own seeded stream, identical for every arm, so arms are compared on the same
 offered load.
 """
 
@@ -81,7 +81,7 @@ class OperationLog:
 
 @dataclass
 class RunData:
-    """Raw outcome of one simulated run (turned into a PolicyResult by backpressure.sim.run)."""
+    """Raw outcome of one simulated run (turned into a ArmResult by backpressure.sim.run)."""
 
     ops: int = 0
     issued: int = 0
@@ -105,10 +105,10 @@ class RunData:
     physical_min_errors: int = 0
     physical_exact: bool = True
     floor_fraction: Optional[float] = None
-    """Closed loops only: the error fraction no policy can beat, ``max(0, 1 - C * D / N)`` per
+    """Closed loops only: the error fraction no arm can beat, ``max(0, 1 - C * D / N)`` per
     bucket (C the capacity then, D the deadline, N the workers), over the arrival window
     (``physical_min_errors`` is then the matching count: see ``_closed_loop_floor``).  It
-    depends on the scenario alone, never on the arrivals a policy generated."""
+    depends on the scenario alone, never on the arrivals an arm generated."""
     client_successes: list[int] = field(default_factory=list)
     """Successful operations per client (every group's clients, in order)."""
     client_errors: list[int] = field(default_factory=list)
@@ -127,7 +127,7 @@ class RunData:
     critical_errors: int = 0
     """App errors of the critical operations (unfinished ones included)."""
     client_competing_spells: list[int] = field(default_factory=list)
-    """Per client, in the same order: the competing spells its pacers started (0 for a policy
+    """Per client, in the same order: the competing spells its pacers started (0 for an arm
     without pacing)."""
     client_competed_s: list[float] = field(default_factory=list)
     """Per client: the seconds its pacers competed, summed over its servers."""
@@ -163,6 +163,7 @@ class _Client:
     """One simulated application process with one pymongo client."""
 
     __slots__ = (
+        "arm",
         "cpu_free",
         "free_threads",
         "group",
@@ -170,7 +171,6 @@ class _Client:
         "inflight",
         "new_cycle",
         "pending",
-        "policy",
         "pools",
         "state",
     )
@@ -181,18 +181,18 @@ class _Client:
         servers: int,
         new_cycle: CycleFactory,
         index: int = 0,
-        policy: Optional[SimArm] = None,
+        arm: Optional[SimArm] = None,
         state: Optional[ClientState] = None,
     ) -> None:
         """A client with empty pools (``index``: its place among every client of the run;
-        ``policy``: the one it runs, when not the run's; ``state``: its client state, for a
-        core policy)."""
+        ``arm``: the one it runs, when not the run's; ``state``: its client state, for a
+        core arm)."""
         self.index = index
         self.state = state
-        self.policy = policy
+        self.arm = arm
         self.group = group
         self.new_cycle = new_cycle
-        """Builds the attempt cycle of each operation (the policy's, on the run's clock)."""
+        """Builds the attempt cycle of each operation (the arm's, on the run's clock)."""
         self.pools = [_Pool() for _ in range(servers)]
         self.inflight = [0] * servers
         self.cpu_free = 0.0
@@ -204,11 +204,11 @@ class _Client:
 class _Run:
     """Everything one run shares: the environment, servers, clients, counters."""
 
-    def __init__(self, scenario: Scenario, policy: SimArm, seed: int) -> None:
-        """Build servers and clients for ``policy``."""
+    def __init__(self, scenario: Scenario, arm: SimArm, seed: int) -> None:
+        """Build servers and clients for ``arm``."""
         self.env = simpy.Environment()
         self.scenario = scenario
-        self.policy = policy
+        self.arm = arm
         self.seed = seed
         self.servers = [SimServer(spec, index) for index, spec in enumerate(scenario.servers)]
         self.data = RunData()
@@ -242,17 +242,17 @@ class _Run:
         self._write_set = self._write_candidates()
 
     def _new_client(self, group: ClientGroup) -> _Client:
-        """A client with its own state (own budget and pacing) when the policy is a core policy.
+        """A client with its own state (own budget and pacing) when the arm is a core arm.
 
-        A group that names its own policy (a mixed fleet) runs that one, the others the run's.
+        A group that names its own arm (a mixed fleet) runs that one, the others the run's.
         """
-        policy = self.policy if group.policy is None else resolve(group.policy)
-        new_cycle, state = cycle_factory(policy, self.jitter, self.clock, _QUIET)
+        arm = self.arm if group.arm is None else resolve(group.arm)
+        new_cycle, state = cycle_factory(arm, self.jitter, self.clock, _QUIET)
         self.data.client_successes.append(0)
         self.data.client_errors.append(0)
         self.data.client_pushbacks.append([])
         index = len(self.data.client_successes) - 1
-        return _Client(group, len(self.servers), new_cycle, index, policy, state)
+        return _Client(group, len(self.servers), new_cycle, index, arm, state)
 
     # -- topology ------------------------------------------------------------------------------
 
@@ -690,17 +690,17 @@ class _Run:
 def _closed_loop_floor(
     data: RunData, scenario: Scenario, width: float
 ) -> Optional[tuple[int, float]]:
-    """The policy-independent error floor of a scenario whose groups are all closed loops.
+    """The arm-independent error floor of a scenario whose groups are all closed loops.
 
     With N workers, a capacity C and a deadline D, every operation ends within D, so at least
     N / D operations start per second, and at most C of them succeed: per second at least
     ``max(0, N / D - C)`` fail, an error fraction of ``max(0, 1 - C * D / N)``.  Summed over the
-    timeline buckets of the arrival window, that is the floor (a count), whatever the policy.
+    timeline buckets of the arrival window, that is the floor (a count), whatever the arm.
     The fraction returned weighs each bucket by the operations the best client would run in it
     (``max(N / D, C)``).  Returns None for an open loop or a closed loop without a deadline.
 
     The oracle run on the arrival log would not do for a closed loop: its arrivals are made by
-    the policy itself (a local refusal starts the next operation at once).
+    the arm itself (a local refusal starts the next operation at once).
     """
     groups = scenario.clients
     if not all(isinstance(group.workload, ClosedLoop) for group in groups):
@@ -791,9 +791,9 @@ def _oracle(data: RunData, scenario: Scenario) -> tuple[int, bool]:
 
 def simulate(
     scenario: Scenario,
-    policy: SimArm,
+    arm: SimArm,
     seed: int,
     progress: Optional[Callable[[float], None]] = None,
 ) -> RunData:
-    """Run ``scenario`` under ``policy`` with ``seed`` and return the raw data."""
-    return _Run(scenario, policy, seed).run(progress)
+    """Run ``scenario`` under ``arm`` with ``seed`` and return the raw data."""
+    return _Run(scenario, arm, seed).run(progress)

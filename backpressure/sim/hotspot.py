@@ -1,6 +1,6 @@
 """``python -m backpressure.sim.hotspot``: one hot server among several, in the simulator.
 
-Runs the server-choice scenarios with one seed, every policy with stock pymongo beside it (the
+Runs the server-choice scenarios with one seed, every arm with stock pymongo beside it (the
 default's row first), and writes one Markdown page with a table per scenario and each goal of
 the default marked met or not:
 
@@ -35,12 +35,12 @@ from backpressure.core.extras import require
 from backpressure.sim.scenarios import scenario
 
 if TYPE_CHECKING:  # the runner needs SimPy: imported where it runs
-    from backpressure.sim.runner import PolicyResult, Result
+    from backpressure.sim.runner import ArmResult, Result
 
-__all__ = ["POLICIES", "SCENARIOS", "Goal", "goals_for", "main", "render", "run_hotspot"]
+__all__ = ["ARMS", "SCENARIOS", "Goal", "goals_for", "main", "render", "run_hotspot"]
 
-POLICIES: tuple[str, ...] = ("current", "stock", "adaptive", "draft", "no-retries")
-"""The policies of every table, the default (``current``) first."""
+ARMS: tuple[str, ...] = ("current", "stock", "adaptive", "draft", "no-retries")
+"""The arms of every table, the default (``current``) first."""
 
 SCENARIOS: tuple[str, ...] = ("hot-router", "hot-secondary", "hot-member", "hot-then-cool")
 """The scenarios of the page, in order."""
@@ -60,21 +60,21 @@ class Goal:
     figure: str
 
 
-def _successes(policy: PolicyResult) -> int:
-    return policy.ops - policy.app_errors
+def _successes(arm: ArmResult) -> int:
+    return arm.ops - arm.app_errors
 
 
-def _window(policy: PolicyResult, start: float, end: float) -> float:
+def _window(arm: ArmResult, start: float, end: float) -> float:
     """Successes between ``start`` and ``end`` seconds (whole buckets)."""
-    times, goodput = policy.timeline["t"], policy.timeline["goodput"]
+    times, goodput = arm.timeline["t"], arm.timeline["goodput"]
     width = times[1] - times[0] if len(times) > 1 else 1.0
     return sum(g * width for t, g in zip(times, goodput) if start - 1e-9 <= t < end - 1e-9)
 
 
 def goals_for(name: str, result: Result) -> list[Goal]:
     """The default's goals in scenario ``name`` (see the module), judged on ``result``."""
-    mine = result.policies[DEFAULT]
-    stock = result.policies[STOCK]
+    mine = result.arms[DEFAULT]
+    stock = result.arms[STOCK]
     p99 = mine.p99_ms if mine.p99_ms is not None else float("inf")
     attempts = Goal(
         "<= 1.02 attempts/op", mine.attempts_per_op <= 1.02, f"{mine.attempts_per_op:.2f}"
@@ -109,30 +109,30 @@ def goals_for(name: str, result: Result) -> list[Goal]:
 
 
 def run_hotspot(seed: int = 1) -> dict[str, Result]:
-    """Run every scenario of :data:`SCENARIOS` with every policy of :data:`POLICIES`."""
+    """Run every scenario of :data:`SCENARIOS` with every arm of :data:`ARMS`."""
     require("simpy", "sim", "the simulator")
     from backpressure.sim.runner import run
 
-    return {name: run(name, POLICIES, seed) for name in SCENARIOS}
+    return {name: run(name, ARMS, seed) for name in SCENARIOS}
 
 
-def _row(name: str, policy: PolicyResult, result: Result) -> str:
+def _row(name: str, arm: ArmResult, result: Result) -> str:
     label = f"{name} (default)" if name == DEFAULT else name
-    p99 = "-" if policy.p99_ms is None else f"{policy.p99_ms:.0f}"
+    p99 = "-" if arm.p99_ms is None else f"{arm.p99_ms:.0f}"
     cells = [
         label,
-        f"{_successes(policy):,}",
-        f"{policy.app_errors:,}",
-        f"{policy.physical_min_errors:,}",
-        f"{policy.attempts_per_op:.2f}",
-        f"{policy.goodput_per_s:,.0f}",
+        f"{_successes(arm):,}",
+        f"{arm.app_errors:,}",
+        f"{arm.physical_min_errors:,}",
+        f"{arm.attempts_per_op:.2f}",
+        f"{arm.goodput_per_s:,.0f}",
         p99,
     ]
     if result.scenario == "hot-then-cool":
         cells += [
-            f"{_window(policy, 0.0, HOT_END_S):,.0f}",
-            f"{_window(policy, HOT_END_S, HOT_END_S + 1):,.0f}",
-            f"{_window(policy, HOT_END_S + 1, HOT_END_S + 4):,.0f}",
+            f"{_window(arm, 0.0, HOT_END_S):,.0f}",
+            f"{_window(arm, HOT_END_S, HOT_END_S + 1):,.0f}",
+            f"{_window(arm, HOT_END_S + 1, HOT_END_S + 4):,.0f}",
         ]
     return "| " + " | ".join(cells) + " |"
 
@@ -142,17 +142,17 @@ def render(results: dict[str, Result], seed: int) -> str:
     lines = [
         "# Simulator: one hot server among several",
         "",
-        f"`python -m backpressure.sim.hotspot --seed {seed}`; every policy's row, the default's "
+        f"`python -m backpressure.sim.hotspot --seed {seed}`; every arm's row, the default's "
         "(`current`, with server choice) first, `stock` is stock pymongo >= 4.17 (the current "
         "spec's retries, pymongo's own choice of server). SimPy model with the package's real "
         "decision core; virtual time, so the figures do not depend on the machine's load.",
         "",
-        "Columns: successes, app errors, the floor no policy can beat (the oracle; `>=` marks "
+        "Columns: successes, app errors, the floor no arm can beat (the oracle; `>=` marks "
         "a lower bound), attempts the servers received per operation, goodput, p99 of "
         "successful operations.",
     ]
     for name, result in results.items():
-        header = "| policy | ok | app errors | floor | att/op | goodput/s | p99 ms |"
+        header = "| arm | ok | app errors | floor | att/op | goodput/s | p99 ms |"
         rule = "|---|---|---|---|---|---|---|"
         if name == "hot-then-cool":
             header += " ok hot phase | ok 1st s after | ok 1-4 s after |"
@@ -167,8 +167,8 @@ def render(results: dict[str, Result], seed: int) -> str:
             header,
             rule,
         ]
-        for policy_name in POLICIES:
-            lines.append(_row(policy_name, result.policies[policy_name], result))
+        for arm_name in ARMS:
+            lines.append(_row(arm_name, result.arms[arm_name], result))
         goals = goals_for(name, result)
         lines += [
             "",
@@ -184,7 +184,7 @@ def render(results: dict[str, Result], seed: int) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m backpressure.sim.hotspot",
-        description="Run the simulator's hot-server scenarios with every policy and write the "
+        description="Run the simulator's hot-server scenarios with every arm and write the "
         "results page.",
     )
     add_seed_argument(parser)

@@ -1,14 +1,14 @@
 """A rollout in progress: each half of a mixed fleet, measured apart, in one simulated run.
 
 ``python -m backpressure.sim.mixed`` runs :func:`~backpressure.sim.scenarios.mixed_fleet` with
-1, 4 and 7 of its 8 processes on stock pymongo's loop (``current``) and the others on the policy
+1, 4 and 7 of its 8 processes on stock pymongo's loop (``current``) and the others on the arm
 under test (``adaptive`` by default), and prints one row per half: its processes, the mean
 successes of one of its processes, its error rate, and the upgraded half's successes per process
 as a share of the stock half's (the coexistence goal: >= 95 %, with an error rate <= the stock
 half's).  The stock half's row comes first (``current`` is the default).  A fleet's total hides
 a starved half, so each half is reported on its own.  One run's share moves by tens of points
 from seed to seed: ``--seeds N`` runs N seeds from ``--seed`` and adds a table of each share's
-mean and range, and how many runs met the goal.  ``--policy`` takes a list (the default's runs
+mean and range, and how many runs met the goal.  ``--arms`` takes a list (the default's runs
 first, as every table here); ``--json`` and ``--markdown`` write the runs and the results page.
 """
 
@@ -31,8 +31,9 @@ from backpressure.cli import (
     swept_seeds,
 )
 from backpressure.core.extras import require
-from backpressure.sim.arms import available_policies, resolve
+from backpressure.sim.arms import available_arms, resolve
 from backpressure.sim.scenarios import BenchShape, mixed_fleet
+from backpressure.workload.arms import from_file, to_file
 from backpressure.workload.metrics import coexists
 
 __all__ = [
@@ -56,7 +57,7 @@ DEFAULT_BURST_SECONDS = BenchShape().burst_seconds
 class HalfResult:
     """One half of a mixed fleet in one run."""
 
-    policy: str
+    arm: str
     processes: int
     ops: int
     errors: int
@@ -92,26 +93,26 @@ class MixedResult:
 
 def run_mixed(
     stock: int,
-    policy: str = "adaptive",
+    arm: str = "adaptive",
     *,
     seed: int = 1,
-    stock_policy: str = "current",
+    stock_arm: str = "current",
     burst_seconds: float = DEFAULT_BURST_SECONDS,
 ) -> MixedResult:
-    """Run the 8 x 8 mixed fleet with ``stock`` processes on ``stock_policy``, the rest on
-    ``policy``, the server's bucket holding ``burst_seconds`` of its rate; return each half's
+    """Run the 8 x 8 mixed fleet with ``stock`` processes on ``stock_arm``, the rest on
+    ``arm``, the server's bucket holding ``burst_seconds`` of its rate; return each half's
     figures."""
     require("simpy", "sim", "the simulator")
     from backpressure.sim.engine import simulate
     from backpressure.workload.metrics import jain_index
 
     scenario = mixed_fleet(
-        stock, stock_policy=stock_policy, shape=BenchShape(burst_seconds=burst_seconds)
+        stock, stock_arm=stock_arm, shape=BenchShape(burst_seconds=burst_seconds)
     )
-    data = simulate(scenario, resolve(policy), seed)
+    data = simulate(scenario, resolve(arm), seed)
     halves = []
     start = 0
-    for group, name in zip(scenario.clients, (stock_policy, policy)):
+    for group, name in zip(scenario.clients, (stock_arm, arm)):
         successes = data.client_successes[start : start + group.count]
         errors = data.client_errors[start : start + group.count]
         start += group.count
@@ -145,7 +146,7 @@ def render(results: Sequence[MixedResult]) -> str:
         for half in (result.stock, result.upgraded):
             upgraded = half is result.upgraded
             lines.append(
-                f"| {share} | {half.policy} | {half.processes} | {half.ops:,} | "
+                f"| {share} | {half.arm} | {half.processes} | {half.ops:,} | "
                 f"{half.error_rate:.1%} | {half.successes_per_process:,.0f} | "
                 f"{f'{result.success_share:.0%}' if upgraded else '-'} | "
                 f"{('met' if result.goal_met else 'missed') if upgraded else '-'} |"
@@ -153,8 +154,8 @@ def render(results: Sequence[MixedResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_seeds(*policies: Sequence[Sequence[MixedResult]]) -> str:
-    """A Markdown table over several seeds' runs: for each policy (its seeds' runs, each a run
+def render_seeds(*arms: Sequence[Sequence[MixedResult]]) -> str:
+    """A Markdown table over several seeds' runs: for each arm (its seeds' runs, each a run
     per stock share in the same order) and stock share, the upgraded half's mean share of a
     stock process's successes with its range, the mean difference of the error rates, and the
     runs that met the goal."""
@@ -163,14 +164,14 @@ def render_seeds(*policies: Sequence[Sequence[MixedResult]]) -> str:
         "goal met |",
         "|---|---|---|---|---|---|---|",
     ]
-    for runs in policies:
+    for runs in arms:
         for column in zip(*runs):
             first = column[0]
             shares = [result.success_share for result in column]
             gaps = [result.upgraded.error_rate - result.stock.error_rate for result in column]
             met = sum(result.goal_met for result in column)
             lines.append(
-                f"| {first.stock_processes}/{first.processes} | {first.upgraded.policy} | "
+                f"| {first.stock_processes}/{first.processes} | {first.upgraded.arm} | "
                 f"{len(column)} | {sum(shares) / len(shares):.0%} | "
                 f"{min(shares):.0%}-{max(shares):.0%} | "
                 f"{sum(gaps) / len(gaps) * 100:+.1f} points | {met} of {len(column)} |"
@@ -179,19 +180,19 @@ def render_seeds(*policies: Sequence[Sequence[MixedResult]]) -> str:
 
 
 def load_runs(rows: Sequence[dict[str, Any]]) -> dict[str, list[list[MixedResult]]]:
-    """The runs of a ``--json`` file, by upgraded policy, then by seed (in the file's order)."""
-    by_policy: dict[str, dict[int, list[MixedResult]]] = {}
+    """The runs of a ``--json`` file, by upgraded arm, then by seed (in the file's order)."""
+    by_arm: dict[str, dict[int, list[MixedResult]]] = {}
     for row in rows:
         result = MixedResult(
             row["stock_processes"],
             row["processes"],
-            HalfResult(**row["stock"]),
-            HalfResult(**row["upgraded"]),
+            HalfResult(**from_file(row["stock"])),
+            HalfResult(**from_file(row["upgraded"])),
             row["jain"],
         )
-        seeds = by_policy.setdefault(result.upgraded.policy, {})
+        seeds = by_arm.setdefault(result.upgraded.arm, {})
         seeds.setdefault(row.get("seed", 0), []).append(result)
-    return {policy: list(seeds.values()) for policy, seeds in by_policy.items()}
+    return {arm: list(seeds.values()) for arm, seeds in by_arm.items()}
 
 
 def render_markdown(
@@ -199,7 +200,7 @@ def render_markdown(
     seeds: Sequence[int],
     burst_seconds: float = DEFAULT_BURST_SECONDS,
 ) -> str:
-    """The results page: the table over the seeds, then each policy's run of each seed."""
+    """The results page: the table over the seeds, then each arm's run of each seed."""
     span = seed_span(seeds)
     burst = bucket = ""
     if burst_seconds != DEFAULT_BURST_SECONDS:
@@ -212,14 +213,14 @@ def render_markdown(
         f"# Simulated mixed fleets ({span}): 8 x 8, a share of the processes on stock "
         "pymongo's loop\n",
         "In the simulator, stock pymongo >= 4.17's loop is the `current` preset, so the stock "
-        "half's rows are labelled `current`. `python -m backpressure.sim.mixed --policy "
+        "half's rows are labelled `current`. `python -m backpressure.sim.mixed --arms "
         f"{','.join(runs)}{burst} --seed {seeds[0]} --seeds {len(seeds)}`.{bucket}\n",
         f"## Over {span}\n",
         render_seeds(*runs.values()),
     ]
-    for policy, policy_runs in runs.items():
-        for seed, results in zip(seeds, policy_runs):
-            parts.append(f"## `{policy}` as the upgraded half, seed {seed}\n")
+    for arm, arm_runs in runs.items():
+        for seed, results in zip(seeds, arm_runs):
+            parts.append(f"## `{arm}` as the upgraded half, seed {seed}\n")
             parts.append(render(results))
     return "\n".join(parts)
 
@@ -228,13 +229,13 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     """Parse ``argv``, run the three mixed fleets, print (and optionally write) the halves."""
     parser = argparse.ArgumentParser(
         prog="python -m backpressure.sim.mixed",
-        description="Each half of a mixed fleet (stock pymongo and a policy), simulated.",
+        description="Each half of a mixed fleet (stock pymongo and an arm), simulated.",
     )
     parser.add_argument(
-        "--policy",
-        type=name_list(available_policies()),
+        "--arms",
+        type=name_list(available_arms()),
         default="adaptive",
-        help="the upgraded half's policies, comma-separated (default: adaptive)",
+        help="the upgraded half's arms, comma-separated (default: adaptive)",
     )
     parser.add_argument(
         "--burst-seconds",
@@ -250,29 +251,31 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     args = parser.parse_args(argv)
     seeds = swept_seeds(parser, args)
     runs = {
-        policy: [
+        arm: [
             [
-                run_mixed(stock, policy, seed=seed, burst_seconds=args.burst_seconds)
+                run_mixed(stock, arm, seed=seed, burst_seconds=args.burst_seconds)
                 for stock in STOCK_SHARES
             ]
             for seed in seeds
         ]
-        for policy in args.policy
+        for arm in args.arms
     }
-    for policy, policy_runs in runs.items():
-        for seed, results in zip(seeds, policy_runs):
-            sys.stdout.write(f"\n{policy}, seed {seed}\n\n" + render(results))
+    for arm, arm_runs in runs.items():
+        for seed, results in zip(seeds, arm_runs):
+            sys.stdout.write(f"\n{arm}, seed {seed}\n\n" + render(results))
     sys.stdout.write("\n" + render_seeds(*runs.values()))
     if args.json is not None:
         rows = [
             {
                 "seed": seed,
                 **asdict(result),
+                "stock": to_file(asdict(result.stock)),
+                "upgraded": to_file(asdict(result.upgraded)),
                 "success_share": result.success_share,
                 "met": result.goal_met,
             }
-            for policy_runs in runs.values()
-            for seed, results in zip(seeds, policy_runs)
+            for arm_runs in runs.values()
+            for seed, results in zip(seeds, arm_runs)
             for result in results
         ]
         args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")

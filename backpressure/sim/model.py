@@ -275,17 +275,15 @@ class ClientGroup:
     sheddable_fraction: float = 0.0
     """Share of the operations run under ``overrides(criticality="sheddable")``; the rest are
     critical (0: none marked, the default)."""
-    policy: Optional[str] = None
-    """The policy this group's clients run, by name (a mixed fleet: some processes still on
-    stock pymongo); None: the policy the scenario is run under."""
+    arm: Optional[str] = None
+    """The arm this group's clients run, by name (a mixed fleet: some processes still on
+    stock pymongo); None: the arm the scenario is run under."""
 
     def __post_init__(self) -> None:
         """Validate the fields."""
         _check_int("ClientGroup.count", self.count, 1)
-        if self.policy is not None and (not isinstance(self.policy, str) or not self.policy):
-            raise ValueError(
-                f"ClientGroup.policy must be None or a policy name, got {self.policy!r}"
-            )
+        if self.arm is not None and (not isinstance(self.arm, str) or not self.arm):
+            raise ValueError(f"ClientGroup.arm must be None or an arm name, got {self.arm!r}")
         _check("ClientGroup.sheddable_fraction", self.sheddable_fraction)
         if self.sheddable_fraction > 1:
             raise ValueError(

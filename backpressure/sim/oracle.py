@@ -1,11 +1,11 @@
-"""The physical-limit oracle: the fewest app errors any client policy could achieve.
+"""The physical-limit oracle: the fewest app errors any client could achieve.
 
 Theory of operation.  A server's ingress limiter is a token bucket: it refills at ``rate`` tokens
 per second up to ``max(1, rate * burst_seconds)`` tokens, and every admitted request takes one
 token.  An operation arriving at ``a`` with an allowed wait ``w`` succeeds if it is admitted at
-some instant in ``[a, a + w]``; otherwise it is an app error.  A client policy can do no better
+some instant in ``[a, a + w]``; otherwise it is an app error.  A client can do no better
 than an offline scheduler that knows every arrival and never sends a request the limiter would
-reject (rejections cost a policy attempts and time, never tokens it could have used).
+reject (rejections cost a client attempts and time, never tokens it could have used).
 
 The oracle runs the greedy earliest-deadline-first schedule: whenever a token is available and an
 operation is waiting, admit the waiting operation with the earliest deadline; drop operations
@@ -17,10 +17,10 @@ result is exact.
 
 With mixed waits, keeping a token for an urgent later arrival can beat using it now, and the
 exact optimum is a hard scheduling problem.  The oracle then brackets it: ``achievable_errors``
-is what the greedy schedule reaches (some policy can do that well), and ``min_errors`` is the
+is what the greedy schedule reaches (some client can do that well), and ``min_errors`` is the
 greedy schedule's result on a relaxed log in which every deadline is raised to the latest
 deadline of any earlier arrival (more freedom, deadlines in arrival order, so exact), a floor no
-policy can go below.  ``exact`` tells whether the two coincide.
+client can go below.  ``exact`` tells whether the two coincide.
 
 With several servers any operation may use any of them (interchangeable mongos routers, or reads
 any member may serve); the schedule takes each token from the fullest bucket.  Operations bound to
@@ -32,8 +32,8 @@ same clock as the capacity's rate changes (seconds from the start of the run).
 
 Closed loops.  The arrival log of a closed-loop run (the instant each worker issued each
 operation) can be fed to :func:`physical_min_errors` as it is: the answer is the minimum for
-those arrival instants.  Because a closed loop's arrival instants depend on the policy that ran,
-:func:`closed_loop_min_error_fraction` also gives a bound that holds for every policy in steady
+those arrival instants.  Because a closed loop's arrival instants depend on the client that ran,
+:func:`closed_loop_min_error_fraction` also gives a bound that holds for every client in steady
 state: ``max(0, 1 - rate * allowed_wait / workers)``.
 """
 
@@ -194,7 +194,7 @@ class PhysicalLimit:
     ops: int
     """Operations in the log."""
     min_errors: int
-    """No client policy can fail fewer operations than this (the physical limit)."""
+    """No client can fail fewer operations than this (the physical limit)."""
     achievable_errors: int
     """The greedy earliest-deadline-first schedule fails this many (equal when ``exact``)."""
     last_admission_s: float
@@ -233,7 +233,7 @@ def physical_limit(
         capacity: the limiter of the one server, or of several interchangeable servers.
 
     Returns:
-        A :class:`PhysicalLimit`: ``min_errors`` is the floor to compare a policy's app errors
+        A :class:`PhysicalLimit`: ``min_errors`` is the floor to compare a client's app errors
         against (exact when every operation is allowed the same wait).
 
     Raises:
@@ -332,7 +332,7 @@ def physical_min_errors(
     allowed_waits: Union[Sequence[float], float],
     capacity: Union[Capacity, Sequence[Capacity]],
 ) -> int:
-    """Return the minimum number of app errors any client policy could achieve.
+    """Return the minimum number of app errors any client could achieve.
 
     ``physical_min_errors(arrivals, allowed_waits, capacity) -> int`` where ``arrivals`` are the
     operations' arrival times in seconds (on the capacity's clock, from 0), ``allowed_waits`` the
@@ -344,7 +344,7 @@ def physical_min_errors(
 
 
 def closed_loop_min_error_fraction(workers: int, allowed_wait_s: float, rate_per_s: float) -> float:
-    """Return the steady-state minimum error fraction of a closed loop, for any policy.
+    """Return the steady-state minimum error fraction of a closed loop, for any client.
 
     ``workers`` run operations back to back; each may wait ``allowed_wait_s``; the server admits
     ``rate_per_s``.  Every operation ends within its allowed wait, so the workers finish at least

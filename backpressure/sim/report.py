@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from backpressure.core.extras import require
 from backpressure.sim.arms import default_first, display_name
-from backpressure.sim.runner import PolicyResult, Result
+from backpressure.sim.runner import ArmResult, Result
 
 __all__ = [
     "format_criticality",
@@ -21,9 +21,9 @@ __all__ = [
 ]
 
 
-def ordered(result: Result) -> list[PolicyResult]:
-    """The result's policies, the default's first."""
-    return [result.policies[name] for name in default_first(list(result.policies))]
+def ordered(result: Result) -> list[ArmResult]:
+    """The result's arms, the default's first."""
+    return [result.arms[name] for name in default_first(list(result.arms))]
 
 
 def _ms(value: Optional[float]) -> str:
@@ -36,48 +36,48 @@ def _seconds(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _versus_floor(policy: PolicyResult) -> str:
+def _versus_floor(arm: ArmResult) -> str:
     """App errors as a multiple of the physical floor."""
-    if policy.physical_min_errors == 0:
-        return "-" if policy.app_errors == 0 else "inf"
-    return f"{policy.app_errors / policy.physical_min_errors:.2f}x"
+    if arm.physical_min_errors == 0:
+        return "-" if arm.app_errors == 0 else "inf"
+    return f"{arm.app_errors / arm.physical_min_errors:.2f}x"
 
 
 def format_table(result: Result) -> str:
-    """One row per policy: errors next to the physical floor, load, goodput, latency."""
+    """One row per arm: errors next to the physical floor, load, goodput, latency."""
     header = (
-        f"{'policy':<18} {'ops':>9} {'app errors':>10} {'floor':>9} {'vs floor':>8} "
+        f"{'arm':<18} {'ops':>9} {'app errors':>10} {'floor':>9} {'vs floor':>8} "
         f"{'att/op':>6} {'goodput/s':>9} {'p99 ms':>7} {'recov s':>7} {'wall s':>6}"
     )
     lines = [header, "-" * len(header)]
     inexact = False
-    for policy in ordered(result):
-        floor = f"{policy.physical_min_errors:,}"
-        if not policy.physical_exact:
+    for arm in ordered(result):
+        floor = f"{arm.physical_min_errors:,}"
+        if not arm.physical_exact:
             floor = ">=" + floor
             inexact = True
         lines.append(
-            f"{display_name(policy.name):<18} {policy.ops:>9,} {policy.app_errors:>10,} {floor:>9} "
-            f"{_versus_floor(policy):>8} {policy.attempts_per_op:>6.2f} "
-            f"{policy.goodput_per_s:>9,.1f} {_ms(policy.p99_ms):>7} "
-            f"{_seconds(policy.recovery_s):>7} {policy.wall_s:>6.1f}"
+            f"{display_name(arm.name):<18} {arm.ops:>9,} {arm.app_errors:>10,} {floor:>9} "
+            f"{_versus_floor(arm):>8} {arm.attempts_per_op:>6.2f} "
+            f"{arm.goodput_per_s:>9,.1f} {_ms(arm.p99_ms):>7} "
+            f"{_seconds(arm.recovery_s):>7} {arm.wall_s:>6.1f}"
         )
     lines.append("")
-    if any(policy.floor_fraction is not None for policy in result.policies.values()):
+    if any(arm.floor_fraction is not None for arm in result.arms.values()):
         lines.append(
             "floor (closed loop): max(0, N/D - C) errors per second with N workers, deadline D, "
-            "capacity C, whatever the policy"
+            "capacity C, whatever the arm"
         )
     else:
         lines.append(
-            "floor: the fewest app errors any client policy could have had on these arrivals "
+            "floor: the fewest app errors any client arm could have had on these arrivals "
             "(offline optimum)"
         )
     if inexact:
         lines.append(">=: a lower bound (operations with different eligible servers overlap)")
-    if any(policy.recovery_s is not None for policy in result.policies.values()):
+    if any(arm.recovery_s is not None for arm in result.arms.values()):
         lines.append("recov s: from the end of the overload until app errors stop")
-    if any(policy.sheddable_ops for policy in result.policies.values()):
+    if any(arm.sheddable_ops for arm in result.arms.values()):
         lines += ["", format_criticality(result)]
     if result.demand_per_s() is not None:
         lines += ["", format_recovery(result)]
@@ -86,46 +86,45 @@ def format_table(result: Result) -> str:
 
 def format_recovery(result: Result) -> str:
     """After the overload: goodput per second as a share of the demand, successes from 1 s to
-    4 s against the default's, and errors after the end, one row per policy."""
+    4 s against the default's, and errors after the end, one row per arm."""
     demand = result.demand_per_s() or 0.0
     header = (
-        f"{'policy':<18} {'1st s':>6} {'2nd s':>6} {'3rd s':>6} {'4th s':>6} "
+        f"{'arm':<18} {'1st s':>6} {'2nd s':>6} {'3rd s':>6} {'4th s':>6} "
         f"{'ok 1-4 s':>8} {'vs default':>10} {'errors after':>12}"
     )
     lines = [header, "-" * len(header)]
-    for policy in ordered(result):
-        figures = result.recovery(policy.name)
+    for arm in ordered(result):
+        figures = result.recovery(arm.name)
         if figures is None:
             continue
         shares = " ".join(f"{_percent(share, 0):>6}" for share in figures.demand_share)
         lines.append(
-            f"{display_name(policy.name):<18} {shares} {figures.successes_1_to_4:>8,} "
+            f"{display_name(arm.name):<18} {shares} {figures.successes_1_to_4:>8,} "
             f"{_percent(figures.versus_default, 0):>10} {figures.errors_after:>12,}"
         )
     lines += [
         f"after the overload: goodput per second as a share of the demand ({demand:,.0f} ops/s: "
         "the highest",
-        "goodput of any policy over the last 2 s); ok 1-4 s: successes from 1 s to 4 s after "
-        "the end",
+        "goodput of any arm over the last 2 s); ok 1-4 s: successes from 1 s to 4 s after the end",
     ]
     return "\n".join(lines)
 
 
 def format_criticality(result: Result) -> str:
-    """App errors of the critical and the sheddable operations apart, one row per policy."""
+    """App errors of the critical and the sheddable operations apart, one row per arm."""
     header = (
-        f"{'policy':<18} {'critical ops':>12} {'critical errors':>16} "
+        f"{'arm':<18} {'critical ops':>12} {'critical errors':>16} "
         f"{'sheddable ops':>13} {'sheddable errors':>17}"
     )
     lines = [header, "-" * len(header)]
-    for policy in ordered(result):
-        critical = policy.critical_errors / policy.critical_ops if policy.critical_ops else 0.0
-        shed = policy.sheddable_errors / policy.sheddable_ops if policy.sheddable_ops else 0.0
+    for arm in ordered(result):
+        critical = arm.critical_errors / arm.critical_ops if arm.critical_ops else 0.0
+        shed = arm.sheddable_errors / arm.sheddable_ops if arm.sheddable_ops else 0.0
         lines.append(
-            f"{display_name(policy.name):<18} {policy.critical_ops:>12,} "
-            f"{f'{_percent(critical, 2)} ({policy.critical_errors:,})':>16} "
-            f"{policy.sheddable_ops:>13,} "
-            f"{f'{_percent(shed, 2)} ({policy.sheddable_errors:,})':>17}"
+            f"{display_name(arm.name):<18} {arm.critical_ops:>12,} "
+            f"{f'{_percent(critical, 2)} ({arm.critical_errors:,})':>16} "
+            f"{arm.sheddable_ops:>13,} "
+            f"{f'{_percent(shed, 2)} ({arm.sheddable_errors:,})':>17}"
         )
     return "\n".join(lines)
 
@@ -135,11 +134,11 @@ def _percent(value: Optional[float], digits: int = 1) -> str:
     return "-" if value is None else f"{100.0 * value:.{digits}f}%"
 
 
-def _phase_cell(policy: PolicyResult, index: int) -> str:
+def _phase_cell(arm: ArmResult, index: int) -> str:
     """Goodput of one phase: % of capacity when the capacity is finite, else ops/s."""
-    if index >= len(policy.phase_goodput):
+    if index >= len(arm.phase_goodput):
         return "-"
-    phase = policy.phase_goodput[index]
+    phase = arm.phase_goodput[index]
     share = phase.of_capacity
     if share is None:
         return f"{phase.goodput_per_s:,.0f}/s"
@@ -152,52 +151,52 @@ that neither is wider than the docs page."""
 
 
 def format_fleet_markdown(result: Result, *, goodput_as: str = "capacity") -> str:
-    """A Markdown table of the lab's yardsticks, one row per policy, the default's first.
+    """A Markdown table of the lab's yardsticks, one row per arm, the default's first.
 
     Columns: app errors (and the floor), attempts per operation, Jain's index over the clients'
     successes, goodput per phase mark (from ``settle_s`` after it: % of capacity, or ops/s when
     ``goodput_as`` is ``"rate"``), p99 of successes, local refusals per second. With more than
-    WIDE_PHASES phases, the goodput columns are a second table (policy and goodput per phase).
+    WIDE_PHASES phases, the goodput columns are a second table (arm and goodput per phase).
     """
-    policies = ordered(result)
-    first = policies[0]
+    arms = ordered(result)
+    first = arms[0]
     phases = [
         f"{phase.label} ({phase.start_s:g}-{phase.end_s:g} s)" for phase in first.phase_goodput
     ]
     unit = "ops/s" if goodput_as == "rate" else "% of C"
     goodput_header = [f"goodput {label}, {unit}" for label in phases]
     split = len(phases) > WIDE_PHASES
-    header = ["policy", "ops", "app errors", "floor", "attempts/op", "Jain"]
+    header = ["arm", "ops", "app errors", "floor", "attempts/op", "Jain"]
     header += [] if split else goodput_header
     header += ["p99 ms", "refusals/s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    goodput_lines = ["| " + " | ".join(["policy", *goodput_header]) + " |"]
+    goodput_lines = ["| " + " | ".join(["arm", *goodput_header]) + " |"]
     goodput_lines.append("|" + "---|" * (len(goodput_header) + 1))
-    for policy in policies:
-        floor = policy.floor_fraction
+    for arm in arms:
+        floor = arm.floor_fraction
         if floor is None:
-            floor = policy.physical_min_errors / policy.ops if policy.ops else 0.0
+            floor = arm.physical_min_errors / arm.ops if arm.ops else 0.0
         cells = [
-            display_name(policy.name),
-            f"{policy.ops:,}",
-            f"{_percent(policy.error_fraction)} ({policy.app_errors:,})",
-            f"{_percent(floor)} ({policy.physical_min_errors:,})",
-            f"{policy.attempts_per_op:.2f}",
-            "-" if policy.jain is None else f"{policy.jain:.3f}",
+            display_name(arm.name),
+            f"{arm.ops:,}",
+            f"{_percent(arm.error_fraction)} ({arm.app_errors:,})",
+            f"{_percent(floor)} ({arm.physical_min_errors:,})",
+            f"{arm.attempts_per_op:.2f}",
+            "-" if arm.jain is None else f"{arm.jain:.3f}",
         ]
         goodput: list[str] = []
         for index in range(len(phases)):
             if goodput_as == "rate":
-                if index < len(policy.phase_goodput):
-                    goodput.append(f"{policy.phase_goodput[index].goodput_per_s:,.0f}")
+                if index < len(arm.phase_goodput):
+                    goodput.append(f"{arm.phase_goodput[index].goodput_per_s:,.0f}")
                 else:
                     goodput.append("-")
             else:
-                goodput.append(_phase_cell(policy, index))
+                goodput.append(_phase_cell(arm, index))
         cells += [] if split else goodput
-        cells += [_ms(policy.p99_ms), f"{policy.refusals_per_s:,.1f}"]
+        cells += [_ms(arm.p99_ms), f"{arm.refusals_per_s:,.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
-        goodput_lines.append("| " + " | ".join([display_name(policy.name), *goodput]) + " |")
+        goodput_lines.append("| " + " | ".join([display_name(arm.name), *goodput]) + " |")
     if split:
         lines += ["", *goodput_lines]
     return "\n".join(lines)
@@ -217,11 +216,11 @@ def write_chart(
     show_offered: bool = True,
     log_scale: bool = False,
 ) -> None:
-    """Draw goodput, app errors and server load against capacity over time, per policy.
+    """Draw goodput, app errors and server load against capacity over time, per arm.
 
-    ``show_offered``: draw the offered load (the first policy's; leave it out for closed loops,
-    whose arrivals each policy makes itself).  ``log_scale``: errors and server load on a
-    symmetric log scale, so a policy that spins does not flatten the others.
+    ``show_offered``: draw the offered load (the first arm's; leave it out for closed loops,
+    whose arrivals each arm makes itself).  ``log_scale``: errors and server load on a
+    symmetric log scale, so an arm that spins does not flatten the others.
     """
     matplotlib = require("matplotlib", "sim", "The simulator's chart")
     matplotlib.use("Agg")
@@ -229,8 +228,8 @@ def write_chart(
 
     figure, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
     colours = plt.get_cmap("tab10")
-    policies = ordered(result)
-    first = policies[0]
+    arms = ordered(result)
+    first = arms[0]
     t = list(first.timeline["t"])
     width = t[1] - t[0] if len(t) > 1 else 1.0
     centres = [x + width / 2 for x in t]
@@ -241,10 +240,10 @@ def write_chart(
         )
     capacity = [c if c != float("inf") else float("nan") for c in first.timeline["capacity"]]
     load_ax.step(t, capacity, where="post", color="black", linestyle="--", label="capacity")
-    for index, policy in enumerate(policies):
+    for index, arm in enumerate(arms):
         colour = colours(index % 10)
-        name = display_name(policy.name)
-        timeline: Any = policy.timeline
+        name = display_name(arm.name)
+        timeline: Any = arm.timeline
         goodput_ax.plot(centres, timeline["goodput"], color=colour, label=name)
         errors_ax.plot(centres, timeline["errors"], color=colour, label=name)
         load_ax.plot(centres, timeline["received"], color=colour, label=name)

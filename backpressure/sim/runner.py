@@ -1,12 +1,12 @@
-"""Run a scenario under several policies and summarise each run: the programmatic API.
+"""Run a scenario under several arms and summarise each run: the programmatic API.
 
 Example::
 
     from backpressure.sim import run, scenario
 
     result = run(scenario("sustained-3x"), ["no-retries", "current", "draft"], seed=1)
-    for name, policy in result.policies.items():
-        print(name, policy.app_errors, policy.physical_min_errors, policy.attempts_per_op)
+    for name, arm in result.arms.items():
+        print(name, arm.app_errors, arm.physical_min_errors, arm.attempts_per_op)
 """
 
 from __future__ import annotations
@@ -21,15 +21,16 @@ from backpressure.core.policy import Policy
 from backpressure.sim.arms import SimArm, resolve_all
 from backpressure.sim.engine import REFUSED, simulate
 from backpressure.sim.model import Scenario
+from backpressure.workload.arms import ARMS_KEY
 from backpressure.workload.metrics import jain_index, percentile
 
-__all__ = ["PhaseGoodput", "PolicyResult", "RecoveryFigures", "Result", "run"]
+__all__ = ["ArmResult", "PhaseGoodput", "RecoveryFigures", "Result", "run"]
 
 RECOVERY_SECONDS = 4
 """The recovery figures cover this many whole seconds after the overload ends."""
 
-PolicyLike = Union[str, Policy, SimArm]
-"""A policy name, a package Policy, or a SimArm."""
+ArmLike = Union[str, Policy, SimArm]
+"""An arm name, a package Policy, or a SimArm."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,8 @@ class PhaseGoodput:
 
 
 @dataclass(frozen=True)
-class PolicyResult:
-    """One policy's run of one scenario."""
+class ArmResult:
+    """One arm's run of one scenario."""
 
     name: str
     description: str
@@ -64,7 +65,7 @@ class PolicyResult:
     app_errors: int
     """Operations that failed (raised, timed out, refused locally, skipped or unfinished)."""
     physical_min_errors: int
-    """The fewest app errors any policy could have had on this run's arrivals (the oracle)."""
+    """The fewest app errors any arm could have had on this run's arrivals (the oracle)."""
     physical_exact: bool
     """Whether ``physical_min_errors`` is exact (else a floor: see the oracle)."""
     server_attempts: int
@@ -86,7 +87,7 @@ class PolicyResult:
     connections_refused: int
     """Connections the connection-establishment limiters refused."""
     local_waits: int
-    """Attempts an adaptive policy held locally before sending."""
+    """Attempts an adaptive arm held locally before sending."""
     error_reasons: Mapping[str, int]
     """App errors by reason."""
     timeline: Mapping[str, Sequence[float]]
@@ -98,14 +99,14 @@ class PolicyResult:
     wall_s: float
     """Real seconds the simulation took."""
     floor_fraction: Optional[float] = None
-    """Closed loops: the policy-independent error floor ``max(0, 1 - C * D / N)`` over the
+    """Closed loops: the arm-independent error floor ``max(0, 1 - C * D / N)`` over the
     arrival window; ``physical_min_errors`` is then ``max(0, N / D - C)`` summed over it."""
     client_successes: tuple[int, ...] = ()
     """Successful operations per client process."""
     phase_goodput: tuple[PhaseGoodput, ...] = ()
     """Goodput per phase mark of the scenario."""
     local_refusals: int = 0
-    """Operations the policy refused locally (never sent)."""
+    """Operations the arm refused locally (never sent)."""
     duration_s: float = 0.0
     """The scenario's arrival window, seconds."""
     critical_ops: int = 0
@@ -182,43 +183,43 @@ class PolicyResult:
 
 @dataclass(frozen=True)
 class RecoveryFigures:
-    """One policy's goodput in the seconds after the overload ends (``Result.recovery``)."""
+    """One arm's goodput in the seconds after the overload ends (``Result.recovery``)."""
 
     demand_share: tuple[float, ...]
     """Successes in each whole second after the end, as a share of the demand."""
     successes_1_to_4: int
     """Successes from 1 s to 4 s after the end."""
     versus_default: Optional[float]
-    """``successes_1_to_4`` as a share of the default policy's (None without its run)."""
+    """``successes_1_to_4`` as a share of the default arm's (None without its run)."""
     errors_after: int
     """App errors in the buckets that start at or after the end."""
 
 
 @dataclass(frozen=True)
 class Result:
-    """A scenario's runs, one per policy, in the order given."""
+    """A scenario's runs, one per arm, in the order given."""
 
     scenario: str
     seed: int
     duration_s: float
-    policies: Mapping[str, PolicyResult]
+    arms: Mapping[str, ArmResult]
     phases: tuple[tuple[float, str], ...] = ()
     overload_end_s: Optional[float] = None
     """When the scenario's overload ends (None: it marks no end)."""
 
     def demand_per_s(self) -> Optional[float]:
-        """The demand after the overload: the highest goodput any policy of the run has over
-        the arrival window's last 2 s (with no limit left, every policy serves all of it; None
+        """The demand after the overload: the highest goodput any arm of the run has over
+        the arrival window's last 2 s (with no limit left, every arm serves all of it; None
         without an end, or when the buckets do not fit whole seconds)."""
         if self.overload_end_s is None:
             return None
         best = 0.0
-        for policy in self.policies.values():
-            width, per_second = _bucket_seconds(policy)
+        for arm in self.arms.values():
+            width, per_second = _bucket_seconds(arm)
             if not per_second:
                 return None
             end = round(self.duration_s / width)  # the arrival window's last bucket, exclusive
-            tail = policy.timeline["goodput"][max(0, end - 2 * per_second) : end]
+            tail = arm.timeline["goodput"][max(0, end - 2 * per_second) : end]
             best = max(best, sum(tail) / len(tail)) if tail else best
         return best or None
 
@@ -231,19 +232,19 @@ class Result:
             return None
         from backpressure.sim.arms import default_name
 
-        def seconds(policy: PolicyResult) -> tuple[list[float], int]:
-            width, per_second = _bucket_seconds(policy)
+        def seconds(arm: ArmResult) -> tuple[list[float], int]:
+            width, per_second = _bucket_seconds(arm)
             first = round(self.overload_end_s / width) if self.overload_end_s else 0
-            goodput, errors = policy.timeline["goodput"], policy.timeline["errors"]
+            goodput, errors = arm.timeline["goodput"], arm.timeline["errors"]
             each = [
                 sum(goodput[first + k * per_second : first + (k + 1) * per_second]) * width
                 for k in range(RECOVERY_SECONDS)
             ]
             return each, round(sum(errors[first:]) * width)
 
-        each, errors_after = seconds(self.policies[name])
+        each, errors_after = seconds(self.arms[name])
         later = round(sum(each[1:]))
-        default = self.policies.get(default_name())
+        default = self.arms.get(default_name())
         base = round(sum(seconds(default)[0][1:])) if default is not None else 0
         return RecoveryFigures(
             tuple(second / demand for second in each),
@@ -253,18 +254,19 @@ class Result:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """``{"scenario", "seed", "policies": {NAME: {...}}, "details": {NAME: {...}}}``."""
+        """``{"scenario", "seed", ARMS_KEY: {NAME: {...}}, "details": {NAME: {...}}}``
+        (:data:`~backpressure.workload.arms.ARMS_KEY`)."""
         return {
             "scenario": self.scenario,
             "seed": self.seed,
-            "policies": {name: policy.summary() for name, policy in self.policies.items()},
-            "details": {name: policy.details() for name, policy in self.policies.items()},
+            ARMS_KEY: {name: arm.summary() for name, arm in self.arms.items()},
+            "details": {name: arm.details() for name, arm in self.arms.items()},
         }
 
 
-def _bucket_seconds(policy: PolicyResult) -> tuple[float, int]:
+def _bucket_seconds(arm: ArmResult) -> tuple[float, int]:
     """The timeline's bucket width and how many buckets make one second (0: not whole)."""
-    times = policy.timeline["t"]
+    times = arm.timeline["t"]
     width = times[1] - times[0] if len(times) > 1 else 1.0
     per_second = round(1.0 / width)
     return width, per_second if abs(per_second * width - 1.0) < 1e-9 else 0
@@ -302,13 +304,13 @@ def phase_goodput(
 
 def run_one(
     scenario: Scenario,
-    policy: SimArm,
+    arm: SimArm,
     seed: int,
     progress: Optional[Callable[[float], None]] = None,
-) -> PolicyResult:
-    """Simulate ``scenario`` under one policy and summarise it."""
+) -> ArmResult:
+    """Simulate ``scenario`` under one arm and summarise it."""
     started = time.perf_counter()
-    data = simulate(scenario, policy, seed, progress)
+    data = simulate(scenario, arm, seed, progress)
     wall = time.perf_counter() - started
     width = scenario.bucket_s
     timeline = {
@@ -329,9 +331,9 @@ def run_one(
             default=None,
         )
         recovery = 0.0 if last_error is None else round((last_error + 1) * width - end, 6)
-    return PolicyResult(
-        name=policy.name,
-        description=policy.description,
+    return ArmResult(
+        name=arm.name,
+        description=arm.description,
         ops=data.ops,
         app_errors=data.errors,
         physical_min_errors=data.physical_min_errors,
@@ -364,18 +366,18 @@ def run_one(
 
 def run(
     scenario: Union[Scenario, str],
-    policies: Sequence[PolicyLike] = ("no-retries", "current", "draft"),
+    arms: Sequence[ArmLike] = ("no-retries", "current", "draft"),
     seed: int = 0,
     *,
     progress: Optional[Callable[[float], None]] = None,
 ) -> Result:
-    """Run ``scenario`` (a Scenario or a scenario name) once per policy, with ``seed``.
+    """Run ``scenario`` (a Scenario or a scenario name) once per arm, with ``seed``.
 
-    Every policy sees the same arrivals (same seed).  ``progress(simulated_seconds)`` is called
+    Every arm sees the same arrivals (same seed).  ``progress(simulated_seconds)`` is called
     as the runs advance.  Deterministic: the same arguments give the same result.
 
     Raises:
-        ValueError: an unknown scenario or policy name, or duplicate policy names.
+        ValueError: an unknown scenario or arm name, or duplicate arm names.
     """
     if isinstance(scenario, str):
         from backpressure.sim.scenarios import scenario as named
@@ -383,13 +385,13 @@ def run(
         scenario = named(scenario)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {seed!r}")
-    resolved = resolve_all(policies)
-    results = {policy.name: run_one(scenario, policy, seed, progress) for policy in resolved}
+    resolved = resolve_all(arms)
+    results = {arm.name: run_one(scenario, arm, seed, progress) for arm in resolved}
     return Result(
         scenario=scenario.name,
         seed=seed,
         duration_s=scenario.duration_s,
-        policies=results,
+        arms=results,
         phases=scenario.phases,
         overload_end_s=scenario.overload_end_s,
     )

@@ -530,11 +530,11 @@ def mixed_fleet(
     clients: int = 8,
     workers: int = 8,
     *,
-    stock_policy: str = "current",
+    stock_arm: str = "current",
     shape: BenchShape = BenchShape(),
 ) -> Scenario:
     """A rollout in progress: the 8 x 8 closed fleet with ``stock`` of its processes on
-    ``stock_policy`` (stock pymongo's own loop) and the rest on the policy the run is under."""
+    ``stock_arm`` (stock pymongo's own loop) and the rest on the arm the run is under."""
     if not 0 < stock < clients:
         raise ValueError(f"mixed_fleet: stock must be in 1..{clients - 1}, got {stock!r}")
     base = closed_fleet(clients, workers, shape=shape)
@@ -543,11 +543,10 @@ def mixed_fleet(
         base,
         name=f"mixed-fleet-{stock}of{clients}",
         description=(
-            f"{clients} x {workers} closed fleet, {stock} of the {clients} processes on "
-            f"{stock_policy}"
+            f"{clients} x {workers} closed fleet, {stock} of the {clients} processes on {stock_arm}"
         ),
         clients=(
-            dataclasses.replace(group, count=stock, policy=stock_policy, name="stock"),
+            dataclasses.replace(group, count=stock, arm=stock_arm, name="stock"),
             dataclasses.replace(group, count=clients - stock, name="upgraded"),
         ),
     )
@@ -583,7 +582,7 @@ def transient(
 
     One client, 16 threads serving evenly spaced arrivals at ``base_rate``/s; at 3 s the server
     rejects the next ``rejections`` commands (a ``{times: n}`` fail point); at 4 s demand rises
-    to ``rise * base_rate``/s for 6 s.  A policy that keeps no state from one pushback serves
+    to ``rise * base_rate``/s for 6 s.  An arm that keeps no state from one pushback serves
     everything but the rejected commands' retries.
     """
     phases = (

@@ -4,7 +4,7 @@
 and the recovery fleet) over ``--seeds`` seeds, with one pacing option (``--option``, by default
 ``adaptive_quiet``) set to each of ``--values``, and counts the runs in which a pacer competed.
 The option may also be the servers' (``burst_seconds``: the rate limiter's burst allowance, which
-mongod's operators set and no client can see): it changes the fleet for every policy, so each
+mongod's operators set and no client can see): it changes the fleet for every arm, so each
 value has the default's row and then ``adaptive``'s.
 Every neighbour in these fleets backs off, so every competing spell is a false verdict: the
 neighbour test read a joint cut that did not drain the pushback as "neighbours that do not
@@ -42,6 +42,7 @@ from backpressure.core.policy import InvalidPolicyError
 from backpressure.sim.arms import SimArm, resolve
 from backpressure.sim.model import Scenario
 from backpressure.sim.scenarios import BenchShape, closed_fleet, recovery_fleet
+from backpressure.workload.arms import from_file, to_file
 
 __all__ = [
     "FLEETS",
@@ -84,10 +85,10 @@ DEFAULT_POLICY = "current"
 
 @dataclass(frozen=True)
 class SensitivityRow:
-    """One fleet under one policy (and one value of the varied option), over the seeds."""
+    """One fleet under one arm (and one value of the varied option), over the seeds."""
 
     fleet: str
-    policy: str
+    arm: str
     option: Optional[str]
     """The varied option (None for the default's row of a pacing option)."""
     value: Optional[float]
@@ -107,12 +108,12 @@ class SensitivityRow:
     """The lowest of them."""
 
 
-def _arm(policy: str, option: Optional[str], value: Optional[float]) -> SimArm:
-    """``policy``; for ``adaptive``, with a pacing ``option`` set to ``value``."""
-    base = resolve(policy)
+def _arm(arm: str, option: Optional[str], value: Optional[float]) -> SimArm:
+    """``arm``; for ``adaptive``, with a pacing ``option`` set to ``value``."""
+    base = resolve(arm)
     if option not in OPTIONS or value is None:
         return base
-    assert base.policy is not None  # the adaptive preset is a core policy
+    assert base.policy is not None  # the adaptive preset is a core arm
     changed = base.policy.replace(**{option: value})
     return SimArm(base.name, f"{base.description}, {option}={value:g}", base.kind, changed)
 
@@ -137,8 +138,8 @@ def _run_one(
     from backpressure.sim.engine import simulate
     from backpressure.workload.metrics import jain_index
 
-    fleet, policy, option, value, seed = job
-    data = simulate(fleet_scenario(fleet, option, value), _arm(policy, option, value), seed)
+    fleet, arm, option, value, seed = job
+    data = simulate(fleet_scenario(fleet, option, value), _arm(arm, option, value), seed)
     ops = data.successes + data.errors
     jain = jain_index(data.client_successes)
     return (
@@ -159,7 +160,7 @@ def run_sensitivity(
 ) -> list[SensitivityRow]:
     """Run every fleet for every seed: the default's row, then ``adaptive`` at each value.
 
-    A server option changes the fleet for every policy: each value gets the default's row, then
+    A server option changes the fleet for every arm: each value gets the default's row, then
     ``adaptive``'s.
 
     Raises:
@@ -194,14 +195,14 @@ def run_sensitivity(
         results = [_run_one(job) for job in jobs_list]
     rows = []
     per_cell = len(seeds)
-    for index, (fleet, policy, name, value) in enumerate(cells):
+    for index, (fleet, arm, name, value) in enumerate(cells):
         runs = results[index * per_cell : (index + 1) * per_cell]
         ops = sum(r[0] for r in runs)
         jains = [r[4] for r in runs]
         rows.append(
             SensitivityRow(
                 fleet=fleet,
-                policy=policy,
+                arm=arm,
                 option=name,
                 value=value,
                 runs=len(runs),
@@ -220,14 +221,14 @@ def render(rows: Sequence[SensitivityRow]) -> str:
     """A Markdown table: per fleet, the default's row, then ``adaptive`` at each value (a server
     option: the default's row and ``adaptive``'s at each value)."""
     lines = [
-        "| fleet | policy | option value | runs | runs with a pacer competing | spells | "
+        "| fleet | arm | option value | runs | runs with a pacer competing | spells | "
         "errors | attempts/op | Jain mean | Jain min |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         setting = "-" if row.option is None else f"`{row.option}={row.value:g}`"
         lines.append(
-            f"| {row.fleet} | {row.policy} | {setting} | {row.runs} | {row.competing_runs} | "
+            f"| {row.fleet} | {row.arm} | {setting} | {row.runs} | {row.competing_runs} | "
             f"{row.spells} | {row.errors:.2%} | {row.attempts_per_op:.3f} | "
             f"{row.jain_mean:.3f} | {row.jain_min:.3f} |"
         )
@@ -247,7 +248,7 @@ def render_markdown(rows: Sequence[SensitivityRow], seeds: Sequence[int], comman
     ]
     if server:
         lines.append(
-            "The servers' option changes the fleet for every policy, so each value has the "
+            "The servers' option changes the fleet for every arm, so each value has the "
             "default's row, then `adaptive`'s.\n"
         )
     lines.append(render(rows))
@@ -256,7 +257,7 @@ def render_markdown(rows: Sequence[SensitivityRow], seeds: Sequence[int], comman
 
 def load_rows(rows: Sequence[dict[str, Any]]) -> list[SensitivityRow]:
     """The rows of a ``--json`` file."""
-    return [SensitivityRow(**row) for row in rows]
+    return [SensitivityRow(**from_file(row)) for row in rows]
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:
@@ -297,7 +298,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     sys.stdout.write(render(rows))
     if args.json is not None:
         args.json.write_text(
-            json.dumps([asdict(row) for row in rows], indent=1) + "\n", encoding="utf-8"
+            json.dumps([to_file(asdict(row)) for row in rows], indent=1) + "\n", encoding="utf-8"
         )
     if args.markdown is not None:
         command = (

@@ -1,6 +1,6 @@
 """``python -m backpressure.sim.yardsticks``: the lab's fleet, transient and fault scenarios.
 
-Runs every policy (the default's first) through the simulator's yardstick scenarios with one
+Runs every arm (the default's first) through the simulator's yardstick scenarios with one
 seed, and writes one Markdown file with a table per scenario and each goal marked met or not:
 
 * ``closed-fleet`` (8 x 8) and ``closed-fleet-4x16``: capacity 200 -> 100 -> 300/s every 10 s,
@@ -32,84 +32,84 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from backpressure.cli import add_seed_argument, name_list, run_cli
 from backpressure.core.extras import require
-from backpressure.sim.arms import available_policies, default_first, default_name, display_name
+from backpressure.sim.arms import available_arms, default_first, default_name, display_name
 from backpressure.sim.model import ClosedLoop, Scenario
 from backpressure.sim.scenarios import fault_schedule, scenario
 from backpressure.workload.metrics import AFTER_FAULT_S, counts_by_fault
 
 if TYPE_CHECKING:  # the runner needs SimPy: imported where it runs, so that --help needs none
-    from backpressure.sim.runner import PolicyResult, Result
+    from backpressure.sim.runner import ArmResult, Result
 
 __all__ = ["YARDSTICKS", "Goal", "acked_by_kind", "goals_for", "main", "run_yardsticks"]
 
 STOCK = "current"
-"""The policy that behaves as stock pymongo (>= 4.17) in the simulator."""
+"""The arm that behaves as stock pymongo (>= 4.17) in the simulator."""
 
 
 @dataclass(frozen=True)
 class Goal:
-    """One goal of one policy in one scenario."""
+    """One goal of one arm in one scenario."""
 
     name: str
     met: bool
     figure: str
 
 
-GoalCheck = Callable[["PolicyResult", "Result"], "list[Goal]"]
+GoalCheck = Callable[["ArmResult", "Result"], "list[Goal]"]
 
 
-def _fleet_goals(policy: PolicyResult, _result: Result) -> list[Goal]:
+def _fleet_goals(arm: ArmResult, _result: Result) -> list[Goal]:
     """The closed-loop fleet's four goals."""
     goals = [
-        Goal("errors <= 1%", policy.error_fraction <= 0.01, f"{100 * policy.error_fraction:.1f}%"),
-        Goal("<= 1.1 attempts/op", policy.attempts_per_op <= 1.1, f"{policy.attempts_per_op:.2f}"),
+        Goal("errors <= 1%", arm.error_fraction <= 0.01, f"{100 * arm.error_fraction:.1f}%"),
+        Goal("<= 1.1 attempts/op", arm.attempts_per_op <= 1.1, f"{arm.attempts_per_op:.2f}"),
     ]
-    jain = policy.jain
+    jain = arm.jain
     goals.append(Goal("Jain >= 0.95", jain is not None and jain >= 0.95, f"{jain or 0:.3f}"))
-    shares = [phase.of_capacity or 0.0 for phase in policy.phase_goodput]
+    shares = [phase.of_capacity or 0.0 for phase in arm.phase_goodput]
     worst = min(shares) if shares else 0.0
     goals.append(Goal("goodput >= 95% of C", worst >= 0.95, f"worst phase {100 * worst:.1f}%"))
     return goals
 
 
-def _transient_goals(policy: PolicyResult, result: Result) -> list[Goal]:
+def _transient_goals(arm: ArmResult, result: Result) -> list[Goal]:
     """Against stock: goodput after the rise, p99, no refusal."""
-    stock = result.policies.get(STOCK)
-    if stock is None or not policy.phase_goodput or not stock.phase_goodput:
+    stock = result.arms.get(STOCK)
+    if stock is None or not arm.phase_goodput or not stock.phase_goodput:
         return []
-    mine, theirs = policy.phase_goodput[-1].goodput_per_s, stock.phase_goodput[-1].goodput_per_s
+    mine, theirs = arm.phase_goodput[-1].goodput_per_s, stock.phase_goodput[-1].goodput_per_s
     share = mine / theirs if theirs else 0.0
-    p99, stock_p99 = policy.p99_ms or 0.0, stock.p99_ms or 0.0
+    p99, stock_p99 = arm.p99_ms or 0.0, stock.p99_ms or 0.0
     return [
         Goal(">= 98% of stock's goodput after the rise", share >= 0.98, f"{100 * share:.1f}%"),
         Goal("p99 <= stock's + 20 ms", p99 <= stock_p99 + 20.0, f"{p99:.0f} vs {stock_p99:.0f}"),
-        Goal("0 local refusals", policy.local_refusals == 0, f"{policy.local_refusals:,}"),
+        Goal("0 local refusals", arm.local_refusals == 0, f"{arm.local_refusals:,}"),
     ]
 
 
-def _fault_goals(policy: PolicyResult, result: Result) -> list[Goal]:
+def _fault_goals(arm: ArmResult, result: Result) -> list[Goal]:
     """Acked writes >= 98 % of ``current``'s, app errors no worse than its."""
-    stock = result.policies.get(STOCK)
+    stock = result.arms.get(STOCK)
     if stock is None:
         return []
-    acked, stock_acked = policy.ops - policy.app_errors, stock.ops - stock.app_errors
+    acked, stock_acked = arm.ops - arm.app_errors, stock.ops - stock.app_errors
     share = acked / stock_acked if stock_acked else 1.0
     return [
         Goal("acked >= 98% of current's", share >= 0.98, f"{share:.3f}"),
         Goal(
             "errors <= current's",
-            policy.error_fraction <= stock.error_fraction,
-            f"{100 * policy.error_fraction:.1f}% vs {100 * stock.error_fraction:.1f}%",
+            arm.error_fraction <= stock.error_fraction,
+            f"{100 * arm.error_fraction:.1f}% vs {100 * stock.error_fraction:.1f}%",
         ),
     ]
 
 
-def _sparse_goals(policy: PolicyResult, _result: Result) -> list[Goal]:
+def _sparse_goals(arm: ArmResult, _result: Result) -> list[Goal]:
     """The sparse fleet: attempts/op and errors against the oracle's floor."""
-    floor = policy.physical_min_errors
-    ratio = policy.app_errors / floor if floor else (0.0 if policy.app_errors == 0 else 99.0)
+    floor = arm.physical_min_errors
+    ratio = arm.app_errors / floor if floor else (0.0 if arm.app_errors == 0 else 99.0)
     return [
-        Goal("<= 1.1 attempts/op", policy.attempts_per_op <= 1.1, f"{policy.attempts_per_op:.2f}"),
+        Goal("<= 1.1 attempts/op", arm.attempts_per_op <= 1.1, f"{arm.attempts_per_op:.2f}"),
         Goal("errors <= 1.1 x floor", ratio <= 1.1, f"{ratio:.2f}x"),
     ]
 
@@ -125,14 +125,14 @@ def acked_by_kind(
 
 
 def _fault_kinds(result: Result, built: Scenario) -> list[str]:
-    """The acks by fault kind of every policy against ``current``'s (the real soak's table)."""
+    """The acks by fault kind of every arm against ``current``'s (the real soak's table)."""
     from backpressure.sim.report import ordered
 
     schedule = fault_schedule()
     kinds = sorted({kind for _, _, kind, _ in schedule.faults})
     counted = {
-        policy.name: acked_by_kind(policy.timeline["goodput"], built.bucket_s, schedule.faults)
-        for policy in ordered(result)
+        arm.name: acked_by_kind(arm.timeline["goodput"], built.bucket_s, schedule.faults)
+        for arm in ordered(result)
     }
     base = counted.get(STOCK)
     lines = [
@@ -141,7 +141,7 @@ def _fault_kinds(result: Result, built: Scenario) -> list[str]:
         f"(`vs current`); `no fault`: the rest of the time. Closes, blocks and closed commits "
         "are not simulated (a network error is no pushback): their stretches run as no fault.",
         "",
-        "| policy | " + " | ".join([*kinds, "no fault"]) + " |",
+        "| arm | " + " | ".join([*kinds, "no fault"]) + " |",
         "|" + "---|" * (len(kinds) + 2),
     ]
     for name, counts in counted.items():
@@ -187,7 +187,7 @@ YARDSTICKS: tuple[Yardstick, ...] = (
         "fleet",
         "capacity",
         _sparse_goals,
-        "Open loop: the floor is the oracle's on the arrivals (the same for every policy).",
+        "Open loop: the floor is the oracle's on the arrivals (the same for every arm).",
     ),
     Yardstick("retry-storm", "capacity", None),
 )
@@ -195,38 +195,38 @@ YARDSTICKS: tuple[Yardstick, ...] = (
 
 
 def goals_for(yardstick: Yardstick, result: Result) -> dict[str, list[Goal]]:
-    """Each policy's goals in ``result`` (empty when the scenario has none)."""
+    """Each arm's goals in ``result`` (empty when the scenario has none)."""
     if yardstick.goals is None:
         return {}
-    return {name: yardstick.goals(policy, result) for name, policy in result.policies.items()}
+    return {name: yardstick.goals(arm, result) for name, arm in result.arms.items()}
 
 
 def _goal_lines(yardstick: Yardstick, result: Result) -> list[str]:
-    """One line per policy: every goal met or not."""
+    """One line per arm: every goal met or not."""
     from backpressure.sim.report import ordered
 
     goals = goals_for(yardstick, result)
     if not goals:
         return []
     lines = ["", "Goals:", ""]
-    for policy in ordered(result):
+    for arm in ordered(result):
         marks = ", ".join(
             f"{goal.name}: {'met' if goal.met else 'NOT met'} ({goal.figure})"
-            for goal in goals[policy.name]
+            for goal in goals[arm.name]
         )
-        lines.append(f"- **{display_name(policy.name)}**: {marks}")
+        lines.append(f"- **{display_name(arm.name)}**: {marks}")
     return lines
 
 
 def run_yardsticks(
     names: Sequence[str],
-    policies: Sequence[str],
+    arms: Sequence[str],
     seed: int,
     *,
     chart_dir: Optional[Path] = None,
     echo: Callable[[str], None] = print,
 ) -> str:
-    """Run the yardsticks ``names`` under ``policies`` and return the Markdown report.
+    """Run the yardsticks ``names`` under ``arms`` and return the Markdown report.
 
     Raises:
         MissingExtraError: SimPy (the ``sim`` extra) is not installed.
@@ -236,18 +236,18 @@ def run_yardsticks(
     from backpressure.sim.runner import run
 
     chosen = [y for y in YARDSTICKS if y.name in names]
-    ordered_policies = default_first(list(policies))
+    ordered_arms = default_first(list(arms))
     out = [
         "# Simulator yardsticks: fleets, transients, faults",
         "",
-        f"`python -m backpressure.sim.yardsticks --seed {seed}`; every policy's row, the "
+        f"`python -m backpressure.sim.yardsticks --seed {seed}`; every arm's row, the "
         f"default's (`{default_name()}`) first. `current` is what stock pymongo >= 4.17 does. "
         "SimPy model with the package's real decision core; virtual time, so the figures do "
         "not depend on the machine's load.",
         "",
-        "Columns: app errors (count) and the floor no policy can beat (closed loops: "
+        "Columns: app errors (count) and the floor no arm can beat (closed loops: "
         "max(0, 1 - C*D/N) per bucket, with N workers, deadline D, capacity C, so the same for "
-        "every policy; open loops: the oracle on the arrivals); attempts the server received "
+        "every arm; open loops: the oracle on the arrivals); attempts the server received "
         "per operation; Jain's index over the client processes' successes; goodput per phase "
         "from 2 s after each step (closed-fleet) or over the whole phase; p99 of successful "
         "operations; operations refused locally per second.",
@@ -255,7 +255,7 @@ def run_yardsticks(
     for yardstick in chosen:
         built = scenario(yardstick.name)
         started = time.process_time()
-        result = run(built, ordered_policies, seed)
+        result = run(built, ordered_arms, seed)
         cpu = time.process_time() - started
         echo(f"{yardstick.name}: {cpu:.1f} s CPU")
         out += ["", f"## `{yardstick.name}`", "", f"{built.description} (seed {seed}).", ""]
@@ -265,7 +265,7 @@ def run_yardsticks(
         if yardstick.table is not None:
             out += yardstick.table(result, built)
         out += _goal_lines(yardstick, result)
-        out += ["", f"CPU for all policies: {cpu:.0f} s."]
+        out += ["", f"CPU for all arms: {cpu:.0f} s."]
         if chart_dir is not None:
             path = chart_dir / f"sim-{yardstick.name}.png"
             closed = all(isinstance(group.workload, ClosedLoop) for group in built.clients)
@@ -289,7 +289,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     """The command line, without the missing-extra and Ctrl-C handling of :func:`main`."""
     parser = argparse.ArgumentParser(
         prog="python -m backpressure.sim.yardsticks",
-        description="Run the simulator's yardstick scenarios under every policy; write one "
+        description="Run the simulator's yardstick scenarios under every arm; write one "
         "Markdown report with each goal met or not.",
     )
     add_seed_argument(parser)
@@ -300,15 +300,15 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         help="comma-separated (default: all: %(default)s)",
     )
     parser.add_argument(
-        "--policies",
-        type=name_list(available_policies()),
-        default=",".join(default_first(list(available_policies()))),
-        help="comma-separated policy names (default: all, the default's first)",
+        "--arms",
+        type=name_list(available_arms()),
+        default=",".join(default_first(list(available_arms()))),
+        help="comma-separated arm names (default: all, the default's first)",
     )
     parser.add_argument("--md", type=Path, help="write the Markdown report here")
     parser.add_argument("--charts", type=Path, help="draw one PNG per scenario in this folder")
     args = parser.parse_args(argv)
-    report = run_yardsticks(args.scenarios, args.policies, args.seed, chart_dir=args.charts)
+    report = run_yardsticks(args.scenarios, args.arms, args.seed, chart_dir=args.charts)
     if args.md is not None:
         args.md.parent.mkdir(parents=True, exist_ok=True)
         args.md.write_text(report, encoding="utf-8")

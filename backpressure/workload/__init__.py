@@ -1,12 +1,12 @@
-"""The shared load generator of the demo and the benchmarks: phases, policies, metrics."""
+"""The shared load generator of the demo and the benchmarks: phases, arms, metrics."""
 
 from __future__ import annotations
 
 from backpressure.workload.arms import (
-    POLICIES,
-    POLICY_NAMES,
+    ARM_NAMES,
+    ARMS,
+    ArmClient,
     ClientArm,
-    PolicyClient,
     has_native_backpressure,
 )
 from backpressure.workload.driver import (
@@ -17,21 +17,21 @@ from backpressure.workload.driver import (
     RunResult,
     WorkloadConfig,
     received_commands,
-    run_policy,
+    run_arm,
 )
 
 __all__ = [
-    "POLICIES",
-    "POLICY_NAMES",
+    "ARMS",
+    "ARM_NAMES",
     "WORKLOAD_COMMANDS",
+    "ArmClient",
     "ClientArm",
     "LoadTarget",
     "Phase",
     "PhaseResult",
-    "PolicyClient",
     "RunResult",
     "WorkloadConfig",
     "has_native_backpressure",
     "received_commands",
-    "run_policy",
+    "run_arm",
 ]

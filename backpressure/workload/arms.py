@@ -1,6 +1,6 @@
-"""The client retry policies the demo and the benchmarks compare.
+"""The arms the demo and the benchmarks compare: the ways of calling MongoDB under overload.
 
-Each :class:`ClientArm` opens a :class:`PolicyClient`: a pymongo client plus the way the
+Each :class:`ClientArm` opens an :class:`ArmClient`: a pymongo client plus the way the
 application calls it (``call(fn)``), and the number of retries its budget refused.
 
 * ``no-retries``: stock pymongo without overload retries (``maxAdaptiveRetries=0`` where the
@@ -28,16 +28,20 @@ from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
 from backpressure.switch.client import budget as budget_of
 
 __all__ = [
+    "ARMS",
+    "ARMS_KEY",
+    "ARM_KEY",
+    "ARM_NAMES",
     "NO_ROUTE_AROUND",
-    "POLICIES",
-    "POLICY_NAMES",
     "STOCK",
+    "ArmClient",
     "ClientArm",
-    "PolicyClient",
+    "arm_label",
     "default_first",
     "default_policy_name",
+    "from_file",
     "has_native_backpressure",
-    "policy_label",
+    "to_file",
 ]
 
 T = TypeVar("T")
@@ -50,14 +54,14 @@ def default_policy_name() -> str:
 
 
 def default_first(names: Sequence[str]) -> list[str]:
-    """``names`` with the default policy's moved to the front (the order otherwise kept): every
-    table that compares policies shows the default's row first."""
+    """``names`` with the default policy's arm moved to the front (the order otherwise kept):
+    every table that compares arms shows the default's row first."""
     default = default_policy_name()
     return sorted(names, key=lambda name: name != default)
 
 
-def policy_label(name: str) -> str:
-    """A policy's row label in every table: ``default (<name>)`` for the default, and pymongo's
+def arm_label(name: str) -> str:
+    """An arm's row label in every table: ``default (<name>)`` for the default, and pymongo's
     own overload retries (``pymongo-native``) named "stock pymongo"."""
     if name == NO_ROUTE_AROUND:
         return "default, routeAroundOverload=false"
@@ -76,8 +80,8 @@ def _no_native_retries() -> dict[str, Any]:
     return {"maxAdaptiveRetries": 0} if has_native_backpressure() else {}
 
 
-class PolicyClient(Protocol):
-    """An open client under one policy."""
+class ArmClient(Protocol):
+    """An open client of one arm."""
 
     @property
     def client(self) -> MongoClient[Document]:
@@ -85,11 +89,11 @@ class PolicyClient(Protocol):
         ...
 
     def call(self, fn: Callable[[], T]) -> T:
-        """Run one application operation the way this policy's application would."""
+        """Run one application operation the way this arm's application would."""
         ...
 
     def refused(self) -> Optional[int]:
-        """Retries refused by the retry budget so far (None when the policy has no budget)."""
+        """Retries refused by the retry budget so far (None when the arm has no budget)."""
         ...
 
     def close(self) -> None:
@@ -175,20 +179,20 @@ class ClientArm:
     """Our policy preset (kind ``ours`` only)."""
 
     def unavailable(self) -> Optional[str]:
-        """Why this policy cannot run with the installed pymongo, or None."""
+        """Why this arm cannot run with the installed pymongo, or None."""
         if self.kind == "native" and not has_native_backpressure():
             return f"pymongo {pymongo.version} has no native overload retries (needs >= 4.17)"
         return None
 
     def integration(self) -> str:
-        """How the policy is wired (for reports)."""
+        """How the arm is wired (for reports)."""
         return "backpressure.MongoClient" if self.kind == "ours" else "pymongo.MongoClient"
 
-    def open(self, uri: str, *, local_listener: Any = None, **kwargs: Any) -> PolicyClient:
+    def open(self, uri: str, *, local_listener: Any = None, **kwargs: Any) -> ArmClient:
         """Open a client for ``uri``; ``kwargs`` go to pymongo (e.g. ``event_listeners``).
 
         ``local_listener`` receives this package's retry, local-wait and local-refusal events
-        (policies of kind ``ours`` only).
+        (arms of kind ``ours`` only).
         """
         reason = self.unavailable()
         if reason is not None:
@@ -239,18 +243,39 @@ what server choice alone changes."""
 
 STOCK = "pymongo-native"
 """The arm that runs stock pymongo's own overload retries (what a user gets without this
-package): the arm the benchmarks compare every policy with."""
+package): the arm the benchmarks compare every other arm with."""
 
-POLICIES: Mapping[str, ClientArm] = {
-    policy.name: policy
-    for policy in (
+ARMS: Mapping[str, ClientArm] = {
+    arm.name: arm
+    for arm in (
         ClientArm("no-retries", "pymongo, no overload retries", "plain"),
         ClientArm("hand-written", "3 immediate retries on any error", "hand-written"),
         ClientArm(STOCK, "pymongo native (maxAdaptiveRetries=2)", "native"),
         *_ours(),
     )
 }
-"""Every policy by name, in report order."""
+"""Every arm by name, in report order."""
 
-POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
-"""Policy names in report order."""
+ARM_NAMES: tuple[str, ...] = tuple(ARMS)
+"""Arm names in report order."""
+
+
+ARM_KEY = "policy"
+"""The key of an arm's name in the result files' JSON. The files committed under
+``bench/results/`` were written when the lab still called its arms policies, and the goals table,
+the history ledger and the pages' renderers read them all, so the key stays."""
+
+ARMS_KEY = "policies"
+"""The key of a run's list (or mapping) of arms in the result files' JSON (see :data:`ARM_KEY`)."""
+
+
+def to_file(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's fields as the result files write them: its ``arm`` under :data:`ARM_KEY`
+    (the order kept)."""
+    return {ARM_KEY if key == "arm" else key: value for key, value in data.items()}
+
+
+def from_file(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A record read from a result file, its :data:`ARM_KEY` back under ``arm`` (the inverse
+    of :func:`to_file`)."""
+    return {"arm" if key == ARM_KEY else key: value for key, value in data.items()}

@@ -2,11 +2,11 @@
 
 Theory of operation.  Every operation has an *arrival* instant and an *allowed wait*
 (``WorkloadConfig.allowed_wait``): the application gives up on it at ``arrival + allowed_wait``.
-It runs under ``pymongo.timeout`` with the time that remains (a CSOT deadline every policy
+It runs under ``pymongo.timeout`` with the time that remains (a CSOT deadline every arm
 sees), and the arrival log (arrival instant and allowed wait of every operation, on the clock of
 the server's limiter) is kept so the physical-limit oracle can be run on exactly these arrivals.
 
-* **Open loop** (:func:`run_policy`): the phases are turned into one schedule of arrival times
+* **Open loop** (:func:`run_arm`): the phases are turned into one schedule of arrival times
   (evenly spaced at ``load * capacity`` per second inside each phase) and a seeded operation mix.
   Worker threads take the next arrival, sleep until it is due and run it.  An arrival whose
   deadline has passed before a worker reaches it (every worker was busy) is *skipped*: never sent,
@@ -18,7 +18,7 @@ the server's limiter) is kept so the physical-limit oracle can be run on exactly
 Attempts are counted three ways: by the server's per-command ``received`` counters (the totals:
 attempts per operation), by a command listener on the client (the per-second timeline, and per
 operation, so an operation that failed without sending anything is counted as refused locally),
-and, where the policy reports them, by its local-wait and local-refusal events.
+and, where the arm reports them, by its local-wait and local-refusal events.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pymongo import monitoring
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
-from backpressure.workload.arms import ClientArm, Document, PolicyClient
+from backpressure.workload.arms import ArmClient, ClientArm, Document, to_file
 from backpressure.workload.metrics import (
     amplification,
     bucket_counts,
@@ -57,8 +57,8 @@ __all__ = [
     "RunResult",
     "WorkloadConfig",
     "received_commands",
+    "run_arm",
     "run_closed_loop",
-    "run_policy",
 ]
 
 WORKLOAD_COMMANDS: tuple[str, ...] = ("find", "insert", "update")
@@ -112,7 +112,7 @@ class Phase:
 
 @dataclass(frozen=True)
 class WorkloadConfig:
-    """Everything about the load except the phases and the policy."""
+    """Everything about the load except the phases and the arm."""
 
     capacity: float = 200.0
     """Server ingress request rate limit C, in ops/s."""
@@ -187,9 +187,9 @@ class PhaseResult:
 
 @dataclass(frozen=True)
 class RunResult:
-    """One policy's run: totals, per-phase results, a per-second timeline and the arrival log."""
+    """One arm's run: totals, per-phase results, a per-second timeline and the arrival log."""
 
-    policy: str
+    arm: str
     description: str
     integration: str
     capacity: float
@@ -232,9 +232,9 @@ class RunResult:
     never_sent: int = 0
     """Operations that raised without any attempt reaching the network (refused locally)."""
     local_waits: Optional[int] = None
-    """Local-wait events the policy reported (None: the policy reports none)."""
+    """Local-wait events the arm reported (None: the arm reports none)."""
     local_refusals: Optional[int] = None
-    """Local-refusal events the policy reported (None: the policy reports none)."""
+    """Local-refusal events the arm reported (None: the arm reports none)."""
     arrivals: list[float] = field(default_factory=list, repr=False)
     """Arrival instant of every operation, seconds from the start (the limiter's clock)."""
 
@@ -255,7 +255,7 @@ class RunResult:
         data = asdict(self)
         del data["arrivals"]
         data["app_errors"] = self.app_errors
-        return data
+        return to_file(data)
 
 
 class _AttemptCounter(monitoring.CommandListener):
@@ -289,10 +289,11 @@ class _AttemptCounter(monitoring.CommandListener):
 
 
 class LocalEventCounter:
-    """Counts the local waits and refusals a policy reports to its listeners.
+    """Counts the local waits and refusals an arm reports to its listeners.
 
-    Passed to the policies of this package as a listener; a policy that holds operations
-    locally calls ``waited(event)`` and ``refused(event)``, the retry events are ignored here.
+    Passed to this package's clients (the arms of kind ``ours``) as a listener; an arm that
+    holds operations locally calls ``waited(event)`` and ``refused(event)``, the retry events
+    are ignored here.
     """
 
     def __init__(self) -> None:
@@ -375,7 +376,7 @@ def _run_one(collection: Collection[Document], kind: int, key: int) -> None:
         collection.insert_one({"_id": key, "n": 0})
 
 
-def _prepare(client: PolicyClient, config: WorkloadConfig) -> Collection[Document]:
+def _prepare(client: ArmClient, config: WorkloadConfig) -> Collection[Document]:
     """Drop and preload the workload collection (call with the limiter off)."""
     collection: Collection[Document] = client.client[config.database][config.collection]
     collection.drop()
@@ -407,7 +408,7 @@ class _Raw:
 
 
 def _attempt(
-    client: PolicyClient,
+    client: ArmClient,
     collection: Collection[Document],
     counter: _AttemptCounter,
     kind: int,
@@ -430,7 +431,7 @@ class _Scenario:
     def __init__(
         self,
         target: LoadTarget,
-        policy: ClientArm,
+        arm: ClientArm,
         config: WorkloadConfig,
         clock: Clock,
         client_options: dict[str, Any],
@@ -438,21 +439,21 @@ class _Scenario:
     ) -> None:
         """Remember the setup."""
         self.target = target
-        self.policy = policy
+        self.arm = arm
         self.config = config
         self.clock = clock
         self.client_options = client_options
         self.limited_member = limited_member
 
     def run(
-        self, drive: Callable[[PolicyClient, Collection[Document], _AttemptCounter], _Raw]
+        self, drive: Callable[[ArmClient, Collection[Document], _AttemptCounter], _Raw]
     ) -> tuple[_Raw, dict[str, Any], Optional[int], _AttemptCounter, LocalEventCounter]:
         """Reset the server, preload, set the limiter, zero the counters and call ``drive``."""
         counter = _AttemptCounter(self.clock)
         events = LocalEventCounter()
         self.target.reset()
         self.target.disable_rate_limit()
-        client = self.policy.open(
+        client = self.arm.open(
             self.target.uri,
             event_listeners=[counter],
             local_listener=events,
@@ -481,16 +482,16 @@ class _Scenario:
         return raw, stats, refused, counter, events
 
 
-def run_policy(
+def run_arm(
     target: LoadTarget,
-    policy: ClientArm,
+    arm: ClientArm,
     phases: Sequence[Phase],
     config: WorkloadConfig,
     *,
     progress: Optional[Callable[[float], None]] = None,
     clock: Clock = time.perf_counter,
 ) -> RunResult:
-    """Run the open-loop ``phases`` against ``target`` with ``policy`` and measure it.
+    """Run the open-loop ``phases`` against ``target`` with ``arm`` and measure it.
 
     The server is reset first (data, limiters, counters), the collection preloaded with the
     limiter off, then the limiter set to ``config.capacity`` and the counters zeroed.
@@ -499,20 +500,20 @@ def run_policy(
     """
     if not phases:
         raise ValueError("at least one phase is needed")
-    scenario = _Scenario(target, policy, config, clock, {}, None)
+    scenario = _Scenario(target, arm, config, clock, {}, None)
 
     def drive(
-        client: PolicyClient, collection: Collection[Document], counter: _AttemptCounter
+        client: ArmClient, collection: Collection[Document], counter: _AttemptCounter
     ) -> _Raw:
         return _drive_open(client, collection, phases, config, counter, progress, clock)
 
     raw, stats, refused, counter, events = scenario.run(drive)
-    return _summarize(raw, policy, phases, config, counter, stats, refused, events, "open")
+    return _summarize(raw, arm, phases, config, counter, stats, refused, events, "open")
 
 
 def run_closed_loop(
     target: LoadTarget,
-    policy: ClientArm,
+    arm: ClientArm,
     workers: int,
     duration: float,
     config: WorkloadConfig,
@@ -534,10 +535,10 @@ def run_closed_loop(
     options: dict[str, Any] = {"maxPoolSize": workers + 10}
     if read_preference is not None:
         options["readPreference"] = read_preference
-    scenario = _Scenario(target, policy, config, clock, options, limited_member)
+    scenario = _Scenario(target, arm, config, clock, options, limited_member)
 
     def drive(
-        client: PolicyClient, collection: Collection[Document], counter: _AttemptCounter
+        client: ArmClient, collection: Collection[Document], counter: _AttemptCounter
     ) -> _Raw:
         return _drive_closed(
             client, collection, workers, duration, config, counter, progress, clock
@@ -545,7 +546,7 @@ def run_closed_loop(
 
     raw, stats, refused, counter, events = scenario.run(drive)
     phases = [Phase("closed", 0.0, duration)]
-    result = _summarize(raw, policy, phases, config, counter, stats, refused, events, "closed")
+    result = _summarize(raw, arm, phases, config, counter, stats, refused, events, "closed")
     return dataclasses.replace(result, workers=workers)
 
 
@@ -572,7 +573,7 @@ def _join(
 
 
 def _drive_open(
-    client: PolicyClient,
+    client: ArmClient,
     collection: Collection[Document],
     phases: Sequence[Phase],
     config: WorkloadConfig,
@@ -628,7 +629,7 @@ def _drive_open(
 
 
 def _drive_closed(
-    client: PolicyClient,
+    client: ArmClient,
     collection: Collection[Document],
     workers: int,
     duration: float,
@@ -695,7 +696,7 @@ def _weighted_counts(
 
 def _summarize(
     raw: _Raw,
-    policy: ClientArm,
+    arm: ClientArm,
     phases: Sequence[Phase],
     config: WorkloadConfig,
     counter: _AttemptCounter,
@@ -761,9 +762,9 @@ def _summarize(
         ),
     }
     return RunResult(
-        policy=policy.name,
-        description=policy.description,
-        integration=policy.integration(),
+        arm=arm.name,
+        description=arm.description,
+        integration=arm.integration(),
         capacity=config.capacity,
         duration=raw.end - t0,
         offered=len(raw.times),

@@ -62,8 +62,8 @@ class OverloadPlan:
         ]
         return shapes
 
-    def seconds_per_policy(self) -> float:
-        """Planned seconds of load per policy."""
+    def seconds_per_arm(self) -> float:
+        """Planned seconds of load per arm."""
         closed = self.closed_seconds * len(self.closed_workers) + self.hot_seconds
         shapes = sum(p.duration for phases in self.open_shapes().values() for p in phases)
         return closed + shapes

@@ -13,10 +13,11 @@ pytest.importorskip("simpy")
 
 from backpressure.sim.__main__ import main
 from backpressure.sim.yardsticks import main as yardsticks_main
+from backpressure.workload.arms import ARMS_KEY
 
 
-def test_list_names_every_scenario_and_policy(capsys: pytest.CaptureFixture[str]) -> None:
-    """--list shows the scenarios and the policies, within 100 columns."""
+def test_list_names_every_scenario_and_arm(capsys: pytest.CaptureFixture[str]) -> None:
+    """--list shows the scenarios and the arms, within 100 columns."""
     assert main(["--list"]) == 0
     out = capsys.readouterr().out
     for name in ("fleet", "burst", "sustained-10x", "no-retries", "current", "draft"):
@@ -34,7 +35,7 @@ def test_a_run_writes_the_json_other_tools_read(tmp_path: Path) -> None:
             "-m",
             "backpressure.sim",
             "bench-burst-3x",
-            "--policies",
+            "--arms",
             "no-retries,draft",
             "--seed",
             "3",
@@ -54,8 +55,8 @@ def test_a_run_writes_the_json_other_tools_read(tmp_path: Path) -> None:
     data = json.loads(json_path.read_text())
     assert data["scenario"] == "bench-burst-3x"
     assert data["seed"] == 3
-    assert list(data["policies"]) == ["no-retries", "draft"]
-    for entry in data["policies"].values():
+    assert list(data[ARMS_KEY]) == ["no-retries", "draft"]
+    for entry in data[ARMS_KEY].values():
         assert set(entry) == {
             "ops",
             "app_errors",
@@ -70,19 +71,19 @@ def test_a_run_writes_the_json_other_tools_read(tmp_path: Path) -> None:
 
 
 def test_bad_arguments_exit_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
-    """An unknown scenario or policy is a usage error naming the known ones."""
+    """An unknown scenario or arm is a usage error naming the known ones."""
     with pytest.raises(SystemExit) as exit_info:
         main(["nope"])
     assert exit_info.value.code == 2
     assert "known scenarios" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["burst", "--policies", "fastest"])
-    assert "--policies: unknown fastest" in capsys.readouterr().err
+        main(["burst", "--arms", "fastest"])
+    assert "--arms: unknown fastest" in capsys.readouterr().err
 
 
 def test_the_progress_bar_shows_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
     """--progress on draws the bar (on stderr) even when stdout is not a terminal."""
-    assert main(["bench-burst-3x", "--policies", "no-retries", "--progress", "on"]) == 0
+    assert main(["bench-burst-3x", "--arms", "no-retries", "--progress", "on"]) == 0
     assert "sim s" in capsys.readouterr().err
 
 
@@ -91,7 +92,7 @@ def test_the_progress_bar_shows_when_asked(capsys: pytest.CaptureFixture[str]) -
     [
         (["burst", "--seed", "x"], "argument --seed: expected an integer, got 'x'"),
         (["burst", "--progress", "maybe"], "argument --progress: invalid choice: 'maybe'"),
-        (["burst", "--policies", ","], "argument --policies: expected one or more of"),
+        (["burst", "--arms", ","], "argument --arms: expected one or more of"),
         (["nope"], "argument scenario: unknown scenario 'nope'"),
     ],
 )
@@ -114,20 +115,20 @@ def test_the_seed_defaults_to_1_and_progress_off_draws_nothing(
     """Without ``--seed`` a run uses seed 1 (as every command line of the package does), and the
     same seed gives the same figures; ``--progress off`` draws no bar."""
     first, second = tmp_path / "first.json", tmp_path / "second.json"
-    base = ["bench-burst-3x", "--policies", "no-retries,current", "--progress", "off"]
+    base = ["bench-burst-3x", "--arms", "no-retries,current", "--progress", "off"]
     assert main([*base, "--json", str(first)]) == 0
     assert main([*base, "--seed", "1", "--json", str(second)]) == 0
     assert "(seed 1)" in capsys.readouterr().out
     data = json.loads(first.read_text())
     assert data["seed"] == 1
-    assert data["policies"] == json.loads(second.read_text())["policies"]
+    assert data[ARMS_KEY] == json.loads(second.read_text())[ARMS_KEY]
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--scenarios", "faults,nope"], "argument --scenarios: unknown nope; choose from"),
-        (["--policies", "fastest"], "argument --policies: unknown fastest; choose from"),
+        (["--arms", "fastest"], "argument --arms: unknown fastest; choose from"),
         (["--seed", "1.5"], "argument --seed: expected an integer, got '1.5'"),
     ],
 )

@@ -1,4 +1,4 @@
-"""Mixed fleets: a policy per client group, each half measured apart."""
+"""Mixed fleets: an arm per client group, each half measured apart."""
 
 from __future__ import annotations
 
@@ -14,27 +14,27 @@ from backpressure.sim.model import ClientGroup, ClosedLoop
 from backpressure.sim.scenarios import closed_fleet, mixed_fleet
 
 
-def test_a_group_runs_the_policy_it_names() -> None:
-    """A group naming ``no-retries`` sends one attempt per operation whatever the run's policy;
-    without a name it runs the run's policy (``current`` retries)."""
+def test_a_group_runs_the_arm_it_names() -> None:
+    """A group naming ``no-retries`` sends one attempt per operation whatever the run's arm;
+    without a name it runs the run's arm (``current`` retries)."""
     base = closed_fleet(2, 8, step_s=1.0, rates=(5.0, 5.0))
     (group,) = base.clients
-    pinned = dataclasses.replace(base, clients=(dataclasses.replace(group, policy="no-retries"),))
-    assert run(pinned, ["current"], seed=1).policies["current"].attempts_per_op == 1.0
-    assert run(base, ["current"], seed=1).policies["current"].attempts_per_op > 1.5
+    pinned = dataclasses.replace(base, clients=(dataclasses.replace(group, arm="no-retries"),))
+    assert run(pinned, ["current"], seed=1).arms["current"].attempts_per_op == 1.0
+    assert run(base, ["current"], seed=1).arms["current"].attempts_per_op > 1.5
 
 
-def test_a_group_policy_must_be_a_name() -> None:
-    """An empty or non-string policy is refused, naming the field."""
+def test_a_group_arm_must_be_a_name() -> None:
+    """An empty or non-string arm is refused, naming the field."""
     for bad in ("", 3):
-        with pytest.raises(ValueError, match=r"ClientGroup\.policy"):
-            ClientGroup(1, ClosedLoop(1, 1.0), policy=bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=r"ClientGroup\.arm"):
+            ClientGroup(1, ClosedLoop(1, 1.0), arm=bad)  # type: ignore[arg-type]
 
 
 def test_the_mixed_fleet_splits_the_processes() -> None:
-    """``mixed_fleet(3)``: 3 processes on ``current``, 5 on the run's policy."""
+    """``mixed_fleet(3)``: 3 processes on ``current``, 5 on the run's arm."""
     shape = mixed_fleet(3)
-    assert [(g.count, g.policy) for g in shape.clients] == [(3, "current"), (5, None)]
+    assert [(g.count, g.arm) for g in shape.clients] == [(3, "current"), (5, None)]
     with pytest.raises(ValueError, match=r"stock must be in 1\.\.7"):
         mixed_fleet(8)
 
@@ -47,8 +47,8 @@ def test_each_half_is_reported_stock_first(capsys: pytest.CaptureFixture[str]) -
     """
     result = run_mixed(4, seed=1)
     assert (result.stock.processes, result.upgraded.processes) == (4, 4)
-    assert result.stock.policy == "current"
-    assert result.upgraded.policy == "adaptive"
+    assert result.stock.arm == "current"
+    assert result.upgraded.arm == "adaptive"
     assert result.stock.successes_per_process != result.upgraded.successes_per_process
     rows = render([result]).splitlines()[2:]
     assert [row.split("|")[2].strip() for row in rows] == ["current", "adaptive"]
@@ -86,7 +86,7 @@ def test_the_servers_burst_allowance_can_be_varied() -> None:
     usual = run_mixed(4, "current", seed=1)
     assert (small.stock.ops, small.stock.errors) != (usual.stock.ops, usual.stock.errors)
     page = mixed_module.render_markdown({"current": [[small]]}, [1], 0.25)
-    assert "--policy current --burst-seconds 0.25 --seed 1 --seeds 1`" in page
+    assert "--arms current --burst-seconds 0.25 --seed 1 --seeds 1`" in page
     assert "The server's bucket holds 0.25 s of its rate" in page
     assert "--burst-seconds" not in mixed_module.render_markdown({"current": [[usual]]}, [1])
     with pytest.raises(SystemExit) as exit_info:

@@ -41,7 +41,7 @@ def test_the_default_row_comes_first_and_each_value_gets_a_row() -> None:
     """One fleet, one seed, two values: the default's row (no pacing, nothing competes), then
     ``adaptive`` at each value, each with its figures over the seeds."""
     rows = run_sensitivity(["4x16"], "adaptive_quiet", (1.0, 1.2), (1,), jobs=1)
-    assert [(row.policy, row.option, row.value) for row in rows] == [
+    assert [(row.arm, row.option, row.value) for row in rows] == [
         ("current", None, None),
         ("adaptive", "adaptive_quiet", 1.0),
         ("adaptive", "adaptive_quiet", 1.2),
@@ -58,9 +58,9 @@ def test_the_default_row_comes_first_and_each_value_gets_a_row() -> None:
     assert [line.split("|")[2].strip() for line in table[2:]] == ["current", "adaptive", "adaptive"]
 
 
-def test_a_server_option_changes_every_policys_fleet() -> None:
+def test_a_server_option_changes_every_arms_fleet() -> None:
     """``burst_seconds`` sets every limited member's bucket (the fleets' own is 1 s) and changes
-    the fleet for both policies: each value gets the default's row, then ``adaptive``'s."""
+    the fleet for both arms: each value gets the default's row, then ``adaptive``'s."""
     assert {
         server.limiter.burst_seconds for server in fleet_scenario("8x8").servers if server.limiter
     } == {1.0}
@@ -72,7 +72,7 @@ def test_a_server_option_changes_every_policys_fleet() -> None:
         server.limiter.changes for server in fleet_scenario("8x8").servers if server.limiter
     ]
     rows = run_sensitivity(["4x16"], "burst_seconds", (0.25, 1.0), (1,), jobs=1)
-    assert [(row.policy, row.option, row.value) for row in rows] == [
+    assert [(row.arm, row.option, row.value) for row in rows] == [
         ("current", "burst_seconds", 0.25),
         ("adaptive", "burst_seconds", 0.25),
         ("current", "burst_seconds", 1.0),
@@ -120,12 +120,12 @@ def test_the_committed_pages_render_from_their_json(page_name: str, option: str)
     assert page.startswith(render_markdown(rows, range(1, 25), "x").split("`x`")[0])
     for fleet in FLEETS:
         fleet_rows = [row for row in rows if row.fleet == fleet]
-        assert fleet_rows[0].policy == "current"
+        assert fleet_rows[0].arm == "current"
         assert {row.runs for row in fleet_rows} == {24}
         if option.startswith("adaptive_"):
             assert all(row.option == option for row in fleet_rows[1:])
         else:
-            assert [row.policy for row in fleet_rows] == ["current", "adaptive"] * (
+            assert [row.arm for row in fleet_rows] == ["current", "adaptive"] * (
                 len(fleet_rows) // 2
             )
             assert all(row.option == option for row in fleet_rows)

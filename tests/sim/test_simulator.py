@@ -1,4 +1,4 @@
-"""The simulator: determinism, the server model's arithmetic, and the policies it drives."""
+"""The simulator: determinism, the server model's arithmetic, and the arms it drives."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from backpressure.sim import (
 from backpressure.sim.arms import SimArm, resolve
 from backpressure.sim.report import format_table
 from backpressure.sim.server import ADMITTED, QUEUED, REJECTED, Limiter, SimServer
+from backpressure.workload.arms import ARMS_KEY
 
 
 def _small(
@@ -61,30 +62,30 @@ def _small(
 @pytest.mark.slow
 def test_the_same_seed_gives_the_same_result() -> None:
     """Two runs with one seed agree in every figure; another seed changes the arrivals."""
-    policies = ["no-retries", "retry-storm", "current", "draft"]
-    first = run(_small(), policies, seed=7).to_json()
-    second = run(_small(), policies, seed=7).to_json()
+    arms = ["no-retries", "retry-storm", "current", "draft"]
+    first = run(_small(), arms, seed=7).to_json()
+    second = run(_small(), arms, seed=7).to_json()
     for details in (first["details"], second["details"]):
         for entry in details.values():
             entry.pop("wall_s")
     assert first == second
-    other = run(_small(), policies, seed=8).to_json()
-    assert other["policies"]["draft"] != first["policies"]["draft"]
+    other = run(_small(), arms, seed=8).to_json()
+    assert other[ARMS_KEY]["draft"] != first[ARMS_KEY]["draft"]
 
 
 @pytest.mark.slow
-def test_every_policy_sees_the_same_arrivals() -> None:
-    """Open-loop arrivals do not depend on the policy: the oracle's floor is the same for all."""
+def test_every_arm_sees_the_same_arrivals() -> None:
+    """Open-loop arrivals do not depend on the arm: the oracle's floor is the same for all."""
     result = run(_small(), ["no-retries", "current", "draft"], seed=1)
-    floors = {policy.physical_min_errors for policy in result.policies.values()}
-    ops = {policy.ops for policy in result.policies.values()}
+    floors = {arm.physical_min_errors for arm in result.arms.values()}
+    ops = {arm.ops for arm in result.arms.values()}
     assert len(floors) == 1
     assert len(ops) == 1
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["no-retries", "retry-storm", "current", "draft"])
-def test_no_policy_beats_the_physical_limit(name: str) -> None:
+def test_no_arm_beats_the_physical_limit(name: str) -> None:
     """App errors are never below the oracle's floor, open loop or closed loop."""
     closed = Scenario(
         name="closed",
@@ -94,30 +95,30 @@ def test_no_policy_beats_the_physical_limit(name: str) -> None:
         drain_s=1.0,
     )
     for case in (_small(), _small(10.0), closed):
-        policy = run(case, [name], seed=3).policies[name]
-        assert policy.app_errors >= policy.physical_min_errors
-        assert policy.physical_min_errors > 0
+        arm = run(case, [name], seed=3).arms[name]
+        assert arm.app_errors >= arm.physical_min_errors
+        assert arm.physical_min_errors > 0
 
 
 def test_without_overload_nothing_fails_and_nothing_is_retried() -> None:
     """Half the capacity offered: every operation succeeds at the first attempt."""
     result = run(_small(0.5), ["no-retries", "current", "draft"], seed=2)
-    for policy in result.policies.values():
-        assert policy.app_errors == 0
-        assert policy.attempts_per_op == 1.0
-        assert policy.physical_min_errors == 0
+    for arm in result.arms.values():
+        assert arm.app_errors == 0
+        assert arm.attempts_per_op == 1.0
+        assert arm.physical_min_errors == 0
 
 
 @pytest.mark.slow
-def test_the_policies_attempt_caps_come_from_the_core() -> None:
+def test_the_arms_attempt_caps_come_from_the_core() -> None:
     """Without a deadline, current makes at most 3 attempts per operation, draft at most 6."""
     case = _small(10.0, timeout_ms=None, work_capacity_per_s=1e6)
     result = run(case, ["no-retries", "current", "draft"], seed=4)
-    no_retries = result.policies["no-retries"]
+    no_retries = result.arms["no-retries"]
     assert no_retries.server_attempts == no_retries.issued
-    assert 2.5 < result.policies["current"].attempts_per_op <= 3.0
-    assert result.policies["current"].attempts_per_op > 1.0
-    assert result.policies["draft"].attempts_per_op <= 6.0
+    assert 2.5 < result.arms["current"].attempts_per_op <= 3.0
+    assert result.arms["current"].attempts_per_op > 1.0
+    assert result.arms["draft"].attempts_per_op <= 6.0
 
 
 @pytest.mark.slow
@@ -126,8 +127,8 @@ def test_a_changed_policy_shows_up_unchanged() -> None:
     one_retry = CURRENT_SPEC.replace(max_retries=1, name="one-retry")
     case = _small(10.0, timeout_ms=None, work_capacity_per_s=1e6)
     result = run(case, [one_retry, "current"], seed=4)
-    assert 1.0 < result.policies["one-retry"].attempts_per_op <= 2.0
-    assert result.policies["one-retry"].attempts_per_op < result.policies["current"].attempts_per_op
+    assert 1.0 < result.arms["one-retry"].attempts_per_op <= 2.0
+    assert result.arms["one-retry"].attempts_per_op < result.arms["current"].attempts_per_op
 
 
 @pytest.mark.slow
@@ -135,10 +136,10 @@ def test_draft_budgets_are_per_client() -> None:
     """A draft client's 20-token bucket runs dry under overload; current has no bucket."""
     small_budget = DRAFT.replace(budget_capacity=20.0, name="draft-20")
     result = run(_small(10.0, timeout_ms=None, clients=1), [small_budget, DRAFT], seed=5)
-    assert result.policies["draft-20"].attempts_per_op < result.policies["draft"].attempts_per_op
+    assert result.arms["draft-20"].attempts_per_op < result.arms["draft"].attempts_per_op
     one = run(_small(10.0, timeout_ms=None, clients=1), [small_budget], seed=5)
     many = run(_small(10.0, timeout_ms=None, clients=20), [small_budget], seed=5)
-    assert many.policies["draft-20"].server_attempts > one.policies["draft-20"].server_attempts
+    assert many.arms["draft-20"].server_attempts > one.arms["draft-20"].server_attempts
 
 
 def test_retargeting_moves_retries_to_a_member_with_headroom() -> None:
@@ -151,7 +152,7 @@ def test_retargeting_moves_retries_to_a_member_with_headroom() -> None:
     case = _small(3.0, servers=servers, read_preference="nearest")
     # read_fraction 0.5: writes still go to the primary.
     result = run(case, ["current", "draft"], seed=6)
-    assert result.policies["draft"].app_errors < result.policies["current"].app_errors
+    assert result.arms["draft"].app_errors < result.arms["current"].app_errors
 
 
 def test_the_limiter_admits_queues_and_rejects_by_arithmetic() -> None:
@@ -215,12 +216,12 @@ def test_every_named_scenario_builds_and_lists() -> None:
 
 
 def test_unknown_names_are_clear_errors() -> None:
-    """Unknown scenario and policy names list the known ones."""
+    """Unknown scenario and arm names list the known ones."""
     with pytest.raises(ValueError, match="unknown scenario 'nope'; known scenarios: burst"):
         scenario("nope")
-    with pytest.raises(ValueError, match="unknown policy 'nope'; known policies: no-retries"):
+    with pytest.raises(ValueError, match="unknown arm 'nope'; known arms: no-retries"):
         resolve("nope")
-    with pytest.raises(ValueError, match="policy names must be distinct"):
+    with pytest.raises(ValueError, match="arm names must be distinct"):
         run(_small(), ["draft", "draft"], seed=1)
     with pytest.raises(ValueError, match=r"SimArm\.kind must be one of"):
         SimArm("x", "y", "other")
@@ -251,11 +252,11 @@ def test_criticality_scenario_counts_critical_and_sheddable_errors_apart() -> No
         base, clients=(dataclasses.replace(group, count=1, workload=workload),)
     )
     result = run(short, ["no-retries", "adaptive"], seed=1)
-    for policy in result.policies.values():
-        assert policy.critical_ops + policy.sheddable_ops == policy.issued
-        assert policy.critical_errors + policy.sheddable_errors == policy.app_errors
-        assert abs(policy.critical_ops - policy.sheddable_ops) < 0.1 * policy.issued
-    adaptive = result.policies["adaptive"]
+    for arm in result.arms.values():
+        assert arm.critical_ops + arm.sheddable_ops == arm.issued
+        assert arm.critical_errors + arm.sheddable_errors == arm.app_errors
+        assert abs(arm.critical_ops - arm.sheddable_ops) < 0.1 * arm.issued
+    adaptive = result.arms["adaptive"]
     assert adaptive.critical_errors < adaptive.sheddable_errors / 4
     assert "critical errors" in format_table(result)
 
@@ -281,8 +282,8 @@ def test_sheddable_fraction_is_validated() -> None:
 def test_the_recovery_figures_follow_the_goodput_after_the_overload() -> None:
     """In the recovery fleet (capacity 100/s for 10 s, then no limit) stock pymongo's loop
     serves most of the demand in the first second after the end, all of it afterwards, with
-    no error; a policy that sends nothing but first attempts is measured against it, and the
-    table shows a row per policy, the default's first."""
+    no error; an arm that sends nothing but first attempts is measured against it, and the
+    table shows a row per arm, the default's first."""
     result = run("recovery-fleet", ["no-retries", "current"], seed=1)
     assert result.overload_end_s == 10.0
     demand = result.demand_per_s()

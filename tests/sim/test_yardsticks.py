@@ -27,28 +27,28 @@ def test_jain_index() -> None:
     assert jain_index([0, 0]) == 1.0
 
 
-def test_closed_loop_floor_is_the_same_for_every_policy() -> None:
-    """N = 16 workers, C = 5/s, D = 1 s: the floor is 1 - C*D/N whatever the policy does."""
+def test_closed_loop_floor_is_the_same_for_every_arm() -> None:
+    """N = 16 workers, C = 5/s, D = 1 s: the floor is 1 - C*D/N whatever the arm does."""
     shape = closed_fleet(2, 8, step_s=1.0, rates=(5.0, 5.0))
     result = run(shape, ["no-retries", "current", "retry-storm"], seed=1)
-    floors = {policy.physical_min_errors for policy in result.policies.values()}
-    fractions = {policy.floor_fraction for policy in result.policies.values()}
+    floors = {arm.physical_min_errors for arm in result.arms.values()}
+    fractions = {arm.floor_fraction for arm in result.arms.values()}
     assert floors == {round((16 - 5) * 2.0)}
     assert len(fractions) == 1
     assert fractions.pop() == pytest.approx(1 - 5 / 16)
-    for policy in result.policies.values():
-        assert policy.app_errors >= policy.physical_min_errors * 0.9
-        assert len(policy.client_successes) == 2
-        assert sum(policy.client_successes) == policy.ops - policy.app_errors
+    for arm in result.arms.values():
+        assert arm.app_errors >= arm.physical_min_errors * 0.9
+        assert len(arm.client_successes) == 2
+        assert sum(arm.client_successes) == arm.ops - arm.app_errors
 
 
 def test_capacity_steps_show_in_the_goodput_per_phase() -> None:
     """Stock retries keep the server busy: goodput near capacity in each step's settled part."""
     shape = closed_fleet(2, 4, step_s=4.0, rates=(100.0, 50.0))
-    policy = run(shape, ["current"], seed=1).policies["current"]
-    assert [phase.label for phase in policy.phase_goodput] == ["100/s", "50/s"]
-    assert [phase.start_s for phase in policy.phase_goodput] == [2.0, 6.0]
-    for phase, capacity in zip(policy.phase_goodput, (100.0, 50.0)):
+    arm = run(shape, ["current"], seed=1).arms["current"]
+    assert [phase.label for phase in arm.phase_goodput] == ["100/s", "50/s"]
+    assert [phase.start_s for phase in arm.phase_goodput] == [2.0, 6.0]
+    for phase, capacity in zip(arm.phase_goodput, (100.0, 50.0)):
         assert phase.capacity_per_s == capacity
         assert phase.of_capacity is not None
         assert 0.8 < phase.of_capacity < 1.1
@@ -57,9 +57,9 @@ def test_capacity_steps_show_in_the_goodput_per_phase() -> None:
 def test_a_rejection_burst_rejects_exactly_that_many_commands() -> None:
     """``transient(3)`` without retries: exactly the 3 rejected operations fail."""
     result = run(transient(3), ["no-retries", "current"], seed=1)
-    assert result.policies["no-retries"].app_errors == 3
-    assert result.policies["no-retries"].server_rejected == 3
-    current = result.policies["current"]
+    assert result.arms["no-retries"].app_errors == 3
+    assert result.arms["no-retries"].server_rejected == 3
+    current = result.arms["current"]
     assert current.app_errors == 0
     assert current.server_rejected == 3
     assert current.phase_goodput[-1].offered_per_s == pytest.approx(400.0)
@@ -122,8 +122,8 @@ def test_the_simulated_soak_replays_the_real_soaks_schedule() -> None:
     assert [label for _, label in soak.phases][:2] == ["round 1", "round 2"]
 
 
-def test_tables_put_the_default_first_and_show_every_policy() -> None:
-    """The Markdown table lists every policy run, the default's row first and labelled."""
+def test_tables_put_the_default_first_and_show_every_arm() -> None:
+    """The Markdown table lists every arm run, the default's row first and labelled."""
     names = ["no-retries", "current", "draft", "adaptive"]
     result = run(transient(1), names, seed=1)
     table = format_fleet_markdown(result, goodput_as="rate")
@@ -138,8 +138,7 @@ def test_the_yardsticks_command_writes_markdown(tmp_path: Path) -> None:
     """The command runs the named scenarios and writes their tables and goals."""
     path = tmp_path / "out.md"
     assert (
-        main(["--scenarios", "transient-1", "--policies", "current,no-retries", "--md", str(path)])
-        == 0
+        main(["--scenarios", "transient-1", "--arms", "current,no-retries", "--md", str(path)]) == 0
     )
     text = path.read_text(encoding="utf-8")
     assert "## `transient-1`" in text

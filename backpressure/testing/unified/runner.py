@@ -780,6 +780,6 @@ def _zero() -> float:
 
 def _pin_native_backoff(client: Any) -> None:
     """Stock pymongo >= 4.17: make its native backoff 0 s (attempt counts unchanged)."""
-    policy = getattr(client, "_retry_policy", None)
-    if policy is not None and hasattr(policy, "backoff_initial"):
-        policy.backoff_initial = 0.0
+    hook = getattr(client, "_retry_policy", None)  # pymongo's retry hook (``_RetryPolicy``)
+    if hook is not None and hasattr(hook, "backoff_initial"):
+        hook.backoff_initial = 0.0
