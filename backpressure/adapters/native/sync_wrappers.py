@@ -308,8 +308,7 @@ def _select_tracked(
                 client, state.avoid, args[0], kwargs["address"], kwargs["deprioritized_servers"]
             ),
         }
-    gate = tracked.gate  # ``tracked.paced()`` written out (every statement of a transaction)
-    if gate is None or not gate.engaged:  # nothing is paced: send without asking
+    if tracked.paced() is None:  # nothing is paced: send without asking
         server = select_server(client, *args, **kwargs)
     else:
 
