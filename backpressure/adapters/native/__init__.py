@@ -128,23 +128,23 @@ class NativeRetryHook:
         operation = self._installation.operation()
         if operation is not None:
             delay = operation.decide(error)
-        else:
-            delay = _decide_alone(self.state, error, attempt)
+        else:  # outside our wrapper: the cycle's answer about a lone failure
+            state = self.state
+            deadline, now = seams.csot_deadline_and_now(state.controller.clock)
+            step = AttemptCycle.failed_alone(
+                state,
+                error,
+                retry_number=attempt,
+                deadline=deadline,
+                now=now,
+                classic_retryable=True,
+            )
+            delay = step.seconds if type(step) is Backoff else None
         return 0.0 if delay is None else GrantedDelay(delay)
 
     def __repr__(self) -> str:
         """Show the policy in force."""
         return f"{type(self).__name__}({self.state.policy!r})"
-
-
-def _decide_alone(state: ClientState, error: BaseException, attempt: int) -> Optional[float]:
-    """The delay before retry ``attempt`` of ``error`` outside any operation of ours (None:
-    give up): the cycle's answer for a lone failure, ``AttemptCycle.failed_alone``."""
-    deadline, now = seams.csot_deadline_and_now(state.controller.clock)
-    step = AttemptCycle.failed_alone(
-        state, error, retry_number=attempt, deadline=deadline, now=now, classic_retryable=True
-    )
-    return step.seconds if type(step) is Backoff else None
 
 
 class _PlainRetryPolicy(NativeRetryHook):
