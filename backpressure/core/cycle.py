@@ -582,13 +582,9 @@ class AttemptCycle:
         now: Optional[float] = None,
         classic_retryable: bool = False,
     ) -> Union[Backoff, Stop]:
-        """Answer about a failure that belongs to no operation of the executor's: the retry
-        rules of ``state`` for retry ``retry_number`` (the caller's count, at least 1), nothing
-        recorded (no record, failure accounting, event or log line).
-
-        The native adapter's policy object called outside our wrapper of pymongo's loop
-        asks here.  ``deadline`` and ``now`` are on the client's clock, as for :meth:`failed`.
-        """
+        """Answer about a failure outside any operation of the executor (the native policy
+        object called outside our wrapper): the retry rules for retry ``retry_number`` (the
+        caller's count), nothing recorded; ``deadline`` and ``now`` as for :meth:`failed`."""
         decision = state.controller.decide(
             retry_number=max(retry_number, 1),
             error=error,
