@@ -572,6 +572,28 @@ class AttemptCycle:
             return Backoff(decision.sleep_seconds, decision.retarget, decision)
         return Stop(error, decision.reason)
 
+    @staticmethod
+    def failed_alone(
+        state: ClientState,
+        error: BaseException,
+        *,
+        retry_number: int,
+        deadline: Optional[float] = None,
+        now: Optional[float] = None,
+        classic_retryable: bool = False,
+    ) -> Union[Backoff, Stop]:
+        """Answer about a failure outside any operation of the executor (the native policy
+        object called outside our wrapper): the retry rules for retry ``retry_number`` (the
+        caller's count), nothing recorded; ``deadline`` and ``now`` as for :meth:`failed`."""
+        decision = state.controller.decide(
+            retry_number=max(retry_number, 1),
+            error=error,
+            deadline=deadline,
+            now=now,
+            classic_retryable=classic_retryable,
+        )
+        return AttemptCycle.step(error, decision)
+
     def ended(self, error: BaseException, reason: Optional[StopReason] = None) -> None:
         """The operation ends with ``error`` raised without a decision of :meth:`failed` (an
         error no attempt could report, e.g. no server for a retry): attach the summary and

@@ -127,8 +127,9 @@ async def test_failed_classic_retry_refunds_a_token(
 async def test_fallback_outside_an_operation_applies_the_policy(
     clients: ClientFactory, standalone_server: EmbeddedServer
 ) -> None:
-    """Called outside our wrapper, the policy object asks the controller with pymongo's attempt
-    number, and ``should_retry`` returns exactly what ``backoff`` decided."""
+    """Called outside our wrapper, the policy object asks the cycle with pymongo's attempt
+    number, and ``should_retry`` returns exactly what ``backoff`` decided, read from the delay
+    pymongo hands back to it (as pymongo's loop does)."""
     client = clients.plain(standalone_server.uri)
     backpressure.enable(client, DRAFT.replace(max_retries=2), random=lambda: 1.0)
     policy = client._retry_policy
@@ -138,16 +139,22 @@ async def test_fallback_outside_an_operation_applies_the_policy(
     try:
         raise overload
     except OperationFailure:
-        assert policy.backoff(1) == pytest.approx(0.1)
-        assert await resolve(policy.should_retry(1, 0.1)) is True
-        assert policy.backoff(2) == pytest.approx(0.2)
-        assert await resolve(policy.should_retry(2, 0.2)) is True
-        assert policy.backoff(3) == 0.0
-        assert await resolve(policy.should_retry(3, 0.0)) is False
+        delay = policy.backoff(1)
+        assert delay == pytest.approx(0.1)
+        assert await resolve(policy.should_retry(1, delay)) is True
+        delay = policy.backoff(2)
+        assert delay == pytest.approx(0.2)
+        assert await resolve(policy.should_retry(2, delay)) is True
+        delay = policy.backoff(3)
+        assert delay == 0.0
+        assert await resolve(policy.should_retry(3, delay)) is False
+        # A delay that is not one our backoff granted is refused (nothing is stashed).
+        assert await resolve(policy.should_retry(1, 0.1)) is False
     # Without a preceding backoff (or outside an error) there is nothing to retry.
     assert await resolve(policy.should_retry(1, 0.0)) is False
-    assert policy.backoff(1) == 0.0
-    assert await resolve(policy.should_retry(1, 0.0)) is False
+    delay = policy.backoff(1)
+    assert delay == 0.0
+    assert await resolve(policy.should_retry(1, delay)) is False
 
 
 async def test_enable_twice_replaces_state_not_wrappers(

@@ -6,12 +6,15 @@ Theory of operation.  pymongo >= 4.17 retries overload errors itself in
 add a second loop around it (that would take a new txnNumber per outer try).  Instead, per
 client:
 
-* ``client._retry_policy`` is replaced by a :class:`NativeRetryHook`.  Its ``backoff`` asks
-  the operation's attempt cycle (``AttemptCycle.failed``) about the error being handled
-  (``sys.exc_info()``: the loop calls it inside its ``except`` block) and returns the cycle's
-  backoff; ``should_retry`` returns that same decision.  The core's attempt ledger counts
-  every failed attempt of the operation, classic ones included, so the exponent and the
-  attempt cap follow our policy whatever number pymongo passes in.
+* ``client._retry_policy`` is replaced by a :class:`NativeRetryHook`.  pymongo calls its
+  ``backoff(attempt[, base_backoff])`` inside the ``except`` block that caught the error, without
+  the error: ``seams.handled_error()`` reads it there, and ``backoff`` hands it to the
+  operation's attempt cycle (``TrackedOperation.decide`` -> ``AttemptCycle.failed``).  The
+  answer travels back in the delay ``backoff`` returns, which pymongo passes unchanged to
+  ``should_retry(attempt, delay)``: a granted retry's delay is a :class:`GrantedDelay`, and
+  ``should_retry`` is true for that type only (nothing is stashed between the two calls).  The
+  core's attempt ledger counts every failed attempt of the operation, classic ones included, so
+  the exponent and the attempt cap follow our policy whatever number pymongo passes in.
   ``should_retry`` is ``async def`` only where the loop awaits it (4.17 async).
 * ``client._retry_internal`` is wrapped on the instance (a pass-through around the original,
   ``@_csot.apply`` included): it makes the operation current in a context variable of the
@@ -38,8 +41,6 @@ On pymongo 4.17 the handshake flag of an enabled client's connections is sent as
 from __future__ import annotations
 
 import contextvars
-import sys
-import time
 import types
 import weakref
 from typing import Any, Callable, Optional
@@ -48,9 +49,10 @@ from backpressure.adapters import seams
 from backpressure.adapters.native import async_wrappers, handshake, sync_wrappers
 from backpressure.adapters.native.operation import LeanCell, TrackedOperation
 from backpressure.core.client_state import ClientState
-from backpressure.core.decision import Decision, GiveUp, Retry, StopReason
+from backpressure.core.cycle import AttemptCycle, Backoff
 
 __all__ = [
+    "GrantedDelay",
     "NativeRetryHook",
     "install",
     "installed_state",
@@ -64,18 +66,26 @@ _WRAPPED = ("_retry_internal", "_select_server", "_process_response")
 _ABSENT = object()
 
 
-_FALLBACK_DECISION: contextvars.ContextVar[Optional[Decision]] = contextvars.ContextVar(
-    "backpressure_native_fallback_decision", default=None
-)
+class GrantedDelay(float):
+    """The delay of a retry our policy granted, as :meth:`NativeRetryHook.backoff` returns it.
+
+    pymongo (4.17-4.20.1) hands the value ``backoff`` returned to ``should_retry`` unchanged, so
+    the decision travels with it: ``should_retry`` is true for this type only.  A plain float
+    (a refusal, or a delay pymongo would have rebuilt) is refused: a change in that convention
+    stops retries instead of granting them.
+    """
+
+    __slots__ = ()
 
 
 class NativeRetryHook:
-    """Stands in for pymongo's ``_RetryPolicy`` on one client; decisions come from the core.
+    """Stands in for pymongo's ``_RetryPolicy`` on one client; decisions come from the cycle.
 
     ``backoff(attempt, base_backoff=None)`` accepts both the 4.17 and the 4.18+ calling
-    convention.  It asks the core (through the operation opened by our ``_retry_internal``
-    wrapper, or, outside one, statelessly with pymongo's attempt number) and remembers the
-    decision; ``should_retry`` only returns that decision: every check is the controller's.
+    convention.  It asks the attempt cycle of the operation opened by our ``_retry_internal``
+    wrapper (outside one: ``AttemptCycle.failed_alone``, with pymongo's attempt number) and
+    returns the delay, a :class:`GrantedDelay` for a granted retry; ``should_retry`` reads the
+    decision from the delay pymongo passes back.
     """
 
     def __init__(self, installation: _Installation) -> None:
@@ -102,42 +112,35 @@ class NativeRetryHook:
         """Backoff ceiling in seconds (pymongo's name)."""
         return self.state.policy.max_backoff
 
-    def _operation(self) -> Optional[TrackedOperation]:
-        """Return the operation of this client running in the current context, if any."""
-        return self._installation.operation()
-
     def backoff(self, attempt: int, base_backoff: Optional[float] = None) -> float:
-        """Return the delay before retry ``attempt`` of the overload error being handled.
+        """Return the delay before retry ``attempt`` of the overload error being handled: a
+        :class:`GrantedDelay` when the retry is granted, else ``0.0``.
 
-        ``base_backoff`` (pymongo's reading of the server hint) is not used: the core reads
-        the hint from the error itself and ignores values that are not sane numbers.
+        pymongo does not pass the error: ``seams.handled_error()`` reads it.  ``attempt`` is
+        used only outside an operation of ours (within one, the cycle's ledger numbers the
+        retry from the whole history).  ``base_backoff`` (pymongo's reading of the server hint)
+        is not used: the core reads the hint from the error itself and ignores values that are
+        not sane numbers.
         """
-        operation = self._operation()
-        error = sys.exc_info()[1]
-        if operation is not None and error is not None:
-            return operation.decide(error)
+        error = seams.handled_error()
         if error is None:  # not called while an error is handled: nothing to retry
-            _FALLBACK_DECISION.set(GiveUp(StopReason.NOT_RETRYABLE))
             return 0.0
-        deadline = seams.csot_deadline()
-        decision = self.state.controller.decide(
-            retry_number=max(attempt, 1),
-            error=error,
-            deadline=deadline,
-            now=time.monotonic() if deadline is not None else None,
-            classic_retryable=True,
-        )
-        _FALLBACK_DECISION.set(decision)
-        return decision.sleep_seconds if isinstance(decision, Retry) else 0.0
-
-    def _should_retry(self) -> bool:
-        """Return the decision taken by the preceding ``backoff`` (refuse when there is none)."""
-        operation = self._operation()
-        decision = operation.take_decision() if operation is not None else None
-        if decision is None:
-            decision = _FALLBACK_DECISION.get()
-            _FALLBACK_DECISION.set(None)
-        return isinstance(decision, Retry)
+        operation = self._installation.operation()
+        if operation is not None:
+            delay = operation.decide(error)
+        else:  # outside our wrapper: the cycle's answer about a lone failure
+            state = self.state
+            deadline, now = seams.csot_deadline_and_now(state.controller.clock)
+            step = AttemptCycle.failed_alone(
+                state,
+                error,
+                retry_number=attempt,
+                deadline=deadline,
+                now=now,
+                classic_retryable=True,
+            )
+            delay = step.seconds if type(step) is Backoff else None
+        return 0.0 if delay is None else GrantedDelay(delay)
 
     def __repr__(self) -> str:
         """Show the policy in force."""
@@ -148,16 +151,18 @@ class _PlainRetryPolicy(NativeRetryHook):
     """The flavour for loops that call ``should_retry`` plainly (sync, and async from 4.18)."""
 
     def should_retry(self, attempt: int, delay: float) -> bool:
-        """Return True to retry after ``delay`` seconds (as decided by ``backoff``)."""
-        return self._should_retry()
+        """Return True to retry after ``delay`` seconds: ``backoff`` granted it (see
+        :class:`GrantedDelay`)."""
+        return type(delay) is GrantedDelay
 
 
 class _AwaitedRetryPolicy(NativeRetryHook):
     """The flavour for the pymongo 4.17 async loop, which awaits ``should_retry``."""
 
     async def should_retry(self, attempt: int, delay: float) -> bool:
-        """Return True to retry after ``delay`` seconds (as decided by ``backoff``)."""
-        return self._should_retry()
+        """Return True to retry after ``delay`` seconds: ``backoff`` granted it (see
+        :class:`GrantedDelay`)."""
+        return type(delay) is GrantedDelay
 
 
 class _Installation:

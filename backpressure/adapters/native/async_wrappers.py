@@ -59,18 +59,30 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     recorded while the operation is still current, a success after it stopped being current.
     ``_process_response`` sees every reply before pymongo builds an error from it: hostile
     fields are made harmless there (see ``seams.sanitize_reply``).
+
+    One builder per wrapped method returns its closure (:func:`_lean_retry_internal`,
+    :func:`_lean_select_server`, :func:`_lean_process_response`); what a closure reads per call
+    is bound once, when it is built.
     """
+    return {
+        "_retry_internal": _lean_retry_internal(installation, client),
+        "_select_server": _lean_select_server(installation, client),
+        "_process_response": _lean_process_response(installation, client),
+    }
+
+
+def _lean_retry_internal(installation: Installation, client: Any) -> Callable[..., Any]:
+    """Build the lean ``_retry_internal`` wrapper of one client (see :func:`lean_wrappers`)."""
     ref = installation.client_ref
     retry_internal = installation.delegate(client, "_retry_internal")
-    select_server = installation.delegate(client, "_select_server")
-    process_response = installation.delegate(client, "_process_response")
-    current = installation.current
-    current_get, current_set, current_reset = current.get, current.set, current.reset
-    active_states = seams.ACTIVE_TRANSACTION_STATES
+    current_get, current_set, current_reset = (
+        installation.current.get,
+        installation.current.set,
+        installation.current.reset,
+    )
     server_address = seams.server_address
     operation_class = TrackedOperation
     cell_class = LeanCell
-    dict_class = dict
     # 11 arguments before pymongo 4.20.1 (no conn_mgr), 12 from it: the call below passes as
     # many as the client's own ``_retry_internal`` takes, the cell keeps all twelve.
     with_conn_mgr = installation.retry_arity > 11
@@ -131,7 +143,8 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
             value.succeeded()
             return result
         # A first-attempt success without pacing: AttemptCycle.succeeded's first branch, that
-        # is ``ClientState.count_first_attempt`` written out (its lock-free path).
+        # is ``ClientState.count_first_attempt``'s lock-free path written out (one call less
+        # per operation; the method itself counts a server's first success).
         server = cell[0]
         entry = state.lean.get(server) if state.lean_success else None
         if entry is None:
@@ -144,6 +157,18 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
         if entry[2] is not None and not count % batch_every:
             entry[2]()
         return result
+
+    return _retry_internal
+
+
+def _lean_select_server(installation: Installation, client: Any) -> Callable[..., Any]:
+    """Build the lean ``_select_server`` wrapper of one client (see :func:`lean_wrappers`)."""
+    ref = installation.client_ref
+    select_server = installation.delegate(client, "_select_server")
+    current_get, current_set = installation.current.get, installation.current.set
+    active_states = seams.ACTIVE_TRANSACTION_STATES
+    operation_class = TrackedOperation
+    cell_class = LeanCell
 
     async def _select_server(
         server_selector: Any,
@@ -192,6 +217,17 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
             return await select_server(ref(), *args, **kwargs)
         return await _select_tracked(tracked, select_server, ref(), args, kwargs)
 
+    return _select_server
+
+
+def _lean_process_response(installation: Installation, client: Any) -> Callable[..., Any]:
+    """Build the ``_process_response`` wrapper of one client (see :func:`lean_wrappers`)."""
+    ref = installation.client_ref
+    process_response = installation.delegate(client, "_process_response")
+    current_get = installation.current.get
+    operation_class = TrackedOperation
+    dict_class = dict
+
     async def _process_response(reply: Any, session: Any) -> Any:
         if type(reply) is not dict_class or "errorLabels" in reply or "baseBackoffMS" in reply:
             seams.sanitize_reply(reply)
@@ -200,11 +236,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
             value.reply_received(reply, session)
         return await process_response(ref(), reply, session)
 
-    return {
-        "_retry_internal": _retry_internal,
-        "_select_server": _select_server,
-        "_process_response": _process_response,
-    }
+    return _process_response
 
 
 def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Callable[..., Any]]:
@@ -276,8 +308,7 @@ async def _select_tracked(
                 client, state.avoid, args[0], kwargs["address"], kwargs["deprioritized_servers"]
             ),
         }
-    gate = tracked.gate  # ``tracked.paced()`` written out (every statement of a transaction)
-    if gate is None or not gate.engaged:  # nothing is paced: send without asking
+    if tracked.paced() is None:  # nothing is paced: send without asking
         server = await select_server(client, *args, **kwargs)
     else:
 

@@ -12,14 +12,13 @@ installation on one client (``native._Installation``).
 from __future__ import annotations
 
 import contextvars
-import time
 from typing import Any, Callable, Optional, Protocol
 
 from backpressure.adapters import seams
 from backpressure.core.adaptive import LocalOverloadError
 from backpressure.core.client_state import ClientState
 from backpressure.core.cycle import AttemptCycle, Backoff
-from backpressure.core.decision import Decision, GiveUp, StopReason
+from backpressure.core.decision import StopReason
 from backpressure.core.labels import has_no_writes_performed
 
 __all__ = ["Installation", "LeanCell", "TrackedOperation"]
@@ -71,7 +70,6 @@ class TrackedOperation(AttemptCycle):
     __slots__ = (
         "backoff",
         "commit_attempt",
-        "decision",
         "in_transaction",
         "installation",
         "operation",
@@ -83,10 +81,12 @@ class TrackedOperation(AttemptCycle):
         """Track one ``_retry_internal`` call on ``installation``'s client, made with
         ``session`` and ``operation`` (its arguments of those names)."""
         self.installation = installation
-        self.decision: Optional[Decision] = None
         self.backoff = 0.0
         """A backoff the executor sleeps at the next server selection (only with a sleep hook,
-        ``ClientState.sleep``: pymongo's own loop is then handed a delay of 0)."""
+        ``ClientState.sleep``: pymongo's own loop is then handed a delay of 0).  Deferred because
+        pymongo's loop sleeps the delay itself (``time.sleep`` / ``asyncio.sleep``), and from
+        4.18 its async loop calls ``should_retry`` without awaiting it: no hook of ours can
+        sleep between the decision and the next attempt's selection."""
         self.session = session
         """The session argument of the ``_retry_internal`` call (None when absent)."""
         self.operation = operation
@@ -135,21 +135,21 @@ class TrackedOperation(AttemptCycle):
         if self.opens_transaction and session is self.session and seams.reply_ok(reply):
             self.transaction_began()
 
-    def decide(self, error: BaseException) -> float:
-        """Ask the cycle about an overload failure pymongo would retry; return the delay.
+    def decide(self, error: BaseException) -> Optional[float]:
+        """Ask the cycle about ``error``, an overload failure pymongo would retry; return the
+        delay to hand pymongo's loop (None: give up).
 
         pymongo asks only about errors it is about to retry (labelled ``RetryableError``, or
-        retryable under its classic rules), so ``classic_retryable`` is true here.  When the
-        cycle grants the retry of a statement whose transaction the server already began,
-        pymongo's own revert to "starting" is undone (it would send ``startTransaction`` twice).
+        retryable under its classic rules), so ``classic_retryable`` is true here.  The CSOT
+        deadline is compared on the client's clock (``ClientState.controller.clock``), read
+        only under a timeout.  When the cycle grants the retry of a statement whose transaction
+        the server already began, pymongo's own revert to "starting" is undone (it would send
+        ``startTransaction`` twice).
         """
-        deadline = seams.csot_deadline()
-        now = time.monotonic() if deadline is not None else None
+        deadline, now = seams.csot_deadline_and_now(self.state.controller.clock)
         step = self.failed(error, deadline=deadline, now=now, classic_retryable=True)
-        if not isinstance(step, Backoff):
-            self.decision = GiveUp(step.reason or StopReason.NOT_RETRYABLE)
-            return 0.0
-        self.decision = step.decision
+        if type(step) is not Backoff:
+            return None
         ledger = self.record().ledger
         if ledger.opens_transaction and not ledger.restarts_transaction():
             seams.resume_transaction(self.session)
@@ -168,11 +168,6 @@ class TrackedOperation(AttemptCycle):
             self.backoff = step.seconds
             return 0.0
         return step.seconds
-
-    def take_decision(self) -> Optional[Decision]:
-        """Return and forget the decision made by the last ``decide``."""
-        decision, self.decision = self.decision, None
-        return decision
 
     def raised(self, exc: BaseException) -> None:
         """Account for the error the loop raised and attach the retry summary to it."""

@@ -9,7 +9,8 @@
 * :mod:`~backpressure.adapters.seams.signatures`: the known signatures of the methods the native
   adapter wraps (``native_signature``, ``signature_report``);
 * :mod:`~backpressure.adapters.seams.selection`: CSOT and server selection helpers;
-* :mod:`~backpressure.adapters.seams.calls`: the arguments of the calls the adapters wrap;
+* :mod:`~backpressure.adapters.seams.calls`: the arguments of the calls the adapters wrap, and
+  the error pymongo's loop does not pass to its retry policy (``handled_error``);
 * :mod:`~backpressure.adapters.seams.transactions`: transaction fix-ups;
 * :mod:`~backpressure.adapters.seams.replies`: reply sanitizing.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 from backpressure.adapters.seams.calls import (
     TopologyOpenDeferral,
     closure_value,
+    handled_error,
     operation_name,
     retry_internal_argument,
 )
@@ -33,8 +35,10 @@ from backpressure.adapters.seams.probes import (
 )
 from backpressure.adapters.seams.replies import reply_ok, sanitize_reply
 from backpressure.adapters.seams.selection import (
+    CSOT_CLOCK,
     DESCRIPTION_KEEPS_FILTER,
     csot_deadline,
+    csot_deadline_and_now,
     csot_expired,
     keep_candidate_servers,
     pool_paused,
@@ -86,6 +90,7 @@ __all__ = [
     "ACTIVE_TRANSACTION_STATES",
     "ASYNC_SHOULD_RETRY_AWAITED",
     "BACKOFF_TAKES_BASE",
+    "CSOT_CLOCK",
     "DESCRIPTION_KEEPS_FILTER",
     "HAS_ASYNC_CLIENT",
     "HAS_NATIVE_BACKPRESSURE",
@@ -107,10 +112,12 @@ __all__ = [
     "closure_value",
     "commit_attempt",
     "csot_deadline",
+    "csot_deadline_and_now",
     "csot_expired",
     "explicit_overload_options",
     "forwarding_only",
     "guard",
+    "handled_error",
     "is_async_client",
     "keep_candidate_servers",
     "native_exact_signatures",

@@ -1,8 +1,10 @@
 """The calls the adapters wrap: the arguments of ``MongoClient._retry_internal``, the
-operation's name, and the hold on a sync client's topology while its constructor runs."""
+operation's name, the error pymongo's loop does not pass to its retry policy, and the hold on a
+sync client's topology while its constructor runs."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Callable, Optional
@@ -67,6 +69,17 @@ def retry_internal_argument(args: tuple[Any, ...], kwargs: Mapping[str, Any], na
         return kwargs[name]
     position = _RETRY_INTERNAL_POSITIONS[name]
     return args[position] if len(args) > position else None
+
+
+def handled_error() -> Optional[BaseException]:
+    """Return the exception being handled where pymongo called our retry policy (None: none).
+
+    pymongo's overload loop (``_ClientConnectionRetryable.run``, 4.17-4.20.1) calls
+    ``_retry_policy.backoff(attempt[, base_backoff])`` from inside the ``except`` block that
+    caught the attempt's error, and passes the attempt number but not the error: this is the one
+    place that reads it (``sys.exc_info``), and the policy hands it on as a parameter.
+    """
+    return sys.exc_info()[1]
 
 
 def operation_name(operation: Any, func: Optional[Callable[..., Any]] = None) -> str:

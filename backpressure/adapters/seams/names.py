@@ -12,7 +12,8 @@ PRIVATE_NAMES: Mapping[str, str] = {
     "MongoClient._retry_internal": "the retry loop every retryable operation passes through "
     "(4.20.1 added conn_mgr: a pinned cursor's connection)",
     "MongoClient._select_server": "server selection of each attempt (wrapped per instance)",
-    "MongoClient._retry_policy": "the native loop's policy object (native: replaced)",
+    "MongoClient._retry_policy": "the native loop's policy object (native: replaced; the "
+    "delay its backoff returns reaches its should_retry unchanged)",
     "MongoClient._get_topology": "the constructor's topology open, held until enable",
     "AgnosticClient.__delegate_class__": "Motor builds its sync delegate from it",
     "ClientSession._transaction": "transaction state: state, attempt, pinned_address, conn_mgr",

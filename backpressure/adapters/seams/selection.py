@@ -4,6 +4,7 @@ one selection only."""
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
@@ -21,6 +22,29 @@ def csot_deadline() -> Optional[float]:
         return None
     deadline = _csot.get_deadline()
     return deadline if deadline != float("inf") else None
+
+
+CSOT_CLOCK: Callable[[], float] = time.monotonic
+"""pymongo's clock, on which its CSOT deadline lies (``_csot``: ``time.monotonic``)."""
+
+
+def csot_deadline_and_now(
+    clock: Callable[[], float],
+) -> tuple[Optional[float], Optional[float]]:
+    """Return ``(deadline, now)``: the CSOT deadline moved onto ``clock`` (the client's clock,
+    where the retry rules compare) and ``clock``'s reading; ``(None, None)`` without a timeout.
+
+    The deadline stays pymongo's: the time left before it is read on pymongo's clock
+    (:data:`CSOT_CLOCK`) and added to ``clock``'s now (on pymongo's clock itself, the deadline
+    as it is).  ``clock`` is read only when a timeout applies.
+    """
+    deadline = csot_deadline()
+    if deadline is None:
+        return None, None
+    now = clock()
+    if clock is not CSOT_CLOCK:
+        deadline = now + (deadline - CSOT_CLOCK())
+    return deadline, now
 
 
 # -- server avoidance (``deprioritized_servers``) ----------------------------------------------
