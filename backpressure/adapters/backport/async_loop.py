@@ -226,7 +226,7 @@ class _AsyncRetryLoop:
 
         async def watched(*args: Any, **kwargs: Any) -> Any:
             reply = await write_command(*args, **kwargs)
-            self._cycle.record().command_processed()
+            self._cycle.transaction_began()
             return reply
 
         conn.write_command = watched

@@ -226,7 +226,7 @@ class _SyncRetryLoop:
 
         def watched(*args: Any, **kwargs: Any) -> Any:
             reply = write_command(*args, **kwargs)
-            self._cycle.record().command_processed()
+            self._cycle.transaction_began()
             return reply
 
         conn.write_command = watched
