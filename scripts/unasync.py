@@ -52,7 +52,6 @@ SUBS = [
     (r"\bAsyncConnection\b", "Connection"),
     (r"\bAsyncBackpressurePool\b", "BackpressurePool"),
     (r"\b_AsyncRetryLoop\b", "_SyncRetryLoop"),
-    (r"\b_AsyncMethodRetry\b", "_SyncMethodRetry"),
     (r"\bbackpressure\.adapters\.hedging\.tasks\b", "backpressure.adapters.hedging.threads"),
     (r"\bTaskAttempts\b", "ThreadAttempts"),
     (r"\bthe async flavour\b", "the sync flavour"),

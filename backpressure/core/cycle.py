@@ -44,6 +44,8 @@ The orders the executors use::
     SENT --settle--> SETTLED --failed--> ...         the backport: the outcome to the pacing first
     SETTLED --admit/started--> ASKED/SENT            the backport's classic retry after settle
     SENT/SETTLED --failed--> FAILED --(Backoff)--> IDLE  or  --(Stop)--> STOPPED
+    IDLE/ASKED/SETTLED --unsent--> FAILED --> ...   no attempt could be sent (no server, deadline)
+    SENT --decided_inside--> DONE         the backport's methods: an inner loop decided the error
     any phase but DONE --ended--> DONE             the error raised without (another) decision
 
 A call out of order raises :class:`CycleOrderError` while :data:`STRICT` is on (the project's
@@ -128,6 +130,8 @@ class Event(enum.Enum):
     SETTLE = "settle"
     SUCCEED = "succeeded"
     FAIL = "failed"
+    UNSENT = "unsent"
+    DECIDED_INSIDE = "decided_inside"
     RETRY = "answer Backoff"
     STOP = "answer Stop"
     END = "ended"
@@ -140,12 +144,14 @@ TRANSITIONS: dict[tuple[Phase, Event], Phase] = {
     (_P.IDLE, _E.ADMIT): _P.ASKED,
     (_P.IDLE, _E.START): _P.SENT,  # nothing paced: sent without asking
     (_P.IDLE, _E.END): _P.DONE,  # e.g. no server for the retry
+    (_P.IDLE, _E.UNSENT): _P.FAILED,  # the backport: no server, or the deadline passed
     # Admitted, waiting.
     (_P.ASKED, _E.WAIT): _P.WAITING,
     (_P.ASKED, _E.REFUSE): _P.DONE,
     (_P.ASKED, _E.ADMIT): _P.ASKED,  # the pool was reset during the wait: admitted again
     (_P.ASKED, _E.START): _P.SENT,
     (_P.ASKED, _E.END): _P.DONE,  # e.g. the selection again after the wait found no server
+    (_P.ASKED, _E.UNSENT): _P.FAILED,  # the backport: that selection again found no server
     (_P.WAITING, _E.WAITED): _P.ASKED,
     (_P.WAITING, _E.END): _P.DONE,
     # An attempt open.
@@ -155,11 +161,13 @@ TRANSITIONS: dict[tuple[Phase, Event], Phase] = {
     (_P.SENT, _E.SUCCEED): _P.DONE,
     (_P.SENT, _E.FAIL): _P.FAILED,
     (_P.SENT, _E.END): _P.DONE,  # the backport raises the earlier error from within an attempt
+    (_P.SENT, _E.DECIDED_INSIDE): _P.DONE,  # the backport's methods: raised as it is
     # Its outcome handed to the pacing (the backport), the retry rules not asked yet.
     (_P.SETTLED, _E.FAIL): _P.FAILED,
     (_P.SETTLED, _E.ADMIT): _P.ASKED,  # pymongo's classic retry (the backport's loop)
     (_P.SETTLED, _E.START): _P.SENT,
     (_P.SETTLED, _E.END): _P.DONE,
+    (_P.SETTLED, _E.UNSENT): _P.FAILED,  # the backport: no server for pymongo's classic retry
     # The retry rules' answer.
     (_P.FAILED, _E.RETRY): _P.IDLE,
     (_P.FAILED, _E.STOP): _P.STOPPED,
@@ -564,6 +572,35 @@ class AttemptCycle:
         if self.phase is not None:
             self._to(Event.RETRY if type(step) is Backoff else Event.STOP)
         return step
+
+    def unsent(
+        self, error: BaseException, *, deadline: Optional[float] = None
+    ) -> Union[Backoff, Stop]:
+        """Record ``error``, which left no attempt to send (no server was found for it, or the
+        deadline passed before it), as the operation's failure and ask the retry rules, whose
+        answer names why the operation stops; the executor raises either way.
+
+        ``deadline`` is on the client's clock.  No attempt is open: nothing goes to the pacing.
+        """
+        if self.phase is not None:
+            self._to(Event.UNSENT)
+        step = self.step(error, self.record().failed(error, deadline=deadline))
+        if self.phase is not None:
+            self._to(Event.RETRY if type(step) is Backoff else Event.STOP)
+        return step
+
+    def decided_inside(self, error: BaseException) -> None:
+        """The open attempt failed with ``error``, which a retry loop within the attempt has
+        already decided about (it carries that loop's summary): hand the outcome to the pacing
+        and count the failure for the budget, without asking the retry rules; the executor
+        raises ``error`` as it is."""
+        if self.phase is not None:
+            self._to(Event.DECIDED_INSIDE)
+        labels = overload_labels(error)
+        if self.attempt_open:
+            self._settle(error, labels.overload)
+        retries = self.record()
+        retries.controller.record_failure(error, retried=retries.retries > 0, labels=labels)
 
     @staticmethod
     def step(error: BaseException, decision: Decision) -> Union[Backoff, Stop]:

@@ -156,6 +156,59 @@ async def test_a_paced_server_makes_the_next_operation_wait_locally(
     assert recorder.refusals == []
 
 
+_PACED_OPERATIONS: dict[str, tuple[str, Any]] = {
+    "find": ("find", lambda c: c.db.coll.find_one({"closing": True})),
+    "runCommand": ("ping", lambda c: c.db.command("ping")),
+}
+"""A read through pymongo's retry loop, and a runCommand (which bypasses it before 4.17)."""
+
+
+@pytest.mark.parametrize("operation", sorted(_PACED_OPERATIONS))
+@pytest.mark.parametrize("refused", [False, True], ids=["waits", "refused"])
+async def test_a_run_command_is_admitted_by_the_pacing_as_a_find_is(
+    clients: ClientFactory,
+    standalone_server: EmbeddedServer,
+    commands: CommandRecorder,
+    recorder: PacingRecorder,
+    operation: str,
+    refused: bool,
+) -> None:
+    """After pushback ``db.command`` waits for its slot, then is sent once, or is refused with
+    ``LocalOverloadError`` and sends nothing, exactly as a find does.
+
+    The pacing runs on a clock the test steps (a local wait moves it on); slots are 0.5 s apart
+    (at most 0.5 s to wait), or about 1000 s apart with a 0.5 s bound (refused)."""
+    if refused:
+        policy = NEVER_WAIT_TWICE.replace(max_local_wait=0.5)
+    else:
+        policy = ADAPTIVE.replace(adaptive_min_rate=2.0, max_local_wait=30.0)
+    client = adaptive_client(clients, standalone_server, commands, recorder, policy)
+    waits: list[float] = []
+    step_on(client, SteppedClock(), waits)
+    await close_pacing(client, standalone_server, commands)
+    waits.clear()
+    name, run = _PACED_OPERATIONS[operation]
+    if refused:
+        with pytest.raises(LocalOverloadError) as info:
+            await resolve(run(client))
+        assert commands.started_names() == []
+        summary = retry_summary(info.value)
+        assert summary is not None
+        assert summary.stop_reason is StopReason.LOCAL_WAIT_LIMIT
+        assert [(e.operation, e.reason) for e in recorder.refusals] == [
+            (name, StopReason.LOCAL_WAIT_LIMIT)
+        ]
+        assert recorder.waits == []
+        return
+    await resolve(run(client))
+    assert commands.started_names() == [name]
+    assert [event.operation for event in recorder.waits] == [name]
+    assert 0.0 < recorder.waits[0].wait <= 0.5
+    assert recorder.waits[0].server == standalone_server.addresses[0]
+    assert waits[0] == recorder.waits[0].wait  # slept through the client's sleep, on the clock
+    assert recorder.refusals == []
+
+
 async def test_a_wait_past_max_local_wait_fails_fast_without_sending(
     clients: ClientFactory,
     standalone_server: EmbeddedServer,

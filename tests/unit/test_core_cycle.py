@@ -171,6 +171,46 @@ def test_an_error_that_is_no_overload_stops_at_once() -> None:
     assert not cycle.pushed_back
 
 
+def test_unsent_records_the_stop_of_an_operation_that_sent_nothing_more() -> None:
+    """No server for the retry, or its deadline passed before it: ``unsent`` asks the retry
+    rules, which stop the operation (no attempt is added) and put the summary on the error."""
+    clock = FakeClock()
+    finished = Finished()
+    cycle = AttemptCycle(client(CURRENT_SPEC, clock, (finished,)), "find")
+    cycle.started(A)
+    first = overload()
+    retry = cycle.failed(first)
+    assert type(retry) is Backoff
+    step = cycle.unsent(first, deadline=clock.now - 1.0)
+    assert type(step) is Stop
+    assert step.reason is StopReason.DEADLINE
+    summary = retry_summary(first)
+    assert summary is not None
+    assert summary.attempts == 1
+    assert summary.stop_reason is StopReason.DEADLINE
+    (event,) = finished.events
+    assert not event.succeeded
+    assert event.stop_reason is StopReason.DEADLINE
+
+
+def test_decided_inside_hands_the_outcome_to_the_pacing_without_a_decision() -> None:
+    """An error an inner retry loop already decided about: the attempt's outcome goes to the
+    pacing and the budget, no retry rule is asked (no summary, no finished event)."""
+    clock = FakeClock()
+    finished = Finished()
+    state = client(ADAPTIVE, clock, (finished,))
+    cycle = AttemptCycle(state, "create")
+    assert cycle.admit(A, None) is SEND
+    cycle.started(A)
+    error = overload()
+    cycle.decided_inside(error)
+    assert cycle.pushed_back  # the pacing saw the pushback
+    assert not cycle.attempt_open
+    assert retry_summary(error) is None
+    assert finished.events == []
+    assert cycle.record().attempts == 1
+
+
 def close_pacing(state: ClientState, clock: FakeClock, server: tuple[str, int] = A) -> None:
     """Run operations whose attempts to ``server`` are pushed back until its pacer closes."""
     for _ in range(100):

@@ -114,6 +114,9 @@ def call(cycle: AttemptCycle, clock: FakeClock, what: str) -> Optional[object]:
         "succeeded": cycle.succeeded,
         "failed overload": lambda: cycle.failed(overload(), classic_retryable=True),
         "failed fatal": lambda: cycle.failed(fatal(), retries_allowed=False),
+        "unsent fatal": lambda: cycle.unsent(fatal()),
+        "unsent, deadline passed": lambda: cycle.unsent(overload(), deadline=clock.now - 1.0),
+        "decided_inside": lambda: cycle.decided_inside(overload()),
         "ended": lambda: cycle.ended(fatal()),
     }
     if what == "wait out":  # the executors' wait-and-recheck loop
@@ -218,6 +221,31 @@ LEGAL: dict[str, tuple[Callable[[FakeClock], ClientState], list[str], list[Phase
         [WAITING, ASKED, DONE],
     ),
     "ended while waiting (the wait raised)": (paced, ["admit A", "ended"], [WAITING, DONE]),
+    "backport: no server for the first attempt, then raised": (
+        unpaced,
+        ["unsent fatal", "ended"],
+        [STOPPED, DONE],
+    ),
+    "backport: the deadline passed before the retry (unsent after a backoff)": (
+        unpaced,
+        ["started A", "failed overload", "unsent, deadline passed", "ended"],
+        [SENT, IDLE, STOPPED, DONE],
+    ),
+    "backport: no server for pymongo's classic retry": (
+        unpaced,
+        ["started A", "settle overload", "unsent fatal", "ended"],
+        [SENT, SETTLED, STOPPED, DONE],
+    ),
+    "backport: no server once the wait was over": (
+        paced,
+        ["admit A", "wait out", "unsent fatal", "ended"],
+        [WAITING, ASKED, STOPPED, DONE],
+    ),
+    "backport's methods: an inner retry loop decided the error": (
+        unpaced,
+        ["admit A", "started A", "decided_inside"],
+        [ASKED, SENT, DONE],
+    ),
 }
 
 
@@ -293,6 +321,10 @@ ILLEGAL: dict[str, tuple[Callable[[FakeClock], ClientState], list[str], str]] = 
     "ended after succeeded": (unpaced, ["started A", "succeeded"], "ended"),
     "admit after succeeded": (unpaced, ["started A", "succeeded"], "admit A"),
     "transaction_began before started": (unpaced, [], "transaction_began"),
+    "unsent within an attempt": (unpaced, ["started A"], "unsent fatal"),
+    "unsent while waiting": (paced, ["admit A"], "unsent fatal"),
+    "decided_inside before started": (unpaced, [], "decided_inside"),
+    "decided_inside after a failure": (unpaced, ["started A", "failed overload"], "decided_inside"),
 }
 
 

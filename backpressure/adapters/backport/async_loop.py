@@ -2,7 +2,8 @@
 flavour).
 
 ``client._retry_internal`` (the loop every retryable read and write passes through) is replaced
-on the client instance by ``_AsyncRetryLoop``: the classic retryable read/write rules of
+on the client instance by ``_retry_internal``, the loop, whose per-call state and steps are an
+``_AsyncRetryLoop``: the classic retryable read/write rules of
 pymongo 4.9-4.16, unchanged, plus an overload branch driven by the operation's attempt cycle
 (``AttemptCycle``: it admits each attempt, records it and answers ``Backoff`` or ``Stop``;
 this module selects, sends and sleeps, through ``async_cycle``).  The txnNumber is taken once
@@ -107,39 +108,6 @@ class _AsyncRetryLoop:
             name = self._name = seams.operation_name(self._operation, self._func)
         return name
 
-    async def run(self) -> Any:
-        """Run attempts until one succeeds or the error must be raised."""
-        session = self._session
-        if self._retryable and not self._is_read and session is not None:
-            self._start_retryable_write(session)
-        while True:
-            if (
-                (self._retrying or self._bulk is not None)
-                and self._is_retrying()
-                and (_shared.csot_expired())
-            ):
-                self._deadline_passed()
-            try:
-                result = await self._read_once() if self._is_read else await self._write_once()
-            except LocalOverloadError as exc:
-                # Refused by the pacing: the cycle has accounted for it and attached the summary.
-                if self._last_error is not None:
-                    raise exc from self._last_error
-                raise
-            except ServerSelectionTimeoutError as exc:
-                self._cycle.record().failed(exc)
-                # A retry that finds no server reports the error of the attempt before it.
-                self._raise(self._last_error if self._is_retrying() else exc, exc)
-            except PyMongoError as exc:
-                if self._ended:
-                    # ``_write_once`` raised the error retried from within the attempt (pymongo's
-                    # retry needs sessions): the operation is over, nothing failed here.
-                    raise
-                await pause(self._state, await self._after_failure(exc))
-                continue
-            self._cycle.succeeded()
-            return result
-
     def _start_retryable_write(self, session: Any) -> None:
         """Take the txnNumber once: every attempt, even one failing before sending, reuses it."""
         if not session.in_transaction:
@@ -153,7 +121,7 @@ class _AsyncRetryLoop:
         assert error is not None
         if is_retryable_overload(_shared.error_to_check(error)):
             # Let the core record the stop (reason DEADLINE), as if asked before sleeping.
-            self._cycle.record().failed(error, deadline=_shared.csot_deadline())
+            self._cycle.unsent(error, deadline=_shared.csot_deadline())
         self._raise(error)
 
     def _is_retrying(self) -> bool:
@@ -170,19 +138,13 @@ class _AsyncRetryLoop:
         raise error
 
     async def _select(self) -> Any:
-        """Select the server for the next attempt, avoiding the deprioritized ones."""
+        """Select the server for the next attempt, avoiding the deprioritized ones, and admit
+        the attempt (wait for its slot, or raise the pacing's refusal)."""
         self._server = None
         cycle = self._cycle
-        gate = cycle.gate  # ``cycle.paced()`` written out (twice): the success path's cost
-        paced = gate is not None and gate.engaged
         client = self._client
         avoided: Optional[list[Any]] = self._deprioritized
         state = cycle.state
-        if paced or (state.choice is not None and state.choice.engaged):
-            # A server pushes back or is paced: steer around it (``seams.steer``).
-            avoided = seams.steer(client, state.avoid, self._selector, self._address, avoided)
-        if avoided:
-            seams.keep_candidate_servers(client)  # the filter steers this selection only
 
         def select() -> Any:
             # Through the instance: the hedging wrapper (``adapters/hedging/``) sits there.
@@ -195,24 +157,32 @@ class _AsyncRetryLoop:
                 operation_id=self._operation_id,
             )
 
-        server = await select()
-        # Asked again after the selection (which may have waited): a server pushing back
-        # meanwhile paces this attempt too.  Nothing paced: send without asking.
-        if paced or (gate is not None and gate.engaged):
-            step = cycle.admit(server, _shared.csot_deadline)
-            if step is not SEND:
-                await carry_out(cycle, step)
-                server = await after_wait(cycle, server, select)
+        try:
+            if state.steers():  # a server pushes back or is paced: steer around it
+                avoided = seams.steer(client, state.avoid, self._selector, self._address, avoided)
+            if avoided:
+                seams.keep_candidate_servers(client)  # the filter steers this selection only
+            server = await select()
+            # Asked after the selection (which may have waited): a server pushing back
+            # meanwhile paces this attempt too.  Nothing paced: send without asking.
+            if cycle.paced() is not None:
+                step = cycle.admit(server, _shared.csot_deadline)
+                if step is not SEND:
+                    await carry_out(cycle, step)
+                    server = await after_wait(cycle, server, select)
+        except PyMongoError as exc:
+            if self._retryable and not self._is_read:  # as pymongo labels a write's errors
+                _CLIENT_MODULE._add_retryable_write_error(exc, 0, False)
+            raise
         self._server = server
         cycle.started(server)
         return server
 
-    async def _write_once(self) -> Any:
-        """One write attempt on a freshly selected server and connection."""
+    async def _write_once(self, server: Any) -> Any:
+        """One write attempt on ``server`` (just selected) and a fresh connection."""
         max_wire_version = 0
         is_mongos = False
         try:
-            server = await self._select()
             async with self._client._checkout(server, self._session) as conn:
                 max_wire_version = conn.max_wire_version
                 is_mongos = conn.is_mongos
@@ -256,28 +226,18 @@ class _AsyncRetryLoop:
 
         async def watched(*args: Any, **kwargs: Any) -> Any:
             reply = await write_command(*args, **kwargs)
-            self._cycle.record().command_processed()
+            self._cycle.transaction_began()
             return reply
 
         conn.write_command = watched
 
-    async def _read_once(self) -> Any:
-        """One read attempt on a freshly selected server and connection."""
-        server = await self._select()
+    async def _read_once(self, server: Any) -> Any:
+        """One read attempt on ``server`` (just selected) and a fresh connection."""
         async with self._client._conn_from_server(self._read_pref, server, self._session) as (
             conn,
             read_pref,
         ):
             return await self._func(self._session, server, conn, read_pref)
-
-    async def _after_failure(self, exc: PyMongoError) -> float:
-        """Decide what follows a failed attempt: return the delay before the next, or raise."""
-        error = _shared.error_to_check(exc)
-        self._cycle.settle(error)  # the attempt's outcome, for the pacing
-        if is_overload(error):
-            return await self._after_overload_error(exc, error)
-        await self._after_classic_error(exc, error)
-        return 0.0
 
     def _classic_eligible(self, exc: PyMongoError, error: PyMongoError) -> bool:
         """Whether pymongo's own retryable read/write rules retry ``exc`` (count limits aside)."""
@@ -353,7 +313,7 @@ class _AsyncRetryLoop:
             ops.ledger.finished(AttemptOutcome.CLASSIC_RETRYABLE)
         if not eligible or self._classic_retries_exhausted(ops.ledger):
             if retry_summary(exc) is None:
-                ops.failed(exc, classic_retryable=eligible)
+                self._cycle.failed(exc, classic_retryable=eligible)
             if not self._is_read and has_no_writes_performed(error) and self._last_error:
                 self._raise(self._last_error, exc)
             raise exc
@@ -401,7 +361,9 @@ async def _retry_internal(
     retryable: bool = False,
     operation_id: Optional[int] = None,
 ) -> Any:
-    """Replacement of ``AsyncMongoClient._retry_internal`` for an enabled client."""
+    """Replacement of ``AsyncMongoClient._retry_internal`` for an enabled client: the retry
+    loop.  Each pass selects and admits (``_select``), sends (``_read_once`` / ``_write_once``)
+    and, on an error, hands it to the cycle (overload) or pymongo's classic rules."""
     state: Optional[ClientState] = getattr(self, STATE_ATTRIBUTE, None)
     if state is None:  # disabled while an operation was starting
         return await type(self)._retry_internal(
@@ -412,4 +374,35 @@ async def _retry_internal(
         self, state, func, session, bulk, operation, is_read, address, read_pref, retryable,
         operation_id,
     )  # fmt: skip
-    return await loop.run()
+    cycle = loop._cycle
+    if retryable and not is_read and session is not None:
+        loop._start_retryable_write(session)
+    while True:
+        if (loop._retrying or bulk is not None) and loop._is_retrying() and _shared.csot_expired():
+            loop._deadline_passed()
+        try:
+            server = await loop._select()
+            result = await loop._read_once(server) if is_read else await loop._write_once(server)
+        except LocalOverloadError as exc:
+            # Refused by the pacing: the cycle has accounted for it and attached the summary.
+            if loop._last_error is not None:
+                raise exc from loop._last_error
+            raise
+        except ServerSelectionTimeoutError as exc:
+            cycle.unsent(exc)
+            # A retry that finds no server reports the error of the attempt before it.
+            loop._raise(loop._last_error if loop._is_retrying() else exc, exc)
+        except PyMongoError as exc:
+            if loop._ended:
+                # ``_write_once`` raised the error retried from within the attempt (pymongo's
+                # retry needs sessions): the operation is over, nothing failed here.
+                raise
+            error = _shared.error_to_check(exc)
+            cycle.settle(error)  # the attempt's outcome, for the pacing
+            if is_overload(error):
+                await pause(state, await loop._after_overload_error(exc, error))
+            else:
+                await loop._after_classic_error(exc, error)
+            continue
+        cycle.succeeded()
+        return result

@@ -2,8 +2,10 @@
 (runCommand and DDL), for ``AsyncMongoClient`` (the async flavour).
 
 They get class-level wrappers, inert unless the client is enabled, that re-run the whole method
-on overload (``_AsyncMethodRetry``).  The client's ``_select_server`` is overridden on the
-instance to deprioritize servers for them.
+on overload, driven by the operation's attempt cycle.  The client's ``_select_server`` is
+overridden on the instance: an attempt's selection deprioritizes the servers a retry avoids,
+and the cycle admits the attempt there, where its server is known (wait, or raise the pacing's
+refusal).
 
 The sync twin ``sync_methods.py`` is generated from ``async_methods.py`` by ``scripts/unasync.py``:
 edit the async file, then run ``python scripts/unasync.py``.
@@ -11,6 +13,7 @@ edit the async file, then run ``python scripts/unasync.py``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from typing import Any, Callable, Optional
@@ -22,8 +25,9 @@ from pymongo.errors import (
 
 from backpressure.adapters import seams
 from backpressure.adapters.backport import shared as _shared
+from backpressure.core.adaptive import LocalOverloadError
 from backpressure.core.client_state import STATE_ATTRIBUTE, ClientState
-from backpressure.core.cycle import AttemptCycle, Stop
+from backpressure.core.cycle import SEND, AttemptCycle, Stop
 from backpressure.core.events import retry_summary
 
 # isort: split
@@ -32,7 +36,7 @@ from pymongo.asynchronous import mongo_client as _mongo_client
 from pymongo.asynchronous.collection import AsyncCollection as _Collection
 from pymongo.asynchronous.database import AsyncDatabase as _Database
 
-from backpressure.adapters.async_cycle import pause
+from backpressure.adapters.async_cycle import after_wait, carry_out, pause
 
 __all__ = []
 
@@ -50,81 +54,49 @@ async def _select_server(
     deprioritized_servers: Optional[list[Any]] = None,
     operation_id: Optional[int] = None,
 ) -> Any:
-    """Instance override of ``_select_server``: deprioritization for method-level retries."""
+    """Instance override of ``_select_server``: a method-level attempt's selection avoids the
+    deprioritized servers, and its first selection is admitted by the attempt cycle."""
     attempt = _shared.METHOD_ATTEMPT.get()
     if attempt is None or deprioritized_servers is not None:
         return await type(self)._select_server(
             self, server_selector, session, operation, address, deprioritized_servers,
             operation_id,
         )  # fmt: skip
-    if attempt.deprioritized:
+    deprioritized = attempt.deprioritized or None
+    if deprioritized:
         seams.keep_candidate_servers(self)  # the filter steers this selection only
-    server = await type(self)._select_server(
-        self, server_selector, session, operation, address, attempt.deprioritized or None,
-        operation_id,
-    )  # fmt: skip
-    if attempt.server is None:
-        attempt.server = server
+
+    def select() -> Any:
+        return type(self)._select_server(
+            self, server_selector, session, operation, address, deprioritized, operation_id
+        )
+
+    server = await select()
+    if attempt.server is not None:  # a later selection of the same attempt
+        return server
+    cycle = attempt.cycle
+    if cycle.paced() is not None:  # nothing paced: send without asking
+        step = cycle.admit(server, _shared.csot_deadline)
+        if step is not SEND:
+            try:
+                await carry_out(cycle, step)
+                server = await after_wait(cycle, server, select)
+            except LocalOverloadError:
+                attempt.refused = True
+                raise
+    attempt.server = server
+    cycle.started(server)
     return server
 
 
-class _AsyncMethodRetry:
-    """Retries one call of a method that bypasses ``_retry_internal`` (runCommand, DDL)."""
-
-    def __init__(self, client: Any, state: ClientState, name: str, run_command: bool) -> None:
-        """Prepare the bookkeeping for one call of the method."""
-        self._client = client
-        self._state = state
-        self._run_command = run_command
-        self._cycle = AttemptCycle(state, name)
-
-    def _retries_allowed(self) -> bool:
-        """runCommand needs retryReads and retryWrites; DDL needs retryWrites."""
-        if not self._state.policy.respect_retry_options:
-            return True
-        options = self._client.options
-        if self._run_command:
-            return bool(options.retry_reads and options.retry_writes)
-        return bool(options.retry_writes)
-
-    async def run(self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: Any) -> Any:
-        """Call ``method`` until it succeeds or the core says to give up."""
-        attempt = _shared.MethodAttempt()
-        token = _shared.METHOD_ATTEMPT.set(attempt)
-        try:
-            while True:
-                attempt.server = None
-                try:
-                    result = await method(*args, **kwargs)
-                except PyMongoError as exc:
-                    cycle = self._cycle
-                    record = cycle.record()
-                    record.attempt_started(attempt.address())
-                    if retry_summary(exc) is not None:
-                        # An inner retry loop already decided about this error.
-                        record.controller.record_failure(exc, retried=record.retries > 0)
-                        raise
-                    step = cycle.step(
-                        exc,
-                        record.failed(
-                            exc,
-                            deadline=_shared.csot_deadline(),
-                            retries_allowed=self._retries_allowed(),
-                        ),
-                    )
-                    if isinstance(step, Stop):
-                        raise
-                    if attempt.server is not None and (
-                        step.retarget or _shared.is_sharded(self._client)
-                    ):
-                        attempt.deprioritized.append(attempt.server)
-                    await pause(self._state, step.seconds)
-                    continue
-                self._cycle.record().attempt_started(attempt.address())
-                self._cycle.record().succeeded()
-                return result
-        finally:
-            _shared.METHOD_ATTEMPT.reset(token)
+def _retries_allowed(client: Any, state: ClientState, run_command: bool) -> bool:
+    """runCommand needs retryReads and retryWrites; DDL needs retryWrites."""
+    if not state.policy.respect_retry_options:
+        return True
+    options = client.options
+    if run_command:
+        return bool(options.retry_reads and options.retry_writes)
+    return bool(options.retry_writes)
 
 
 def _owning_client(owner_kind: str, target: Any) -> Any:
@@ -154,14 +126,49 @@ def _method_with_retries(
             session = arguments.get("session")
             if session is not None and session.in_transaction:
                 return await original(self, *args, **kwargs)
-            label = _shared.command_name(name, arguments)
-            retry = _AsyncMethodRetry(client, state, label, run_command)
+            cycle = AttemptCycle(
+                state, _shared.command_name(name, arguments), address_of=seams.server_address
+            )
+            attempt = _shared.MethodAttempt(cycle)
             timeout = getattr(self, "_timeout", None)
+            scope: Any = contextlib.nullcontext()
             if _csot.get_timeout() is None and timeout is not None:
                 # One client-side timeout for all attempts, as _csot.apply gives pymongo's loop.
-                with _csot._TimeoutContext(timeout):
-                    return await retry.run(original, (self, *args), kwargs)
-            return await retry.run(original, (self, *args), kwargs)
+                scope = _csot._TimeoutContext(timeout)
+            token = _shared.METHOD_ATTEMPT.set(attempt)
+            try:
+                with scope:
+                    while True:  # each pass is one attempt: the selection admits it
+                        attempt.server = None
+                        try:
+                            result = await original(self, *args, **kwargs)
+                        except PyMongoError as exc:
+                            if attempt.refused:  # the cycle has accounted for the refusal
+                                raise
+                            if attempt.server is None:  # failed before a server was selected
+                                cycle.started(None)
+                            if retry_summary(exc) is not None:
+                                cycle.decided_inside(exc)  # an inner retry loop decided
+                                raise
+                            step = cycle.failed(
+                                exc,
+                                deadline=_shared.csot_deadline(),
+                                retries_allowed=_retries_allowed(client, state, run_command),
+                            )
+                            if isinstance(step, Stop):
+                                raise
+                            if attempt.server is not None and (
+                                step.retarget or _shared.is_sharded(client)
+                            ):
+                                attempt.deprioritized.append(attempt.server)
+                            await pause(state, step.seconds)
+                            continue
+                        if attempt.server is None:  # no server was selected
+                            cycle.started(None)
+                        cycle.succeeded()
+                        return result
+            finally:
+                _shared.METHOD_ATTEMPT.reset(token)
 
         return method
 

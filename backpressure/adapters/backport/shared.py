@@ -24,6 +24,7 @@ from pymongo.topology_description import TopologyDescription
 
 from backpressure.adapters import seams
 from backpressure.adapters.seams import csot_deadline, csot_expired
+from backpressure.core.cycle import AttemptCycle
 from backpressure.core.labels import add_overload_labels
 
 __all__ = [
@@ -221,17 +222,14 @@ def is_sharded(client: Any) -> bool:
 class MethodAttempt:
     """State of a method-level retry, shared with the client's ``_select_server`` override."""
 
+    cycle: AttemptCycle
+    """The operation's attempt cycle: the override admits each attempt at its selection."""
     deprioritized: list[Any] = field(default_factory=list)
     """Servers to avoid on the next selection."""
     server: Any = None
-    """The server selected by the current attempt, if any."""
-
-    def address(self) -> Optional[tuple[str, int]]:
-        """Return the address of the current attempt's server, or None."""
-        if self.server is None:
-            return None
-        address: tuple[str, int] = self.server.description.address
-        return address
+    """The server selected (and admitted) for the current attempt, if any."""
+    refused: bool = False
+    """The pacing refused the current attempt at its selection (the cycle accounted for it)."""
 
 
 METHOD_ATTEMPT: contextvars.ContextVar[Optional[MethodAttempt]] = contextvars.ContextVar(
