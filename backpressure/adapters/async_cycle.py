@@ -4,9 +4,10 @@ The sync twin ``adapters/sync_cycle.py`` is generated from ``adapters/async_cycl
 ``scripts/unasync.py``: edit the async file, then run ``python scripts/unasync.py``.
 
 The decisions are the cycle's (:class:`~backpressure.core.cycle.AttemptCycle`); these functions
-only carry them out: :func:`carry_out` waits as long as the cycle says before an attempt is
-sent (asking again when each wait is over) and raises its refusal, :func:`after_wait` selects
-again when the server's pool was reset during that wait, :func:`pause` sleeps a backoff.
+only carry them out: :func:`carry_out` sleeps each wait the cycle's wait-and-recheck loop
+(``AttemptCycle.wait_out``) yields before an attempt is sent and raises its refusal,
+:func:`after_wait` selects again when the server's pool was reset during that wait,
+:func:`pause` sleeps a backoff.
 Both sleep through the client's sleep (``ClientState.sleep``: the private hook tests set, see
 ``backpressure.switch.client.set_timing``), else ``asyncio.sleep``.
 """
@@ -18,7 +19,7 @@ from typing import Any, Callable
 
 from backpressure.adapters import seams
 from backpressure.core.client_state import ClientState
-from backpressure.core.cycle import SEND, AttemptCycle, Step, Stop, Wait
+from backpressure.core.cycle import SEND, AttemptCycle, Step, Stop
 
 __all__ = ["after_wait", "carry_out", "pause"]
 
@@ -26,18 +27,19 @@ __all__ = ["after_wait", "carry_out", "pause"]
 async def carry_out(cycle: AttemptCycle, step: Step) -> None:
     """Carry out the cycle's answer to ``admit`` (a :class:`Wait` or a :class:`Stop`).
 
-    The executors' one wait-and-recheck loop: wait, ask again when each wait is over (a retry
-    going ahead of the pacing queue may move the slot later, or past the attempt's bound), and
-    raise the refusal (a ``LocalOverloadError``).  The executors ask ``cycle.admit`` themselves
-    and come here only when the answer is not ``SEND`` (the success path costs no call).
+    Sleeps each wait the cycle's wait-and-recheck loop (``cycle.wait_out``) yields, with the
+    client's sleep: the loop asks again when each wait is over (a retry going ahead of the
+    pacing queue may move the slot later, or past the attempt's bound); then raises the refusal
+    (a ``LocalOverloadError``).  The executors ask ``cycle.admit`` themselves and come here only
+    when the answer is not ``SEND`` (the success path costs no call).
     """
-    if type(step) is Wait:
-        sleep = cycle.state.sleep or asyncio.sleep
-        while type(step) is Wait:
-            await sleep(step.seconds)
-            step = cycle.waited()
-    if type(step) is Stop:
-        raise step.error
+    waits = cycle.wait_out(step)
+    sleep = cycle.state.sleep or asyncio.sleep
+    for seconds in waits:
+        await sleep(seconds)
+    answer = waits.answer
+    if type(answer) is Stop:
+        raise answer.error
 
 
 async def after_wait(cycle: AttemptCycle, server: Any, select: Callable[[], Any]) -> Any:

@@ -8,9 +8,11 @@ the cycle never sleeps, sends or reads a clock it was not given.  One attempt go
    :meth:`AttemptCycle.paced` is the predicate of the servers a selection with a choice avoids.
 2. **Admit.**  ``admit(server, deadline)`` answers :data:`SEND` (send now), :class:`Wait`
    (wait ``seconds`` locally, then ask ``waited()``, which answers the same three ways: a retry
-   going ahead of the queue may have moved the slot) or :class:`Stop` (the pacing refused the
-   attempt: raise ``Stop.error``, a ``LocalOverloadError`` with its retry summary; nothing was
-   sent).  Without pacing (or while no server is paced) the answer is :data:`SEND` at once.
+   going ahead of the queue may have moved the slot; :meth:`AttemptCycle.wait_out` is that
+   loop, the executors only sleep each duration it yields) or :class:`Stop` (the pacing
+   refused the attempt: raise ``Stop.error``, a ``LocalOverloadError`` with its retry summary;
+   nothing was sent).  Without pacing (or while no server is paced) the answer is :data:`SEND`
+   at once.
 3. **Send.**  ``started(server)`` records the attempt (the executor's server object: its
    address is read only when needed, through ``address_of``).
 4. **Reply.**  ``succeeded()`` does the success accounting: the reply goes to the pacing, then
@@ -19,6 +21,10 @@ the cycle never sleeps, sends or reads a clock it was not given.  One attempt go
    ...)`` hands the outcome to the pacing and asks the retry rules: :class:`Backoff` (sleep
    ``seconds``, then select again, avoiding the failed server when ``retarget``) or
    :class:`Stop` (raise ``Stop.error``, which carries the retry summary).
+
+The answers (:data:`SEND`, :class:`Wait`, :class:`Backoff`, :class:`Stop`) and the waiting out
+of a :class:`Wait` (:class:`WaitOut`) live in :mod:`backpressure.core.cycle_steps`, re-exported
+here.
 
 The per-operation record (:class:`~backpressure.core.operation.OperationRetries` and its ledger)
 is created only when something other than a first-attempt success happens, so the success path
@@ -29,41 +35,31 @@ operation's name and duration.  Era-specific rules (pymongo's classic retryable 
 writes, transaction fix-ups) stay in the executors; they reach the record through
 :meth:`AttemptCycle.record`.
 
-The order of the calls is a state machine (h11's ``_state.py`` is the model): the cycle is in
-one :class:`Phase`, every call is an :class:`Event` (and the answers of ``admit``, ``waited``
-and ``failed`` one more), and :data:`TRANSITIONS` is the one table of what may follow what.
-The orders the executors use::
-
-    IDLE --admit--> ASKED --started--> SENT --succeeded--> DONE          first-attempt success
-    IDLE --started--> SENT                                               nothing paced: no admit
-    ASKED --(Wait)--> WAITING --waited--> ASKED (--(Wait)--> WAITING ...)  paced: wait, recheck
-    ASKED --admit--> ASKED                          the pool was reset in the wait: select again
-    ASKED --(Stop)--> DONE                                              refused by the pacing
-    SENT --started--> SENT                 pymongo's classic retry, the failure never reported
-    SENT --transaction_began--> SENT              a reply to the statement opening a transaction
-    SENT --settle--> SETTLED --failed--> ...         the backport: the outcome to the pacing first
-    SETTLED --admit/started--> ASKED/SENT            the backport's classic retry after settle
-    SENT/SETTLED --failed--> FAILED --(Backoff)--> IDLE  or  --(Stop)--> STOPPED
-    IDLE/ASKED/SETTLED --unsent--> FAILED --> ...   no attempt could be sent (no server, deadline)
-    SENT --decided_inside--> DONE         the backport's methods: an inner loop decided the error
-    any phase but DONE --ended--> DONE             the error raised without (another) decision
-
-A call out of order raises :class:`CycleOrderError` while :data:`STRICT` is on (the project's
-tests turn it on; so does ``BACKPRESSURE_STRICT_CYCLE=1`` in the environment, which the tests'
-subprocesses inherit).  Off (production), a cycle does not track its phase at all: each call
-costs one slot read and a comparison with None.
+The order of the calls is a state machine (h11's ``_state.py`` is the model): its phases, events
+and the one transition table live in :mod:`backpressure.core.cycle_order` (re-exported here:
+:class:`Phase`, :class:`Event`, :data:`TRANSITIONS`, :class:`CycleOrderError`).  A call out of
+order raises :class:`CycleOrderError` while :data:`STRICT` is on (the project's tests turn it
+on; so does ``BACKPRESSURE_STRICT_CYCLE=1`` in the environment, which the tests' subprocesses
+inherit).  Off (production), a cycle does not track its phase at all: each call costs one slot
+read and a comparison with None.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import os
-from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 from backpressure.core.adaptive import LocalOverloadError, PacingGate, SlotGrant
 from backpressure.core.client_state import ClientState
+from backpressure.core.cycle_order import (
+    TRANSITIONS,
+    CycleOrderError,
+    Event,
+    Phase,
+    order_error,
+)
+from backpressure.core.cycle_steps import SEND, Backoff, Send, Step, Stop, Wait, WaitOut
 from backpressure.core.decision import Decision, Retry, StopReason
 from backpressure.core.events import Address, attach_summary
 from backpressure.core.labels import is_timeout, overload_labels
@@ -84,136 +80,17 @@ __all__ = [
     "Step",
     "Stop",
     "Wait",
+    "WaitOut",
 ]
 
 STRICT = os.environ.get("BACKPRESSURE_STRICT_CYCLE", "") == "1"
 """Whether a cycle created now checks the order of the calls against :data:`TRANSITIONS` and
 raises :class:`CycleOrderError` on a call out of order.  Off by default (production: the phase
 is not tracked); on for the project's tests (``tests/conftest.py``) and wherever the
-environment has ``BACKPRESSURE_STRICT_CYCLE=1``.  Read when a cycle is created."""
+environment has ``BACKPRESSURE_STRICT_CYCLE=1``.  Read when a cycle is created (and when a
+call is out of order).  It lives here, not in :mod:`~backpressure.core.cycle_order`, so that
+setting ``backpressure.core.cycle.STRICT`` is what the cycle reads."""
 
-
-class CycleOrderError(AssertionError):
-    """An executor called the attempt cycle out of order (raised only while :data:`STRICT`)."""
-
-
-class Phase(enum.Enum):
-    """Where one operation's attempt cycle is."""
-
-    IDLE = "idle"
-    """Before an attempt: none yet, or a retry granted (its backoff is the executor's)."""
-    ASKED = "asked"
-    """``admit`` (or ``waited``) answered :data:`SEND`: the attempt may be sent."""
-    WAITING = "waiting"
-    """``admit`` or ``waited`` answered :class:`Wait`: the executor waits, then asks ``waited``."""
-    SENT = "sent"
-    """``started``: an attempt is open, its outcome not known yet."""
-    SETTLED = "settled"
-    """``settle``: the open attempt's outcome went to the pacing; the retry rules not asked."""
-    FAILED = "failed"
-    """Within ``failed``: the retry rules are deciding (left before ``failed`` returns)."""
-    STOPPED = "stopped"
-    """``failed`` answered :class:`Stop`: the executor raises (``ended`` may still follow)."""
-    DONE = "done"
-    """The operation is over: it succeeded, ended, or the pacing refused it."""
-
-
-class Event(enum.Enum):
-    """A call to the cycle, or the answer it gave (``WAIT``, ``REFUSE``, ``RETRY``, ``STOP``)."""
-
-    ADMIT = "admit"
-    WAITED = "waited"
-    WAIT = "answer Wait"
-    REFUSE = "answer Stop (refused)"
-    START = "started"
-    TRANSACTION_BEGAN = "transaction_began"
-    SETTLE = "settle"
-    SUCCEED = "succeeded"
-    FAIL = "failed"
-    UNSENT = "unsent"
-    DECIDED_INSIDE = "decided_inside"
-    RETRY = "answer Backoff"
-    STOP = "answer Stop"
-    END = "ended"
-
-
-_P = Phase
-_E = Event
-TRANSITIONS: dict[tuple[Phase, Event], Phase] = {
-    # Before an attempt.
-    (_P.IDLE, _E.ADMIT): _P.ASKED,
-    (_P.IDLE, _E.START): _P.SENT,  # nothing paced: sent without asking
-    (_P.IDLE, _E.END): _P.DONE,  # e.g. no server for the retry
-    (_P.IDLE, _E.UNSENT): _P.FAILED,  # the backport: no server, or the deadline passed
-    # Admitted, waiting.
-    (_P.ASKED, _E.WAIT): _P.WAITING,
-    (_P.ASKED, _E.REFUSE): _P.DONE,
-    (_P.ASKED, _E.ADMIT): _P.ASKED,  # the pool was reset during the wait: admitted again
-    (_P.ASKED, _E.START): _P.SENT,
-    (_P.ASKED, _E.END): _P.DONE,  # e.g. the selection again after the wait found no server
-    (_P.ASKED, _E.UNSENT): _P.FAILED,  # the backport: that selection again found no server
-    (_P.WAITING, _E.WAITED): _P.ASKED,
-    (_P.WAITING, _E.END): _P.DONE,
-    # An attempt open.
-    (_P.SENT, _E.START): _P.SENT,  # pymongo's classic retry: the failure never reported
-    (_P.SENT, _E.TRANSACTION_BEGAN): _P.SENT,
-    (_P.SENT, _E.SETTLE): _P.SETTLED,
-    (_P.SENT, _E.SUCCEED): _P.DONE,
-    (_P.SENT, _E.FAIL): _P.FAILED,
-    (_P.SENT, _E.END): _P.DONE,  # the backport raises the earlier error from within an attempt
-    (_P.SENT, _E.DECIDED_INSIDE): _P.DONE,  # the backport's methods: raised as it is
-    # Its outcome handed to the pacing (the backport), the retry rules not asked yet.
-    (_P.SETTLED, _E.FAIL): _P.FAILED,
-    (_P.SETTLED, _E.ADMIT): _P.ASKED,  # pymongo's classic retry (the backport's loop)
-    (_P.SETTLED, _E.START): _P.SENT,
-    (_P.SETTLED, _E.END): _P.DONE,
-    (_P.SETTLED, _E.UNSENT): _P.FAILED,  # the backport: no server for pymongo's classic retry
-    # The retry rules' answer.
-    (_P.FAILED, _E.RETRY): _P.IDLE,
-    (_P.FAILED, _E.STOP): _P.STOPPED,
-    (_P.STOPPED, _E.END): _P.DONE,
-}
-"""The one transition table: ``(phase, event) -> next phase``; any other pair is a call out of
-order.  Every call of :class:`AttemptCycle` that changes the operation goes through it."""
-
-
-@dataclass(frozen=True)
-class Send:
-    """Send the attempt now."""
-
-
-SEND = Send()
-"""The one :class:`Send` value."""
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Wait ``seconds`` locally before sending, then ask :meth:`AttemptCycle.waited`."""
-
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Sleep ``seconds``, then run the next attempt (``retarget``: avoid the failed server)."""
-
-    seconds: float
-    retarget: bool
-    decision: Optional[Retry] = None
-    """The retry rules' decision (its delay is reported even when test mode sleeps 0); None
-    for a hand-written loop the simulator compares (``retry-storm``)."""
-
-
-@dataclass(frozen=True)
-class Stop:
-    """Raise ``error`` (it carries the operation's retry summary); ``reason`` says why."""
-
-    error: BaseException
-    reason: Optional[StopReason]
-
-
-Step = Union[Send, Wait, Backoff, Stop]
-"""What the cycle answers."""
 
 Deadline = Union[None, float, Callable[[], Optional[float]]]
 """An operation's deadline on the client's clock (None: none), or the query that returns it
@@ -308,12 +185,7 @@ class AttemptCycle:
     def _out_of_order(self, event: Event) -> Optional[Phase]:
         """Raise :class:`CycleOrderError` for ``event`` while :data:`STRICT`; else stop tracking."""
         if STRICT:
-            phase = self.phase
-            legal = sorted(e.value for (p, e) in TRANSITIONS if p is phase)
-            raise CycleOrderError(
-                f"attempt cycle of {self.name()!r}: {event.value} in phase"
-                f" {phase.name if phase is not None else None}; legal there: {', '.join(legal)}"
-            )
+            raise order_error(self.name(), self.phase, event)
         return None
 
     # -- the per-operation record -------------------------------------------------------------
@@ -426,6 +298,12 @@ class AttemptCycle:
                 self._to(Event.WAIT)
             return Wait(wait)
         return SEND
+
+    def wait_out(self, step: Step) -> WaitOut:
+        """The wait-and-recheck loop of ``step``, ``admit``'s answer: an iterable of the seconds
+        to wait (the executor sleeps each its own way); its ``answer`` is then :data:`SEND` or
+        :class:`Stop` (a ``step`` that is not a :class:`Wait` is the answer at once)."""
+        return WaitOut(self.waited, step)
 
     def _refused(self, exc: LocalOverloadError) -> Stop:
         """Account for an attempt the pacing refused (nothing was sent for it)."""

@@ -26,7 +26,7 @@ from typing import Callable, Optional, Protocol, Union
 import backpressure
 from backpressure.core.adaptive import pacers_for
 from backpressure.core.client_state import ClientState
-from backpressure.core.cycle import SEND, AttemptCycle, Backoff, Step, Stop
+from backpressure.core.cycle import SEND, AttemptCycle, Backoff, Step, Stop, WaitOut
 from backpressure.core.decision import RetryController
 from backpressure.core.overrides import Criticality
 from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
@@ -151,8 +151,8 @@ class Cycle(Protocol):
         """Send, wait, or stop (refused) before an attempt to ``server``."""
         ...
 
-    def waited(self) -> Step:
-        """Send, wait again, or stop, once a wait is over."""
+    def wait_out(self, step: Step) -> WaitOut:
+        """The waits of ``step``, ``admit``'s :class:`Wait`: their seconds, then the answer."""
         ...
 
     def started(self, server: tuple[str, int]) -> None:
@@ -188,6 +188,10 @@ class _OneAttempt:
     def admit(self, server: tuple[str, int], deadline: Optional[float]) -> Step:
         """Send at once."""
         return SEND
+
+    def wait_out(self, step: Step) -> WaitOut:  # pragma: no cover - admit never answers Wait
+        """Nothing to wait out: send at once."""
+        return WaitOut(self.waited, step)
 
     def waited(self) -> Step:  # pragma: no cover - admit never answers Wait
         """Send at once."""

@@ -7,7 +7,8 @@ open-loop arrival stream).  An operation:
    preference; among the eligible ones, two at random and the one with fewer operations in
    flight; servers the arm deprioritized are avoided while others remain);
 2. asks the package's attempt cycle (:class:`~backpressure.core.cycle.AttemptCycle`, the one
-   the pymongo adapters run) whether to send now, wait locally (and ask again), or not send;
+   the pymongo adapters run) whether to send now, wait locally (and ask again: it yields an
+   ``env.timeout`` for each wait of the cycle's ``wait_out``), or not send;
 3. checks a connection out of the client's pool to that server (a new connection goes through
    the server's connection-establishment limiter; at most ``max_connecting`` are established
    at once);
@@ -404,9 +405,10 @@ class _Run:
             step = cycle.admit(address, csot)
             if type(step) is Wait:
                 data.local_waits += 1
-                while type(step) is Wait:
-                    yield env.timeout(step.seconds)
-                    step = cycle.waited()
+                waits = cycle.wait_out(step)
+                for seconds in waits:
+                    yield env.timeout(seconds)
+                step = waits.answer
             if type(step) is Stop:
                 reason = REFUSED
                 # Refusing still costs the client an attempt's bookkeeping, and it moves time

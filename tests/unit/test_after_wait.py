@@ -12,7 +12,7 @@ from typing import Any
 
 from backpressure.adapters import seams
 from backpressure.adapters.sync_cycle import after_wait
-from backpressure.core.cycle import SEND, Step, Wait
+from backpressure.core.cycle import SEND, Step, Wait, WaitOut
 
 
 @dataclass
@@ -57,6 +57,9 @@ class FakeCycle:
     def waited(self) -> Step:
         self.rechecks += 1
         return SEND
+
+    def wait_out(self, step: Step) -> WaitOut:
+        return WaitOut(self.waited, step)  # the cycle's own wait-and-recheck loop
 
 
 A = ("a", 27017)

@@ -14,7 +14,7 @@ from pymongo.errors import NetworkTimeout, OperationFailure, PyMongoError
 
 from backpressure.core.adaptive import LocalOverloadError, pacers_for
 from backpressure.core.client_state import ClientState
-from backpressure.core.cycle import SEND, AttemptCycle, Backoff, Stop, Wait
+from backpressure.core.cycle import SEND, AttemptCycle, Backoff, Step, Stop, Wait, WaitOut
 from backpressure.core.decision import RetryController, StopReason
 from backpressure.core.events import OperationFinishedEvent, retry_summary
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
@@ -75,11 +75,11 @@ def drive(
         if paced is not None:
             choices = [s for s in choices if not paced(s)] or choices
         server = choices[0]
-        step = cycle.admit(server, deadline)
-        while type(step) is Wait:
-            timeline.append(f"wait {step.seconds:.3f}")
-            clock.advance(step.seconds)
-            step = cycle.waited()
+        waits = cycle.wait_out(cycle.admit(server, deadline))
+        for seconds in waits:
+            timeline.append(f"wait {seconds:.3f}")
+            clock.advance(seconds)
+        step = waits.answer
         if type(step) is Stop:
             timeline.append(f"refused: {step.reason.value if step.reason else None}")
             return timeline
@@ -248,6 +248,29 @@ def test_paced_wait_then_send_on_the_recheck() -> None:
     assert drive(cycle, clock, lambda _server: None) == ["ok on b"]  # A is avoided
 
 
+def test_wait_out_asks_again_only_once_each_wait_is_over() -> None:
+    """The one wait-and-recheck loop: each Wait's seconds go out in turn, ``waited`` is asked
+    only when the next item is (the executor has slept), and the last answer stays readable."""
+    calls: list[str] = []
+    answers: list[Step] = [Wait(0.2), SEND]
+
+    def waited() -> Step:
+        calls.append("waited")
+        return answers.pop(0)
+
+    waits = WaitOut(waited, Wait(0.1))
+    for seconds in waits:
+        calls.append(f"slept {seconds}")
+    assert calls == ["slept 0.1", "waited", "slept 0.2", "waited"]
+    assert waits.answer is SEND
+    error = LocalOverloadError("refused", reason=StopReason.LOCAL_WAIT_LIMIT, server=A, wait=9.0)
+    refused = Stop(error, error.reason)
+    at_once = WaitOut(waited, refused)  # not a Wait: the answer at once, nothing asked
+    assert list(at_once) == []
+    assert at_once.answer is refused
+    assert calls == ["slept 0.1", "waited", "slept 0.2", "waited"]
+
+
 def test_refusal_when_the_wait_would_pass_the_deadline() -> None:
     """A paced attempt whose slot comes after its deadline is held, then refused: nothing is
     sent, and the error carries the summary of an operation that sent nothing."""
@@ -257,10 +280,10 @@ def test_refusal_when_the_wait_would_pass_the_deadline() -> None:
     for _ in range(3):  # take the next slots
         AttemptCycle(state, "find").admit(A, None)
     cycle = AttemptCycle(state, "find")
-    step = cycle.admit(A, clock.now + 0.05)
-    while type(step) is Wait:
-        clock.advance(step.seconds)
-        step = cycle.waited()
+    waits = cycle.wait_out(cycle.admit(A, clock.now + 0.05))
+    for seconds in waits:
+        clock.advance(seconds)
+    step = waits.answer
     assert type(step) is Stop
     assert isinstance(step.error, LocalOverloadError)
     assert step.reason is StopReason.LOCAL_WAIT_DEADLINE

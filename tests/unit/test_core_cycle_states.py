@@ -119,12 +119,11 @@ def call(cycle: AttemptCycle, clock: FakeClock, what: str) -> Optional[object]:
         "decided_inside": lambda: cycle.decided_inside(overload()),
         "ended": lambda: cycle.ended(fatal()),
     }
-    if what == "wait out":  # the executors' wait-and-recheck loop
-        step: object = Wait(0.0)
-        while type(step) is Wait:
-            clock.advance(step.seconds)
-            step = cycle.waited()
-        return step
+    if what == "wait out":  # the executors' wait-and-recheck loop (after admit's Wait)
+        waits = cycle.wait_out(Wait(0.0))
+        for seconds in waits:
+            clock.advance(seconds)
+        return waits.answer
     return calls[what]()
 
 
