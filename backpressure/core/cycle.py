@@ -4,44 +4,27 @@ Theory of operation.  Every executor (the native wrappers of pymongo >= 4.17, th
 of 4.9-4.16, the simulator) runs one :class:`AttemptCycle` per operation and does what it says;
 the cycle never sleeps, sends or reads a clock it was not given.  One attempt goes:
 
-1. **Select.**  The executor selects a server; while some server of the client is paced,
-   :meth:`AttemptCycle.paced` is the predicate of the servers a selection with a choice avoids.
-2. **Admit.**  ``admit(server, deadline)`` answers :data:`SEND` (send now), :class:`Wait`
-   (wait ``seconds`` locally, then ask ``waited()``, which answers the same three ways: a retry
-   going ahead of the queue may have moved the slot; :meth:`AttemptCycle.wait_out` is that
-   loop, the executors only sleep each duration it yields) or :class:`Stop` (the pacing
-   refused the attempt: raise ``Stop.error``, a ``LocalOverloadError`` with its retry summary;
-   nothing was sent).  Without pacing (or while no server is paced) the answer is :data:`SEND`
-   at once.
-3. **Send.**  ``started(server)`` records the attempt (the executor's server object: its
-   address is read only when needed, through ``address_of``).
-4. **Reply.**  ``succeeded()`` does the success accounting: the reply goes to the pacing, then
-   a first-attempt success is a lock-free count (``ClientState.count_first_attempt``) and any
-   other success the operation's full record (``OperationRetries.succeeded``).  ``failed(error,
-   ...)`` hands the outcome to the pacing and asks the retry rules: :class:`Backoff` (sleep
-   ``seconds``, then select again, avoiding the failed server when ``retarget``) or
-   :class:`Stop` (raise ``Stop.error``, which carries the retry summary).
+1. **Select.**  The executor selects a server (avoiding :meth:`AttemptCycle.paced` servers).
+2. **Admit.**  ``admit(server, deadline)`` answers :data:`SEND`, :class:`Wait` (wait, then ask
+   ``waited()``: :meth:`AttemptCycle.wait_out` is that loop, the executors only sleep) or
+   :class:`Stop` (refused locally: raise ``Stop.error``; nothing was sent).
+3. **Send.**  ``started(server)`` records the attempt.
+4. **Reply.**  ``succeeded()`` does the success accounting (a first-attempt success is the
+   lock-free ``ClientState.count_first_attempt``); ``failed(error, ...)`` hands the outcome to
+   the pacing and asks the retry rules: :class:`Backoff` (sleep, then select again, avoiding
+   the failed server when ``retarget``) or :class:`Stop` (raise ``Stop.error``, with the
+   retry summary).
 
-The answers (:data:`SEND`, :class:`Wait`, :class:`Backoff`, :class:`Stop`) and the waiting out
-of a :class:`Wait` (:class:`WaitOut`) live in :mod:`backpressure.core.cycle_steps`, re-exported
-here.
-
-The per-operation record (:class:`~backpressure.core.operation.OperationRetries` and its ledger)
-is created only when something other than a first-attempt success happens, so the success path
-allocates nothing but the cycle itself.  A cycle is timed only while its client has an operation
-listener (``ClientState.timed``: metrics are on): it then reads the client's clock when it is
-created (``started_at``) and when the operation ends, and the finished event carries the
-operation's name and duration.  Era-specific rules (pymongo's classic retryable reads and
-writes, transaction fix-ups) stay in the executors; they reach the record through
+The answers and :class:`WaitOut` live in :mod:`backpressure.core.cycle_steps`, the order of
+the calls (a state machine: :class:`Phase`, :class:`Event`, the one table :data:`TRANSITIONS`,
+:class:`CycleOrderError`) in :mod:`backpressure.core.cycle_order`; both are re-exported here.
+A call out of order raises while :data:`STRICT` is on (the project's tests, and
+``BACKPRESSURE_STRICT_CYCLE=1``); off (production) a cycle does not track its phase.  The
+record (:class:`~backpressure.core.operation.OperationRetries`) is created only when something
+other than a first-attempt success happens.  A cycle reads the client's clock only while its
+client has an operation listener (``ClientState.timed``), to time the operation.  Era rules
+(classic retries, transaction fix-ups) stay in the executors, which reach the record through
 :meth:`AttemptCycle.record`.
-
-The order of the calls is a state machine (h11's ``_state.py`` is the model): its phases, events
-and the one transition table live in :mod:`backpressure.core.cycle_order` (re-exported here:
-:class:`Phase`, :class:`Event`, :data:`TRANSITIONS`, :class:`CycleOrderError`).  A call out of
-order raises :class:`CycleOrderError` while :data:`STRICT` is on (the project's tests turn it
-on; so does ``BACKPRESSURE_STRICT_CYCLE=1`` in the environment, which the tests' subprocesses
-inherit).  Off (production), a cycle does not track its phase at all: each call costs one slot
-read and a comparison with None.
 """
 
 from __future__ import annotations
@@ -59,8 +42,17 @@ from backpressure.core.cycle_order import (
     Phase,
     order_error,
 )
-from backpressure.core.cycle_steps import SEND, Backoff, Send, Step, Stop, Wait, WaitOut
-from backpressure.core.decision import Decision, Retry, StopReason
+from backpressure.core.cycle_steps import (
+    SEND,
+    Backoff,
+    Send,
+    Step,
+    Stop,
+    Wait,
+    WaitOut,
+    step_of,
+)
+from backpressure.core.decision import StopReason
 from backpressure.core.events import Address, attach_summary
 from backpressure.core.labels import is_timeout, overload_labels
 from backpressure.core.operation import OperationRetries
@@ -84,12 +76,8 @@ __all__ = [
 ]
 
 STRICT = os.environ.get("BACKPRESSURE_STRICT_CYCLE", "") == "1"
-"""Whether a cycle created now checks the order of the calls against :data:`TRANSITIONS` and
-raises :class:`CycleOrderError` on a call out of order.  Off by default (production: the phase
-is not tracked); on for the project's tests (``tests/conftest.py``) and wherever the
-environment has ``BACKPRESSURE_STRICT_CYCLE=1``.  Read when a cycle is created (and when a
-call is out of order).  It lives here, not in :mod:`~backpressure.core.cycle_order`, so that
-setting ``backpressure.core.cycle.STRICT`` is what the cycle reads."""
+"""Whether a cycle created now raises :class:`CycleOrderError` on a call out of order (off in
+production; on in the project's tests and with ``BACKPRESSURE_STRICT_CYCLE=1``)."""
 
 
 Deadline = Union[None, float, Callable[[], Optional[float]]]
@@ -446,7 +434,7 @@ class AttemptCycle:
             classic_retryable=classic_retryable,
             labels=labels,
         )
-        step = self.step(error, decision)
+        step = step_of(error, decision)
         if self.phase is not None:
             self._to(Event.RETRY if type(step) is Backoff else Event.STOP)
         return step
@@ -462,7 +450,7 @@ class AttemptCycle:
         """
         if self.phase is not None:
             self._to(Event.UNSENT)
-        step = self.step(error, self.record().failed(error, deadline=deadline))
+        step = step_of(error, self.record().failed(error, deadline=deadline))
         if self.phase is not None:
             self._to(Event.RETRY if type(step) is Backoff else Event.STOP)
         return step
@@ -481,13 +469,6 @@ class AttemptCycle:
         retries.controller.record_failure(error, retried=retries.retries > 0, labels=labels)
 
     @staticmethod
-    def step(error: BaseException, decision: Decision) -> Union[Backoff, Stop]:
-        """The step of a decision of the retry rules about ``error``."""
-        if isinstance(decision, Retry):
-            return Backoff(decision.sleep_seconds, decision.retarget, decision)
-        return Stop(error, decision.reason)
-
-    @staticmethod
     def failed_alone(
         state: ClientState,
         error: BaseException,
@@ -497,17 +478,13 @@ class AttemptCycle:
         now: Optional[float] = None,
         classic_retryable: bool = False,
     ) -> Union[Backoff, Stop]:
-        """Answer about a failure outside any operation of the executor (the native policy
-        object called outside our wrapper): the retry rules for retry ``retry_number`` (the
-        caller's count), nothing recorded; ``deadline`` and ``now`` as for :meth:`failed`."""
+        """Answer about a failure outside any operation (the native hook called outside our
+        wrapper): the retry rules for the caller's ``retry_number``, nothing recorded."""
         decision = state.controller.decide(
-            retry_number=max(retry_number, 1),
-            error=error,
-            deadline=deadline,
-            now=now,
+            retry_number=max(retry_number, 1), error=error, deadline=deadline, now=now,
             classic_retryable=classic_retryable,
-        )
-        return AttemptCycle.step(error, decision)
+        )  # fmt: skip
+        return step_of(error, decision)
 
     def ended(self, error: BaseException, reason: Optional[StopReason] = None) -> None:
         """The operation ends with ``error`` raised without a decision of :meth:`failed` (an

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
-from backpressure.core.decision import Retry, StopReason
+from backpressure.core.decision import Decision, Retry, StopReason
 
-__all__ = ["SEND", "Backoff", "Send", "Step", "Stop", "Wait", "WaitOut"]
+__all__ = ["SEND", "Backoff", "Send", "Step", "Stop", "Wait", "WaitOut", "step_of"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,13 @@ class Stop:
 
 Step = Union[Send, Wait, Backoff, Stop]
 """What the cycle answers."""
+
+
+def step_of(error: BaseException, decision: Decision) -> Union[Backoff, Stop]:
+    """The answer to a failure with ``error`` once the retry rules decided ``decision``."""
+    if isinstance(decision, Retry):
+        return Backoff(decision.sleep_seconds, decision.retarget, decision)
+    return Stop(error, decision.reason)
 
 
 class WaitOut:
