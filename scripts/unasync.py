@@ -51,7 +51,7 @@ SUBS = [
     (r"\bAsyncDatabase\b", "Database"),
     (r"\bAsyncConnection\b", "Connection"),
     (r"\bAsyncBackpressurePool\b", "BackpressurePool"),
-    (r"\b_AsyncRetryLoop\b", "_SyncRetryLoop"),
+    (r"\b_AsyncCycleLoop\b", "_SyncCycleLoop"),
     (r"\bbackpressure\.adapters\.hedging\.tasks\b", "backpressure.adapters.hedging.threads"),
     (r"\bTaskAttempts\b", "ThreadAttempts"),
     (r"\bthe async flavour\b", "the sync flavour"),

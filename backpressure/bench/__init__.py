@@ -610,7 +610,7 @@ def _core_md(section: list[dict[str, Any]]) -> list[str]:
     return [
         "## Decision-core cost",
         "",
-        "Success path: `OperationRetries(...)` + `attempt_started` + `succeeded()`. Retry path: "
+        "Success path: `CycleRecord(...)` + `attempt_started` + `succeeded()`. Retry path: "
         "one overload failure (`failed()` and its decision) then success on the retry. CPU time "
         "per operation summed over threads (`time.thread_time`); threads share one controller.",
         "",

@@ -1,6 +1,6 @@
 """CPU cost of the pure decision core per operation: policy, budget and bookkeeping, no I/O.
 
-Success path: ``OperationRetries(...)``, ``attempt_started``, ``succeeded()``.  Retry path: the
+Success path: ``CycleRecord(...)``, ``attempt_started``, ``succeeded()``.  Retry path: the
 same operation failing once with an overload error (``failed()`` and its decision, a granted
 retry), then succeeding on the retry, which refills the budget so every retry is granted.  Both
 run single-threaded and on several threads sharing one controller (the budget lock contended);
@@ -17,9 +17,9 @@ from typing import Callable
 from pymongo.errors import OperationFailure
 
 from backpressure.bench.threads import run_together
+from backpressure.core.cycle_record import CycleRecord
 from backpressure.core.decision import Retry, RetryController
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
-from backpressure.core.operation import OperationRetries
 from backpressure.core.policy import DRAFT, Policy
 
 __all__ = ["CoreCost", "measure_core_cost"]
@@ -53,7 +53,7 @@ def _overload_error() -> OperationFailure:
 def _success_path(controller: RetryController, iterations: int) -> None:
     """Operations that succeed on the first attempt."""
     for _ in range(iterations):
-        retries = OperationRetries(controller, "find")
+        retries = CycleRecord(controller, "find")
         retries.attempt_started(_SERVER)
         retries.succeeded()
 
@@ -62,7 +62,7 @@ def _retry_path(controller: RetryController, iterations: int) -> None:
     """Operations that fail once with an overload error, then succeed on the retry."""
     error = _overload_error()
     for _ in range(iterations):
-        retries = OperationRetries(controller, "find")
+        retries = CycleRecord(controller, "find")
         retries.attempt_started(_SERVER)
         decision = retries.failed(error)
         if not isinstance(decision, Retry):

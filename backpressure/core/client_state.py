@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 from backpressure.core.adaptive import ClientPacers, PacingGate
 from backpressure.core.budget import A6Budget, NullBudget, RetryBudget, ServerBudgets
 from backpressure.core.choice import ChoiceListener, ServerChoice
+from backpressure.core.cycle_record import CycleRecord
 from backpressure.core.decision import RetryController
 from backpressure.core.events import (
     Address,
@@ -19,7 +20,6 @@ from backpressure.core.events import (
     RetryListener,
 )
 from backpressure.core.log_limit import LogRateLimit
-from backpressure.core.operation import OperationRetries
 from backpressure.core.overrides import Criticality, OperationSettings
 from backpressure.core.policy import Policy
 from backpressure.core.stats import BackpressureStats, StatsRecorder
@@ -400,7 +400,7 @@ class ClientState:
         opens_transaction: bool = False,
         criticality: Optional[Criticality] = None,
         started: Optional[float] = None,
-    ) -> OperationRetries:
+    ) -> CycleRecord:
         """Start the retry bookkeeping of one operation (one call of the retry loop).
 
         ``opens_transaction``: the operation is the first statement of a transaction.
@@ -418,7 +418,7 @@ class ClientState:
                 criticality = settings.criticality
         if known is not None:
             criticality = known
-        return OperationRetries(
+        return CycleRecord(
             controller,
             operation,
             listeners=self._retry_listeners,

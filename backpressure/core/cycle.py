@@ -20,7 +20,7 @@ the calls (a state machine: :class:`Phase`, :class:`Event`, the one table :data:
 :class:`CycleOrderError`) in :mod:`backpressure.core.cycle_order`; both are re-exported here.
 A call out of order raises while :data:`STRICT` is on (the project's tests, and
 ``BACKPRESSURE_STRICT_CYCLE=1``); off (production) a cycle does not track its phase.  The
-record (:class:`~backpressure.core.operation.OperationRetries`) is created only when something
+record (:class:`~backpressure.core.cycle_record.CycleRecord`) is created only when something
 other than a first-attempt success happens.  A cycle reads the client's clock only while its
 client has an operation listener (``ClientState.timed``), to time the operation.  Era rules
 (classic retries, transaction fix-ups) stay in the executors, which reach the record through
@@ -42,6 +42,7 @@ from backpressure.core.cycle_order import (
     Phase,
     order_error,
 )
+from backpressure.core.cycle_record import CycleRecord
 from backpressure.core.cycle_steps import (
     SEND,
     Backoff,
@@ -55,7 +56,6 @@ from backpressure.core.cycle_steps import (
 from backpressure.core.decision import StopReason
 from backpressure.core.events import Address, attach_summary
 from backpressure.core.labels import is_timeout, overload_labels
-from backpressure.core.operation import OperationRetries
 from backpressure.core.overrides import Criticality
 
 __all__ = [
@@ -138,7 +138,7 @@ class AttemptCycle:
         self._address_of = address_of
         self._criticality = criticality
         self.opens_transaction = opens_transaction
-        self.retries: Optional[OperationRetries] = None
+        self.retries: Optional[CycleRecord] = None
         self.first: Any = _NONE
         """The first attempt's server while ``retries`` does not exist yet."""
         self.server: Any = _NONE
@@ -189,7 +189,7 @@ class AttemptCycle:
         """Whether an attempt was started (a server was selected for it)."""
         return self.retries is not None or self.first is not _NONE
 
-    def record(self) -> OperationRetries:
+    def record(self) -> CycleRecord:
         """Return the operation's record (attempts, retries, ledger), creating it on first need."""
         retries = self.retries
         if retries is None:

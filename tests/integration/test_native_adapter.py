@@ -179,7 +179,7 @@ async def test_success_path_creates_no_operation_bookkeeping(
     standalone_server: EmbeddedServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A first-attempt success only deposits: no OperationRetries is built for it."""
+    """A first-attempt success only deposits: no CycleRecord is built for it."""
     client = clients.plain(standalone_server.uri)
     backpressure.enable(client, DRAFT)
     collection = client["bp"]["lazy"]

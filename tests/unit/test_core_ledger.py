@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pymongo.errors import OperationFailure
 
+from backpressure.core.cycle_record import CycleRecord
 from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
 from backpressure.core.labels import RETRYABLE, RETRYABLE_WRITE, SYSTEM_OVERLOADED
 from backpressure.core.ledger import AttemptLedger, AttemptOutcome, AttemptRecord
-from backpressure.core.operation import OperationRetries
 from backpressure.core.policy import CURRENT_SPEC, DRAFT
 
 A = ("a", 1)
@@ -86,7 +86,7 @@ def test_commit_write_concern_rule() -> None:
 
 def test_mixed_errors_timeline_stops_at_the_cap() -> None:
     """Defect 1 as a timeline: classic first, then overloads: the current spec stops at 3."""
-    operation = OperationRetries(RetryController(CURRENT_SPEC, random=lambda: 0.0), "insert")
+    operation = CycleRecord(RetryController(CURRENT_SPEC, random=lambda: 0.0), "insert")
     operation.attempt_started(A)
     operation.classic_retry(error(RETRYABLE_WRITE, code=91))
     operation.attempt_started(A)
@@ -103,7 +103,7 @@ def test_retryable_write_labelled_overload_is_kept_without_a_token() -> None:
     """Defect 2 as a timeline: overload + RetryableWriteError is retried when the classic rules
     retry it, takes no budget token, and is refused when they do not."""
     controller = RetryController(DRAFT.replace(budget_capacity=0.5), random=lambda: 0.0)
-    operation = OperationRetries(controller, "insert")
+    operation = CycleRecord(controller, "insert")
     operation.attempt_started(A)
     labelled = error(SYSTEM_OVERLOADED, RETRYABLE_WRITE)
     decision = operation.failed(labelled, classic_retryable=True)

@@ -7,10 +7,10 @@ from pymongo.errors import OperationFailure
 
 from backpressure import DRAFT, Criticality, InvalidPolicyError
 from backpressure.core.budget import RetryBudget
+from backpressure.core.cycle_record import CycleRecord
 from backpressure.core.decision import Retry, RetryController, StopReason
 from backpressure.core.events import OperationFinishedEvent
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
-from backpressure.core.operation import OperationRetries
 from backpressure.core.overrides import OperationSettings, validate_policy_changes
 from backpressure.core.stats import StatsRecorder
 from backpressure.metrics import AmplificationWindow
@@ -57,10 +57,10 @@ def test_recorder_attributes_attempts_retries_and_outcomes_per_server() -> None:
 
 
 def test_operation_reports_one_finished_event() -> None:
-    """OperationRetries sends exactly one event, with the servers and delays, on give-up."""
+    """CycleRecord sends exactly one event, with the servers and delays, on give-up."""
     events: list[OperationFinishedEvent] = []
     controller = RetryController(DRAFT.replace(max_retries=1), random=lambda: 0.5)
-    op = OperationRetries(controller, "find", on_finished=events.append)
+    op = CycleRecord(controller, "find", on_finished=events.append)
     op.attempt_started(A)
     assert isinstance(op.failed(_overload()), Retry)
     op.attempt_started(B)

@@ -16,7 +16,7 @@ from pymongo.errors import PyMongoError
 
 from backpressure.adapters import seams
 from backpressure.adapters.native import GrantedDelay
-from backpressure.adapters.native.operation import TrackedOperation
+from backpressure.adapters.native.cycles import TrackedCycle
 from backpressure.core.client_state import ClientState
 from backpressure.core.cycle import AttemptCycle, Backoff, Stop
 from backpressure.core.decision import RetryController, StopReason
@@ -135,16 +135,16 @@ def test_a_lone_failure_compares_the_deadline_on_the_given_clock() -> None:
     assert isinstance(early, Backoff)
 
 
-def tracked(state: ClientState) -> TrackedOperation:
+def tracked(state: ClientState) -> TrackedCycle:
     """A native operation (no session) on ``state`` whose first attempt went to A."""
     installation = SimpleNamespace(state=state)
-    operation = TrackedOperation(installation, None, "find")  # type: ignore[arg-type]
+    operation = TrackedCycle(installation, None, "find")  # type: ignore[arg-type]
     operation.attempt_started(SimpleNamespace(description=SimpleNamespace(address=A)))
     return operation
 
 
 def test_the_native_decision_takes_the_error_and_compares_on_the_clients_clock() -> None:
-    """``TrackedOperation.decide(error)`` asks the cycle with the CSOT deadline moved onto the
+    """``TrackedCycle.decide(error)`` asks the cycle with the CSOT deadline moved onto the
     client's clock: a 5 s backoff passes a 1 s timeout, not a 60 s one."""
     policy = DRAFT.replace(max_retries=2, base_backoff=5.0, max_backoff=10.0)
     clock = FakeClock(now=0.0)  # far from pymongo's clock

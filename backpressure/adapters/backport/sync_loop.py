@@ -3,7 +3,7 @@ flavour).
 
 ``client._retry_internal`` (the loop every retryable read and write passes through) is replaced
 on the client instance by ``_retry_internal``, the loop, whose per-call state and steps are an
-``_SyncRetryLoop``: the classic retryable read/write rules of
+``_SyncCycleLoop``: the classic retryable read/write rules of
 pymongo 4.9-4.16, unchanged, plus an overload branch driven by the operation's attempt cycle
 (``AttemptCycle``: it admits each attempt, records it and answers ``Backoff`` or ``Stop``;
 this module selects, sends and sleeps, through ``async_cycle``).  The txnNumber is taken once
@@ -52,7 +52,7 @@ _ACTIVE_STATES = seams.ACTIVE_TRANSACTION_STATES
 _STARTING_STATES = seams.STARTING_TRANSACTION_STATES
 
 
-class _SyncRetryLoop:
+class _SyncCycleLoop:
     """One call of ``_retry_internal``: classic retryable reads/writes plus overload retries."""
 
     def __init__(
@@ -91,7 +91,7 @@ class _SyncRetryLoop:
         self._ended = False  # ``_raise`` ended the operation (see ``run``)
         self._commit_attempt: Optional[int] = None  # the session's counter before this attempt
         # Every decision about the operation: admit, wait, record, retry or give up.  Its
-        # record (OperationRetries) is created only when an attempt fails or a second one
+        # record (CycleRecord) is created only when an attempt fails or a second one
         # starts, so the success path stays cheap.
         self._cycle = AttemptCycle(
             state,
@@ -370,7 +370,7 @@ def _retry_internal(
             self, func, session, bulk, operation, is_read, address, read_pref, retryable,
             operation_id,
         )  # fmt: skip
-    loop = _SyncRetryLoop(
+    loop = _SyncCycleLoop(
         self, state, func, session, bulk, operation, is_read, address, read_pref, retryable,
         operation_id,
     )  # fmt: skip

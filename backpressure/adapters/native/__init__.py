@@ -9,7 +9,7 @@ client:
 * ``client._retry_policy`` is replaced by a :class:`NativeRetryHook`.  pymongo calls its
   ``backoff(attempt[, base_backoff])`` inside the ``except`` block that caught the error, without
   the error: ``seams.handled_error()`` reads it there, and ``backoff`` hands it to the
-  operation's attempt cycle (``TrackedOperation.decide`` -> ``AttemptCycle.failed``).  The
+  operation's attempt cycle (``TrackedCycle.decide`` -> ``AttemptCycle.failed``).  The
   answer travels back in the delay ``backoff`` returns, which pymongo passes unchanged to
   ``should_retry(attempt, delay)``: a granted retry's delay is a :class:`GrantedDelay`, and
   ``should_retry`` is true for that type only (nothing is stashed between the two calls).  The
@@ -21,8 +21,8 @@ client:
   installation (thread- and task-local), records success (token deposits, statistics) and
   attaches the retry summary to the raised error.  Until something other than a first-attempt
   success outside a transaction happens, the operation is only a three-item list (the lean
-  path, see ``operation.LeanCell``); it is then promoted to a ``TrackedOperation`` (an
-  ``AttemptCycle``) with the same history, whose record (``OperationRetries``) is created only
+  path, see ``operation.LeanCycle``); it is then promoted to a ``TrackedCycle`` (an
+  ``AttemptCycle``) with the same history, whose record (``CycleRecord``) is created only
   when the core must decide something.  The wrappers are in ``async_wrappers`` (and its
   generated sync twin), the operation's bookkeeping in ``operation``.
 * ``client._select_server`` is wrapped on the instance: the cycle admits each attempt there
@@ -47,7 +47,7 @@ from typing import Any, Callable, Optional
 
 from backpressure.adapters import seams
 from backpressure.adapters.native import async_wrappers, handshake, sync_wrappers
-from backpressure.adapters.native.operation import LeanCell, TrackedOperation
+from backpressure.adapters.native.cycles import LeanCycle, TrackedCycle
 from backpressure.core.client_state import ClientState
 from backpressure.core.cycle import AttemptCycle, Backoff
 
@@ -88,7 +88,7 @@ class NativeRetryHook:
     decision from the delay pymongo passes back.
     """
 
-    def __init__(self, installation: _Installation) -> None:
+    def __init__(self, installation: NativeInstallation) -> None:
         """Serve the client of ``installation``."""
         self._installation = installation
 
@@ -147,7 +147,7 @@ class NativeRetryHook:
         return f"{type(self).__name__}({self.state.policy!r})"
 
 
-class _PlainRetryPolicy(NativeRetryHook):
+class _PlainRetryHook(NativeRetryHook):
     """The flavour for loops that call ``should_retry`` plainly (sync, and async from 4.18)."""
 
     def should_retry(self, attempt: int, delay: float) -> bool:
@@ -156,7 +156,7 @@ class _PlainRetryPolicy(NativeRetryHook):
         return type(delay) is GrantedDelay
 
 
-class _AwaitedRetryPolicy(NativeRetryHook):
+class _AwaitedRetryHook(NativeRetryHook):
     """The flavour for the pymongo 4.17 async loop, which awaits ``should_retry``."""
 
     async def should_retry(self, attempt: int, delay: float) -> bool:
@@ -165,7 +165,7 @@ class _AwaitedRetryPolicy(NativeRetryHook):
         return type(delay) is GrantedDelay
 
 
-class _Installation:
+class NativeInstallation:
     """What :func:`install` changed on one client, and the wrappers it put there."""
 
     def __init__(self, client: Any, state: ClientState) -> None:
@@ -177,16 +177,16 @@ class _Installation:
         self.original_options = tuple(getattr(options, attr) for attr in seams.OPTION_ATTRIBUTES)
         self.prior: dict[str, Any] = {name: vars(client).get(name, _ABSENT) for name in _WRAPPED}
         policy_class = (
-            _AwaitedRetryPolicy
+            _AwaitedRetryHook
             if seams.should_retry_is_awaited(self.original_policy)
-            else _PlainRetryPolicy
+            else _PlainRetryHook
         )
         self.policy: NativeRetryHook = policy_class(self)
         self.current: contextvars.ContextVar[Any] = contextvars.ContextVar(
             "backpressure_native_operation", default=None
         )
-        """The operation of this client running in the context: a ``LeanCell``, an
-        ``TrackedOperation`` or None."""
+        """The operation of this client running in the context: a ``LeanCycle``, an
+        ``TrackedCycle`` or None."""
         self.signature: Optional[str] = seams.native_signature(client)
         """The known ``_retry_internal`` signature (``seams.NATIVE_RETRY_INTERNAL_SIGNATURES``'s
         key) the positional wrappers serve; None: the forwarding wrappers are installed."""
@@ -197,11 +197,11 @@ class _Installation:
         if self.signature is None:
             self.wrappers.update(flavour.forwarding_wrappers(self, client))
 
-    def operation(self) -> Optional[TrackedOperation]:
+    def operation(self) -> Optional[TrackedCycle]:
         """Return the current operation of this client, promoting a lean one (None: none)."""
         value = self.current.get()
-        if type(value) is LeanCell:
-            value = TrackedOperation.promoted(self, value)
+        if type(value) is LeanCycle:
+            value = TrackedCycle.promoted(self, value)
             self.current.set(value)  # the wrapper's ``reset`` still restores the outer value
         return value  # type: ignore[no-any-return]
 
@@ -269,8 +269,8 @@ def install(client: Any, state: ClientState) -> None:
     if not seams.client_has_native_backpressure(client):
         raise TypeError(f"{type(client).__name__} has no native backpressure retry loop")
     installation = vars(client).get(_INSTALLATION_ATTR)
-    if not isinstance(installation, _Installation):
-        installation = _Installation(client, state)
+    if not isinstance(installation, NativeInstallation):
+        installation = NativeInstallation(client, state)
         setattr(client, _INSTALLATION_ATTR, installation)
     installation.state = state
     installation.apply(client)
@@ -280,7 +280,7 @@ def install(client: Any, state: ClientState) -> None:
 def uninstall(client: Any) -> None:
     """Restore the client's own retry policy, option values and methods (no-op if not installed)."""
     installation = vars(client).pop(_INSTALLATION_ATTR, None)
-    if isinstance(installation, _Installation):
+    if isinstance(installation, NativeInstallation):
         installation.restore(client)
         handshake.disable(client)
 
@@ -288,7 +288,7 @@ def uninstall(client: Any) -> None:
 def installed_state(client: Any) -> Optional[ClientState]:
     """Return the state installed on ``client`` by this adapter, or None."""
     installation = vars(client).get(_INSTALLATION_ATTR)
-    return installation.state if isinstance(installation, _Installation) else None
+    return installation.state if isinstance(installation, NativeInstallation) else None
 
 
 def wrapper_flavour(client: Any) -> Optional[str]:

@@ -7,7 +7,7 @@ The sync twin ``native/sync_wrappers.py`` is generated from ``native/async_wrapp
 ``_process_response`` become on one client (a known signature of pymongo 4.17-4.20.1, see
 ``seams.NATIVE_RETRY_INTERNAL_SIGNATURES``); :func:`forwarding_wrappers` builds the
 ``_retry_internal`` and ``_select_server`` wrappers for other signatures.  The bookkeeping they
-drive (``TrackedOperation``, ``LeanCell``) is in :mod:`backpressure.adapters.native.operation`,
+drive (``TrackedCycle``, ``LeanCycle``) is in :mod:`backpressure.adapters.native.cycles`,
 the retry policy object in :mod:`backpressure.adapters.native`.
 """
 
@@ -17,10 +17,10 @@ from contextvars import Token
 from typing import Any, Callable, Optional
 
 from backpressure.adapters import seams
-from backpressure.adapters.native.operation import (
-    Installation,
-    LeanCell,
-    TrackedOperation,
+from backpressure.adapters.native.cycles import (
+    InstallationView,
+    LeanCycle,
+    TrackedCycle,
 )
 from backpressure.core.client_state import LEAN_BATCH
 from backpressure.core.cycle import SEND
@@ -34,10 +34,10 @@ __all__ = ["forwarding_wrappers", "lean_wrappers"]
 steer = seams.steer
 
 
-def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable[..., Any]]:
+def lean_wrappers(installation: InstallationView, client: Any) -> dict[str, Callable[..., Any]]:
     """Build the instance-level wrappers of one client (the sync flavour).
 
-    The success path is the lean one (see ``native.LeanCell``): per operation a three-item list
+    The success path is the lean one (see ``native.LeanCycle``): per operation a three-item list
     (the server, the session, the operation) made current with ``ContextVar.set`` and
     ``reset``, per attempt one store of the selected server, per reply two key lookups, and a
     lock-free success count written out in the wrapper (``ClientState.count_first_attempt``'s
@@ -51,7 +51,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     A client with pacing (adaptive policy) takes the lean path too while none of its servers is
     paced (``PacingGate.engaged`` is False; its successes are counted for the pacing in
     batches, see ``ClientState.count_first_attempt``), and tracks every operation with a
-    ``TrackedOperation`` (its ``AttemptCycle``) from its start while one is: the cycle answers
+    ``TrackedCycle`` (its ``AttemptCycle``) from its start while one is: the cycle answers
     at ``_select_server`` (send, or wait and ask again, or refuse: ``carry_out``),
     at our policy's ``backoff`` and at the end of ``_retry_internal``.  While the client has an
     operation listener (``ClientState.timed``: metrics are on) every operation is tracked too,
@@ -71,7 +71,7 @@ def lean_wrappers(installation: Installation, client: Any) -> dict[str, Callable
     }
 
 
-def _lean_retry_internal(installation: Installation, client: Any) -> Callable[..., Any]:
+def _lean_retry_internal(installation: InstallationView, client: Any) -> Callable[..., Any]:
     """Build the lean ``_retry_internal`` wrapper of one client (see :func:`lean_wrappers`)."""
     ref = installation.client_ref
     retry_internal = installation.delegate(client, "_retry_internal")
@@ -81,8 +81,8 @@ def _lean_retry_internal(installation: Installation, client: Any) -> Callable[..
         installation.current.reset,
     )
     server_address = seams.server_address
-    operation_class = TrackedOperation
-    cell_class = LeanCell
+    operation_class = TrackedCycle
+    cell_class = LeanCycle
     # 11 arguments before pymongo 4.20.1 (no conn_mgr), 12 from it: the call below passes as
     # many as the client's own ``_retry_internal`` takes, the cell keeps all twelve.
     with_conn_mgr = installation.retry_arity > 11
@@ -161,14 +161,14 @@ def _lean_retry_internal(installation: Installation, client: Any) -> Callable[..
     return _retry_internal
 
 
-def _lean_select_server(installation: Installation, client: Any) -> Callable[..., Any]:
+def _lean_select_server(installation: InstallationView, client: Any) -> Callable[..., Any]:
     """Build the lean ``_select_server`` wrapper of one client (see :func:`lean_wrappers`)."""
     ref = installation.client_ref
     select_server = installation.delegate(client, "_select_server")
     current_get, current_set = installation.current.get, installation.current.set
     active_states = seams.ACTIVE_TRANSACTION_STATES
-    operation_class = TrackedOperation
-    cell_class = LeanCell
+    operation_class = TrackedCycle
+    cell_class = LeanCycle
 
     def _select_server(
         server_selector: Any,
@@ -220,12 +220,12 @@ def _lean_select_server(installation: Installation, client: Any) -> Callable[...
     return _select_server
 
 
-def _lean_process_response(installation: Installation, client: Any) -> Callable[..., Any]:
+def _lean_process_response(installation: InstallationView, client: Any) -> Callable[..., Any]:
     """Build the ``_process_response`` wrapper of one client (see :func:`lean_wrappers`)."""
     ref = installation.client_ref
     process_response = installation.delegate(client, "_process_response")
     current_get = installation.current.get
-    operation_class = TrackedOperation
+    operation_class = TrackedCycle
     dict_class = dict
 
     def _process_response(reply: Any, session: Any) -> Any:
@@ -239,11 +239,13 @@ def _lean_process_response(installation: Installation, client: Any) -> Callable[
     return _process_response
 
 
-def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Callable[..., Any]]:
+def forwarding_wrappers(
+    installation: InstallationView, client: Any
+) -> dict[str, Callable[..., Any]]:
     """``_retry_internal`` and ``_select_server`` wrappers for signatures not known to the seams.
 
     A pymongo release that adds a parameter to either method keeps working: these wrappers
-    forward ``*args, **kwargs`` and track every operation with a ``TrackedOperation`` from its
+    forward ``*args, **kwargs`` and track every operation with a ``TrackedCycle`` from its
     start (the path an adaptive client takes), at the cost of the lean success path.
     """
     ref = installation.client_ref
@@ -265,7 +267,7 @@ def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Ca
     def _retry_internal(*args: Any, **kwargs: Any) -> Any:
         session = seams.retry_internal_argument(args, kwargs, "session")
         operation = seams.retry_internal_argument(args, kwargs, "operation")
-        token = current.set(TrackedOperation(installation, session, operation))
+        token = current.set(TrackedCycle(installation, session, operation))
         try:
             result = retry_internal(ref(), *args, **kwargs)
         except BaseException as exc:
@@ -276,7 +278,7 @@ def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Ca
 
     def _select_server(*args: Any, **kwargs: Any) -> Any:
         tracked = current.get()
-        if type(tracked) is not TrackedOperation:
+        if type(tracked) is not TrackedCycle:
             return select_server(ref(), *args, **kwargs)
         return _select_tracked(tracked, select_server, ref(), args, kwargs)
 
@@ -284,7 +286,7 @@ def forwarding_wrappers(installation: Installation, client: Any) -> dict[str, Ca
 
 
 def _select_tracked(
-    tracked: TrackedOperation,
+    tracked: TrackedCycle,
     select_server: Callable[..., Any],
     client: Any,
     args: tuple[Any, ...],
@@ -297,7 +299,7 @@ def _select_tracked(
     server is sent to without asking, otherwise the cycle admits the attempt (send, or wait
     and ask again, or refuse).
     """
-    if tracked.backoff:  # a backoff the client's sleep hook sleeps (see TrackedOperation)
+    if tracked.backoff:  # a backoff the client's sleep hook sleeps (see TrackedCycle)
         seconds, tracked.backoff = tracked.backoff, 0.0
         pause(tracked.state, seconds)
     state = tracked.state

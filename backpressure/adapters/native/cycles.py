@@ -1,12 +1,12 @@
 """One operation on the native adapter's path (pymongo >= 4.17): the bookkeeping the sync and
 async wrappers (``async_wrappers`` and its generated twin) drive.
 
-An operation starts on the lean path, a :data:`LeanCell`; anything other than a first-attempt
-success outside a transaction promotes it to a :class:`TrackedOperation` with the same history:
+An operation starts on the lean path, a :data:`LeanCycle`; anything other than a first-attempt
+success outside a transaction promotes it to a :class:`TrackedCycle` with the same history:
 the operation's :class:`~backpressure.core.cycle.AttemptCycle`, plus pymongo's transaction
 specifics.
-:class:`Installation` is what the wrappers and the operations need of the adapter's
-installation on one client (``native._Installation``).
+:class:`InstallationView` is what the wrappers and the operations need of the adapter's
+installation on one client (``native.NativeInstallation``).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from backpressure.core.cycle import AttemptCycle, Backoff
 from backpressure.core.decision import StopReason
 from backpressure.core.labels import has_no_writes_performed
 
-__all__ = ["Installation", "LeanCell", "TrackedOperation"]
+__all__ = ["InstallationView", "LeanCycle", "TrackedCycle"]
 
 
-class Installation(Protocol):
+class InstallationView(Protocol):
     """The native adapter's installation on one client, as its wrappers and operations use it."""
 
     @property
@@ -48,7 +48,7 @@ class Installation(Protocol):
         """How many arguments the client's ``_retry_internal`` takes (``self`` left out)."""
         ...
 
-    def operation(self) -> Optional[TrackedOperation]:
+    def operation(self) -> Optional[TrackedCycle]:
         """Return the current operation of this client, promoting a lean one (None: none)."""
         ...
 
@@ -57,7 +57,7 @@ class Installation(Protocol):
         ...
 
 
-class TrackedOperation(AttemptCycle):
+class TrackedCycle(AttemptCycle):
     """One call of the native loop on one client: its :class:`AttemptCycle`, plus the pymongo
     specifics around it (the session's transaction, its pinned mongos, the commit counter).
 
@@ -77,7 +77,7 @@ class TrackedOperation(AttemptCycle):
         "session",
     )
 
-    def __init__(self, installation: Installation, session: Any, operation: Any) -> None:
+    def __init__(self, installation: InstallationView, session: Any, operation: Any) -> None:
         """Track one ``_retry_internal`` call on ``installation``'s client, made with
         ``session`` and ``operation`` (its arguments of those names)."""
         self.installation = installation
@@ -108,8 +108,8 @@ class TrackedOperation(AttemptCycle):
             self.commit_attempt = 0
 
     @classmethod
-    def promoted(cls, installation: Installation, cell: list[Any]) -> TrackedOperation:
-        """Take over an operation that ran on the lean path so far (see :data:`LeanCell`)."""
+    def promoted(cls, installation: InstallationView, cell: list[Any]) -> TrackedCycle:
+        """Take over an operation that ran on the lean path so far (see :data:`LeanCycle`)."""
         operation = cls(installation, cell[1], cell[2])
         first = cell[0]
         if first is not None:
@@ -191,7 +191,7 @@ class TrackedOperation(AttemptCycle):
         cycle.ended(exc, reason)
 
 
-LeanCell = list
+LeanCycle = list
 """An operation on the lean path: ``[first selected Server or None, session, operation]`` (the
 last two: the arguments of the ``_retry_internal`` call of those names).
 
@@ -199,5 +199,5 @@ While an operation of a client without pacing has neither failed nor been retrie
 in a transaction, this three-item list is all there is of it: the ``_retry_internal`` wrapper
 makes it current, the ``_select_server`` wrapper stores the first server in it, and the success
 counts it.  Anything else (a failure reaching our policy, a second attempt, a transaction, an
-error raised by the loop) promotes it to a :class:`TrackedOperation` with the same history.
+error raised by the loop) promotes it to a :class:`TrackedCycle` with the same history.
 """

@@ -1,6 +1,6 @@
 """Per-operation retry state shared by every pymongo adapter (sync, async and native).
 
-Theory of operation: an adapter creates one ``OperationRetries`` per operation and calls
+Theory of operation: an adapter creates one ``CycleRecord`` per operation and calls
 ``attempt_started(server)`` before each attempt, then ``succeeded()``, ``classic_retry(error)``
 (pymongo's own rules retry an error that is no overload) or ``failed(error, ...)``.  Every call
 is written to the operation's :class:`~backpressure.core.ledger.AttemptLedger`, which decides
@@ -39,7 +39,7 @@ from backpressure.core.ledger import AttemptLedger, AttemptOutcome
 from backpressure.core.log_limit import LogRateLimit
 from backpressure.core.overrides import Criticality
 
-__all__ = ["OperationRetries", "error_type"]
+__all__ = ["CycleRecord", "error_type"]
 
 _LOGGER = logging.getLogger("backpressure")
 
@@ -89,7 +89,7 @@ def _format_server(server: Optional[Address]) -> str:
     return "unknown server" if server is None else f"{server[0]}:{server[1]}"
 
 
-class OperationRetries:
+class CycleRecord:
     """Retry bookkeeping for one operation: attempts, servers, backoff, events, logs."""
 
     def __init__(

@@ -1,4 +1,4 @@
-"""Tests for OperationRetries: accounting, logging, listeners and summaries."""
+"""Tests for CycleRecord: accounting, logging, listeners and summaries."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any, cast
 import pytest
 from pymongo.errors import AutoReconnect, DuplicateKeyError, OperationFailure
 
+from backpressure.core.cycle_record import CycleRecord
 from backpressure.core.decision import GiveUp, Retry, RetryController, StopReason
 from backpressure.core.events import (
     GiveUpEvent,
@@ -18,7 +19,6 @@ from backpressure.core.events import (
     retry_summary,
 )
 from backpressure.core.labels import RETRYABLE, SYSTEM_OVERLOADED
-from backpressure.core.operation import OperationRetries
 from backpressure.core.policy import CURRENT_SPEC, DRAFT, Policy
 
 
@@ -67,12 +67,10 @@ class Raising:
         raise RuntimeError("listener broke")
 
 
-def make(
-    policy: Policy = DRAFT, *listeners: RetryListener, jitter: float = 1.0
-) -> OperationRetries:
-    """Build an OperationRetries over a controller with fixed jitter and a frozen clock."""
+def make(policy: Policy = DRAFT, *listeners: RetryListener, jitter: float = 1.0) -> CycleRecord:
+    """Build an CycleRecord over a controller with fixed jitter and a frozen clock."""
     ctl = RetryController(policy, random=lambda: jitter, clock=lambda: 0.0)
-    return OperationRetries(ctl, "insert", listeners=listeners)
+    return CycleRecord(ctl, "insert", listeners=listeners)
 
 
 def test_retry_then_success(caplog: pytest.LogCaptureFixture) -> None:
@@ -255,7 +253,7 @@ def test_server_unknown_and_no_attempt_started(caplog: pytest.LogCaptureFixture)
 def test_custom_logger(caplog: pytest.LogCaptureFixture) -> None:
     """An injected logger receives the messages."""
     ctl = RetryController(DRAFT, random=lambda: 0.5)
-    op = OperationRetries(ctl, "find", logger=logging.getLogger("custom.bp"))
+    op = CycleRecord(ctl, "find", logger=logging.getLogger("custom.bp"))
     caplog.set_level(logging.INFO, logger="custom.bp")
     op.attempt_started(A)
     op.failed(overload())
