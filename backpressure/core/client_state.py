@@ -180,6 +180,9 @@ class ClientState:
         """Pacing around each attempt (None unless the policy is adaptive)."""
         self.choice: Optional[ServerChoice] = self.server_choice(self.controller.clock)
         """Server choice: steers selections around overloaded servers (None: turned off)."""
+        self.clock: Callable[[], float] = self.controller.clock
+        """The monotonic clock of the client's hedging (and, when the tests' timing hook sets it,
+        of its pacing and server choice: ``backpressure.switch.client.set_timing``)."""
         self.stats = StatsRecorder()
         self._first_attempt_events: dict[Optional[Address], OperationFinishedEvent] = {}
         self._refresh_listeners()

@@ -12,15 +12,22 @@ this order (the first that fails decides):
 3. no server pushed back recently: no overload reply from any server for
    ``hedge_pushback_pause`` seconds, and no server is paced by the adaptive
    policy (A6: hedges stop under pushback)                                  -> PUSHBACK
-4. an eligible member not tried yet by this read exists (chosen at random)  -> NO_CANDIDATE
+4. an eligible member not tried yet by this read exists (chosen at random
+   among those the server choice does not avoid, when one remains)         -> NO_CANDIDATE
 5. the target's budget grants it (one token from that server's budget, or
    the A6 throttle above half; the client's budget when it is per client)  -> BUDGET_EMPTY
 
 A hedge is never sent to a member the read already went to, so a read with one eligible member
-(``primary`` read preference, a standalone) is never hedged.  Everything here is pure: time and
-randomness are injected, nothing sleeps and nothing does I/O.  The pushback record is guarded by
-a ``threading.Lock`` held only around arithmetic, so one :class:`Hedging` serves threads, Motor's
-executor and the event loop alike.
+(``primary`` read preference, a standalone) is never hedged.  The target is drawn by the client's
+server choice rule (``ClientState.avoid``, as ``seams.steer`` hands it to pymongo): a member it
+avoids is left out while another untried one remains.  A hedge decided but not sent (the read was
+answered first) gives its token back (:meth:`Hedging.unsent`).  Between hedges the executor waits
+:meth:`Hedging.next_wait` seconds, on the client's clock and with its sleep.
+
+Who wins and which failure ends the read is :class:`HedgeRace`, the one rule both executors
+follow.  Everything here is pure: time and randomness are injected, nothing sleeps and nothing
+does I/O.  The pushback record and each race are guarded by a ``threading.Lock`` held only around
+arithmetic, so one :class:`Hedging` serves threads, Motor's executor and the event loop alike.
 """
 
 from __future__ import annotations
@@ -45,12 +52,15 @@ from backpressure.core.policy import Policy
 
 __all__ = [
     "NON_FATAL_CODES",
+    "Avoid",
     "Hedge",
     "HedgeDecision",
     "HedgeNotifier",
+    "HedgeRace",
     "Hedging",
     "NoHedge",
     "PushbackSource",
+    "RaceAttempt",
     "SkipReason",
     "is_non_fatal",
 ]
@@ -90,6 +100,10 @@ class NoHedge:
 
 HedgeDecision = Union[Hedge, NoHedge]
 """What :meth:`Hedging.decide` returns."""
+
+Avoid = Callable[[list[Address]], list[Address]]
+"""The server choice rule of one selection: the members among those given that it deprioritizes
+(``ClientState.avoid``)."""
 
 
 class PushbackSource(Protocol):
@@ -165,6 +179,17 @@ class Hedging:
         """When hedge number ``hedge`` (1-based) of a read started at ``start`` is due."""
         return start + hedge * self._delay
 
+    def next_wait(self, start: float, asked: int, now: Optional[float] = None) -> Optional[float]:
+        """Seconds from ``now`` until the next hedge of a read started at ``start`` that asked
+        for ``asked`` hedges so far is due (0: due now); None when no hedge is left to ask for.
+
+        ``start`` and ``now`` are on the injected clock (``now`` defaults to ``clock()``).
+        """
+        if asked >= self._max_hedges:
+            return None
+        current = self._clock() if now is None else now
+        return max(0.0, self.hedge_time(start, asked + 1) - current)
+
     def record_pushback(self, now: Optional[float] = None) -> None:
         """Note an overload reply from some server (pauses hedging for ``hedge_pushback_pause``)."""
         current = self._clock() if now is None else now
@@ -188,12 +213,14 @@ class Hedging:
         tried: Sequence[Address],
         deadline: Optional[float] = None,
         now: Optional[float] = None,
+        avoid: Optional[Avoid] = None,
     ) -> HedgeDecision:
         """Decide hedge number ``hedge`` (1-based) of a read (see the module docstring).
 
         ``candidates`` are the members the read preference allows, ``tried`` those the read
-        already went to; ``deadline`` and ``now`` are on the injected clock.  A token is taken
-        from the target's budget only when the answer is :class:`Hedge`.
+        already went to; ``deadline`` and ``now`` are on the injected clock; ``avoid`` is the
+        server choice rule (None: none), asked only when more than one member is untried.  A
+        token is taken from the target's budget only when the answer is :class:`Hedge`.
         """
         if hedge > self._max_hedges:
             return NoHedge(SkipReason.LIMIT)
@@ -205,10 +232,93 @@ class Hedging:
         untried = [address for address in candidates if address not in tried]
         if not untried:
             return NoHedge(SkipReason.NO_CANDIDATE)
+        if avoid is not None and len(untried) > 1:
+            avoided = avoid(untried)
+            kept = [address for address in untried if address not in avoided]
+            if kept:  # as pymongo treats deprioritized servers: never the last one left out
+                untried = kept
         target = untried[min(int(self._random() * len(untried)), len(untried) - 1)]
         if not self.budget.for_server(target).try_acquire():
             return NoHedge(SkipReason.BUDGET_EMPTY)
         return Hedge(target, hedge)
+
+    def unsent(self, decision: Hedge) -> None:
+        """Give back the token :meth:`decide` took for a hedge that was not sent (the read was
+        answered before its server was selected)."""
+        budget = self.budget.for_server(decision.target)
+        budget.deposit(budget.retry_cost)
+
+
+class RaceAttempt(Protocol):
+    """One attempt of a hedged read as :class:`HedgeRace` sees it."""
+
+    @property
+    def target(self) -> Optional[Address]:
+        """The hedge's member; None for the read's first attempt."""
+        ...
+
+
+class HedgeRace:
+    """The attempts of one hedged read: who won, when to raise, and the members tried.
+
+    The one rule both executors (threads for sync clients, tasks for async ones) follow: the
+    first attempt to succeed wins (:meth:`claim`); a failure ends the read when it is the first
+    attempt's and fatal (not :func:`is_non_fatal`), or when no attempt is left running, and the
+    error raised is then the first attempt's (:meth:`failed`).
+    """
+
+    __slots__ = ("closed", "first_error", "lock", "running", "servers", "winner")
+
+    def __init__(self) -> None:
+        """Start a race with no attempt."""
+        self.lock = threading.Lock()
+        self.closed = False
+        self.winner: Optional[RaceAttempt] = None
+        self.servers: list[Address] = []
+        self.running = 0
+        """Attempts launched whose outcome the executor has not handed to the race yet."""
+        self.first_error: Optional[BaseException] = None
+        """The first attempt's error, once it failed."""
+
+    def launched(self) -> None:
+        """Count an attempt the executor started."""
+        self.running += 1
+
+    def failed(self, attempt: RaceAttempt, error: BaseException) -> Optional[BaseException]:
+        """Hand over a failed attempt; return the error to raise now (None: wait for others)."""
+        self.running -= 1
+        first = attempt.target is None
+        if first:
+            self.first_error = error
+        if self.running == 0 or (first and not is_non_fatal(error)):
+            return self.first_error if self.first_error is not None else error
+        return None
+
+    def claim(self, attempt: RaceAttempt) -> bool:
+        """Make ``attempt`` the winner if the race is still open; return whether it won."""
+        with self.lock:
+            if self.closed or self.winner is not None:
+                return False
+            self.winner = attempt
+            self.closed = True
+            return True
+
+    def close(self) -> None:
+        """End the race: attempts still running lose."""
+        with self.lock:
+            self.closed = True
+
+    def tried(self, address: Optional[Address]) -> None:
+        """Record the member an attempt went to."""
+        if address is not None:
+            with self.lock:
+                if address not in self.servers:
+                    self.servers.append(address)
+
+    def tried_so_far(self) -> list[Address]:
+        """The members the read went to so far, in order."""
+        with self.lock:
+            return list(self.servers)
 
 
 class HedgeNotifier:

@@ -202,17 +202,18 @@ def set_timing(
     clock: Optional[Callable[[], float]] = None,
     sleep: Optional[Callable[[float], Any]] = None,
 ) -> None:
-    """Run an enabled client's pacing and server choice on ``clock`` and its sleeps on ``sleep``
-    (a private hook for tests).
+    """Run an enabled client's pacing, server choice and hedging on ``clock`` and its sleeps on
+    ``sleep`` (a private hook for tests).
 
     The client starts afresh (new budget, pacing and statistics; same policy, listeners and
-    jitter source) with its adaptive pacing on ``clock`` (a monotonic clock; None:
-    ``time.monotonic``), and every local wait and backoff slept with ``sleep`` (of the client's
-    flavour: a coroutine function for an async client; None: ``time.sleep`` or
-    ``asyncio.sleep``).  On pymongo >= 4.17, whose own loop sleeps a backoff with
-    ``time.sleep`` or ``asyncio.sleep``, a client with a ``sleep`` hands pymongo a delay of 0
-    and sleeps the backoff with ``sleep`` at its next server selection instead.  Deadlines
-    (CSOT) stay on pymongo's clock, ``time.monotonic``, and so does the retry rules' clock.
+    jitter source) with its adaptive pacing, server choice and hedged reads' schedule on
+    ``clock`` (a monotonic clock; None: ``time.monotonic``), and every local wait, backoff and
+    wait for a hedge slept with ``sleep`` (of the client's flavour: a coroutine function for an
+    async client; None: ``time.sleep`` or ``asyncio.sleep``).  On pymongo >= 4.17, whose own
+    loop sleeps a backoff with ``time.sleep`` or ``asyncio.sleep``, a client with a ``sleep``
+    hands pymongo a delay of 0 and sleeps the backoff with ``sleep`` at its next server
+    selection instead.  Deadlines (CSOT) stay on pymongo's clock, ``time.monotonic``, and so
+    does the retry rules' clock.
 
     Raises:
         InvalidOperation: ``client`` is not enabled.
@@ -229,6 +230,7 @@ def set_timing(
     )
     new_state = dataclasses.replace(current, controller=controller, sleep=sleep)
     if clock is not None:
+        new_state.clock = clock
         new_state.choice = new_state.server_choice(clock)
     _install(_pymongo_client(client), new_state)
 

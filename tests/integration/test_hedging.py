@@ -4,23 +4,41 @@ One secondary is made slow with a ``failCommand`` fail point that blocks the rea
 test must know which reply won, then fails it with a fatal error).  Reads use ``nearest``, so the
 first attempt of a read lands on the slow member about one time in three; the tests read until
 that happens (a hedge event, or a command started there), never for a fixed time.
+
+Where the outcome does not depend on how long the members take to answer, the tests run the
+client's hedging on a fake clock (:func:`on_clock`, through the client's timing hook): the wait
+for a hedge is slept with a sleep that moves that clock instead of waiting, so every read is
+hedged as soon as its first attempt is on its way, and each hedge's ``after`` is exact.  The
+tests of a slow member keep the real clock: they need reads to the fast members answered before
+the hedge delay (on the fake clock every read is hedged, the slow member always has hedges in
+flight, and pymongo's own choice, the member with fewer operations in flight, then never picks
+it for a first attempt).
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
+import random
 import threading
+import time
 from typing import Any, Callable
 
 import pytest
 from pymongo import ReadPreference
 
 import backpressure
-from backpressure import DRAFT
+from backpressure import CURRENT_SPEC, DRAFT
+from backpressure.adapters import seams
 from backpressure.adapters.hedging import ASYNC_HEDGING
+from backpressure.adapters.hedging.reads import _candidates
 from backpressure.core.events import HedgeEvent
+from backpressure.switch.client import _pymongo_client, set_timing
 from backpressure.switch.client import budget as budget_of
+from backpressure.switch.client import state as state_of
 from backpressure.testing.server.embedded import EmbeddedServer
+from tests.fakes import FakeClock
 from tests.integration import conftest
 from tests.integration.conftest import (
     ClientFactory,
@@ -32,11 +50,11 @@ from tests.integration.conftest import (
     wait_for_members,
 )
 
-HEDGED = DRAFT.replace(hedge_delay=0.05)
-"""Hedge after 50 ms without a reply."""
+HEDGED = DRAFT.replace(hedge_delay=0.0625)
+"""Hedge after 62.5 ms without a reply (a power of two: times on the fake clock add up exactly)."""
 
 SLOW_MS = 3000
-"""How long the slow member holds a read (the hedge is sent after 50 ms)."""
+"""How long the slow member holds a read (the hedge is sent after 62.5 ms)."""
 
 ONE_SLOW_MS = 1000
 """How long a member that answers late, but before the slow ones, holds a read."""
@@ -78,6 +96,55 @@ def slow_fail_point(command: str, block_ms: int, *, then_fail: bool = False) -> 
     return {"configureFailPoint": "failCommand", "mode": "alwaysOn", "data": data}
 
 
+def on_clock(client: Any, ready: Callable[[int], bool] = lambda _number: True) -> FakeClock:
+    """Run an enabled client's hedging (and pacing, server choice) on a fake clock, which each
+    of the client's sleeps moves on instead of waiting; return the clock.
+
+    With ``ready``, sleep number ``n`` (1 for the first) first waits (really) until
+    ``ready(n)`` holds.  The sleep still yields, so the event loop or the other threads run.
+    The client starts afresh (the timing hook ``set_timing``): call this before the test's
+    operations.
+    """
+    clock = FakeClock(1000.0)
+    limit = time.monotonic() + 60.0
+    sleeps = itertools.count(1)
+
+    def wait_until_ready(number: int) -> bool:
+        assert time.monotonic() < limit, "the client's sleep waited a minute for the test"
+        return ready(number)
+
+    if seams.is_async_client(_pymongo_client(client)):
+
+        async def sleep_async(seconds: float) -> None:
+            number = next(sleeps)
+            while not wait_until_ready(number):
+                await asyncio.sleep(0.001)
+            clock.advance(seconds)
+            await asyncio.sleep(0)
+
+        set_timing(client, clock=clock, sleep=sleep_async)
+    else:
+
+        def sleep(seconds: float) -> None:
+            number = next(sleeps)
+            while not wait_until_ready(number):
+                time.sleep(0.001)
+            clock.advance(seconds)
+            time.sleep(0)
+
+        set_timing(client, clock=clock, sleep=sleep)
+    return clock
+
+
+def in_flight(commands: CommandRecorder, command: str) -> bool:
+    """Whether a ``command`` was sent and has neither succeeded nor failed yet."""
+    with commands._lock:
+        finished = sum(
+            e.command_name == command for e in (*commands.succeeded_log, *commands.failed_log)
+        )
+        return sum(e.command_name == command for e in commands.started_log) > finished
+
+
 def require_hedging(clients: ClientFactory) -> None:
     """Skip on an ``AsyncMongoClient`` whose reads block the event loop (no hedge can start)."""
     if clients.is_async and not ASYNC_HEDGING:
@@ -90,18 +157,24 @@ def hedged_client(
     commands: CommandRecorder,
     hedges: HedgeRecorder,
     policy: Any = HEDGED,
+    *,
+    fake_clock: bool = False,
     **kwargs: Any,
 ) -> Any:
-    """A client of the test's flavour that reads ``nearest`` and hedges with ``policy``.
+    """A client of the test's flavour that reads ``nearest`` and hedges with ``policy`` (with
+    ``fake_clock``, on a fake clock: :func:`on_clock`).
 
     Every member stays in the latency window, however loaded the machine, so reads spread over
     all of them.
     """
     kwargs.setdefault("readPreference", "nearest")
     kwargs.setdefault("localThresholdMS", 60_000)
-    return conftest.enabled_client(
+    client = conftest.enabled_client(
         clients, server.uri, policy, listeners=[hedges], event_listeners=[commands], **kwargs
     )
+    if fake_clock:
+        on_clock(client)
+    return client
 
 
 def finished_at(commands: CommandRecorder, command: str, address: Any) -> bool:
@@ -191,7 +264,7 @@ async def test_no_hedge_while_a_server_pushes_back(
     require_hedging(clients)
     hedges = HedgeRecorder()
     policy = HEDGED.replace(hedge_pushback_pause=600.0)
-    client = hedged_client(clients, replicaset_server, commands, hedges, policy)
+    client = hedged_client(clients, replicaset_server, commands, hedges, policy, fake_clock=True)
     await resolve(client.db.coll.insert_one({"_id": 1}))
     await wait_for_members(client)
     replicaset_server.configure_fail_point(overload_fail_point(["insert"], times=1), member=0)
@@ -216,7 +289,7 @@ async def test_no_hedge_without_a_budget_token(
     hedges = HedgeRecorder()
     # A per-server budget of 0.5 tokens never grants a 1-token hedge (or retry).
     policy = HEDGED.replace(budget_scope="server", budget_capacity=0.5)
-    client = hedged_client(clients, replicaset_server, commands, hedges, policy)
+    client = hedged_client(clients, replicaset_server, commands, hedges, policy, fake_clock=True)
     await resolve(client.db.coll.insert_one({"_id": 1}))
     await wait_for_members(client)
     slow = replicaset_server.addresses[SLOW]
@@ -431,6 +504,9 @@ async def test_a_second_hedge_follows_at_twice_the_delay(
     client = hedged_client(
         clients, replicaset_server, commands, hedges, HEDGED.replace(max_hedges=2)
     )
+    # The wait for hedge n ends once n finds were sent (the first attempt and the hedges before),
+    # so each hedge knows the members tried and is sent before the clock moves on.
+    on_clock(client, ready=lambda number: commands.started_names().count("find") >= number)
     await resolve(client.db.coll.insert_one({"_id": 1}))
     await wait_for_members(client)
     # Every member holds the find far longer than both hedge delays, so whichever member the
@@ -449,7 +525,119 @@ async def test_a_second_hedge_follows_at_twice_the_delay(
     assert {first.first_server, first.server, second.server} == set(replicaset_server.addresses)
     assert first.after >= HEDGED.hedge_delay
     assert second.after >= 2 * HEDGED.hedge_delay
+    # Exactly on time: the race waited on the client's clock, not on real time.
+    assert (first.after, second.after) == (HEDGED.hedge_delay, 2 * HEDGED.hedge_delay)
     for address in replicaset_server.addresses:
         await wait_for(
             lambda a=address: finished_at(commands, "find", a), "every member's reply", 60.0
         )
+
+
+def _choice_of(client: Any) -> Any:
+    """The client's server choice (None: turned off)."""
+    state = state_of(client)
+    assert state is not None
+    return state.choice
+
+
+ON_CLOCK = CURRENT_SPEC.replace(hedge_delay=0.015625, hedge_pushback_pause=0.001)
+"""The default policy, hedging after 1/64 s on the client's clock; an overload reply holds hedges
+for 1 ms of it only, so they resume while the server choice still avoids the member."""
+
+
+async def test_hedges_avoid_a_member_the_server_choice_avoids(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """Server choice: once a secondary pushed back, hedges go to the other untried member.
+
+    The client's clock moves only when it sleeps, so every read is hedged at once (its wait
+    for the hedge is slept on that clock) and the choice's signal does not fade with real time.
+    The random source is pinned to 0 and the hot member is the first secondary among the
+    members the read preference lists: without the rule, a read whose first attempt went to the
+    primary would be hedged to the first untried member, the hot one.
+    """
+    require_hedging(clients)
+    hedges = HedgeRecorder()
+    client = hedged_client(clients, replicaset_server, commands, hedges, ON_CLOCK, fake_clock=True)
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    await wait_for_members(client, 3)
+    primary = replicaset_server.primary_address
+    listed = _candidates(_pymongo_client(client), ReadPreference.NEAREST)
+    hot = next(address for address in listed if address != primary)
+    replicaset_server.configure_fail_point(
+        overload_fail_point(["find"]), member=replicaset_server.addresses.index(hot)
+    )
+    for _ in range(200):
+        assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}
+        if hot in commands.addresses("find"):
+            break
+    assert hot in commands.addresses("find"), "no read reached the hot member"
+    choice = _choice_of(client)
+    # A hedge's reply may come after the read returned (a sync loser finishes in its thread).
+    await wait_for(lambda: choice.engaged, "the hot member's pushback")
+    await wait_for(lambda: not in_flight(commands, "find"), "the reads' last attempts")
+    with hedges._lock:
+        hedges.events.clear()
+    commands.reset()
+    for _ in range(200):
+        assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}
+        if len([e for e in from_slow(hedges, primary) if e.first_server == primary]) >= 5:
+            break
+    assert len(from_slow(hedges, primary)) >= 5, "too few reads went to the primary first"
+    assert hedges.events
+    assert all(e.server != hot for e in hedges.events)
+    assert hot not in commands.addresses("find")
+    assert choice.signals()[hot].avoided
+
+
+async def test_the_outcome_of_a_hedge_reaches_the_server_choice(
+    clients: ClientFactory, replicaset_server: EmbeddedServer, commands: CommandRecorder
+) -> None:
+    """A hedge pushed back by the member it went to raises that member's overload signal, as any
+    other attempt would (the read's first attempt went elsewhere).
+
+    The other members hold each find for a while, so a read's hedge is always sent before its
+    first attempt's reply; before each read the client's clock moves a minute on, so the hot
+    member's earlier signal has faded and the hedge is free to go there.  Reads go on until one
+    whose first attempt went elsewhere is hedged there (the draws are seeded, not pinned, so
+    either untried member may be the hedge's target).
+    """
+    require_hedging(clients)
+    hedges = HedgeRecorder()
+    draws = random.Random(47)
+    client = hedged_client(
+        clients, replicaset_server, commands, hedges, ON_CLOCK, random=draws.random
+    )
+    clock = on_clock(client)
+    await resolve(client.db.coll.insert_one({"_id": 1}))
+    await wait_for_members(client, 3)
+    hot = replicaset_server.addresses[1]
+    replicaset_server.configure_fail_point(overload_fail_point(["find"]), member=1)
+    for member in (0, 2):
+        replicaset_server.configure_fail_point(slow_fail_point("find", 200), member=member)
+    choice = _choice_of(client)
+    for _ in range(200):
+        # pymongo's own choice prefers the member with fewer operations in flight: let the
+        # previous read's losers end, or the hot member (which answers at once) looks best.
+        await wait_for(lambda: not in_flight(commands, "find"), "the previous read's attempts")
+        clock.advance(60.0)  # sixty half-lives: any earlier signal has faded
+        signal = choice.signals().get(hot)
+        assert signal is None or signal.signal < 1e-6
+        with hedges._lock:
+            hedges.events.clear()
+        commands.reset()
+        assert await resolve(client.db.coll.find_one({"_id": 1})) == {"_id": 1}
+        with hedges._lock:
+            to_hot = [e for e in hedges.events if e.server == hot]
+        if to_hot and to_hot[0].first_server not in (None, hot):
+            break
+    else:
+        raise AssertionError("no read was hedged to the hot member from another one")
+    assert to_hot[0].first_server in commands.addresses("find")  # the first attempt went there
+    assert hot in commands.addresses("find")  # the hedge was sent
+
+    def pushed_back() -> bool:
+        signal = choice.signals().get(hot)
+        return signal is not None and signal.signal >= 0.25  # one pushback moves it by 0.3
+
+    await wait_for(pushed_back, "the hedge's pushback in the hot member's signal")

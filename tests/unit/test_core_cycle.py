@@ -365,9 +365,10 @@ def test_hedged_race_one_rule_for_who_wins_and_when_to_raise() -> None:
     attempt failed the first attempt's error is raised."""
     from pymongo.errors import AutoReconnect, OperationFailure
 
-    from backpressure.adapters.hedging.race import _Attempt, _Race
+    from backpressure.adapters.hedging.race import _Attempt
+    from backpressure.core.hedging import HedgeRace
 
-    race = _Race()
+    race = HedgeRace()
     first, hedge = _Attempt(race, None, 0), _Attempt(race, A, 1)
     race.launched()
     race.launched()
@@ -375,7 +376,7 @@ def test_hedged_race_one_rule_for_who_wins_and_when_to_raise() -> None:
     assert race.failed(first, network) is None  # non-fatal: the hedge may still answer
     assert race.failed(hedge, overload()) is network  # every attempt failed: the first's error
 
-    race = _Race()
+    race = HedgeRace()
     first, hedge = _Attempt(race, None, 0), _Attempt(race, A, 1)
     race.launched()
     race.launched()
@@ -383,7 +384,7 @@ def test_hedged_race_one_rule_for_who_wins_and_when_to_raise() -> None:
     assert race.claim(first)
     assert not race.claim(hedge)  # one winner
 
-    race = _Race()
+    race = HedgeRace()
     first = _Attempt(race, None, 0)
     race.launched()
     race.launched()

@@ -57,6 +57,64 @@ def test_hedge_times_are_multiples_of_the_delay_from_the_start() -> None:
     assert [decision.hedge_time(5.0, n) for n in (1, 2)] == [5.1, 5.2]
 
 
+def test_the_wait_before_each_hedge_is_counted_on_the_injected_clock() -> None:
+    """next_wait: the seconds left until the next hedge is due on the given clock (0 once due),
+    None once max_hedges were asked for."""
+    decision, clock = hedging()
+    start = clock.now
+    assert decision.next_wait(start, 0) == pytest.approx(0.1)
+    clock.advance(0.04)
+    assert decision.next_wait(start, 0) == pytest.approx(0.06)
+    clock.advance(0.06)
+    assert decision.next_wait(start, 0) == 0.0
+    clock.advance(0.5)  # late: due at once, never negative
+    assert decision.next_wait(start, 0) == 0.0
+    assert decision.next_wait(start, 1) == 0.0
+    assert decision.next_wait(start, 1, now=start + 0.15) == pytest.approx(0.05)
+    assert decision.next_wait(start, 2) is None  # max_hedges=2 asked for
+
+
+def test_the_server_choice_rule_steers_the_hedge_away_while_another_member_remains() -> None:
+    """A member the choice avoids is not a hedge's target while another untried one remains;
+    the rule is asked about the untried members only, and only when there is a choice."""
+    decision, _ = hedging(random=0.0)
+    asked: list[list[tuple[str, int]]] = []
+
+    def avoid(addresses: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        asked.append(list(addresses))
+        return [B]
+
+    assert decision.decide(hedge=1, candidates=[A, B, C], tried=[A], avoid=avoid) == Hedge(C, 1)
+    assert asked == [[B, C]]
+    # B is the only member left: avoided members stay eligible (pymongo's deprioritization).
+    assert decision.decide(hedge=2, candidates=[A, B, C], tried=[A, C], avoid=avoid) == Hedge(B, 2)
+    assert asked == [[B, C]]
+    # The rule avoiding every untried member leaves the draw as it was.
+    everyone, _ = hedging(random=0.0)
+    assert everyone.decide(
+        hedge=1, candidates=[A, B, C], tried=[A], avoid=lambda found: list(found)
+    ) == Hedge(B, 1)
+
+
+def test_an_unsent_hedge_gives_its_token_back_to_its_targets_budget() -> None:
+    """A hedge decided but not sent (the read was answered first) returns the token it took."""
+    budget = budget_for(HEDGED.replace(budget_scope="server", budget_capacity=2.0))
+    assert isinstance(budget, ServerBudgets)
+    decision, _ = hedging(budget=budget)
+    hedge = decision.decide(hedge=1, candidates=[A, B], tried=[A])
+    assert hedge == Hedge(B, 1)
+    assert budget.for_server(B).tokens == 1.0
+    decision.unsent(hedge)
+    assert budget.for_server(B).tokens == 2.0
+    assert budget.for_server(A).tokens == 2.0
+    decision.unsent(hedge)  # never above capacity
+    assert budget.for_server(B).tokens == 2.0
+    throttle = A6Budget(4.0)
+    a6, _ = hedging(budget=throttle)
+    a6.unsent(Hedge(B, 1))  # A6: a hedge takes no token, so none comes back
+    assert throttle.tokens == 4.0
+
+
 def test_a_hedge_goes_to_an_untried_candidate_chosen_at_random() -> None:
     """The target is drawn among the members not tried yet; tried members are never chosen."""
     low, _ = hedging(random=0.0)

@@ -8,10 +8,13 @@ instance wrappers of four client methods, so a client without hedging runs none 
   attempt and every hedge are each the client's own unchanged read path (retry loop, pacing
   and budget accounting included), run in a thread of their own (sync clients and Motor; idle
   threads are reused) or a task (``AsyncMongoClient``).  The caller waits for the first
-  success; at ``start + n * hedge_delay`` it asks the core for hedge ``n`` and, when granted,
-  starts it pinned to the chosen member.  A fatal error of the first attempt (one every member
-  would return) ends the read at once; a non-fatal one waits for the hedges in flight.  When
-  every attempt failed, the first attempt's error is raised.
+  success; at ``start + n * hedge_delay`` on the client's clock (``Hedging.next_wait``, slept
+  with the client's sleep) it asks the core for hedge ``n`` and, when granted, starts it pinned
+  to the chosen member (drawn with the client's server choice rule; a hedge's attempts report
+  their outcomes to the choice through the retry adapter's cycle, as any attempt does).  A
+  fatal error of the first attempt (one every member would return) ends the read at once; a
+  non-fatal one waits for the hedges in flight.  When every attempt failed, the first
+  attempt's error is raised.
 * ``_select_server``: pins a hedge to its member (selection by address), records the member of
   each attempt, and stops a losing attempt before it sends another try (``HedgeCancelled``).
 * ``_process_response``: every reply carrying ``SystemOverloadedError`` pauses hedging for
@@ -41,10 +44,11 @@ hedge follows an overload reply, and the first attempt's retries are stopped onc
 answered); a first attempt retrying a network error while a hedge is being encoded is the one
 overlap left.
 
-Layout.  ``race.py``: the race's rule and its attempts; ``reads.py``: which reads are hedged;
-``installation.py``: what one client's hedging installed; ``async_wrappers.py``: the wrappers
-and the race loop, from which ``sync_wrappers.py`` is generated (``scripts/unasync.py``); the
-executors ``tasks.py`` (async) and ``threads.py`` (sync).
+Layout.  ``race.py``: the race's attempts (its rule is the core's ``HedgeRace``); ``reads.py``:
+which reads are hedged; ``installation.py``: what one client's hedging installed;
+``async_wrappers.py``: the wrappers and the race loop, from which ``sync_wrappers.py`` is
+generated (``scripts/unasync.py``); the executors ``tasks.py`` (async) and ``threads.py``
+(sync).
 """
 
 from __future__ import annotations

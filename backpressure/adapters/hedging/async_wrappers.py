@@ -8,13 +8,13 @@ scripts/unasync.py``.  The executors differ by flavour (tasks here, threads in t
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from pymongo import _csot
 
 from backpressure.adapters import seams
 from backpressure.adapters.hedging.installation import _Installation
-from backpressure.adapters.hedging.race import _CURRENT, NO_WINNER, HedgeCancelled, _Attempt, _Race
+from backpressure.adapters.hedging.race import _CURRENT, NO_WINNER, HedgeCancelled, _Attempt
 from backpressure.adapters.hedging.reads import (
     _argument,
     _discard_when_done,
@@ -22,6 +22,7 @@ from backpressure.adapters.hedging.reads import (
     _with_address,
 )
 from backpressure.core.events import Address
+from backpressure.core.hedging import HedgeRace
 
 # isort: split
 # The flavour's executor (threads in the generated twin).
@@ -98,22 +99,22 @@ async def _race(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    """Run one hedged read; return the first success or raise (see :class:`_Race`)."""
+    """Run one hedged read; return the first success or raise (see :class:`HedgeRace`).
+
+    The schedule is the core's (``Hedging.next_wait``, on the client's clock); the executor waits
+    that long (or for an attempt's outcome) with the client's sleep.
+    """
     delegate = _delegate_of(installation, method)
     hedging = installation.hedging
-    clock = hedging.clock
-    start = clock()
-    race = _Race()
+    start = hedging.clock()
+    race = HedgeRace()
     attempts = _Attempts(installation, method, race)
     attempts.launch(_Attempt(race, None, 0), lambda: delegate(*args, **kwargs))
     number = 0
     try:
         while True:
-            timeout: Optional[float] = None
-            if number < hedging.max_hedges:
-                timeout = max(0.0, hedging.hedge_time(start, number + 1) - clock())
-            settled = await attempts.settled(timeout)
-            if settled is None:
+            settled = await attempts.settled(hedging.next_wait(start, number))
+            if settled is None:  # the wait for hedge ``number + 1`` is over
                 number += 1
                 hedge = installation.choose(race, name, number, candidates, start)
                 if hedge is not None:

@@ -10,18 +10,19 @@ from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 from backpressure.adapters import seams
-from backpressure.adapters.hedging.race import _CURRENT, _Attempt, _Race
+from backpressure.adapters.hedging.race import _CURRENT, _Attempt
 from backpressure.adapters.hedging.reads import (
     _NON_CURSOR_COMMANDS,
     ASYNC_HEDGING,
     _argument,
     _candidates,
     _close_server_cursor,
+    _deadline_at,
     _session_allows,
 )
 from backpressure.core.client_state import ClientState
 from backpressure.core.events import Address
-from backpressure.core.hedging import Hedge, HedgeNotifier, Hedging
+from backpressure.core.hedging import Hedge, HedgeNotifier, HedgeRace, Hedging
 from backpressure.core.labels import SYSTEM_OVERLOADED
 
 __all__ = ["WrapperFactory"]
@@ -41,7 +42,11 @@ class _Installation:
 
     def __init__(self, client: Any, state: ClientState, make_wrappers: WrapperFactory) -> None:
         """Wrap ``client``'s current methods (the retry adapter's wrappers included) with the
-        wrappers ``make_wrappers`` gives (those of the client's flavour)."""
+        wrappers ``make_wrappers`` gives (those of the client's flavour).
+
+        The decision runs on the client's clock (``ClientState.clock``: the one its pacing and
+        server choice run on, which the tests' timing hook sets), as do the race's waits.
+        """
         self.client_ref = weakref.ref(client)
         self.state = state
         controller = state.controller
@@ -50,6 +55,7 @@ class _Installation:
             state.policy,
             controller.budget,
             pacing=pacing if callable(getattr(pacing, "pushing_back", None)) else None,  # type: ignore[arg-type]
+            clock=state.clock,
             random=controller.random,
         )
         self.notifier = HedgeNotifier(
@@ -86,33 +92,40 @@ class _Installation:
                 self.hedging.record_pushback()
 
     def choose(
-        self, race: _Race, operation: str, number: int, candidates: list[Address], start: float
+        self, race: HedgeRace, operation: str, number: int, candidates: list[Address], start: float
     ) -> Optional[_Attempt]:
         """Ask the core for hedge ``number``; return the hedge's attempt (None: no hedge).
 
-        The hedge is announced (event and log line) when it is sent; a hedge stopped before it
-        was sent (the read was answered meanwhile) gives its budget token back.
+        The target is drawn with the client's server choice rule (``ClientState.avoid``, the
+        rule ``seams.steer`` applies to every selection).  The hedge is announced (event and log
+        line) when it is sent; a hedge stopped before it was sent (the read was answered
+        meanwhile) gives its budget token back (``Hedging.unsent``).
         """
         if race.closed:
             return None
-        with race.lock:
-            tried = list(race.servers)
-        decision = self.hedging.decide(
-            hedge=number, candidates=candidates, tried=tried, deadline=seams.csot_deadline()
+        tried = race.tried_so_far()
+        hedging = self.hedging
+        now = hedging.clock()
+        decision = hedging.decide(
+            hedge=number,
+            candidates=candidates,
+            tried=tried,
+            deadline=_deadline_at(now),
+            now=now,
+            avoid=self.state.avoid,
         )
         if not isinstance(decision, Hedge):
             _LOGGER.debug("not hedging %s (hedge %d): %s", operation, number, decision.reason.value)
             return None
         race.tried(decision.target)  # the next hedge goes elsewhere, even if this one is slow
         first = tried[0] if tried else None
-        hedging, notifier = self.hedging, self.notifier
+        notifier = self.notifier
 
         def announce(sent: bool) -> None:
             if sent:
                 notifier.hedged(operation, decision, first, hedging.clock() - start)
             else:
-                budget = hedging.budget.for_server(decision.target)
-                budget.deposit(budget.retry_cost)
+                hedging.unsent(decision)
 
         return _Attempt(race, decision.target, number, announce)
 

@@ -114,6 +114,13 @@ def _close_server_cursor(client: Any, result: Any) -> None:
         _LOGGER.debug("could not schedule killCursors for a losing hedged find", exc_info=True)
 
 
+def _deadline_at(now: float) -> Optional[float]:
+    """The operation's CSOT deadline on a clock that reads ``now``: ``now`` plus the time pymongo
+    says remains on its own clock (None: no timeout applies)."""
+    remaining = _csot.remaining()
+    return None if remaining is None else now + remaining
+
+
 def _timeout_of(client: Any) -> Optional[float]:
     """The client's timeoutMS (seconds) when no CSOT timeout applies yet, else None."""
     if _csot.get_timeout() is not None:

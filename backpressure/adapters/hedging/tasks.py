@@ -7,8 +7,10 @@ import functools
 from collections.abc import Awaitable
 from typing import Any, Callable, Optional
 
+from backpressure.adapters.async_cycle import pause
 from backpressure.adapters.hedging.installation import _Installation
-from backpressure.adapters.hedging.race import _CURRENT, NO_WINNER, _Attempt, _Race
+from backpressure.adapters.hedging.race import _CURRENT, NO_WINNER, _Attempt
+from backpressure.core.hedging import HedgeRace
 
 __all__ = ["TaskAttempts"]
 
@@ -24,7 +26,7 @@ class TaskAttempts:
     ``find`` is left to finish, because its reply names the server cursor to kill.
     """
 
-    def __init__(self, installation: _Installation, method: str, race: _Race) -> None:
+    def __init__(self, installation: _Installation, method: str, race: HedgeRace) -> None:
         """Run the attempts of ``race`` (a read through the wrapper of ``method``)."""
         self._installation = installation
         self._method = method
@@ -48,12 +50,24 @@ class TaskAttempts:
 
         None when none did; else the winner's result (``NO_WINNER``: none) and the error that
         ends the read (None: wait for the others).  Of attempts that ended together, the
-        earliest wins, and a success beats a failure.
+        earliest wins, and a success beats a failure.  The ``timeout`` is slept in a task of its
+        own with the client's sleep (``async_cycle.pause``), which the first attempt to end
+        cancels.
         """
         tasks, race = self._tasks, self._race
-        done, _ = await asyncio.wait(
-            set(tasks), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
+        waiting: set[asyncio.Future[Any]] = set(tasks)
+        timer: Optional[asyncio.Future[None]] = None
+        if timeout is not None:
+            timer = asyncio.ensure_future(pause(self._installation.state, timeout))
+            waiting.add(timer)
+        try:
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if timer is not None and not timer.done():
+                timer.cancel()
+        if timer is not None and timer in done:
+            done.discard(timer)
+            timer.result()  # the sleep's own error, if any, ends the read
         if not done:
             return None
         winner: Any = NO_WINNER

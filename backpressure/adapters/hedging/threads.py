@@ -12,7 +12,9 @@ import threading
 from typing import Any, Callable, Optional
 
 from backpressure.adapters.hedging.installation import _Installation
-from backpressure.adapters.hedging.race import _CURRENT, NO_WINNER, _Attempt, _Race
+from backpressure.adapters.hedging.race import _CURRENT, NO_WINNER, _Attempt
+from backpressure.adapters.sync_cycle import pause
+from backpressure.core.hedging import HedgeRace
 
 __all__ = ["ThreadAttempts"]
 
@@ -81,12 +83,16 @@ class ThreadAttempts:
     dropped).
     """
 
-    def __init__(self, installation: _Installation, method: str, race: _Race) -> None:
+    def __init__(self, installation: _Installation, method: str, race: HedgeRace) -> None:
         """Run the attempts of ``race`` (a read through the wrapper of ``method``)."""
         self._installation = installation
         self._method = method
         self._race = race
-        self._outcomes: queue.SimpleQueue[tuple[_Attempt, bool, Any]] = queue.SimpleQueue()
+        self._outcomes: queue.SimpleQueue[tuple[Optional[_Attempt], bool, Any]] = (
+            queue.SimpleQueue()
+        )
+        self._timer: Optional[object] = None
+        """The wait running in a worker (see :meth:`settled`); None: none."""
 
     def launch(self, attempt: _Attempt, call: Callable[[], Any]) -> None:
         """Run ``call`` as ``attempt`` in a worker, in a copy of the caller's context."""
@@ -115,15 +121,41 @@ class ThreadAttempts:
         """Wait up to ``timeout`` seconds (None: no limit) for the next outcome.
 
         None when none came; else the winner's result (``NO_WINNER``: none) and the error that
-        ends the read (None: wait for the others).
+        ends the read (None: wait for the others).  The wait must end at the first outcome, and a
+        sleep cannot be interrupted, so without the client's sleep hook it is the outcome
+        queue's own timed wait (``timeout`` comes from the core's arithmetic on the client's
+        clock, ``Hedging.next_wait``); with the hook (tests), the hook sleeps ``timeout`` in a
+        worker (``sync_cycle.pause``) whose end is put in the queue like an outcome.
         """
-        try:
-            attempt, ok, value = self._outcomes.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        if timeout is not None and self._installation.state.sleep is not None:
+            self._start_timer(timeout)
+            timeout = None
+        while True:
+            try:
+                attempt, ok, value = self._outcomes.get(timeout=timeout)
+            except queue.Empty:
+                return None
+            if attempt is not None:
+                break
+            if value is self._timer:  # else a wait an earlier outcome ended: ignored
+                self._timer = None
+                return None
         if ok:
             return value, None
         return NO_WINNER, self._race.failed(attempt, value)
+
+    def _start_timer(self, seconds: float) -> None:
+        """Sleep ``seconds`` with the client's sleep in a worker, then report it in the queue."""
+        state, outcomes = self._installation.state, self._outcomes
+        timer = self._timer = object()
+
+        def body() -> None:
+            try:
+                pause(state, seconds)
+            finally:
+                outcomes.put((None, False, timer))
+
+        _WORKERS.run(body)
 
     def leave(self) -> None:
         """Leave the attempts still running: each finishes in its thread, its reply dropped."""
