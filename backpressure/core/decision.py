@@ -40,14 +40,19 @@ _PACED_SHARE = 0.3
 
 
 class PacedServers(Protocol):
-    """What the controller asks the per-server pacing (``backpressure.core.adaptive``)."""
+    """What the retry rules and hedging ask the per-server pacing of one client (its
+    ``ClientPacers``, ``backpressure.core.adaptive``): the one type the core names it by."""
 
     def is_paced(self, server: tuple[str, int]) -> bool:
         """Whether attempts to ``server`` are paced now."""
         ...
 
+    def pushing_back(self) -> bool:
+        """Whether some server pushes back now."""
+        ...
 
-__all__ = ["Decision", "GiveUp", "Retry", "RetryController", "StopReason"]
+
+__all__ = ["Decision", "GiveUp", "PacedServers", "Retry", "RetryController", "StopReason"]
 
 
 class StopReason(enum.Enum):

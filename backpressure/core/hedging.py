@@ -45,6 +45,7 @@ from typing import Callable, Optional, Protocol, Union
 from pymongo.errors import ConnectionFailure, OperationFailure
 
 from backpressure.core.budget import Budget
+from backpressure.core.decision import PacedServers
 from backpressure.core.events import Address, HedgeEvent
 from backpressure.core.labels import is_overload
 from backpressure.core.log_limit import LogRateLimit
@@ -59,7 +60,6 @@ __all__ = [
     "HedgeRace",
     "Hedging",
     "NoHedge",
-    "PushbackSource",
     "RaceAttempt",
     "SkipReason",
     "is_non_fatal",
@@ -106,14 +106,6 @@ Avoid = Callable[[list[Address]], list[Address]]
 (``ClientState.avoid``)."""
 
 
-class PushbackSource(Protocol):
-    """Per-server overload state kept elsewhere (the adaptive policy's pacing)."""
-
-    def pushing_back(self) -> bool:
-        """Whether some server pushes back now."""
-        ...
-
-
 def is_non_fatal(error: BaseException) -> bool:
     """Whether another member could answer a read that failed with ``error`` (A6 "non-fatal").
 
@@ -137,7 +129,7 @@ class Hedging:
         policy: Policy,
         budget: Budget,
         *,
-        pacing: Optional[PushbackSource] = None,
+        pacing: Optional[PacedServers] = None,
         clock: Callable[[], float] = time.monotonic,
         random: Callable[[], float] = _random.random,
     ) -> None:

@@ -57,7 +57,7 @@ from typing import Any
 
 from backpressure.adapters import seams
 from backpressure.adapters.hedging import async_wrappers, sync_wrappers
-from backpressure.adapters.hedging.installation import _Installation
+from backpressure.adapters.hedging.installation import HedgingInstallation
 from backpressure.adapters.hedging.race import HedgeCancelled
 from backpressure.adapters.hedging.reads import ASYNC_HEDGING, HEDGED_COMMANDS
 from backpressure.core.client_state import ClientState
@@ -80,16 +80,16 @@ def install(client: Any, state: ClientState) -> None:
     if state.policy.hedge_delay is None:
         return
     wrappers = async_wrappers.wrappers if seams.is_async_client(client) else sync_wrappers.wrappers
-    setattr(client, _INSTALLATION_ATTR, _Installation(client, state, wrappers))
+    setattr(client, _INSTALLATION_ATTR, HedgingInstallation(client, state, wrappers))
 
 
 def uninstall(client: Any) -> None:
     """Remove hedging from ``client`` (no-op when not installed)."""
     installation = vars(client).pop(_INSTALLATION_ATTR, None)
-    if isinstance(installation, _Installation):
+    if isinstance(installation, HedgingInstallation):
         installation.restore(client)
 
 
 def installed(client: Any) -> bool:
     """Whether hedging is installed on ``client`` (a pymongo client)."""
-    return isinstance(vars(client).get(_INSTALLATION_ATTR), _Installation)
+    return isinstance(vars(client).get(_INSTALLATION_ATTR), HedgingInstallation)

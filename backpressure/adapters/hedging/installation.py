@@ -32,12 +32,12 @@ _WRAPPED = ("_run_operation", "_retryable_read", "_select_server", "_process_res
 _ABSENT = object()
 
 WrapperFactory = Callable[
-    ["_Installation", dict[str, Callable[..., Any]]], dict[str, Callable[..., Any]]
+    ["HedgingInstallation", dict[str, Callable[..., Any]]], dict[str, Callable[..., Any]]
 ]
 """Builds one flavour's wrappers from the installation and the methods they call."""
 
 
-class _Installation:
+class HedgingInstallation:
     """What hedging installed on one client: the decision, the originals and the wrappers."""
 
     def __init__(self, client: Any, state: ClientState, make_wrappers: WrapperFactory) -> None:
@@ -54,7 +54,7 @@ class _Installation:
         self.hedging = Hedging(
             state.policy,
             controller.budget,
-            pacing=pacing if callable(getattr(pacing, "pushing_back", None)) else None,  # type: ignore[arg-type]
+            pacing=pacing,
             clock=state.clock,
             random=controller.random,
         )

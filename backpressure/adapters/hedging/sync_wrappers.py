@@ -13,7 +13,7 @@ from typing import Any, Callable
 from pymongo import _csot
 
 from backpressure.adapters import seams
-from backpressure.adapters.hedging.installation import _Installation
+from backpressure.adapters.hedging.installation import HedgingInstallation
 from backpressure.adapters.hedging.race import _CURRENT, NO_WINNER, HedgeCancelled, _Attempt
 from backpressure.adapters.hedging.reads import (
     _argument,
@@ -32,7 +32,7 @@ __all__ = ["wrappers"]
 
 
 def wrappers(
-    installation: _Installation, delegates: dict[str, Callable[..., Any]]
+    installation: HedgingInstallation, delegates: dict[str, Callable[..., Any]]
 ) -> dict[str, Callable[..., Any]]:
     """The wrappers of one ``MongoClient`` (the sync flavour)."""
     select_server = delegates["_select_server"]
@@ -91,7 +91,7 @@ def wrappers(
 
 
 def _race(
-    installation: _Installation,
+    installation: HedgingInstallation,
     method: str,
     name: str,
     candidates: list[Address],
@@ -132,7 +132,7 @@ def _race(
         attempts.leave()
 
 
-def _delegate_of(installation: _Installation, method: str) -> Callable[..., Any]:
+def _delegate_of(installation: HedgingInstallation, method: str) -> Callable[..., Any]:
     """The method our wrapper of ``method`` calls (resolved at install time)."""
     delegate: Callable[..., Any] = installation.delegates[method]
     return delegate

@@ -8,7 +8,7 @@ from collections.abc import Awaitable
 from typing import Any, Callable, Optional
 
 from backpressure.adapters.async_cycle import pause
-from backpressure.adapters.hedging.installation import _Installation
+from backpressure.adapters.hedging.installation import HedgingInstallation
 from backpressure.adapters.hedging.race import _CURRENT, NO_WINNER, _Attempt
 from backpressure.core.hedging import HedgeRace
 
@@ -26,7 +26,7 @@ class TaskAttempts:
     ``find`` is left to finish, because its reply names the server cursor to kill.
     """
 
-    def __init__(self, installation: _Installation, method: str, race: HedgeRace) -> None:
+    def __init__(self, installation: HedgingInstallation, method: str, race: HedgeRace) -> None:
         """Run the attempts of ``race`` (a read through the wrapper of ``method``)."""
         self._installation = installation
         self._method = method

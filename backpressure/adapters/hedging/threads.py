@@ -11,7 +11,7 @@ import queue
 import threading
 from typing import Any, Callable, Optional
 
-from backpressure.adapters.hedging.installation import _Installation
+from backpressure.adapters.hedging.installation import HedgingInstallation
 from backpressure.adapters.hedging.race import _CURRENT, NO_WINNER, _Attempt
 from backpressure.adapters.sync_cycle import pause
 from backpressure.core.hedging import HedgeRace
@@ -83,7 +83,7 @@ class ThreadAttempts:
     dropped).
     """
 
-    def __init__(self, installation: _Installation, method: str, race: HedgeRace) -> None:
+    def __init__(self, installation: HedgingInstallation, method: str, race: HedgeRace) -> None:
         """Run the attempts of ``race`` (a read through the wrapper of ``method``)."""
         self._installation = installation
         self._method = method
