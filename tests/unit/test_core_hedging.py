@@ -14,6 +14,7 @@ from backpressure.core.events import HedgeEvent
 from backpressure.core.hedging import (
     Hedge,
     HedgeNotifier,
+    HedgeRace,
     Hedging,
     NoHedge,
     SkipReason,
@@ -61,6 +62,7 @@ def test_the_wait_before_each_hedge_is_counted_on_the_injected_clock() -> None:
     """next_wait: the seconds left until the next hedge is due on the given clock (0 once due),
     None once max_hedges were asked for."""
     decision, clock = hedging()
+    assert decision.max_hedges == 2
     start = clock.now
     assert decision.next_wait(start, 0) == pytest.approx(0.1)
     clock.advance(0.04)
@@ -72,6 +74,14 @@ def test_the_wait_before_each_hedge_is_counted_on_the_injected_clock() -> None:
     assert decision.next_wait(start, 1) == 0.0
     assert decision.next_wait(start, 1, now=start + 0.15) == pytest.approx(0.05)
     assert decision.next_wait(start, 2) is None  # max_hedges=2 asked for
+
+
+def test_a_race_records_each_member_tried_once_in_order() -> None:
+    """The members a read went to, in order, each once; an unknown member is not recorded."""
+    race = HedgeRace()
+    for address in (B, None, A, B):
+        race.tried(address)
+    assert race.tried_so_far() == [B, A]
 
 
 def test_the_server_choice_rule_steers_the_hedge_away_while_another_member_remains() -> None:

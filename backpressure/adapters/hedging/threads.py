@@ -140,6 +140,7 @@ class ThreadAttempts:
             if value is self._timer:  # else a wait an earlier outcome ended: ignored
                 self._timer = None
                 return None
+        self._timer = None  # an outcome ended the wait: its end, when it comes, is ignored
         if ok:
             return value, None
         return NO_WINNER, self._race.failed(attempt, value)
