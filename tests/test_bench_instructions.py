@@ -4,12 +4,14 @@ and one real run under valgrind (slow)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
 from backpressure.bench import build_parser, main, render_markdown
+from backpressure.bench.history import ledger_line
 from backpressure.bench.overhead import (
     INSTRUCTION_VARIANTS,
     ValgrindMissingError,
@@ -129,9 +131,10 @@ def test_counts_and_attribution_from_the_dumps() -> None:
         counts_from_dumps(_totals(per_op)[:10], ["find_one"], 100, 400)
 
 
-def test_the_instruction_page_shows_ratio_goal_and_attribution() -> None:
+def test_the_instruction_page_shows_ratio_goal_and_attribution(tmp_path: Path) -> None:
     """The page's overhead section of an instruction run: the ratio table with the goal of
-    each operation (1.03 for a transaction) and the attribution table."""
+    each operation (1.03 for a transaction) and the attribution table; the history ledger's
+    line of such a run gives the instruction ratios."""
     per_op = dict.fromkeys(INSTRUCTION_VARIANTS, 100_000.0)
     per_op["enabled"] = 102_000.0
     counts = counts_from_dumps(_totals(per_op), ["find_one"], 100, 400)
@@ -158,6 +161,12 @@ def test_the_instruction_page_shows_ratio_goal_and_attribution() -> None:
         "overhead": section,
     }
     page = render_markdown(report)
+    folder = tmp_path / "overhead"
+    folder.mkdir()
+    (folder / "pymongo-4.20-instructions-run1.json").write_text(json.dumps(report), "utf-8")
+    line = ledger_line(tmp_path, "overhead/pymongo-4.20-instructions-run1.json")
+    assert line.startswith("| `overhead/pymongo-4.20-instructions` | 1 |")
+    assert "find_one: 1.0200 x stock's instructions" in line
     assert "| find_one | 100,000 | 102,000 | +2,000 | 1.0200 | <= 1.01 | NOT met |" in page
     assert "| transaction | 100,000 | 102,000 | +2,000 | 1.0200 | <= 1.03 | met |" in page
     assert (
