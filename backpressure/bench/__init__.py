@@ -583,9 +583,11 @@ def _instructions_md(section: dict[str, Any]) -> list[str]:
         for r in rows
     ]
     counts = section["counts"][0] if section["counts"] else {"low_ops": 0, "high_ops": 0}
+    note = section.get("note")
     return [
         "## Overhead without overload: instructions",
         "",
+        *([str(note), ""] if note else []),
         f"Stock `pymongo.MongoClient` against `backpressure.MongoClient` with the default preset "
         f"(`{section['preset']}`), same server, no overload; pymongo "
         f"{section.get('pymongo', 'unknown')}, the native adapter's "
