@@ -34,7 +34,14 @@ from backpressure.bench.fleet import (
     render_fleet_markdown,
     run_fleet,
 )
-from backpressure.bench.overhead import OPERATIONS, WRAPPERS, measure_overhead, verdict
+from backpressure.bench.overhead import (
+    INSTRUCTION_GOALS,
+    OPERATIONS,
+    WRAPPERS,
+    measure_instructions,
+    measure_overhead,
+    verdict,
+)
 from backpressure.bench.overload import (
     BASELINE,
     Goal,
@@ -119,6 +126,20 @@ def build_parser() -> argparse.ArgumentParser:
         choices=WRAPPERS,
         default="auto",
         help="the native wrappers the enabled client gets: its signature's, or forwarding",
+    )
+    group.add_argument(
+        "--instructions",
+        action="store_true",
+        help=(
+            "count instructions per operation under valgrind's callgrind instead of timing "
+            "CPU (deterministic; runs the overhead section only, writes instructions.*)"
+        ),
+    )
+    group.add_argument(
+        "--instruction-ops",
+        type=comma_list(positive_int),
+        default="100,400",
+        help="with --instructions: the operations of the two counted segments, LOW,HIGH",
     )
     group = parser.add_argument_group("decision core")
     group.add_argument(
@@ -230,6 +251,16 @@ def _parse_list(value: str, what: str) -> list[str]:
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors the parser cannot see alone: plans built from several options."""
     check_uri_arguments(parser, args)
+    if args.instructions:
+        import shutil
+
+        if shutil.which("valgrind") is None:
+            parser.error("argument --instructions: valgrind is not installed (not on the PATH)")
+        if args.uri is not None:
+            parser.error("argument --instructions: runs against the embedded server only")
+    low_high = args.instruction_ops
+    if len(low_high) != 2 or not low_high[0] < low_high[1]:
+        parser.error(f"argument --instruction-ops: expected LOW,HIGH, LOW < HIGH; got {low_high}")
     if args.uri is not None and args.only != "fleet":
         parser.error(
             "argument --uri: only the fleet benchmark runs against a deployment: add --only fleet"
@@ -302,6 +333,9 @@ def run_bench(
     if args.only == "fleet":
         for name in ("overhead", "core", "overload", "roundtrips"):
             setattr(args, f"skip_{name}", True)
+    if args.instructions:
+        for name in ("core", "overload", "roundtrips", "fleet", "transient"):
+            setattr(args, f"skip_{name}", True)
     plans = [] if args.skip_fleet else fleet_plans(args)
     # The transient scenario injects rejections with fail points: the embedded server's alone.
     remote = getattr(args, "uri", None) is not None
@@ -325,6 +359,7 @@ def run_bench(
                 "block": args.block,
                 "count_ops": args.count_ops,
                 "wrappers": args.wrappers,
+                "instructions": list(args.instruction_ops) if args.instructions else None,
             },
             "core": {"iterations": args.core_iterations, "threads": [1, args.core_threads]},
             "overload": {
@@ -335,7 +370,7 @@ def run_bench(
         },
     }
     total = 0.0
-    if not args.skip_overhead:
+    if not args.skip_overhead and not args.instructions:
         total += args.pairs * len(OPERATIONS)
     if not args.skip_overload:
         total += plan.seconds_per_arm() * len(runnable)
@@ -358,14 +393,20 @@ def run_bench(
                 with factory() as server:
                     if not args.skip_overhead:
                         bar.set_postfix_str("overhead")
-                        overhead = measure_overhead(
-                            server.uri,
-                            pairs=args.pairs,
-                            block=args.block,
-                            count_operations=args.count_ops,
-                            progress=bar.update,
-                            wrappers=args.wrappers,
-                        )
+                        if args.instructions:
+                            low, high = args.instruction_ops
+                            overhead = measure_instructions(
+                                server.uri, low_ops=low, high_ops=high, wrappers=args.wrappers
+                            )
+                        else:
+                            overhead = measure_overhead(
+                                server.uri,
+                                pairs=args.pairs,
+                                block=args.block,
+                                count_operations=args.count_ops,
+                                progress=bar.update,
+                                wrappers=args.wrappers,
+                            )
                         report["overhead"] = {**overhead, "goal_ratio": OVERHEAD_GOAL}
                     if not args.skip_overload:
                         bar.set_postfix_str("overload")
@@ -417,7 +458,7 @@ def run_bench(
 
     markdown = render_markdown(report)
     out_dir: Path = args.output
-    stem = "fleet" if args.only == "fleet" else "latest"
+    stem = "fleet" if args.only == "fleet" else "instructions" if args.instructions else "latest"
     write_json(out_dir / f"{stem}.json", report)
     (out_dir / f"{stem}.md").write_text(markdown)
     print(markdown, file=out)
@@ -509,8 +550,78 @@ def _overhead_verdict(section: dict[str, Any], c: dict[str, Any]) -> str:
     return verdict(c["ratio_ci_low"], c["ratio_ci_high"], section["goal_ratio"])
 
 
+def _instructions_md(section: dict[str, Any]) -> list[str]:
+    """The overhead section of the instruction mode: instructions per operation, stock against
+    enabled, and the added instructions attributed to each wrapper."""
+    rows = section["instructions"]
+    ratio_rows = [
+        [
+            r["operation"],
+            f"{r['stock']:,.0f}",
+            f"{r['enabled']:,.0f}",
+            f"{r['added']:+,.0f}",
+            f"{r['ratio']:.4f}",
+            f"<= {INSTRUCTION_GOALS[r['operation']]:g}",
+            "met" if r["ratio"] <= INSTRUCTION_GOALS[r["operation"]] else "NOT met",
+        ]
+        for r in rows
+    ]
+    parts = list(rows[0]["attribution"]) if rows else []
+
+    def cell(part: dict[str, Any]) -> str:
+        us = part["us"]
+        return f"{part['instructions']:+,.0f}" + (f" ({us:+.2f} µs)" if us is not None else "")
+
+    attribution_rows = [
+        [
+            r["operation"],
+            *(cell(r["attribution"][p]) for p in parts),
+            f"{r['stock_cpu_us']:.1f} µs, {r['instructions_per_us']:,.0f}/µs"
+            if r["instructions_per_us"]
+            else "-",
+        ]
+        for r in rows
+    ]
+    counts = section["counts"][0] if section["counts"] else {"low_ops": 0, "high_ops": 0}
+    note = section.get("note")
+    return [
+        "## Overhead without overload: instructions",
+        "",
+        *([str(note), ""] if note else []),
+        f"Stock `pymongo.MongoClient` against `backpressure.MongoClient` with the default preset "
+        f"(`{section['preset']}`), same server, no overload; pymongo "
+        f"{section.get('pymongo', 'unknown')}, the native adapter's "
+        f"{section.get('wrappers', 'unnamed')} wrappers.",
+        "",
+        "Instructions per operation of the calling thread, counted by valgrind's callgrind "
+        "(`--separate-threads=yes`: pymongo's monitor threads apart), one process, "
+        "`PYTHONHASHSEED=0`, the collector paused in each segment: (instructions of "
+        f"{counts['high_ops']} operations - those of {counts['low_ops']}) / "
+        f"{counts['high_ops'] - counts['low_ops']}. Deterministic to a fraction of a percent, "
+        "whatever the machine's load; the goal column applies the CPU goal to this ratio.",
+        "",
+        format_table(
+            ["operation", "stock", "enabled", "added", "ratio", "goal", "verdict"],
+            ratio_rows,
+            markdown=True,
+        ),
+        "",
+        "Where the added instructions go: the enabled client counted again with its instance "
+        "wrappers taken off one at a time (`_process_response`, then `_select_server`, then "
+        "`_retry_internal`); each column is the difference its removal made, `rest` what the "
+        "enabled client still adds without them (pool, class-level hooks). In µs at the stock "
+        "path's rate: instructions / (stock instructions / stock client CPU µs per operation, "
+        "the minimum of 7 timed blocks of 60).",
+        "",
+        format_table(["operation", *parts, "stock CPU, rate"], attribution_rows, markdown=True),
+        "",
+    ]
+
+
 def _overhead_md(section: dict[str, Any]) -> list[str]:
     """The overhead section: the work count, the CPU ratios with CIs, the goal."""
+    if section.get("mode") == "instructions":
+        return _instructions_md(section)
     work = {(w["operation"], w["client"]): w for w in section["work"]}
     work_rows = []
     for c in section["cpu"]:

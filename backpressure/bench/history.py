@@ -98,6 +98,10 @@ def _headline(relative: str, data: Any) -> str:
     if isinstance(data, dict) and isinstance(data.get("overhead"), dict):
         cpu = data["overhead"].get("cpu", [])
         parts += [f"{row['operation']}: {row['ratio']:.3f} x stock's CPU" for row in cpu]
+        counted = data["overhead"].get("instructions", [])
+        parts += [
+            f"{row['operation']}: {row['ratio']:.4f} x stock's instructions" for row in counted
+        ]
     if parts:
         return ", ".join(parts)
     if isinstance(data, dict) and isinstance(data.get("presets"), list):

@@ -20,6 +20,17 @@ the default preset talk to the same server; each benchmark operation runs on bot
   average it out, while more pairs narrow the median's interval (about ±0.3 % at 4,000 pairs
   with the per-pair spread of a loaded 2-core machine).
 
+* **Instructions (deterministic, ``--instructions``).**  Each operation runs under valgrind's
+  callgrind in one process per operation, the calling thread counted alone
+  (``--separate-threads=yes``: pymongo's monitor threads apart); a call of ``os.getppid``, which
+  callgrind dumps its counters before, ends each segment of ``low`` then ``high`` operations, and
+  instructions per operation = (high - low) / (high_ops - low_ops), so start-up and the
+  marker cancel.  The enabled client is counted again with its instance wrappers taken off one
+  at a time (``_process_response``, ``_select_server``, ``_retry_internal``) to attribute the
+  added instructions to each; the stock path's CPU per operation (best of a few short timed
+  blocks) turns them into microseconds.  A ratio free of the machine's load, for judging a
+  change to the quiet path on a shared machine.
+
 pyperf is not used: it times wall-clock runs of one benchmark in separate worker processes and
 compares two result files with a t-test; it has neither a paired, alternating design nor a timer
 for one thread's CPU, and each worker process would have to connect to the replica set again.
@@ -29,13 +40,15 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import random
+import re
 import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any, Callable, Optional
@@ -48,16 +61,29 @@ from backpressure.switch.client import state as state_of
 from backpressure.workload.arms import Document
 
 __all__ = [
+    "INSTRUCTION_GOALS",
+    "INSTRUCTION_VARIANTS",
     "OPERATIONS",
+    "WRAPPED_NAMES",
     "WRAPPERS",
     "CpuOverhead",
+    "InstructionCount",
     "OverheadTargets",
+    "ValgrindMissingError",
     "WorkCount",
     "bootstrap_ratio_ci",
+    "callgrind_total",
     "count_work",
+    "counts_from_dumps",
+    "instruction_child",
+    "instruction_report",
+    "instruction_segments",
+    "main_thread_dumps",
     "measure_cpu",
+    "measure_instructions",
     "measure_overhead",
     "open_targets",
+    "stock_rate",
     "timer_cost_ns",
     "verdict",
 ]
@@ -504,7 +530,6 @@ def measure_overhead(
 
     ``wrappers``: see :data:`WRAPPERS`; the report names the flavour measured and the pymongo.
     """
-    from dataclasses import asdict
 
     import pymongo
 
@@ -576,3 +601,298 @@ def _same_client_check(
         )  # fmt: skip
     finally:
         second.close()
+
+
+# -- the instruction count (callgrind) -----------------------------------------------------------
+
+INSTRUCTION_GOALS: Mapping[str, float] = {
+    "insert_one": 1.01,
+    "find_one": 1.01,
+    "find+getMore": 1.01,
+    "aggregate": 1.01,
+    "transaction": 1.03,
+}
+"""Issue 47's goals for enabled/stock per operation, which the instruction mode applies to its
+instruction ratio."""
+
+INSTRUCTION_VARIANTS = ("stock", "enabled", "-_process_response", "-_select_server", "-all")
+"""The sides the instruction mode counts, in order: the stock client, the enabled client, then
+the enabled client with its instance wrappers taken off one at a time (``_process_response``,
+then also ``_select_server``, then also ``_retry_internal``): the differences between
+consecutive sides attribute the added instructions to each wrapper, and the last side's excess
+over stock to what the installation changes besides them (pool, class-level hooks)."""
+
+WRAPPED_NAMES = ("_process_response", "_select_server", "_retry_internal")
+"""The enabled client's instance wrappers, in the order the instruction mode takes them off."""
+
+_MARKER_SYMBOL = "os_getppid"
+"""The C function callgrind dumps its counters before (``--dump-before``): ``os.getppid``,
+which neither pymongo nor this package calls, marks the end of each counted segment."""
+
+
+class ValgrindMissingError(RuntimeError):
+    """``--instructions`` needs valgrind on the PATH."""
+
+
+@dataclass(frozen=True)
+class InstructionCount:
+    """Instructions per operation of one side, from the main thread's callgrind counters."""
+
+    operation: str
+    side: str
+    """One of :data:`INSTRUCTION_VARIANTS`."""
+    low: int
+    """Instructions of the segment of ``low_ops`` operations."""
+    high: int
+    """Instructions of the segment of ``high_ops`` operations."""
+    low_ops: int
+    high_ops: int
+
+    @property
+    def per_op(self) -> float:
+        """Instructions per operation: the difference of the two segments over that of their
+        operation counts (the marker's own cost and a segment's fixed cost cancel)."""
+        return (self.high - self.low) / (self.high_ops - self.low_ops)
+
+
+def callgrind_total(text: str) -> int:
+    """The event total of one callgrind output file (its ``totals:`` or ``summary:`` line)."""
+    for line in text.splitlines():
+        if line.startswith(("totals:", "summary:")):
+            return int(line.split()[1])
+    raise ValueError("no totals: or summary: line in the callgrind output")
+
+
+def main_thread_dumps(folder: Path, base: str = "callgrind.out") -> list[int]:
+    """The main thread's totals of every dump in ``folder``, in dump order.
+
+    With ``--separate-threads=yes`` callgrind writes ``<base>.<dump>-<thread>`` per dump and
+    thread (the last dump, at exit, without its number when nothing else was dumped); the main
+    thread is thread 01.
+    """
+    pattern = re.compile(re.escape(base) + r"(?:\.(\d+))?-01$")
+    found = []
+    for path in folder.iterdir():
+        match = pattern.fullmatch(path.name)
+        if match is not None:
+            number = int(match[1]) if match[1] else 1 << 30  # the final dump has no number
+            found.append((number, callgrind_total(path.read_text(encoding="utf-8"))))
+    return [total for _, total in sorted(found)]
+
+
+def instruction_segments(
+    operations: Sequence[str], sides: Sequence[str] = INSTRUCTION_VARIANTS
+) -> list[tuple[str, str, str]]:
+    """The counted segments in the order the child runs them: per operation and side, a
+    warm-up, then ``low`` then ``high`` (``(operation, side, segment)``)."""
+    return [
+        (name, side, segment)
+        for name in operations
+        for side in sides
+        for segment in ("warm-up", "low", "high")
+    ]
+
+
+def counts_from_dumps(
+    totals: Sequence[int],
+    operations: Sequence[str],
+    low_ops: int,
+    high_ops: int,
+    sides: Sequence[str] = INSTRUCTION_VARIANTS,
+) -> list[InstructionCount]:
+    """Pair the main thread's dump totals with the segments that made them.
+
+    One dump per segment of :func:`instruction_segments` (the first one's includes the start-up,
+    which only a warm-up holds), then a final dump at exit.
+    """
+    segments = instruction_segments(operations, sides)
+    if len(totals) < len(segments):
+        raise ValueError(f"expected at least {len(segments)} dumps, got {len(totals)}")
+    by_key = dict(zip(segments, totals))
+    return [
+        InstructionCount(
+            name, side, by_key[(name, side, "low")], by_key[(name, side, "high")], low_ops, high_ops
+        )
+        for name in operations
+        for side in sides
+    ]
+
+
+def _run_counted(
+    operation: Operation, target: OverheadTargets, count: int, start: int, marker: Callable[[], int]
+) -> None:
+    """Run ``count`` operations with the collector paused, then mark the segment's end."""
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(start, start + count):
+            operation(target, i)
+        marker()
+    finally:
+        gc.enable()
+
+
+def instruction_child(
+    uri: str, names: Sequence[str], low_ops: int, high_ops: int, warmup: int, wrappers: str
+) -> None:
+    """The process callgrind runs: every segment of :func:`instruction_segments`, in order."""
+    import os
+
+    marker = os.getppid
+    with open_targets(uri, wrappers) as (stock, enabled, _):
+        client = enabled.client
+        installed = {name: vars(client)[name] for name in WRAPPED_NAMES if name in vars(client)}
+        for name in names:
+            operation = OPERATIONS[name]
+            for side in INSTRUCTION_VARIANTS:
+                if side.startswith("-"):  # take the next wrapper off (the class's method shows)
+                    for wrapped in WRAPPED_NAMES if side == "-all" else (side[1:],):
+                        vars(client).pop(wrapped, None)
+                target = stock if side == "stock" else enabled
+                _run_counted(operation, target, warmup, 0, marker)
+                _run_counted(operation, target, low_ops, warmup, marker)
+                _run_counted(operation, target, high_ops, warmup + low_ops, marker)
+            for wrapped, wrapper in installed.items():  # put them back for the next operation
+                setattr(client, wrapped, wrapper)
+
+
+def stock_rate(uri: str, names: Sequence[str], ops: int = 60, blocks: int = 7) -> dict[str, float]:
+    """Stock client CPU per operation in µs, per operation (the minimum over ``blocks`` blocks
+    of ``ops`` operations: interference only adds time).  The instruction mode divides the
+    stock path's instructions by it to turn instructions into microseconds."""
+    with open_targets(uri) as (stock, _, _):
+        result = {}
+        for name in names:
+            operation = OPERATIONS[name]
+            for i in range(20):
+                operation(stock, i)
+            best = float("inf")
+            for b in range(blocks):
+                gc.collect()
+                gc.disable()
+                try:
+                    cpu = time.thread_time_ns()
+                    for i in range(ops):
+                        operation(stock, b * ops + i)
+                    best = min(best, (time.thread_time_ns() - cpu) / ops / 1e3)
+                finally:
+                    gc.enable()
+            result[name] = best
+    return result
+
+
+def measure_instructions(
+    uri: str,
+    *,
+    operations: Sequence[str] = tuple(OPERATIONS),
+    low_ops: int = 100,
+    high_ops: int = 400,
+    warmup: int = 100,
+    wrappers: str = "auto",
+    valgrind: Optional[str] = None,
+) -> dict[str, Any]:
+    """Count instructions per operation under callgrind (main thread only); JSON-ready data.
+
+    One child process per operation runs under ``valgrind --tool=callgrind
+    --separate-threads=yes``; each segment ends with a marker call callgrind dumps before, so
+    every segment has its own counters and pymongo's monitor threads are counted apart.  Per
+    side, instructions per operation = (high segment - low segment) / (high_ops - low_ops).
+
+    Raises:
+        ValgrindMissingError: valgrind is not on the PATH.
+    """
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    import pymongo
+
+    valgrind = valgrind or shutil.which("valgrind")
+    if valgrind is None:
+        raise ValgrindMissingError("--instructions needs valgrind (callgrind) on the PATH")
+    if not 0 < low_ops < high_ops:
+        raise ValueError(f"expected 0 < low_ops < high_ops, got {low_ops!r} and {high_ops!r}")
+    unknown = [name for name in operations if name not in OPERATIONS]
+    if unknown:
+        raise ValueError(f"unknown operations: {', '.join(unknown)}")
+    with open_targets(uri, wrappers) as (_, enabled, preset):
+        from backpressure.adapters.native import wrapper_flavour
+
+        flavour = wrapper_flavour(enabled.client) or "backport"
+    rates = stock_rate(uri, operations)
+    code = (
+        "import sys, json; from backpressure.bench.overhead import instruction_child; "
+        "instruction_child(*json.loads(sys.argv[1]))"
+    )
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    root = str(Path(_PACKAGE_DIR).parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    counts: list[InstructionCount] = []
+    for name in operations:  # one process per operation: a failure names its operation
+        spec = [uri, [name], low_ops, high_ops, warmup, wrappers]
+        with tempfile.TemporaryDirectory(prefix="bp-callgrind-") as folder:
+            command = [
+                valgrind, "--tool=callgrind", "--separate-threads=yes",
+                f"--dump-before={_MARKER_SYMBOL}",
+                f"--callgrind-out-file={Path(folder) / 'callgrind.out'}",
+                sys.executable, "-c", code, json.dumps(spec),
+            ]  # fmt: skip
+            done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(
+                    f"callgrind run of {name} failed ({done.returncode}): {done.stderr[-2000:]}"
+                )
+            totals = main_thread_dumps(Path(folder))
+        counts += counts_from_dumps(totals, [name], low_ops, high_ops)
+    return instruction_report(counts, rates, preset=preset, pymongo=pymongo.version,
+                              wrappers=flavour)  # fmt: skip
+
+
+def instruction_report(
+    counts: Sequence[InstructionCount],
+    rates: Mapping[str, float],
+    *,
+    preset: str,
+    pymongo: str,
+    wrappers: str,
+) -> dict[str, Any]:
+    """The instruction mode's JSON-ready section: per operation the stock and enabled
+    instructions, the ratio, and the added instructions attributed to each wrapper (in
+    instructions and in µs at the stock path's measured rate)."""
+    per = {(c.operation, c.side): c.per_op for c in counts}
+    rows = []
+    for name in dict.fromkeys(c.operation for c in counts):
+        stock, enabled = per[(name, "stock")], per[(name, "enabled")]
+        no_pr, no_ss, bare = (per[(name, s)] for s in INSTRUCTION_VARIANTS[2:])
+        us_per_op = rates.get(name)
+        rate = stock / us_per_op if us_per_op else None  # instructions per µs
+        parts = {
+            "_process_response": enabled - no_pr,
+            "_select_server": no_pr - no_ss,
+            "_retry_internal": no_ss - bare,
+            "rest": bare - stock,
+        }
+        rows.append(
+            {
+                "operation": name,
+                "stock": stock,
+                "enabled": enabled,
+                "added": enabled - stock,
+                "ratio": enabled / stock,
+                "stock_cpu_us": us_per_op,
+                "instructions_per_us": rate,
+                "attribution": {
+                    part: {"instructions": value, "us": value / rate if rate else None}
+                    for part, value in parts.items()
+                },
+            }
+        )
+    return {
+        "mode": "instructions",
+        "preset": preset,
+        "pymongo": pymongo,
+        "wrappers": wrappers,
+        "counts": [asdict(c) for c in counts],
+        "instructions": rows,
+    }

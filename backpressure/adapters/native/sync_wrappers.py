@@ -179,11 +179,8 @@ def _lean_select_server(installation: InstallationView, client: Any) -> Callable
         operation_id: Optional[int] = None,
     ) -> Any:
         value = current_get()
-        if (
-            type(value) is cell_class
-            and value[0] is None
-            and (session is None or session._transaction.state not in active_states)
-        ):
+        fresh = type(value) is cell_class and value[0] is None
+        if fresh and (session is None or session._transaction.state not in active_states):
             choice = installation.state.choice
             if choice is not None and choice.engaged:  # a server pushed back: steer around it
                 deprioritized_servers = steer(
@@ -200,19 +197,29 @@ def _lean_select_server(installation: InstallationView, client: Any) -> Callable
                 operation_id,
             )
             return server
+        tracked: Optional[TrackedCycle]
+        if fresh:  # the first attempt of a statement in a transaction: tracked from here
+            tracked = cycle = operation_class(installation, value[1], value[2])
+            current_set(cycle)  # the wrapper's ``reset`` still restores the outer value
+            if not cycle.state.steers() and cycle.paced() is None:
+                # _select_tracked's quiet path (a fresh cycle has no backoff to sleep), with
+                # pymongo's arguments passed on as they came
+                server = select_server(
+                    ref(), server_selector, session, operation, address,
+                    deprioritized_servers, operation_id,
+                )  # fmt: skip
+                cycle.attempt_started(server)
+                return server
+        elif type(value) is not cell_class:
+            tracked = value
+        else:
+            tracked = installation.operation()
         args = (server_selector, session, operation)
         kwargs = {
             "address": address,
             "deprioritized_servers": deprioritized_servers,
             "operation_id": operation_id,
         }
-        if type(value) is not cell_class:
-            tracked = value
-        elif value[0] is None:  # the first attempt of a statement in a transaction
-            tracked = operation_class(installation, value[1], value[2])
-            current_set(tracked)  # the wrapper's ``reset`` still restores the outer value
-        else:
-            tracked = installation.operation()
         if tracked is None:  # not within an operation of ours
             return select_server(ref(), *args, **kwargs)
         return _select_tracked(tracked, select_server, ref(), args, kwargs)
