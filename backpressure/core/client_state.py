@@ -379,8 +379,6 @@ class ClientState:
         successes (the rate it measures before any pushback); otherwise it is
         :meth:`first_attempt_succeeded`.  ``paced_counted``: the adapter already handed this
         reply to the pacing (``PacingGate.record``), so it is not counted there again.
-        The native adapter's lean ``_retry_internal`` wrapper writes the lock-free path out (one
-        call less per operation): keep the two in step.
         """
         if self.lean_success:
             entry = self.lean.get(key)

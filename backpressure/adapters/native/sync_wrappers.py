@@ -22,7 +22,6 @@ from backpressure.adapters.native.cycles import (
     LeanCycle,
     TrackedCycle,
 )
-from backpressure.core.client_state import LEAN_BATCH
 from backpressure.core.cycle import SEND
 
 # isort: split
@@ -40,9 +39,8 @@ def lean_wrappers(installation: InstallationView, client: Any) -> dict[str, Call
     The success path is the lean one (see ``native.LeanCycle``): per operation a three-item list
     (the server, the session, the operation) made current with ``ContextVar.set`` and
     ``reset``, per attempt one store of the selected server, per reply two key lookups, and a
-    lock-free success count written out in the wrapper (``ClientState.count_first_attempt``'s
-    lock-free path, which is what ``AttemptCycle.succeeded`` does for a first-attempt success;
-    the method itself is called for a server's first success).  ``_retry_internal`` and
+    call of ``ClientState.count_first_attempt`` (its lock-free count, which is what
+    ``AttemptCycle.succeeded`` does for a first-attempt success).  ``_retry_internal`` and
     ``_select_server`` take pymongo's exact parameters
     (``seams.NATIVE_RETRY_INTERNAL_SIGNATURES``, probed on install; ``_retry_internal`` takes
     the longest known one and passes on as many arguments as the client's own takes) and pass
@@ -86,7 +84,6 @@ def _lean_retry_internal(installation: InstallationView, client: Any) -> Callabl
     # 11 arguments before pymongo 4.20.1 (no conn_mgr), 12 from it: the call below passes as
     # many as the client's own ``_retry_internal`` takes, the cell keeps all twelve.
     with_conn_mgr = installation.retry_arity > 11
-    batch_every = LEAN_BATCH
 
     def finish_failed(exc: BaseException) -> None:
         """Account for the error the loop raised (the operation still current)."""
@@ -142,20 +139,8 @@ def _lean_retry_internal(installation: InstallationView, client: Any) -> Callabl
         if value is not cell:
             value.succeeded()
             return result
-        # A first-attempt success without pacing: AttemptCycle.succeeded's first branch, that
-        # is ``ClientState.count_first_attempt``'s lock-free path written out (one call less
-        # per operation; the method itself counts a server's first success).
-        server = cell[0]
-        entry = state.lean.get(server) if state.lean_success else None
-        if entry is None:
-            state.count_first_attempt(server, server_address)
-            return result
-        count = next(entry[0])
-        budget = entry[1]
-        if not budget.full:
-            budget.record_success(retried=False)
-        if entry[2] is not None and not count % batch_every:
-            entry[2]()
+        # A first-attempt success without pacing: AttemptCycle.succeeded's first branch.
+        state.count_first_attempt(cell[0], server_address)
         return result
 
     return _retry_internal
