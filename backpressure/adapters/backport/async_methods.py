@@ -75,7 +75,7 @@ async def _select_server(
     if attempt.server is not None:  # a later selection of the same attempt
         return server
     cycle = attempt.cycle
-    if cycle.paced() is not None:  # nothing paced: send without asking
+    if cycle.paced() is not None:  # a server is paced: the pacing admits (else send at once)
         step = cycle.admit(server, _shared.csot_deadline)
         if step is not SEND:
             try:
