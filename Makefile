@@ -8,7 +8,7 @@ EXTRAS := test,dev,demo,motor,server,odm
 # without conn_mgr (why each: docs/compatibility.md).
 COMPAT_VERSIONS ?= 4.9.2 4.11.3 4.12.1 4.13.2 4.14.1 4.15.5 4.16.0 4.17.0 4.18.3 4.19.0 4.20.0 4.20.1
 
-.PHONY: install prometheus test test-compat test-pythons lookahead lint format demo bench spec-test spec-tests pymongo-tests docs clean FORCE
+.PHONY: install prometheus valgrind test test-compat test-pythons lookahead lint format demo bench spec-test spec-tests pymongo-tests docs clean FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,17 @@ prometheus:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			--no-install-recommends prometheus > /dev/null && \
 		echo "prometheus: installed $$(prometheus --version 2>&1 | head -n 1)"; \
+	fi
+
+# valgrind's callgrind counts instructions for the overhead benchmark's --instructions mode (and
+# its test): Debian's valgrind package, installed when missing.
+valgrind:
+	@if command -v valgrind > /dev/null; then \
+		echo "valgrind: $$(valgrind --version)"; \
+	else \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends valgrind > /dev/null && \
+		echo "valgrind: installed $$(valgrind --version)"; \
 	fi
 
 # Branch coverage of the package over the whole suite, with a floor: the total measured when it

@@ -5,7 +5,6 @@ and one real run under valgrind (slow)."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from backpressure.bench.overhead import (
     measure_instructions,
 )
 from backpressure.testing import EmbeddedServer
+from tests.prometheus.tools import require_tool
 
 RECORDED_HEADER = """\
 # callgrind format
@@ -199,10 +199,10 @@ def test_instruction_ops_must_be_low_then_high(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 def test_a_real_instruction_count(replicaset_server: EmbeddedServer) -> None:
     """Under callgrind, find_one costs a few hundred thousand instructions on either client,
     and the enabled client's share is within a few percent of stock's."""
+    require_tool("valgrind", "valgrind")
     report = measure_instructions(
         replicaset_server.uri, operations=["find_one"], low_ops=10, high_ops=30, warmup=10
     )
