@@ -39,8 +39,8 @@ class InstallationView(Protocol):
 
     @property
     def current(self) -> contextvars.ContextVar[Any]:
-        """The operation of this client running in the context: a lean cell, an operation or
-        None."""
+        """The operation of this client running in the context: a ``LeanCycle``, a
+        ``TrackedCycle`` or None."""
         ...
 
     @property
