@@ -550,6 +550,22 @@ def _overhead_verdict(section: dict[str, Any], c: dict[str, Any]) -> str:
     return verdict(c["ratio_ci_low"], c["ratio_ci_high"], section["goal_ratio"])
 
 
+def _overhead_preamble(section: dict[str, Any], suffix: str) -> list[str]:
+    """The heading (``suffix`` after "Overhead without overload"), the run's note and the
+    sentence naming the two clients of an overhead section, timed or counted in instructions."""
+    note = section.get("note")
+    return [
+        f"## Overhead without overload{suffix}",
+        "",
+        *([str(note), ""] if note else []),
+        f"Stock `pymongo.MongoClient` against `backpressure.MongoClient` with the default preset "
+        f"(`{section['preset']}`), same server, no overload; pymongo "
+        f"{section.get('pymongo', 'unknown')}, the native adapter's "
+        f"{section.get('wrappers', 'unnamed')} wrappers.",
+        "",
+    ]
+
+
 def _instructions_md(section: dict[str, Any]) -> list[str]:
     """The overhead section of the instruction mode: instructions per operation, stock against
     enabled, and the added instructions attributed to each wrapper."""
@@ -583,16 +599,8 @@ def _instructions_md(section: dict[str, Any]) -> list[str]:
         for r in rows
     ]
     counts = section["counts"][0] if section["counts"] else {"low_ops": 0, "high_ops": 0}
-    note = section.get("note")
     return [
-        "## Overhead without overload: instructions",
-        "",
-        *([str(note), ""] if note else []),
-        f"Stock `pymongo.MongoClient` against `backpressure.MongoClient` with the default preset "
-        f"(`{section['preset']}`), same server, no overload; pymongo "
-        f"{section.get('pymongo', 'unknown')}, the native adapter's "
-        f"{section.get('wrappers', 'unnamed')} wrappers.",
-        "",
+        *_overhead_preamble(section, ": instructions"),
         "Instructions per operation of the calling thread, counted by valgrind's callgrind "
         "(`--separate-threads=yes`: pymongo's monitor threads apart), one process, "
         "`PYTHONHASHSEED=0`, the collector paused in each segment: (instructions of "
@@ -667,16 +675,8 @@ def _overhead_md(section: dict[str, Any]) -> list[str]:
         if same
         else []
     )
-    note = section.get("note")
     return [
-        "## Overhead without overload",
-        "",
-        *([str(note), ""] if note else []),
-        f"Stock `pymongo.MongoClient` against `backpressure.MongoClient` with the default preset "
-        f"(`{section['preset']}`), same server, no overload; pymongo "
-        f"{section.get('pymongo', 'unknown')}, the native adapter's "
-        f"{section.get('wrappers', 'unnamed')} wrappers.",
-        "",
+        *_overhead_preamble(section, ""),
         f"Work added per operation, counted with `{section['tracer']}` (deterministic: Python "
         "function calls of the whole client, and calls and line events of this package's code):",
         "",
